@@ -1,0 +1,57 @@
+/* The environment interface used by actors and the single-process trainer. An
+ * environment is a built-in (Pendulum-v1, MountainCarContinuous-v0) or a user plugin
+ * loaded with dlopen (see env_plugin.h for the C ABI a plugin implements). This wrapper
+ * owns the time limit: sac_env_step() reports termination (from the environment) and
+ * truncation (from the time limit) separately, as Gymnasium's TimeLimit does.
+ *
+ * Actions are given in the environment's own units (the actor scales the policy's
+ * [-1, 1] output to [act_low, act_high]); the environment clips as Gymnasium's does.
+ * reset/step allocate nothing. An env is used by one thread at a time. */
+#ifndef SAC_COMMON_ENV_H
+#define SAC_COMMON_ENV_H
+#include <stdint.h>
+
+#include "common/rng.h"
+
+#define SAC_ENV_MAX_OBS 1024
+#define SAC_ENV_MAX_ACT 64
+
+typedef struct {
+  char name[64];
+  int obs_dim;
+  int act_dim;
+  float act_low[SAC_ENV_MAX_ACT];
+  float act_high[SAC_ENV_MAX_ACT];
+  int max_episode_steps; /* 0: no time limit */
+} sac_env_spec_t;
+
+typedef struct sac_env sac_env_t;
+
+/* Creates an environment by name: "Pendulum-v1", "MountainCarContinuous-v0", or
+ * "plugin:PATH.so" with an optional ":ARGS" suffix passed to the plugin. Its reset
+ * distribution draws from the stream (seed, stream). On error returns SAC_ENOTFOUND
+ * (unknown name), SAC_EPLUGIN (plugin failed to load, misses a symbol, wrong ABI; the
+ * log line says which), or SAC_ENOMEM; *out is then NULL. */
+int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **out);
+/* Destroys and NULLs *env; idempotent. */
+void sac_env_destroy(sac_env_t **env);
+const sac_env_spec_t *sac_env_spec(const sac_env_t *env);
+/* Starts an episode; writes obs (obs_dim). Returns 0 or a negative code (plugin error). */
+int sac_env_reset(sac_env_t *env, float *obs);
+/* One step. Writes obs (the next observation), reward, terminated and truncated (0/1).
+ * After terminated or truncated the caller resets. Returns 0 or a negative code. */
+int sac_env_step(sac_env_t *env, const float *action, float *obs, float *reward, int *terminated,
+                 int *truncated);
+/* Steps taken in the current episode. */
+int sac_env_elapsed(const sac_env_t *env);
+
+/* Test hooks for the built-in environments, the equivalent of Gymnasium's
+ * `env.unwrapped.state = ...`: the state is {theta, thetadot} for Pendulum-v1 and
+ * {position, velocity} for MountainCarContinuous-v0 (n = 2). set_state replaces the state
+ * of the current episode (call sac_env_reset first; the elapsed count is kept) and writes
+ * the matching observation to obs. Both return SAC_EUNSUPPORTED for plugins, SAC_EINVAL
+ * for a wrong n or a non-finite state, SAC_ESTATE before the first reset. */
+int sac_env_set_state(sac_env_t *env, const double *state, int n, float *obs);
+int sac_env_get_state(const sac_env_t *env, double *state, int n);
+
+#endif

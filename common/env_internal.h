@@ -1,0 +1,31 @@
+/* Private to common/env*.c: the operations table behind sac_env_t. env.c is the wrapper
+ * (name dispatch, time limit, elapsed steps, argument checks); each environment kind
+ * (env_pendulum.c, env_mountaincar.c, env_plugin.c) supplies one table. Not a public
+ * interface: user environments use the plugin ABI in env_plugin.h instead. */
+#ifndef SAC_COMMON_ENV_INTERNAL_H
+#define SAC_COMMON_ENV_INTERNAL_H
+#include "common/env.h"
+#include "common/rng.h"
+
+typedef struct {
+  /* Makes an instance for args (NULL for built-ins; "PATH[:ARGS]" for plugins) and fills
+   * spec (zeroed by the caller). Returns 0 or a negative SAC_E* code, having logged why;
+   * *impl is then untouched. */
+  int (*create)(const char *args, sac_env_spec_t *spec, void **impl);
+  void (*destroy)(void *impl);
+  /* Draws the initial state from rng and writes obs. 0 or a negative code. */
+  int (*reset)(void *impl, sac_rng_t *rng, float *obs);
+  /* Advances one step (action already checked finite); writes obs, reward, terminated. */
+  int (*step)(void *impl, const float *action, float *obs, float *reward, int *terminated);
+  /* Test hooks for built-ins, NULL where unsupported (plugins): the state is state_dim
+   * doubles (length and finiteness checked by the caller). */
+  int state_dim;
+  void (*set_state)(void *impl, const double *state, float *obs);
+  void (*get_state)(const void *impl, double *state);
+} sac__env_ops_t;
+
+extern const sac__env_ops_t sac__env_pendulum_ops;
+extern const sac__env_ops_t sac__env_mountaincar_ops;
+extern const sac__env_ops_t sac__env_plugin_ops;
+
+#endif

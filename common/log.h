@@ -1,0 +1,26 @@
+/* Leveled, structured log lines on stderr: "2026-12-02T09:30:00.123Z INFO  replay: text",
+ * or one JSON object per line in JSON mode. Thread-safe (one write(2) per line); never
+ * fails visibly (a line that cannot be written is dropped). The level comes from
+ * sac_log_set_level() or the SAC_LOG_LEVEL environment variable (error, warn, info, debug). */
+#ifndef SAC_COMMON_LOG_H
+#define SAC_COMMON_LOG_H
+
+typedef enum { SAC_LOG_ERROR = 0, SAC_LOG_WARN = 1, SAC_LOG_INFO = 2, SAC_LOG_DEBUG = 3 } sac_log_level_t;
+
+void sac_log_set_level(sac_log_level_t level);
+sac_log_level_t sac_log_get_level(void);
+/* Parses "error|warn|info|debug"; returns 0 or SAC_EINVAL. */
+int sac_log_parse_level(const char *s, sac_log_level_t *out);
+/* JSON-lines mode on (1) or off (0). */
+void sac_log_set_json(int on);
+
+void sac_log(sac_log_level_t level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define SAC_ERROR(mod, ...) sac_log(SAC_LOG_ERROR, mod, __VA_ARGS__)
+#define SAC_WARN(mod, ...) sac_log(SAC_LOG_WARN, mod, __VA_ARGS__)
+#define SAC_INFO(mod, ...) sac_log(SAC_LOG_INFO, mod, __VA_ARGS__)
+#define SAC_DEBUG(mod, ...) \
+  do { if (sac_log_get_level() >= SAC_LOG_DEBUG) sac_log(SAC_LOG_DEBUG, mod, __VA_ARGS__); } while (0)
+
+#endif

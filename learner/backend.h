@@ -1,0 +1,127 @@
+/* The learner's compute backend: a struct of function pointers (as ggml's backends) that
+ * the SAC algorithm (sac.c) is written against once. Backends: "cpu" (OpenBLAS sgemm,
+ * the readable reference and the fallback) and "cuda" (cuBLASLt + a few kernels).
+ *
+ * Every float pointer an op receives is backend memory from ->alloc (host memory for
+ * cpu, device memory for cuda). Ops are enqueued in order and may run asynchronously;
+ * ->sync waits for them. Ops never allocate. Scalars that change during training
+ * (log alpha, Adam step counters) live in backend memory, so a whole update can be
+ * captured and replayed (CUDA graphs) without host round trips.
+ *
+ * Layouts: matrices are row-major. An "ensemble" of K members (K = 2 for the twin
+ * critics) keeps its activations as (B x K*n) with member k in columns [k*n, (k+1)*n),
+ * and its parameters as described in common/mlp.h. Shapes are written as (rows, cols). */
+#ifndef SAC_LEARNER_BACKEND_H
+#define SAC_LEARNER_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/mlp.h"
+
+typedef struct sac_backend sac_backend_t;
+
+/* One input segment of a linear layer: p (B, n) with leading dimension ld. */
+typedef struct {
+  const float *p;
+  int ld;
+  int n;
+} sac_seg_t;
+
+/* A linear layer of an ensemble: Y_k = act(X_k W_k + b_k).
+ * shared = 1: every member reads the same input, given as up to two segments side by
+ * side (obs and action for the critics' first layer, never concatenated in memory);
+ * member k's W_k then has seg[0].n + seg[1].n rows, segment 0's rows first.
+ * shared = 0: one segment of K*n_in columns, member k reads columns [k*n_in, (k+1)*n_in). */
+typedef struct {
+  int B, n_in, n_out, K;
+  int shared;
+  int n_seg;          /* 1 or 2 (2 only when shared) */
+  sac_seg_t seg[2];
+  const float *W, *b; /* K weight matrices (n_in, n_out) one after another; K biases */
+  sac_act_t act;
+} sac_linear_t;
+
+typedef struct {
+  float lr, beta1, beta2, eps;
+} sac_adam_hp_t;
+
+/* Scalars the fused SAC kernels read; pointers are backend memory. */
+typedef struct {
+  int B, A;
+  float gamma;
+  float log_std_min, log_std_max;
+  float target_entropy;
+  const float *log_alpha; /* (1) */
+} sac_head_hp_t;
+
+typedef struct sac_backend_ops {
+  const char *name;
+  /* --- memory (setup time only; never inside the update) --- */
+  int (*alloc)(sac_backend_t *be, size_t n, float **out); /* zeroed; SAC_ENOMEM */
+  void (*free)(sac_backend_t *be, float *p);
+  int (*upload)(sac_backend_t *be, float *dst, const float *src, size_t n);
+  int (*download)(sac_backend_t *be, float *dst, const float *src, size_t n);
+  int (*sync)(sac_backend_t *be);
+  void (*destroy)(sac_backend_t *be);
+
+  /* --- compute --- */
+  /* Y (B, K*n_out) with leading dimension ldy. */
+  void (*linear_fwd)(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy);
+  /* Backward of linear_fwd. dY (B, K*n_out, ld ldy) is the gradient at the layer's
+   * output after its activation; it is overwritten with the gradient before the
+   * activation, using Y (the forward output). Then, where non-NULL:
+   * dW (K weight matrices) = X_k^T dY_k and db = column sums of dY_k (overwritten);
+   * dX[s] (B, seg[s].n, ld ldx[s]) = sum over k of dY_k W_k^T restricted to segment s
+   * (non-shared: one segment of K*n_in columns, member k into its own block). */
+  void (*linear_bwd)(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy, float *dW,
+                     float *db, float *dX[2], const int ldx[2]);
+  /* n standard normals into out: element i is normal (2*(i/2) + i%2) of Philox block
+   * (i/2, stream, tag) under key (common/philox.h). Identical bits on every backend. */
+  void (*normal)(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream, uint32_t tag);
+  /* Tanh-Gaussian policy head. P (B, 2A) = (mu, raw log std); eps (B, A).
+   * a (B, A, ld lda) = tanh(mu + exp(clamp(log std)) * eps);
+   * logp (B) = sum_i [-eps^2/2 - log std - log(2 pi)/2 - 2 (log 2 - u - softplus(-2u))]. */
+  void (*head_fwd)(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, float *a, int lda,
+                   float *logp);
+  /* Backward of head_fwd: from da (B, A, ld ldda; may be NULL = 0) and dlogp (B) to
+   * dP (B, 2A). The clamp passes no gradient to log std outside [min, max]. */
+  void (*head_bwd)(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, const float *a,
+                   int lda, const float *da, int ldda, const float *dlogp, float *dP);
+  /* y = r + gamma (1 - terminated) (min(qt1, qt2) - alpha logp_next); qt (B, 2). */
+  void (*critic_target)(sac_backend_t *be, const sac_head_hp_t *h, const float *r, const float *term,
+                        const float *qt, const float *logp_next, float *y);
+  /* L = 1/2 mean w (q1 - y)^2 + 1/2 mean w (q2 - y)^2 (w = 1 where w is NULL);
+   * dq (B, 2) = dL/dq; td (B) = |min(q1, q2) - y| (priorities); stats[0] = L,
+   * stats[1] = mean q1. */
+  void (*critic_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *y, const float *w,
+                      float *dq, float *td, float *stats);
+  /* L = mean(alpha logp - min(q1, q2)); dq (B, 2), dlogp (B); stats[0] = L,
+   * stats[1] = -mean(logp) (the policy entropy estimate). */
+  void (*actor_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp, float *dq,
+                     float *dlogp, float *stats);
+  /* L = -mean(log alpha (logp + target_entropy)); grad[0] = dL/dlog alpha; stats[0] = L. */
+  void (*alpha_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *logp, float *grad, float *stats);
+  /* (*t) += 1, then one bias-corrected Adam step (PyTorch's formula) over n parameters. */
+  void (*adam)(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n, const sac_adam_hp_t *hp,
+               float *t);
+  /* tgt = (1 - tau) tgt + tau src over n floats. */
+  void (*polyak)(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau);
+} sac_backend_ops_t;
+
+struct sac_backend {
+  const sac_backend_ops_t *ops;
+  void *impl;
+};
+
+/* Creates a backend by name ("cpu", "cuda"). threads: CPU threads for "cpu" (0 = all
+ * cores). Returns 0, SAC_ENOTFOUND (unknown name), SAC_EUNSUPPORTED (not built in),
+ * SAC_ENODEV (no usable GPU) or SAC_ENOMEM. */
+int sac_backend_new(const char *name, int threads, sac_backend_t **out);
+void sac_backend_destroy(sac_backend_t **be);
+
+int sac_backend_cpu_new(int threads, sac_backend_t **out);
+#ifdef SAC_HAVE_CUDA
+int sac_backend_cuda_new(int device, sac_backend_t **out);
+#endif
+
+#endif

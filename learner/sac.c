@@ -1,0 +1,430 @@
+/* SAC update written once against the backend interface (see sac.h). The update reads
+ * top to bottom: target, critic step, actor step, alpha step, Polyak. Buffers are
+ * allocated once in sac_new; nothing is allocated per update. */
+#include "learner/sac.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rng.h"
+
+enum { NOISE_NEXT = 0, NOISE_PI = 1 };
+
+struct sac {
+  sac_hparams_t hp;
+  sac_backend_t *be;
+  sac_mlp_desc_t ad, cd; /* actor (K = 1) and twin critics (K = 2) */
+  size_t n_actor, n_critic, n_params;
+  /* flat buffers, layout [actor | critics | log alpha] */
+  float *params, *grads, *m, *v;
+  float *target; /* critics' layout */
+  float *steps;  /* Adam step counters: critic, actor, alpha */
+  float *a_acts[SAC_MLP_MAX_LAYERS], *c_acts[SAC_MLP_MAX_LAYERS];
+  float *dbuf[2];
+  /* The policy runs once per update over 2B rows, [s; s'] (the batch stores obs and
+   * next_obs back to back): both forwards use the same actor parameters, and one GEMM
+   * of 2B rows is cheaper than two of B. Rows [0, B) serve the actor loss and are the
+   * ones back-propagated; rows [B, 2B) give a' for the critic target. */
+  float *obs2;               /* (2B, O) = [obs; next_obs] */
+  float *P, *dP;             /* actor head (2B, 2A); dP (B, 2A) */
+  float *eps2;               /* (2B, A) = [eps_pi; eps_next] */
+  float *a2, *da;            /* (2B, A) = [a~; a']; da (B, A) */
+  float *logp2;              /* (2B) = [log pi(a~|s); log pi(a'|s')] */
+  float *dlogp, *y, *td;     /* (B) */
+  float *q, *qt, *dq;                       /* (B, 2) */
+  float *stats;                             /* critic loss, mean q, actor loss, entropy, alpha loss */
+  sac_batch_t batch;
+  sac_head_hp_t head, head2; /* B and 2B rows */
+  uint32_t key[2];
+  uint64_t step;
+  sac_profile_t *prof;
+  double prof_t;
+};
+
+static double g_discard;
+
+/* Profile: charge the time since the last lap to *acc (only when a profile is attached). */
+static void lap(sac_t *s, double *acc) {
+  if (!s->prof)
+    return;
+  s->be->ops->sync(s->be);
+  double now = sac_clock_s();
+  *acc += now - s->prof_t;
+  s->prof_t = now;
+}
+#define PROF(field) (s->prof ? &s->prof->field : &g_discard)
+
+void sac_hparams_default(sac_hparams_t *hp, int obs_dim, int act_dim) {
+  memset(hp, 0, sizeof *hp);
+  hp->obs_dim = obs_dim;
+  hp->act_dim = act_dim;
+  hp->hidden = 256;
+  hp->depth = 2;
+  hp->batch = 256;
+  hp->gamma = 0.99f;
+  hp->tau = 0.005f;
+  hp->lr_actor = hp->lr_critic = hp->lr_alpha = 3e-4f;
+  hp->init_alpha = 1.0f;
+  hp->autotune_alpha = 1;
+  hp->target_entropy = NAN;
+  hp->log_std_min = -5.0f;
+  hp->log_std_max = 2.0f;
+  hp->policy_delay = 1;
+  hp->seed = 1;
+}
+
+static float *actor_params(const sac_t *s) { return s->params; }
+static float *critic_params(const sac_t *s) { return s->params + s->n_actor; }
+static float *log_alpha(const sac_t *s) { return s->params + s->n_actor + s->n_critic; }
+
+/* Layer l of an MLP as a backend linear op reading `in` (layer 0) or the previous
+ * layer's activations. */
+static sac_linear_t layer(const sac_mlp_desc_t *d, const float *params, int l, int B, const sac_seg_t *in,
+                          int n_in_seg, float *const *acts) {
+  sac_linear_t L;
+  memset(&L, 0, sizeof L);
+  L.B = B;
+  L.n_in = d->sizes[l];
+  L.n_out = d->sizes[l + 1];
+  L.K = d->ensemble;
+  L.W = params + sac_mlp_weight_offset(d, l);
+  L.b = params + sac_mlp_bias_offset(d, l);
+  L.act = l == d->n_layers - 1 ? SAC_ACT_NONE : d->hidden_act;
+  if (l == 0) {
+    L.shared = 1;
+    L.n_seg = n_in_seg;
+    for (int i = 0; i < n_in_seg; i++)
+      L.seg[i] = in[i];
+  } else {
+    L.shared = 0;
+    L.n_seg = 1;
+    L.seg[0].p = acts[l - 1];
+    L.seg[0].ld = d->ensemble * d->sizes[l];
+    L.seg[0].n = d->ensemble * d->sizes[l];
+  }
+  return L;
+}
+
+/* out (B, K*out) = MLP(in); hidden activations kept in acts for the backward. */
+static void mlp_fwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, int B, const sac_seg_t *in,
+                    int n_in_seg, float *const *acts, float *out) {
+  for (int l = 0; l < d->n_layers; l++) {
+    sac_linear_t L = layer(d, params, l, B, in, n_in_seg, acts);
+    int last = l == d->n_layers - 1;
+    s->be->ops->linear_fwd(s->be, &L, last ? out : acts[l], d->ensemble * d->sizes[l + 1]);
+  }
+}
+
+/* Backward of mlp_fwd over its first B rows from dout (overwritten). grads NULL: input
+ * gradient only. dx[i] (may be NULL) receives the gradient of input segment i. */
+static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, float *grads, int B,
+                    const sac_seg_t *in, int n_in_seg, float *const *acts, const float *out, float *dout,
+                    float *dx[2], const int ldx[2]) {
+  float *dy = dout;
+  for (int l = d->n_layers - 1; l >= 0; l--) {
+    sac_linear_t L = layer(d, params, l, B, in, n_in_seg, acts);
+    int last = l == d->n_layers - 1;
+    const float *y = last ? out : acts[l];
+    int ldy = d->ensemble * d->sizes[l + 1];
+    float *dW = grads ? grads + sac_mlp_weight_offset(d, l) : NULL;
+    float *db = grads ? grads + sac_mlp_bias_offset(d, l) : NULL;
+    if (l > 0) {
+      float *next = s->dbuf[l & 1];
+      float *dxs[2] = {next, NULL};
+      int lds[2] = {d->ensemble * d->sizes[l], 0};
+      s->be->ops->linear_bwd(s->be, &L, dy, y, ldy, dW, db, dxs, lds);
+      dy = next;
+    } else {
+      s->be->ops->linear_bwd(s->be, &L, dy, y, ldy, dW, db, dx, ldx);
+    }
+  }
+}
+
+int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
+  *out = NULL;
+  if (hp->obs_dim < 1 || hp->act_dim < 1 || hp->hidden < 1 || hp->depth < 1 || hp->depth >= SAC_MLP_MAX_LAYERS ||
+      hp->batch < 1 || hp->policy_delay < 1 || !(hp->gamma >= 0.0f && hp->gamma <= 1.0f) ||
+      !(hp->tau > 0.0f && hp->tau <= 1.0f) || !(hp->init_alpha > 0.0f) || !(hp->log_std_min < hp->log_std_max)) {
+    SAC_ERROR("sac", "invalid hyperparameters (obs %d act %d hidden %d depth %d batch %d)", hp->obs_dim,
+              hp->act_dim, hp->hidden, hp->depth, hp->batch);
+    return SAC_EINVAL;
+  }
+  sac_t *s = calloc(1, sizeof *s);
+  if (!s)
+    return SAC_ENOMEM;
+  s->hp = *hp;
+  if (isnan(s->hp.target_entropy))
+    s->hp.target_entropy = -(float)hp->act_dim;
+  s->be = be;
+  const int B = hp->batch, A = hp->act_dim, O = hp->obs_dim, H = hp->hidden;
+  sac_mlp_desc_init(&s->ad, O, H, hp->depth, 2 * A, SAC_ACT_RELU, 1);
+  sac_mlp_desc_init(&s->cd, O + A, H, hp->depth, 1, SAC_ACT_RELU, 2);
+  s->n_actor = sac_mlp_param_count(&s->ad);
+  s->n_critic = sac_mlp_param_count(&s->cd);
+  s->n_params = s->n_actor + s->n_critic + 1;
+
+  int rc = 0;
+#define ALLOC(ptr, n)                                  \
+  do {                                                 \
+    if ((rc = be->ops->alloc(be, (n), &(ptr))) != 0) \
+      goto err;                                        \
+  } while (0)
+  ALLOC(s->params, s->n_params);
+  ALLOC(s->grads, s->n_params);
+  ALLOC(s->m, s->n_params);
+  ALLOC(s->v, s->n_params);
+  ALLOC(s->target, s->n_critic);
+  ALLOC(s->steps, 3);
+  for (int l = 0; l < hp->depth; l++) {
+    ALLOC(s->a_acts[l], (size_t)2 * B * H);
+    ALLOC(s->c_acts[l], (size_t)B * 2 * H);
+  }
+  ALLOC(s->dbuf[0], (size_t)B * 2 * H);
+  ALLOC(s->dbuf[1], (size_t)B * 2 * H);
+  ALLOC(s->obs2, (size_t)2 * B * O);
+  ALLOC(s->P, (size_t)2 * B * 2 * A);
+  ALLOC(s->dP, (size_t)B * 2 * A);
+  ALLOC(s->eps2, (size_t)2 * B * A);
+  ALLOC(s->a2, (size_t)2 * B * A);
+  ALLOC(s->da, (size_t)B * A);
+  ALLOC(s->logp2, (size_t)2 * B);
+  ALLOC(s->dlogp, B);
+  ALLOC(s->y, B);
+  ALLOC(s->td, B);
+  ALLOC(s->q, (size_t)B * 2);
+  ALLOC(s->qt, (size_t)B * 2);
+  ALLOC(s->dq, (size_t)B * 2);
+  ALLOC(s->stats, 8);
+  ALLOC(s->batch.action, (size_t)B * A);
+  ALLOC(s->batch.reward, B);
+  ALLOC(s->batch.terminated, B);
+  ALLOC(s->batch.weights, B);
+#undef ALLOC
+  s->batch.obs = s->obs2;
+  s->batch.next_obs = s->obs2 + (size_t)B * O;
+
+  /* initial values, built on the host once */
+  {
+    float *host = malloc(sizeof(float) * s->n_params);
+    if (!host) {
+      rc = SAC_ENOMEM;
+      goto err;
+    }
+    sac_rng_t rng;
+    sac_rng_init(&rng, hp->seed, SAC_STREAM_LEARNER);
+    sac_mlp_init_params(&s->ad, host, &rng);
+    sac_mlp_init_params(&s->cd, host + s->n_actor, &rng);
+    host[s->n_params - 1] = logf(hp->init_alpha);
+    rc = be->ops->upload(be, s->params, host, s->n_params);
+    if (rc == 0)
+      rc = be->ops->upload(be, s->target, host + s->n_actor, s->n_critic);
+    for (int i = 0; rc == 0 && i < B; i++)
+      host[i] = 1.0f;
+    if (rc == 0)
+      rc = be->ops->upload(be, s->batch.weights, host, B);
+    free(host);
+    if (rc)
+      goto err;
+  }
+  sac_rng_key(hp->seed, SAC_STREAM_LEARNER, s->key);
+  s->head = (sac_head_hp_t){.B = B,
+                            .A = A,
+                            .gamma = s->hp.gamma,
+                            .log_std_min = s->hp.log_std_min,
+                            .log_std_max = s->hp.log_std_max,
+                            .target_entropy = s->hp.target_entropy,
+                            .log_alpha = log_alpha(s)};
+  s->head2 = s->head;
+  s->head2.B = 2 * B;
+  *out = s;
+  return 0;
+err:
+  sac_destroy(&s);
+  return rc;
+}
+
+void sac_destroy(sac_t **sp) {
+  sac_t *s = *sp;
+  if (!s)
+    return;
+  sac_backend_t *be = s->be;
+  float **bufs[] = {&s->params, &s->grads, &s->m, &s->v, &s->target, &s->steps, &s->dbuf[0], &s->dbuf[1],
+                    &s->obs2, &s->P, &s->dP, &s->eps2, &s->a2, &s->da, &s->logp2, &s->dlogp, &s->y, &s->td, &s->q, &s->qt, &s->dq, &s->stats, &s->batch.action,
+                    &s->batch.reward, &s->batch.terminated, &s->batch.weights};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (*bufs[i])
+      be->ops->free(be, *bufs[i]);
+  for (int l = 0; l < SAC_MLP_MAX_LAYERS; l++) {
+    if (s->a_acts[l])
+      be->ops->free(be, s->a_acts[l]);
+    if (s->c_acts[l])
+      be->ops->free(be, s->c_acts[l]);
+  }
+  free(s);
+  *sp = NULL;
+}
+
+const sac_hparams_t *sac_hparams(const sac_t *s) { return &s->hp; }
+const sac_mlp_desc_t *sac_actor_desc(const sac_t *s) { return &s->ad; }
+const sac_mlp_desc_t *sac_critic_desc(const sac_t *s) { return &s->cd; }
+sac_batch_t *sac_batch(sac_t *s) { return &s->batch; }
+uint64_t sac_step(const sac_t *s) { return s->step; }
+void sac_set_step(sac_t *s, uint64_t step) { s->step = step; }
+void sac_set_profile(sac_t *s, sac_profile_t *prof) { s->prof = prof; }
+size_t sac_param_count(const sac_t *s) { return s->n_params; }
+size_t sac_actor_param_count(const sac_t *s) { return s->n_actor; }
+
+/* Twin critics (params: online or target) on (obs, action) side by side: q (B, 2). */
+static void critics(sac_t *s, const float *params, const float *obs, const float *action, float *q) {
+  sac_seg_t in[2] = {{obs, s->hp.obs_dim, s->hp.obs_dim}, {action, s->hp.act_dim, s->hp.act_dim}};
+  mlp_fwd(s, &s->cd, params, s->hp.batch, in, 2, s->c_acts, q);
+}
+
+void sac_forward_policy(sac_t *s) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const int A = s->hp.act_dim, B = s->hp.batch;
+  ops->normal(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI);
+  ops->normal(s->be, s->eps2 + (size_t)B * A, (size_t)B * A, s->key, s->step, NOISE_NEXT);
+  sac_seg_t in = {s->obs2, s->hp.obs_dim, s->hp.obs_dim};
+  mlp_fwd(s, &s->ad, actor_params(s), 2 * B, &in, 1, s->a_acts, s->P);
+  ops->head_fwd(s->be, &s->head2, s->P, s->eps2, s->a2, A, s->logp2);
+}
+
+void sac_compute_critic_grads(sac_t *s) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const int A = s->hp.act_dim, B = s->hp.batch;
+  sac_batch_t *b = &s->batch;
+  /* y = r + gamma (1 - terminated) (min Qtarget(s', a') - alpha log pi(a'|s')) */
+  critics(s, s->target, b->next_obs, s->a2 + (size_t)B * A, s->qt);
+  ops->critic_target(s->be, &s->head, b->reward, b->terminated, s->qt, s->logp2 + B, s->y);
+  lap(s, PROF(target));
+  /* L_Q and its gradient through both critics */
+  critics(s, critic_params(s), b->obs, b->action, s->q);
+  ops->critic_loss(s->be, &s->head, s->q, s->y, b->weights, s->dq, s->td, s->stats + 0);
+  sac_seg_t in[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {b->action, A, A}};
+  float *dx[2] = {NULL, NULL};
+  int ldx[2] = {0, 0};
+  mlp_bwd(s, &s->cd, critic_params(s), s->grads + s->n_actor, B, in, 2, s->c_acts, s->q, s->dq, dx, ldx);
+  lap(s, PROF(critic));
+}
+
+void sac_compute_actor_grads(sac_t *s) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const int A = s->hp.act_dim, B = s->hp.batch;
+  sac_batch_t *b = &s->batch;
+  /* L_pi = mean(alpha log pi(a~|s) - min Q(s, a~)), a~ reparameterised (rows [0, B)) */
+  critics(s, critic_params(s), b->obs, s->a2, s->q);
+  ops->actor_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2);
+  /* dL/da~ through the critics (input gradient only: the critics are not stepped here) */
+  sac_seg_t cin[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {s->a2, A, A}};
+  float *dx[2] = {NULL, s->da};
+  int ldx[2] = {0, A};
+  mlp_bwd(s, &s->cd, critic_params(s), NULL, B, cin, 2, s->c_acts, s->q, s->dq, dx, ldx);
+  ops->head_bwd(s->be, &s->head, s->P, s->eps2, s->a2, A, s->da, A, s->dlogp, s->dP);
+  sac_seg_t ain = {b->obs, s->hp.obs_dim, s->hp.obs_dim};
+  float *nodx[2] = {NULL, NULL};
+  mlp_bwd(s, &s->ad, actor_params(s), s->grads, B, &ain, 1, s->a_acts, s->P, s->dP, nodx, ldx);
+  /* L_alpha = -mean(log alpha (log pi + target entropy)) */
+  ops->alpha_loss(s->be, &s->head, s->logp2, s->grads + s->n_params - 1, s->stats + 4);
+  lap(s, PROF(actor));
+}
+
+void sac_update(sac_t *s) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  sac_adam_hp_t critic_hp = {s->hp.lr_critic, 0.9f, 0.999f, 1e-8f};
+  sac_adam_hp_t actor_hp = {s->hp.lr_actor, 0.9f, 0.999f, 1e-8f};
+  sac_adam_hp_t alpha_hp = {s->hp.lr_alpha, 0.9f, 0.999f, 1e-8f};
+
+  if (s->prof)
+    s->prof_t = sac_clock_s();
+  sac_forward_policy(s);
+  sac_compute_critic_grads(s);
+  ops->adam(s->be, critic_params(s), s->grads + s->n_actor, s->m + s->n_actor, s->v + s->n_actor, s->n_critic,
+            &critic_hp, s->steps + 0);
+  lap(s, PROF(optimizer));
+  if (s->step % (uint64_t)s->hp.policy_delay == 0) {
+    sac_compute_actor_grads(s);
+    ops->adam(s->be, actor_params(s), s->grads, s->m, s->v, s->n_actor, &actor_hp, s->steps + 1);
+    if (s->hp.autotune_alpha)
+      ops->adam(s->be, log_alpha(s), s->grads + s->n_params - 1, s->m + s->n_params - 1, s->v + s->n_params - 1, 1,
+                &alpha_hp, s->steps + 2);
+  }
+  ops->polyak(s->be, s->target, critic_params(s), s->n_critic, s->hp.tau);
+  lap(s, PROF(optimizer));
+  if (s->prof)
+    s->prof->updates++;
+  s->step++;
+}
+
+int sac_stats(sac_t *s, sac_stats_t *out) {
+  float st[8], la;
+  int rc = s->be->ops->download(s->be, st, s->stats, 8);
+  if (rc == 0)
+    rc = s->be->ops->download(s->be, &la, log_alpha(s), 1);
+  if (rc)
+    return rc;
+  out->critic_loss = st[0];
+  out->mean_q = st[1];
+  out->actor_loss = st[2];
+  out->entropy = st[3];
+  out->alpha_loss = st[4];
+  out->alpha = expf(la);
+  return 0;
+}
+
+int sac_td_errors(sac_t *s, float *out) { return s->be->ops->download(s->be, out, s->td, (size_t)s->hp.batch); }
+
+int sac_get_actor(sac_t *s, float *out) { return s->be->ops->download(s->be, out, actor_params(s), s->n_actor); }
+
+static float *buffer(sac_t *s, int which) {
+  switch (which) {
+  case SAC_BUF_PARAMS:
+    return s->params;
+  case SAC_BUF_GRADS:
+    return s->grads;
+  case SAC_BUF_TARGET:
+    return s->target;
+  case SAC_BUF_ADAM_M:
+    return s->m;
+  case SAC_BUF_ADAM_V:
+    return s->v;
+  case SAC_BUF_STEPS:
+    return s->steps;
+  default:
+    return NULL;
+  }
+}
+
+size_t sac_buffer_len(const sac_t *s, int which) {
+  switch (which) {
+  case SAC_BUF_TARGET:
+    return s->n_critic;
+  case SAC_BUF_STEPS:
+    return 3;
+  default:
+    return s->n_params;
+  }
+}
+
+int sac_get_buffer(sac_t *s, int which, float *out, size_t n) {
+  float *p = buffer(s, which);
+  if (!p || n > sac_buffer_len(s, which))
+    return SAC_EINVAL;
+  return s->be->ops->download(s->be, out, p, n);
+}
+
+int sac_set_buffer(sac_t *s, int which, const float *in, size_t n) {
+  float *p = buffer(s, which);
+  if (!p || n > sac_buffer_len(s, which))
+    return SAC_EINVAL;
+  return s->be->ops->upload(s->be, p, in, n);
+}
+
+int sac_get_noise(sac_t *s, int tag, float *out) {
+  size_t n = (size_t)s->hp.batch * s->hp.act_dim;
+  return s->be->ops->download(s->be, out, tag == NOISE_NEXT ? s->eps2 + n : s->eps2, n);
+}

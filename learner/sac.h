@@ -1,0 +1,111 @@
+/* Soft Actor-Critic (Haarnoja et al. 2018, v2), written once against the backend
+ * interface (backend.h): tanh-squashed Gaussian policy, twin critics with target copies,
+ * clipped double-Q target with the entropy term, learned temperature (log alpha), Adam
+ * and Polyak over flat parameter buffers. See ../shared/REFERENCE.md for the equations.
+ *
+ * All state lives in backend memory allocated by sac_new; sac_update allocates nothing.
+ * One sac_t is used by one thread. With the cpu backend and a fixed seed, updates are
+ * deterministic (the policy noise is a pure function of seed, step and index). */
+#ifndef SAC_LEARNER_SAC_H
+#define SAC_LEARNER_SAC_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/mlp.h"
+#include "learner/backend.h"
+
+typedef struct {
+  int obs_dim, act_dim;
+  int hidden, depth; /* hidden width and number of hidden layers (actor and critics) */
+  int batch;
+  float gamma, tau;
+  float lr_actor, lr_critic, lr_alpha;
+  float init_alpha;     /* initial temperature */
+  int autotune_alpha;   /* 0: alpha stays at init_alpha */
+  float target_entropy; /* NAN: -act_dim */
+  float log_std_min, log_std_max;
+  int policy_delay;     /* actor and alpha update every policy_delay critic updates */
+  uint64_t seed;
+} sac_hparams_t;
+
+/* The defaults of DESIGN.md §5 (lr 3e-4, batch 256, 2 x 256, gamma 0.99, tau 0.005). */
+void sac_hparams_default(sac_hparams_t *hp, int obs_dim, int act_dim);
+
+/* Statistics of the last update (downloaded by sac_stats). */
+typedef struct {
+  float critic_loss, actor_loss, alpha_loss;
+  float alpha, entropy, mean_q;
+} sac_stats_t;
+
+/* The batch the next update reads: backend memory, filled by the caller (upload, or
+ * written in place by the cpu backend's callers). weights may be left all 1. */
+typedef struct {
+  float *obs;        /* (B, obs_dim); next_obs follows it directly */
+  float *action;     /* (B, act_dim), in [-1, 1] */
+  float *reward;     /* (B) */
+  float *terminated; /* (B) 1 only for true termination: truncation bootstraps */
+  float *next_obs;   /* (B, obs_dim) */
+  float *weights;    /* (B) importance weights (prioritised replay), 1 otherwise */
+} sac_batch_t;
+
+typedef struct sac sac_t;
+
+/* Allocates and initialises networks (PyTorch's default init from seed), targets equal
+ * to the critics, Adam state zero, log alpha = log(init_alpha). The backend is borrowed.
+ * Returns 0, SAC_EINVAL (bad hyperparameters, logged) or SAC_ENOMEM. */
+int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out);
+void sac_destroy(sac_t **s);
+
+const sac_hparams_t *sac_hparams(const sac_t *s);
+const sac_mlp_desc_t *sac_actor_desc(const sac_t *s);
+const sac_mlp_desc_t *sac_critic_desc(const sac_t *s);
+sac_batch_t *sac_batch(sac_t *s);
+uint64_t sac_step(const sac_t *s);
+
+/* One SAC update on the current batch: critic step, then (every policy_delay) actor and
+ * alpha steps, then Polyak. Enqueued on the backend; cannot fail. */
+void sac_update(sac_t *s);
+/* Copies the last update's statistics to the host (waits for the backend). */
+int sac_stats(sac_t *s, sac_stats_t *out);
+/* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. */
+int sac_td_errors(sac_t *s, float *out);
+
+/* Flat parameter layout: [actor | critics | log alpha]. */
+size_t sac_param_count(const sac_t *s);
+size_t sac_actor_param_count(const sac_t *s);
+/* Copies the actor's parameters (the Weights layout) to host memory. */
+int sac_get_actor(sac_t *s, float *out);
+
+/* Test and checkpoint access to the state, host copies of backend buffers:
+ * which = SAC_BUF_PARAMS / GRADS / TARGET / ADAM_M / ADAM_V (sac_param_count floats;
+ * TARGET holds the critics' layout only) or SAC_BUF_STEPS (3: critic, actor, alpha Adam steps). */
+enum { SAC_BUF_PARAMS, SAC_BUF_GRADS, SAC_BUF_TARGET, SAC_BUF_ADAM_M, SAC_BUF_ADAM_V, SAC_BUF_STEPS };
+int sac_get_buffer(sac_t *s, int which, float *out, size_t n);
+int sac_set_buffer(sac_t *s, int which, const float *in, size_t n);
+size_t sac_buffer_len(const sac_t *s, int which);
+void sac_set_step(sac_t *s, uint64_t step);
+
+/* Where an update's time goes, filled when a profile is attached (the backend is
+ * synchronised between phases, which costs a little on a GPU). Seconds, accumulated. */
+typedef struct {
+  double target;      /* a' ~ pi(s'), target critics, y */
+  double critic;      /* critic forward, loss, backward */
+  double actor;       /* policy forward, critics on (s, a~), backward through both */
+  double optimizer;   /* Adam (critics, actor, alpha) and Polyak */
+  int64_t updates;
+} sac_profile_t;
+/* Attaches (or with NULL detaches) a profile; the caller owns it. */
+void sac_set_profile(sac_t *s, sac_profile_t *prof);
+
+/* Pieces of sac_update, exposed for gradient checks, in this order: the policy on
+ * [obs; next_obs] with the current step's noise; the critic loss gradient into GRADS'
+ * critic part (nothing applied); the actor and alpha loss gradients into GRADS' actor
+ * and log-alpha parts. */
+void sac_forward_policy(sac_t *s);
+void sac_compute_critic_grads(sac_t *s);
+void sac_compute_actor_grads(sac_t *s);
+/* The noise the current step uses: eps for a' (tag 0) or for the policy loss (tag 1),
+ * (B, act_dim) on the host. */
+int sac_get_noise(sac_t *s, int tag, float *out);
+
+#endif

@@ -1,0 +1,354 @@
+/* Finite-difference checks (double-precision reference, sac_ref.h) of every backward op
+ * of the cpu backend, plus forward ops against the reference, Adam against a
+ * hand-computed step, Polyak, and the noise generator.
+ *
+ * Tolerance: analytic gradients are float32 (about 1e-7 relative per operation over a
+ * few hundred terms), the finite differences are double with h = 1e-6 (truncation
+ * error ~1e-12, rounding ~1e-10): |analytic - fd| <= 2e-4 + 1e-3 |fd| is far above
+ * float noise and far below any real mistake (a wrong sign or a missing term is O(1)). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/philox.h"
+#include "common/rng.h"
+#include "learner/backend.h"
+#include "sac_ref.h"
+
+static sac_backend_t *be;
+static sac_rng_t rng;
+
+static void setup(void) {
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_rng_init(&rng, 1234, 99);
+}
+static void teardown(void) { sac_backend_destroy(&be); }
+
+TestSuite(backend_cpu, .init = setup, .fini = teardown);
+
+static float *dev(size_t n) {
+  float *p;
+  cr_assert_eq(be->ops->alloc(be, n, &p), 0);
+  return p;
+}
+static void fill(float *p, size_t n, double lo, double hi) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (float)sac_rng_uniform_range(&rng, lo, hi);
+}
+static void to_double(const float *f, double *d, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    d[i] = f[i];
+}
+
+#define CHECK_GRAD(an, fd, what, idx)                                                                        \
+  cr_expect(fabs((double)(an) - (fd)) <= 2e-4 + 1e-3 * fabs(fd), "%s[%d]: analytic %.7g vs fd %.7g", what, \
+            (int)(idx), (double)(an), (double)(fd))
+
+/* J = sum G . layer(X) in double, for a shared 2-segment or non-shared layer. */
+typedef struct {
+  int B, n1, n2, n_out, K, shared;
+  sac_act_t act;
+  double *X1, *X2, *W, *b, *G;
+} lin_ref_t;
+
+static double lin_objective(const lin_ref_t *r) {
+  int n_in = r->shared ? r->n1 + r->n2 : r->n1;
+  double J = 0;
+  for (int k = 0; k < r->K; k++)
+    for (int i = 0; i < r->B; i++)
+      for (int j = 0; j < r->n_out; j++) {
+        double acc = r->b[k * r->n_out + j];
+        const double *W = r->W + (size_t)k * n_in * r->n_out;
+        if (r->shared) {
+          for (int c = 0; c < r->n1; c++)
+            acc += r->X1[i * r->n1 + c] * W[c * r->n_out + j];
+          for (int c = 0; c < r->n2; c++)
+            acc += r->X2[i * r->n2 + c] * W[(r->n1 + c) * r->n_out + j];
+        } else {
+          for (int c = 0; c < r->n1; c++)
+            acc += r->X1[i * r->K * r->n1 + k * r->n1 + c] * W[c * r->n_out + j];
+        }
+        if (r->act == SAC_ACT_RELU)
+          acc = acc > 0 ? acc : 0;
+        else if (r->act == SAC_ACT_TANH)
+          acc = tanh(acc);
+        J += r->G[i * r->K * r->n_out + k * r->n_out + j] * acc;
+      }
+  return J;
+}
+
+static void check_linear(int shared, sac_act_t act) {
+  const int B = 5, n1 = shared ? 4 : 3, n2 = shared ? 2 : 0, n_out = 3, K = 2;
+  const int n_in = n1 + n2;
+  const int w1 = shared ? n1 : K * n1; /* columns of X1 */
+  float *X1 = dev((size_t)B * w1), *X2 = dev((size_t)B * (n2 ? n2 : 1));
+  float *W = dev((size_t)K * n_in * n_out), *b = dev((size_t)K * n_out);
+  float *Y = dev((size_t)B * K * n_out), *dY = dev((size_t)B * K * n_out);
+  float *dW = dev((size_t)K * n_in * n_out), *db = dev((size_t)K * n_out);
+  float *dX1 = dev((size_t)B * w1), *dX2 = dev((size_t)B * (n2 ? n2 : 1));
+  fill(X1, (size_t)B * w1, -1, 1);
+  fill(X2, (size_t)B * n2, -1, 1);
+  fill(W, (size_t)K * n_in * n_out, -1, 1);
+  fill(b, (size_t)K * n_out, -0.5, 0.5);
+  fill(dY, (size_t)B * K * n_out, -1, 1);
+  lin_ref_t r = {B, n1, n2, n_out, K, shared, act, NULL, NULL, NULL, NULL, NULL};
+  r.X1 = calloc((size_t)B * w1, sizeof(double));
+  r.X2 = calloc((size_t)B * (n2 ? n2 : 1), sizeof(double));
+  r.W = calloc((size_t)K * n_in * n_out, sizeof(double));
+  r.b = calloc((size_t)K * n_out, sizeof(double));
+  r.G = calloc((size_t)B * K * n_out, sizeof(double));
+  to_double(X1, r.X1, (size_t)B * w1);
+  to_double(X2, r.X2, (size_t)B * n2);
+  to_double(W, r.W, (size_t)K * n_in * n_out);
+  to_double(b, r.b, (size_t)K * n_out);
+  to_double(dY, r.G, (size_t)B * K * n_out);
+
+  sac_linear_t L = {.B = B, .n_in = n_in, .n_out = n_out, .K = K, .shared = shared, .n_seg = shared ? 2 : 1,
+                    .W = W, .b = b, .act = act};
+  L.seg[0] = (sac_seg_t){X1, w1, w1};
+  if (shared)
+    L.seg[1] = (sac_seg_t){X2, n2, n2};
+  else
+    L.n_in = n1;
+  be->ops->linear_fwd(be, &L, Y, K * n_out);
+  /* forward against the reference: J with G = unit vectors is the output itself */
+  double Jf = 0, Jr = lin_objective(&r);
+  for (int i = 0; i < B * K * n_out; i++)
+    Jf += (double)dY[i] * Y[i];
+  cr_expect(fabs(Jf - Jr) < 1e-4 * (1 + fabs(Jr)), "forward: %g vs %g", Jf, Jr);
+
+  float *dX[2] = {dX1, shared ? dX2 : NULL};
+  int ldx[2] = {w1, n2};
+  be->ops->linear_bwd(be, &L, dY, Y, K * n_out, dW, db, dX, ldx);
+  const double h = 1e-6;
+  double fd;
+  for (int i = 0; i < K * n_in * n_out; i++) {
+    REF_FD(h, r.W[i], lin_objective(&r), fd);
+    CHECK_GRAD(dW[i], fd, "dW", i);
+  }
+  for (int i = 0; i < K * n_out; i++) {
+    REF_FD(h, r.b[i], lin_objective(&r), fd);
+    CHECK_GRAD(db[i], fd, "db", i);
+  }
+  for (int i = 0; i < B * w1; i++) {
+    REF_FD(h, r.X1[i], lin_objective(&r), fd);
+    CHECK_GRAD(dX1[i], fd, "dX1", i);
+  }
+  for (int i = 0; i < B * n2; i++) {
+    REF_FD(h, r.X2[i], lin_objective(&r), fd);
+    CHECK_GRAD(dX2[i], fd, "dX2", i);
+  }
+  free(r.X1), free(r.X2), free(r.W), free(r.b), free(r.G);
+  float *all[] = {X1, X2, W, b, Y, dY, dW, db, dX1, dX2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    be->ops->free(be, all[i]);
+}
+
+Test(backend_cpu, linear_shared_two_segments_relu) { check_linear(1, SAC_ACT_RELU); }
+Test(backend_cpu, linear_shared_two_segments_tanh) { check_linear(1, SAC_ACT_TANH); }
+Test(backend_cpu, linear_shared_two_segments_identity) { check_linear(1, SAC_ACT_NONE); }
+Test(backend_cpu, linear_ensemble_blocks_relu) { check_linear(0, SAC_ACT_RELU); }
+Test(backend_cpu, linear_ensemble_blocks_identity) { check_linear(0, SAC_ACT_NONE); }
+
+/* J = sum Ga . a + sum Gl . logp over the head, as a function of P. */
+typedef struct {
+  int B, A;
+  double lsmin, lsmax;
+  double *P, *eps, *Ga, *Gl;
+} head_ref_t;
+
+static double head_objective(const head_ref_t *r) {
+  double *a = malloc(sizeof(double) * r->B * r->A), *lp = malloc(sizeof(double) * r->B);
+  ref_head(r->P, r->eps, r->B, r->A, r->lsmin, r->lsmax, a, lp);
+  double J = 0;
+  for (int i = 0; i < r->B * r->A; i++)
+    J += r->Ga[i] * a[i];
+  for (int i = 0; i < r->B; i++)
+    J += r->Gl[i] * lp[i];
+  free(a), free(lp);
+  return J;
+}
+
+Test(backend_cpu, policy_head_forward_and_backward) {
+  const int B = 6, A = 3;
+  float *P = dev((size_t)B * 2 * A), *eps = dev((size_t)B * A), *a = dev((size_t)B * A), *lp = dev(B);
+  float *da = dev((size_t)B * A), *dl = dev(B), *dP = dev((size_t)B * 2 * A);
+  fill(P, (size_t)B * 2 * A, -1.5, 1.5);
+  P[A] = -7.0f;    /* below log_std_min: clamped, no gradient */
+  P[2 * A + A + 1] = 3.0f; /* above log_std_max */
+  P[4 * 2 * A] = 4.0f;     /* large u: the stable tanh correction must stay finite */
+  fill(eps, (size_t)B * A, -2, 2);
+  fill(da, (size_t)B * A, -1, 1);
+  fill(dl, B, -1, 1);
+  sac_head_hp_t h = {.B = B, .A = A, .log_std_min = -5, .log_std_max = 2};
+  be->ops->head_fwd(be, &h, P, eps, a, A, lp);
+  head_ref_t r = {B, A, -5, 2, NULL, NULL, NULL, NULL};
+  r.P = calloc((size_t)B * 2 * A, sizeof(double));
+  r.eps = calloc((size_t)B * A, sizeof(double));
+  r.Ga = calloc((size_t)B * A, sizeof(double));
+  r.Gl = calloc(B, sizeof(double));
+  to_double(P, r.P, (size_t)B * 2 * A);
+  to_double(eps, r.eps, (size_t)B * A);
+  double *ra = malloc(sizeof(double) * B * A), *rl = malloc(sizeof(double) * B);
+  ref_head(r.P, r.eps, B, A, -5, 2, ra, rl);
+  for (int i = 0; i < B * A; i++)
+    cr_expect(fabs(a[i] - ra[i]) < 1e-6, "a[%d] %g vs %g", i, a[i], ra[i]);
+  for (int i = 0; i < B; i++)
+    cr_expect(fabs(lp[i] - rl[i]) < 1e-4 * (1 + fabs(rl[i])), "logp[%d] %g vs %g", i, lp[i], rl[i]);
+  to_double(da, r.Ga, (size_t)B * A);
+  to_double(dl, r.Gl, B);
+  be->ops->head_bwd(be, &h, P, eps, a, A, da, A, dl, dP);
+  double fd;
+  for (int i = 0; i < B * 2 * A; i++) {
+    REF_FD(1e-6, r.P[i], head_objective(&r), fd);
+    CHECK_GRAD(dP[i], fd, "dP", i);
+  }
+  cr_expect_eq(dP[A], 0.0f, "clamped log std passes no gradient");
+  free(r.P), free(r.eps), free(r.Ga), free(r.Gl), free(ra), free(rl);
+  float *all[] = {P, eps, a, lp, da, dl, dP};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    be->ops->free(be, all[i]);
+}
+
+Test(backend_cpu, critic_target_bootstraps_unless_terminated) {
+  const int B = 4;
+  float *r = dev(B), *term = dev(B), *qt = dev(2 * B), *lp = dev(B), *y = dev(B), *la = dev(1);
+  float rv[] = {1, -2, 0.5f, 3}, tv[] = {0, 1, 0, 1}, qv[] = {5, 4, -1, 2, 7, 9, 0, 0}, lv[] = {-1, 2, 0.5f, 1};
+  memcpy(r, rv, sizeof rv), memcpy(term, tv, sizeof tv), memcpy(qt, qv, sizeof qv), memcpy(lp, lv, sizeof lv);
+  la[0] = logf(0.2f);
+  sac_head_hp_t h = {.B = B, .A = 1, .gamma = 0.9f, .log_alpha = la};
+  be->ops->critic_target(be, &h, r, term, qt, lp, y);
+  /* y0 = 1 + 0.9 (min(5,4) - 0.2 * -1) = 1 + 0.9 * 4.2; y1 terminated = -2;
+   * y2 = 0.5 + 0.9 (7 - 0.2 * 0.5) (a truncation is not terminal); y3 = 3 */
+  cr_expect_float_eq(y[0], 1 + 0.9f * 4.2f, 1e-5);
+  cr_expect_float_eq(y[1], -2.0f, 1e-6);
+  cr_expect_float_eq(y[2], 0.5f + 0.9f * 6.9f, 1e-5);
+  cr_expect_float_eq(y[3], 3.0f, 1e-6);
+  float *all[] = {r, term, qt, lp, y, la};
+  for (size_t i = 0; i < 6; i++)
+    be->ops->free(be, all[i]);
+}
+
+Test(backend_cpu, critic_loss_gradient_and_weights) {
+  const int B = 5;
+  float *q = dev(2 * B), *y = dev(B), *w = dev(B), *dq = dev(2 * B), *td = dev(B), *st = dev(2);
+  fill(q, 2 * B, -2, 2), fill(y, B, -2, 2), fill(w, B, 0.1, 2);
+  sac_head_hp_t h = {.B = B};
+  be->ops->critic_loss(be, &h, q, y, w, dq, td, st);
+  double dq_d[10], y_d[5], w_d[5];
+  to_double(q, dq_d, 2 * B), to_double(y, y_d, B), to_double(w, w_d, B);
+#define LQ() ({                                                                                      \
+    double _L = 0;                                                                                   \
+    for (int _i = 0; _i < B; _i++)                                                                      \
+      _L += 0.5 * w_d[_i] * ((dq_d[2 * _i] - y_d[_i]) * (dq_d[2 * _i] - y_d[_i]) +                        \
+                            (dq_d[2 * _i + 1] - y_d[_i]) * (dq_d[2 * _i + 1] - y_d[_i]));                \
+    _L / B; })
+  cr_expect(fabs(st[0] - LQ()) < 1e-5 * (1 + fabs(LQ())));
+  double fd;
+  for (int i = 0; i < 2 * B; i++) {
+    REF_FD(1e-6, dq_d[i], LQ(), fd);
+    CHECK_GRAD(dq[i], fd, "dq", i);
+  }
+  for (int i = 0; i < B; i++)
+    cr_expect_float_eq(td[i], fabsf(fminf(q[2 * i], q[2 * i + 1]) - y[i]), 1e-6);
+#undef LQ
+  float *all[] = {q, y, w, dq, td, st};
+  for (size_t i = 0; i < 6; i++)
+    be->ops->free(be, all[i]);
+}
+
+Test(backend_cpu, actor_and_alpha_loss_gradients) {
+  const int B = 5;
+  float *q = dev(2 * B), *lp = dev(B), *dq = dev(2 * B), *dl = dev(B), *st = dev(2), *la = dev(1), *g = dev(1);
+  fill(q, 2 * B, -2, 2), fill(lp, B, -3, 1);
+  la[0] = -0.7f;
+  sac_head_hp_t h = {.B = B, .A = 2, .target_entropy = -2, .log_alpha = la};
+  be->ops->actor_loss(be, &h, q, lp, dq, dl, st);
+  double qd[10], ld[5], lad = la[0];
+  to_double(q, qd, 2 * B), to_double(lp, ld, B);
+#define LPI() ({                                                         \
+    double _L = 0;                                                       \
+    for (int _i = 0; _i < B; _i++)                                          \
+      _L += exp(lad) * ld[_i] - fmin(qd[2 * _i], qd[2 * _i + 1]);           \
+    _L / B; })
+  cr_expect(fabs(st[0] - LPI()) < 1e-5 * (1 + fabs(LPI())));
+  double fd;
+  for (int i = 0; i < 2 * B; i++) {
+    REF_FD(1e-6, qd[i], LPI(), fd);
+    CHECK_GRAD(dq[i], fd, "dq", i);
+  }
+  for (int i = 0; i < B; i++) {
+    REF_FD(1e-6, ld[i], LPI(), fd);
+    CHECK_GRAD(dl[i], fd, "dlogp", i);
+  }
+#undef LPI
+  be->ops->alpha_loss(be, &h, lp, g, st);
+#define LA() ({                                                          \
+    double _L = 0;                                                       \
+    for (int _i = 0; _i < B; _i++)                                          \
+      _L += -lad * (ld[_i] + h.target_entropy);                           \
+    _L / B; })
+  REF_FD(1e-6, lad, LA(), fd);
+  CHECK_GRAD(g[0], fd, "dlog_alpha", 0);
+  cr_expect(fabs(st[0] - LA()) < 1e-5 * (1 + fabs(LA())));
+#undef LA
+  float *all[] = {q, lp, dq, dl, st, la, g};
+  for (size_t i = 0; i < 7; i++)
+    be->ops->free(be, all[i]);
+}
+
+Test(backend_cpu, adam_matches_hand_computed_steps) {
+  /* Two steps by hand (PyTorch's Adam): p=1.0, g=0.5 then g=-0.25, lr 0.1.
+   * t=1: m=0.05, v=0.00025, mhat=0.5, vhat=0.25, p = 1 - 0.1*0.5/(0.5+1e-8) = 0.9 (to 1e-8)
+   * t=2: m=0.9*0.05+0.1*-0.25=0.02, v=0.999*0.00025+0.001*0.0625=0.00031225,
+   *      mhat=0.02/0.19=0.105263158, vhat=0.00031225/0.001999=0.156203102,
+   *      p = 0.9 - 0.1*0.105263158/(0.395225381+1e-8) = 0.873366 */
+  float *p = dev(1), *g = dev(1), *m = dev(1), *v = dev(1), *t = dev(1);
+  p[0] = 1.0f;
+  sac_adam_hp_t hp = {0.1f, 0.9f, 0.999f, 1e-8f};
+  g[0] = 0.5f;
+  be->ops->adam(be, p, g, m, v, 1, &hp, t);
+  cr_expect_float_eq(p[0], 0.9f, 1e-6);
+  cr_expect_float_eq(t[0], 1.0f, 0);
+  g[0] = -0.25f;
+  be->ops->adam(be, p, g, m, v, 1, &hp, t);
+  cr_expect_float_eq(m[0], 0.02f, 1e-7);
+  /* 1 - 0.999f is 0.00099998713 in float: the hand value is good to ~2e-5 relative */
+  cr_expect_float_eq(v[0], 0.00031225f, 1e-8);
+  cr_expect_float_eq(p[0], 0.9f - 0.1f * 0.105263158f / 0.395225381f, 2e-6, "p %.8f", p[0]);
+  float *all[] = {p, g, m, v, t};
+  for (size_t i = 0; i < 5; i++)
+    be->ops->free(be, all[i]);
+}
+
+Test(backend_cpu, polyak_moves_target_by_tau) {
+  float *tg = dev(3), *src = dev(3);
+  tg[0] = 1, tg[1] = -2, tg[2] = 0;
+  src[0] = 3, src[1] = 2, src[2] = 10;
+  be->ops->polyak(be, tg, src, 3, 0.005f);
+  cr_expect_float_eq(tg[0], 0.995f * 1 + 0.005f * 3, 1e-7);
+  cr_expect_float_eq(tg[1], 0.995f * -2 + 0.005f * 2, 1e-7);
+  cr_expect_float_eq(tg[2], 0.05f, 1e-7);
+  be->ops->free(be, tg), be->ops->free(be, src);
+}
+
+Test(backend_cpu, normal_is_deterministic_and_standard) {
+  const size_t n = 200001; /* odd: the last element uses half a block */
+  float *a = dev(n), *b = dev(n);
+  uint32_t key[2];
+  sac_rng_key(7, 3, key);
+  be->ops->normal(be, a, n, key, 42, 1);
+  be->ops->normal(be, b, n, key, 42, 1);
+  cr_expect_eq(memcmp(a, b, n * sizeof(float)), 0);
+  be->ops->normal(be, b, n, key, 43, 1);
+  cr_expect_neq(memcmp(a, b, 64), 0, "another stream gives other numbers");
+  double s = 0, s2 = 0;
+  for (size_t i = 0; i < n; i++)
+    s += a[i], s2 += (double)a[i] * a[i];
+  double mean = s / n, var = s2 / n - mean * mean;
+  /* standard error of the mean is 1/sqrt(n) = 0.0022; of the variance sqrt(2/n) = 0.0032 */
+  cr_expect(fabs(mean) < 0.01, "mean %g", mean);
+  cr_expect(fabs(var - 1) < 0.015, "var %g", var);
+  be->ops->free(be, a), be->ops->free(be, b);
+}

@@ -1,0 +1,679 @@
+/* Tests for common/config: the precedence of defaults < file < environment < command line,
+ * every error a user can make in each source (and that the error names the key and the
+ * source), the --help / --version actions, the boolean forms, the file syntax, and that
+ * sac_config_dump writes what loads back to the same values.
+ *
+ * Criterion runs each test in its own process, but the suite still clears every SAC_*
+ * variable first (one stray SAC_* in the caller's environment would be an "unknown key")
+ * and removes its temporary files afterwards. */
+#include <criterion/criterion.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/error.h"
+
+extern char **environ;
+
+typedef struct {
+  int batch;
+  int64_t capacity;
+  double lr;
+  int verbose;
+  char name[16];
+  int log_every;
+  double alpha;
+  int no_default;
+} cfg_t;
+
+static const sac_cfg_opt_t k_opts[] = {
+    {"batch_size", SAC_CFG_INT, offsetof(cfg_t, batch), 0, "256", 1, 65536, "minibatch size"},
+    {"replay.capacity", SAC_CFG_INT64, offsetof(cfg_t, capacity), 0, "1000000", 1, 1e12, "replay slots"},
+    {"lr", SAC_CFG_DOUBLE, offsetof(cfg_t, lr), 0, "3e-4", 0, 1, "learning rate"},
+    {"verbose", SAC_CFG_BOOL, offsetof(cfg_t, verbose), 0, "false", SAC_CFG_UNBOUNDED, "chatty logs"},
+    {"name", SAC_CFG_STRING, offsetof(cfg_t, name), sizeof(((cfg_t *)0)->name), "pendulum", SAC_CFG_UNBOUNDED,
+     "run name"},
+    {"log-every", SAC_CFG_INT, offsetof(cfg_t, log_every), 0, "10", SAC_CFG_UNBOUNDED, "log period"},
+    {"learner.alpha", SAC_CFG_DOUBLE, offsetof(cfg_t, alpha), 0, "0.2", SAC_CFG_UNBOUNDED, "entropy weight"},
+    {"no_default", SAC_CFG_INT, offsetof(cfg_t, no_default), 0, NULL, SAC_CFG_UNBOUNDED, "starts at zero"},
+};
+#define N_OPTS (sizeof k_opts / sizeof k_opts[0])
+
+/* ---- fixtures: environment and temp files -------------------------------------------- */
+
+#define MAX_TMP 32
+static char g_tmp[MAX_TMP][32];
+static int g_ntmp;
+
+static void clear_sac_env(void) {
+  /* unsetenv changes environ, so restart the scan after each removal. */
+  for (int again = 1; again;) {
+    again = 0;
+    for (char **e = environ; *e; e++) {
+      if (strncmp(*e, "SAC_", 4) == 0) {
+        char name[256];
+        size_t len = strcspn(*e, "=");
+        cr_assert_lt(len, sizeof name);
+        memcpy(name, *e, len);
+        name[len] = '\0';
+        unsetenv(name);
+        again = 1;
+        break;
+      }
+    }
+  }
+}
+
+static void setup(void) {
+  clear_sac_env();
+  g_ntmp = 0;
+}
+
+static void teardown(void) {
+  for (int i = 0; i < g_ntmp; i++)
+    unlink(g_tmp[i]);
+  clear_sac_env();
+}
+
+TestSuite(config, .init = setup, .fini = teardown);
+
+/* Writes content to a new /tmp file (removed by teardown); returns its path. */
+static const char *tmp_file(const char *content) {
+  cr_assert_lt(g_ntmp, MAX_TMP);
+  char *path = g_tmp[g_ntmp];
+  strcpy(path, "/tmp/sac_cfg_XXXXXX");
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0, "mkstemp");
+  g_ntmp++;
+  size_t n = strlen(content);
+  cr_assert_eq(write(fd, content, n), (ssize_t)n);
+  close(fd);
+  return path;
+}
+
+/* Reads a whole file into a malloc'd string. */
+static char *slurp_fd(int fd) {
+  size_t cap = 4096, n = 0;
+  char *s = malloc(cap);
+  cr_assert_not_null(s);
+  lseek(fd, 0, SEEK_SET);
+  for (;;) {
+    if (n + 1024 > cap) {
+      cap *= 2;
+      s = realloc(s, cap);
+      cr_assert_not_null(s);
+    }
+    ssize_t r = read(fd, s + n, cap - n - 1);
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+  }
+  s[n] = '\0';
+  return s;
+}
+
+/* Captures what is written to fd (1 or 2) between begin and end. */
+typedef struct {
+  int target, saved, fd;
+  char path[32];
+} capture_t;
+
+static void cap_begin(capture_t *c, int target) {
+  fflush(NULL);
+  strcpy(c->path, "/tmp/sac_cap_XXXXXX");
+  c->fd = mkstemp(c->path);
+  cr_assert_geq(c->fd, 0);
+  c->target = target;
+  c->saved = dup(target);
+  cr_assert_geq(c->saved, 0);
+  cr_assert_geq(dup2(c->fd, target), 0);
+}
+
+static char *cap_end(capture_t *c) {
+  fflush(NULL);
+  dup2(c->saved, c->target);
+  close(c->saved);
+  char *s = slurp_fd(c->fd);
+  close(c->fd);
+  unlink(c->path);
+  return s;
+}
+
+/* Runs sac_config_load on {"prog", args..., NULL}; the log goes to *err if err != NULL. */
+static int load_v(cfg_t *c, int *action, char **err, const char *const *args) {
+  char *argv[32];
+  int argc = 0;
+  argv[argc++] = "prog";
+  for (; *args; args++) {
+    cr_assert_lt(argc, 31);
+    argv[argc++] = (char *)*args;
+  }
+  argv[argc] = NULL;
+  int dummy;
+  capture_t cap;
+  if (err)
+    cap_begin(&cap, STDERR_FILENO);
+  int rc = sac_config_load(k_opts, N_OPTS, c, argc, argv, "test program", action ? action : &dummy);
+  if (err)
+    *err = cap_end(&cap);
+  return rc;
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define NOARGS ((const char *const[]){NULL})
+
+/* Loads args expecting SAC_ECONFIG, and checks that the log names every given string. */
+static void expect_error(const char *const *args, const char *const *must_mention) {
+  cfg_t c;
+  char *err = NULL;
+  int rc = load_v(&c, NULL, &err, args);
+  cr_assert_eq(rc, SAC_ECONFIG, "expected SAC_ECONFIG, got %d; log:\n%s", rc, err);
+  for (; must_mention && *must_mention; must_mention++)
+    cr_assert_not_null(strstr(err, *must_mention), "log does not mention '%s':\n%s", *must_mention, err);
+  free(err);
+}
+
+static void expect_ok(cfg_t *c, const char *const *args) {
+  char *err = NULL;
+  int action = -1;
+  int rc = load_v(c, &action, &err, args);
+  cr_assert_eq(rc, 0, "load failed (%d); log:\n%s", rc, err);
+  cr_assert_eq(action, SAC_CFG_RUN);
+  free(err);
+}
+
+/* ---- precedence ---------------------------------------------------------------------- */
+
+Test(config, defaults_only) {
+  cfg_t c;
+  memset(&c, 0x5a, sizeof c);
+  expect_ok(&c, NOARGS);
+  cr_assert_eq(c.batch, 256);
+  cr_assert_eq(c.capacity, 1000000);
+  cr_assert_eq(c.lr, 3e-4);
+  cr_assert_eq(c.verbose, 0);
+  cr_assert_str_eq(c.name, "pendulum");
+  cr_assert_eq(c.log_every, 10);
+  cr_assert_eq(c.alpha, 0.2);
+  cr_assert_eq(c.no_default, 0, "an option without default must be zeroed, not left as garbage");
+}
+
+Test(config, file_over_defaults) {
+  const char *p = tmp_file("batch_size = 64\nname = cheetah\n");
+  cfg_t c;
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_eq(c.batch, 64);
+  cr_assert_str_eq(c.name, "cheetah");
+  cr_assert_eq(c.lr, 3e-4);
+}
+
+Test(config, full_chain) {
+  /* Each source sets a key that every earlier source also set, so each assertion below
+   * fails if one precedence step is reversed. */
+  const char *p = tmp_file("batch_size = 1\nlr = 0.1\nname = file\nlog-every = 7\n");
+  setenv("SAC_CONFIG", p, 1);
+  setenv("SAC_BATCH_SIZE", "2", 1);
+  setenv("SAC_LR", "0.2", 1);
+  setenv("SAC_LOG_EVERY", "8", 1);
+  cfg_t c;
+  expect_ok(&c, ARGS("--batch_size=3"));
+  cr_assert_eq(c.batch, 3, "command line beats environment");
+  cr_assert_eq(c.lr, 0.2, "environment beats file");
+  cr_assert_eq(c.log_every, 8, "SAC_LOG_EVERY maps to log-every ('-' as '_')");
+  cr_assert_str_eq(c.name, "file", "file beats default");
+  cr_assert_eq(c.capacity, 1000000, "default stays when no source sets it");
+}
+
+Test(config, config_flag_beats_sac_config) {
+  const char *a = tmp_file("batch_size = 11\n");
+  const char *b = tmp_file("batch_size = 22\nlr = 0.5\n");
+  setenv("SAC_CONFIG", a, 1);
+  cfg_t c;
+  expect_ok(&c, ARGS("--config", b));
+  cr_assert_eq(c.batch, 22, "--config replaces SAC_CONFIG, it is not read in addition");
+  cr_assert_eq(c.lr, 0.5);
+}
+
+Test(config, sac_config_env_alone) {
+  const char *a = tmp_file("batch_size = 11\n");
+  setenv("SAC_CONFIG", a, 1);
+  cfg_t c;
+  expect_ok(&c, NOARGS);
+  cr_assert_eq(c.batch, 11);
+}
+
+Test(config, env_names_and_dots) {
+  setenv("SAC_REPLAY_CAPACITY", "123456789012", 1);
+  setenv("SAC_LEARNER_ALPHA", "0.05", 1);
+  cfg_t c;
+  expect_ok(&c, NOARGS);
+  cr_assert_eq(c.capacity, 123456789012LL);
+  cr_assert_eq(c.alpha, 0.05);
+}
+
+Test(config, argv_forms_and_last_wins) {
+  cfg_t c;
+  expect_ok(&c, ARGS("--batch_size", "17", "--lr=0.25", "--replay.capacity", "9", "--batch_size=18", "--name",
+                     "-x-"));
+  cr_assert_eq(c.batch, 18, "a later command-line setting wins");
+  cr_assert_eq(c.lr, 0.25);
+  cr_assert_eq(c.capacity, 9);
+  cr_assert_str_eq(c.name, "-x-", "a value may start with a single '-'");
+  expect_ok(&c, ARGS("--lr", "-0") /* negative-looking number is a value, not an option */);
+  cr_assert_eq(c.lr, 0.0);
+  expect_ok(&c, ARGS("--batch_size=5", "--"));
+  cr_assert_eq(c.batch, 5, "a trailing '--' is fine");
+}
+
+Test(config, range_bounds_inclusive) {
+  cfg_t c;
+  expect_ok(&c, ARGS("--batch_size=1", "--lr=1"));
+  cr_assert_eq(c.batch, 1);
+  cr_assert_eq(c.lr, 1.0);
+  expect_ok(&c, ARGS("--batch_size=65536", "--lr=0", "--log-every=-5"));
+  cr_assert_eq(c.batch, 65536);
+  cr_assert_eq(c.log_every, -5, "min > max means unbounded");
+}
+
+/* ---- booleans ------------------------------------------------------------------------ */
+
+Test(config, bool_forms) {
+  cfg_t c;
+  expect_ok(&c, ARGS("--verbose"));
+  cr_assert_eq(c.verbose, 1, "bare --key is true");
+  expect_ok(&c, ARGS("--verbose", "--no-verbose"));
+  cr_assert_eq(c.verbose, 0, "--no-key is false");
+  expect_ok(&c, ARGS("--verbose=false"));
+  cr_assert_eq(c.verbose, 0);
+  expect_ok(&c, ARGS("--verbose", "yes"));
+  cr_assert_eq(c.verbose, 1);
+  expect_ok(&c, ARGS("--verbose", "off"));
+  cr_assert_eq(c.verbose, 0, "a boolean word after a bare flag is its value");
+  expect_ok(&c, ARGS("--verbose", "--batch_size", "5"));
+  cr_assert_eq(c.verbose, 1);
+  cr_assert_eq(c.batch, 5);
+  expect_ok(&c, ARGS("--verbose=TRUE"));
+  cr_assert_eq(c.verbose, 1, "boolean words are case-insensitive");
+  expect_ok(&c, ARGS("--verbose=0"));
+  cr_assert_eq(c.verbose, 0);
+
+  setenv("SAC_VERBOSE", "on", 1);
+  expect_ok(&c, NOARGS);
+  cr_assert_eq(c.verbose, 1);
+  expect_ok(&c, ARGS("--no-verbose"));
+  cr_assert_eq(c.verbose, 0, "--no-key on the command line beats the environment");
+  unsetenv("SAC_VERBOSE");
+
+  const char *p = tmp_file("verbose = 1\n");
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_eq(c.verbose, 1);
+}
+
+Test(config, bool_errors) {
+  expect_error(ARGS("--verbose=maybe"), ARGS("verbose", "maybe"));
+  expect_error(ARGS("--no-verbose=1"), ARGS("no-verbose"));
+  expect_error(ARGS("--no-batch_size"), ARGS("no-batch_size"));
+  expect_error(ARGS("--verbose", "maybe"), ARGS("positional", "maybe"));
+}
+
+/* ---- the file syntax ----------------------------------------------------------------- */
+
+Test(config, file_sections_comments_quotes) {
+  const char *p = tmp_file("# a comment\n"
+                           "\n"
+                           "   batch_size   =   99   \n"
+                           "name = abc   # trailing comment\n"
+                           "learner.alpha = 0.125\r\n"
+                           "[replay]\n"
+                           "capacity = 777 # slots\n"
+                           "  [ learner ]  # a section with blanks\n"
+                           "alpha = 0.5\n");
+  cfg_t c;
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_eq(c.batch, 99);
+  cr_assert_str_eq(c.name, "abc");
+  cr_assert_eq(c.capacity, 777, "[replay] + capacity is replay.capacity");
+  cr_assert_eq(c.alpha, 0.5, "the later section entry wins over the dotted key");
+}
+
+Test(config, file_quotes) {
+  cfg_t c;
+  const char *p = tmp_file("name = \"  a # b \"  # comment\n");
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_str_eq(c.name, "  a # b ", "quotes keep blanks and '#'");
+  p = tmp_file("name = \"q\\\"x\\\\y\"\n");
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_str_eq(c.name, "q\"x\\y");
+  p = tmp_file("name = \"\"\n");
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_str_eq(c.name, "");
+  p = tmp_file("batch_size = \"42\"\n");
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_eq(c.batch, 42, "numbers may be quoted too");
+  p = tmp_file("name = tcp://h:1#x\n");
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_str_eq(c.name, "tcp://h:1#x", "'#' not after a blank is part of the value");
+}
+
+Test(config, file_errors) {
+  const char *p;
+  p = tmp_file("batch_size = 4\n\nbogus_key = 1\n");
+  expect_error(ARGS("--config", p), ARGS("bogus_key", p, ":3"));
+  p = tmp_file("[replay]\nsize = 3\n");
+  expect_error(ARGS("--config", p), ARGS("replay.size", ":2"));
+  p = tmp_file("just some words\n");
+  expect_error(ARGS("--config", p), ARGS(":1", "key = value"));
+  p = tmp_file("= 5\n");
+  expect_error(ARGS("--config", p), ARGS(":1", "missing key"));
+  p = tmp_file("[replay\ncapacity = 1\n");
+  expect_error(ARGS("--config", p), ARGS(":1", "section"));
+  p = tmp_file("[]\n");
+  expect_error(ARGS("--config", p), ARGS(":1", "section"));
+  p = tmp_file("name = \"abc\n");
+  expect_error(ARGS("--config", p), ARGS(":1", "closing quote"));
+  p = tmp_file("name = \"abc\" def\n");
+  expect_error(ARGS("--config", p), ARGS(":1", "after closing quote"));
+  p = tmp_file("name = \"a\\qb\"\n");
+  expect_error(ARGS("--config", p), ARGS(":1", "escape"));
+  p = tmp_file("batch_size = 12x\n");
+  expect_error(ARGS("--config", p), ARGS(":1", "batch_size", "12x"));
+  expect_error(ARGS("--config", "/nonexistent/sac.conf"), ARGS("/nonexistent/sac.conf"));
+  expect_error(ARGS("--config"), ARGS("missing value", "config"));
+  expect_error(ARGS("--config="), ARGS("config"));
+  setenv("SAC_CONFIG", "/nonexistent/env.conf", 1);
+  expect_error(NOARGS, ARGS("/nonexistent/env.conf"));
+}
+
+Test(config, file_reports_every_bad_line) {
+  const char *p = tmp_file("first_bad = 1\nbatch_size = 2\nsecond_bad = 3\n");
+  cfg_t c;
+  char *err = NULL;
+  cr_assert_eq(load_v(&c, NULL, &err, ARGS("--config", p)), SAC_ECONFIG);
+  cr_assert_not_null(strstr(err, "first_bad"));
+  cr_assert_not_null(strstr(err, "second_bad"), "reading goes on after an error:\n%s", err);
+  free(err);
+}
+
+/* ---- errors in the environment and on the command line -------------------------------- */
+
+Test(config, env_unknown_and_bad) {
+  setenv("SAC_BOGUS_KEY", "1", 1);
+  expect_error(NOARGS, ARGS("SAC_BOGUS_KEY"));
+  unsetenv("SAC_BOGUS_KEY");
+  setenv("SAC_BATCH_SIZE", "many", 1);
+  expect_error(NOARGS, ARGS("SAC_BATCH_SIZE", "batch_size", "many"));
+  setenv("SAC_BATCH_SIZE", "0", 1);
+  expect_error(NOARGS, ARGS("SAC_BATCH_SIZE", "out of range"));
+  setenv("SAC_BATCH_SIZE", "", 1);
+  expect_error(NOARGS, ARGS("SAC_BATCH_SIZE"));
+  unsetenv("SAC_BATCH_SIZE");
+  /* The environment is checked even when the command line sets the same key: a typo'd
+   * container variable must not hide behind a flag. */
+  setenv("SAC_BATCHSIZE", "3", 1);
+  expect_error(ARGS("--batch_size=3"), ARGS("SAC_BATCHSIZE"));
+}
+
+Test(config, env_allow_list) {
+  setenv("SAC_LOG_LEVEL", "info", 1);
+  setenv("SAC_LOG_JSON", "0", 1);
+  setenv("SAC_CONFIG", "", 1); /* empty: no file */
+  setenv("SACX_OTHER", "1", 1);   /* not under SAC_ */
+  cfg_t c;
+  expect_ok(&c, NOARGS);
+  cr_assert_eq(c.batch, 256);
+  unsetenv("SACX_OTHER");
+}
+
+Test(config, argv_unknown_key) {
+  expect_error(ARGS("--bogus=1"), ARGS("bogus", "command line"));
+  expect_error(ARGS("--bogus", "1"), ARGS("bogus", "command line"));
+  expect_error(ARGS("--Batch_size=1"), ARGS("Batch_size"));
+  expect_error(ARGS("--replay_capacity=1"), ARGS("replay_capacity"));
+}
+
+Test(config, bad_numbers) {
+  expect_error(ARGS("--batch_size=12abc"), ARGS("batch_size", "12abc"));
+  expect_error(ARGS("--batch_size="), ARGS("batch_size"));
+  expect_error(ARGS("--batch_size= 5"), ARGS("batch_size"));
+  expect_error(ARGS("--batch_size=5 "), ARGS("batch_size"));
+  expect_error(ARGS("--batch_size=1.5"), ARGS("batch_size", "1.5"));
+  expect_error(ARGS("--batch_size=99999999999"), ARGS("batch_size", "overflow"));
+  expect_error(ARGS("--replay.capacity=99999999999999999999"), ARGS("replay.capacity", "overflow"));
+  expect_error(ARGS("--lr=abc"), ARGS("lr", "abc"));
+  expect_error(ARGS("--lr=0.1x"), ARGS("lr"));
+  expect_error(ARGS("--lr=nan"), ARGS("lr", "finite"));
+  expect_error(ARGS("--learner.alpha=inf"), ARGS("learner.alpha", "finite"));
+  expect_error(ARGS("--learner.alpha=1e999"), ARGS("learner.alpha", "finite"));
+}
+
+Test(config, out_of_range) {
+  expect_error(ARGS("--batch_size=0"), ARGS("batch_size", "out of range"));
+  expect_error(ARGS("--batch_size=65537"), ARGS("batch_size", "out of range"));
+  expect_error(ARGS("--batch_size=-1"), ARGS("batch_size", "out of range"));
+  expect_error(ARGS("--lr=1.0000001"), ARGS("lr", "out of range"));
+  expect_error(ARGS("--lr=-1e-9"), ARGS("lr", "out of range"));
+  expect_error(ARGS("--replay.capacity=0"), ARGS("replay.capacity", "out of range"));
+}
+
+Test(config, string_too_long) {
+  cfg_t c;
+  expect_ok(&c, ARGS("--name=123456789012345")); /* 15 characters + NUL fill char[16] */
+  cr_assert_str_eq(c.name, "123456789012345");
+  expect_error(ARGS("--name=1234567890123456"), ARGS("name", "too long"));
+  /* A failed set leaves the field as it was (no silent truncation). */
+  strcpy(c.name, "keep");
+  int rc = sac_config_set(k_opts, N_OPTS, &c, "name", "this string is far too long", "test");
+  cr_assert_eq(rc, SAC_ECONFIG);
+  cr_assert_str_eq(c.name, "keep");
+}
+
+Test(config, missing_value) {
+  expect_error(ARGS("--batch_size"), ARGS("missing value", "batch_size"));
+  expect_error(ARGS("--batch_size", "--lr=0.1"), ARGS("missing value", "batch_size"));
+  expect_error(ARGS("--name"), ARGS("missing value", "name"));
+}
+
+Test(config, positional_argument) {
+  expect_error(ARGS("extra"), ARGS("positional", "extra"));
+  expect_error(ARGS("--batch_size=3", "-v"), ARGS("positional", "-v"));
+  expect_error(ARGS("--", "--batch_size=3"), ARGS("positional", "--batch_size=3"));
+  expect_error(ARGS("--verbose", "file.txt"), ARGS("positional", "file.txt"));
+}
+
+Test(config, all_errors_reported_across_sources) {
+  const char *p = tmp_file("in_file = 1\n");
+  setenv("SAC_IN_ENV", "1", 1);
+  expect_error(ARGS("--config", p, "--in_argv=1"), ARGS("in_file", "SAC_IN_ENV", "in_argv"));
+}
+
+/* ---- sac_config_set ------------------------------------------------------------------ */
+
+Test(config, set_directly) {
+  cfg_t c;
+  expect_ok(&c, NOARGS);
+  cr_assert_eq(sac_config_set(k_opts, N_OPTS, &c, "lr", "0.5", "unit test"), 0);
+  cr_assert_eq(c.lr, 0.5);
+  cr_assert_eq(sac_config_set(k_opts, N_OPTS, &c, "batch_size", "7", NULL), 0);
+  cr_assert_eq(c.batch, 7);
+  capture_t cap;
+  cap_begin(&cap, STDERR_FILENO);
+  int rc = sac_config_set(k_opts, N_OPTS, &c, "nope", "1", "my-source");
+  int rc2 = sac_config_set(k_opts, N_OPTS, &c, "batch_size", "70000", "my-source");
+  char *err = cap_end(&cap);
+  cr_assert_eq(rc, SAC_ECONFIG);
+  cr_assert_eq(rc2, SAC_ECONFIG);
+  cr_assert_eq(c.batch, 7, "a failed set leaves the field unchanged");
+  cr_assert_not_null(strstr(err, "nope"));
+  cr_assert_not_null(strstr(err, "my-source"));
+  free(err);
+}
+
+/* ---- --help and --version ------------------------------------------------------------ */
+
+Test(config, help) {
+  cfg_t c;
+  int action = -1;
+  capture_t cap;
+  cap_begin(&cap, STDOUT_FILENO);
+  char *argv[] = {"/usr/local/bin/sac-test", "--batch_size=3", "--help", NULL};
+  int rc = sac_config_load(k_opts, N_OPTS, &c, 3, argv, "A test program.", &action);
+  char *out = cap_end(&cap);
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(action, SAC_CFG_EXIT_OK);
+  const char *must[] = {"Usage: sac-test", "A test program.", "--config",
+                        "batch_size", "int", "256", "minibatch size", "SAC_BATCH_SIZE",
+                        "replay.capacity", "int64", "SAC_REPLAY_CAPACITY", "1000000",
+                        "lr", "float", "3e-4", "learning rate",
+                        "verbose", "bool", "--no-KEY", "SAC_VERBOSE",
+                        "name", "string", "pendulum", "SAC_NAME", "15 characters",
+                        "log-every", "SAC_LOG_EVERY",
+                        "learner.alpha", "SAC_LEARNER_ALPHA", "entropy weight",
+                        "no_default", "SAC_NO_DEFAULT",
+                        "[1, 65536]"};
+  for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+    cr_assert_not_null(strstr(out, must[i]), "--help lacks '%s':\n%s", must[i], out);
+  free(out);
+}
+
+Test(config, help_wins_over_broken_sources) {
+  setenv("SAC_BOGUS", "1", 1);
+  setenv("SAC_CONFIG", "/nonexistent/x.conf", 1);
+  cfg_t c;
+  int action = -1;
+  capture_t cap;
+  cap_begin(&cap, STDOUT_FILENO);
+  char *err = NULL;
+  int rc = load_v(&c, &action, &err, ARGS("--unknown", "--help"));
+  char *out = cap_end(&cap);
+  cr_assert_eq(rc, 0, "log:\n%s", err);
+  cr_assert_eq(action, SAC_CFG_EXIT_OK);
+  cr_assert_not_null(strstr(out, "Usage:"));
+  cr_assert_eq(err[0], '\0', "--help reads no other source, so logs nothing:\n%s", err);
+  free(out);
+  free(err);
+}
+
+Test(config, version) {
+  cfg_t c;
+  int action = -1;
+  capture_t cap;
+  cap_begin(&cap, STDOUT_FILENO);
+  char *argv[] = {"./build/sac-learner", "--version", NULL};
+  int rc = sac_config_load(k_opts, N_OPTS, &c, 2, argv, NULL, &action);
+  char *out = cap_end(&cap);
+  cr_assert_eq(rc, 0);
+  cr_assert_eq(action, SAC_CFG_EXIT_OK);
+  cr_assert_str_eq(out, "sac-learner " SAC_VERSION "\n");
+  free(out);
+}
+
+Test(config, no_argv) {
+  cfg_t c;
+  int action = -1;
+  cr_assert_eq(sac_config_load(k_opts, N_OPTS, &c, 0, NULL, NULL, &action), 0);
+  cr_assert_eq(action, SAC_CFG_RUN);
+  cr_assert_eq(c.batch, 256);
+}
+
+/* ---- dump ---------------------------------------------------------------------------- */
+
+typedef struct {
+  int i;
+  int64_t big;
+  double d, tiny, neg;
+  int b;
+  char s[64], empty[4];
+} dump_t;
+
+static const sac_cfg_opt_t k_dump_opts[] = {
+    {"i", SAC_CFG_INT, offsetof(dump_t, i), 0, "0", SAC_CFG_UNBOUNDED, ""},
+    {"sec.big", SAC_CFG_INT64, offsetof(dump_t, big), 0, "0", SAC_CFG_UNBOUNDED, ""},
+    {"d", SAC_CFG_DOUBLE, offsetof(dump_t, d), 0, "0", SAC_CFG_UNBOUNDED, ""},
+    {"tiny", SAC_CFG_DOUBLE, offsetof(dump_t, tiny), 0, "0", SAC_CFG_UNBOUNDED, ""},
+    {"neg", SAC_CFG_DOUBLE, offsetof(dump_t, neg), 0, "0", SAC_CFG_UNBOUNDED, ""},
+    {"b", SAC_CFG_BOOL, offsetof(dump_t, b), 0, "false", SAC_CFG_UNBOUNDED, ""},
+    {"s", SAC_CFG_STRING, offsetof(dump_t, s), sizeof(((dump_t *)0)->s), "", SAC_CFG_UNBOUNDED, ""},
+    {"e-mpty", SAC_CFG_STRING, offsetof(dump_t, empty), sizeof(((dump_t *)0)->empty), "x", SAC_CFG_UNBOUNDED,
+     ""},
+};
+#define N_DUMP (sizeof k_dump_opts / sizeof k_dump_opts[0])
+
+Test(config, dump_round_trip) {
+  dump_t a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  a.i = -2147483647 - 1;
+  a.big = INT64_MAX;
+  a.d = 0.1 + 0.2; /* not exactly representable in few digits */
+  a.tiny = 4.9406564584124654e-324; /* the smallest denormal */
+  a.neg = -1.0 / 3.0;
+  a.b = 1;
+  strcpy(a.s, " lead # \"quoted\" back\\slash\ttab\nnewline trail ");
+  a.empty[0] = '\0';
+
+  char path[] = "/tmp/sac_dump_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  cr_assert_not_null(f);
+  cr_assert_eq(sac_config_dump(k_dump_opts, N_DUMP, &a, f), 0);
+  fclose(f);
+
+  char *argv[] = {"prog", "--config", path, NULL};
+  int action = -1;
+  int rc = sac_config_load(k_dump_opts, N_DUMP, &b, 3, argv, NULL, &action);
+  FILE *rf = fopen(path, "r");
+  cr_assert_not_null(rf);
+  char *text = slurp_fd(fileno(rf));
+  fclose(rf);
+  unlink(path);
+  cr_assert_eq(rc, 0, "dump did not load back:\n%s", text);
+  cr_assert_eq(b.i, a.i);
+  cr_assert_eq(b.big, a.big);
+  cr_assert_eq(b.d, a.d, "doubles must round-trip bit for bit");
+  cr_assert_eq(b.tiny, a.tiny);
+  cr_assert_eq(b.neg, a.neg);
+  cr_assert_eq(b.b, a.b);
+  cr_assert_str_eq(b.s, a.s);
+  cr_assert_str_eq(b.empty, "");
+  cr_assert_not_null(strstr(text, "i = -2147483648\n"), "format is 'key = value':\n%s", text);
+  cr_assert_not_null(strstr(text, "sec.big = 9223372036854775807\n"));
+  cr_assert_not_null(strstr(text, "b = true\n"));
+  free(text);
+}
+
+Test(config, dump_of_loaded_config_round_trips) {
+  cfg_t a, b;
+  expect_ok(&a, ARGS("--batch_size=3", "--lr=0.001", "--verbose", "--name=x y", "--learner.alpha=0.3"));
+  char path[] = "/tmp/sac_dump_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  cr_assert_eq(sac_config_dump(k_opts, N_OPTS, &a, f), 0);
+  fclose(f);
+  char *err = NULL;
+  int rc = load_v(&b, NULL, &err, ARGS("--config", path));
+  unlink(path);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  cr_assert_eq(b.batch, 3);
+  cr_assert_eq(b.lr, 0.001);
+  cr_assert_eq(b.verbose, 1);
+  cr_assert_str_eq(b.name, "x y");
+  cr_assert_eq(b.alpha, 0.3);
+  cr_assert_eq(b.capacity, a.capacity);
+}
+
+Test(config, dump_write_error) {
+  FILE *f = fopen("/dev/full", "w");
+  if (!f)
+    cr_skip_test("no /dev/full");
+  cfg_t c;
+  expect_ok(&c, NOARGS);
+  cr_assert_eq(sac_config_dump(k_opts, N_OPTS, &c, f), SAC_EIO);
+  fclose(f);
+}

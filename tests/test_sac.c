@@ -1,0 +1,276 @@
+/* The SAC losses as wholes: the gradients sac.c computes through the backend are
+ * checked against central finite differences of a double-precision reference of each
+ * loss (sac_ref.h) — critic loss over every critic parameter, actor loss over every
+ * actor parameter, alpha loss over log alpha. Plus: determinism (same seed, identical
+ * losses after 100 updates), the truncation bootstrap, Polyak after an update, and the
+ * importance weights.
+ *
+ * Tolerance as in test_backend_cpu.c: |analytic - fd| <= 2e-4 + 1e-3 |fd|; the
+ * networks are small (width 6) so float32 accumulation error stays ~1e-6. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "learner/sac.h"
+#include "sac_ref.h"
+
+#define CHECK_GRAD(an, fd, what, idx)                                                                        \
+  cr_expect(fabs((double)(an) - (fd)) <= 2e-4 + 1e-3 * fabs(fd), "%s[%d]: analytic %.7g vs fd %.7g", what, \
+            (int)(idx), (double)(an), (double)(fd))
+
+typedef struct {
+  sac_backend_t *be;
+  sac_t *sac;
+  int B, O, A;
+  size_t n, na, nc;
+  float *params, *grads, *target;
+  double *dparams, *dtarget;
+  double *obs, *act, *rew, *term, *nobs, *w, *eps_next, *eps_pi;
+  ref_sac_t R;
+} fixture_t;
+
+static void fill_batch(sac_t *s, sac_rng_t *rng, int B, int O, int A, int with_weights) {
+  sac_batch_t *b = sac_batch(s);
+  for (int i = 0; i < B * O; i++) {
+    b->obs[i] = (float)sac_rng_uniform_range(rng, -1, 1);
+    b->next_obs[i] = (float)sac_rng_uniform_range(rng, -1, 1);
+  }
+  for (int i = 0; i < B * A; i++)
+    b->action[i] = (float)sac_rng_uniform_range(rng, -1, 1);
+  for (int i = 0; i < B; i++) {
+    b->reward[i] = (float)sac_rng_uniform_range(rng, -2, 1);
+    b->terminated[i] = (i % 3 == 0) ? 1.0f : 0.0f;
+    b->weights[i] = with_weights ? (float)sac_rng_uniform_range(rng, 0.2, 1.5) : 1.0f;
+  }
+}
+
+static double *dcopy(const float *f, size_t n) {
+  double *d = malloc(sizeof(double) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++)
+    d[i] = f[i];
+  return d;
+}
+
+/* A small SAC (obs 3, act 2, 2 x 6, batch 5) on the cpu backend with a random batch. */
+static void fixture_init(fixture_t *f, int with_weights) {
+  memset(f, 0, sizeof *f);
+  f->B = 5, f->O = 3, f->A = 2;
+  cr_assert_eq(sac_backend_new("cpu", 1, &f->be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, f->O, f->A);
+  hp.hidden = 6;
+  hp.batch = f->B;
+  hp.init_alpha = 0.3f;
+  hp.seed = 11;
+  cr_assert_eq(sac_new(&hp, f->be, &f->sac), 0);
+  f->n = sac_param_count(f->sac);
+  f->na = sac_actor_param_count(f->sac);
+  f->nc = sac_buffer_len(f->sac, SAC_BUF_TARGET);
+  /* targets differ from the critics, so a mix-up of the two would show */
+  f->target = malloc(sizeof(float) * f->nc);
+  sac_get_buffer(f->sac, SAC_BUF_TARGET, f->target, f->nc);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 5, 5);
+  for (size_t i = 0; i < f->nc; i++)
+    f->target[i] += (float)sac_rng_uniform_range(&rng, -0.1, 0.1);
+  sac_set_buffer(f->sac, SAC_BUF_TARGET, f->target, f->nc);
+  fill_batch(f->sac, &rng, f->B, f->O, f->A, with_weights);
+  f->params = malloc(sizeof(float) * f->n);
+  f->grads = malloc(sizeof(float) * f->n);
+}
+
+static void fixture_snapshot(fixture_t *f) {
+  sac_batch_t *b = sac_batch(f->sac);
+  const int B = f->B, O = f->O, A = f->A;
+  sac_get_buffer(f->sac, SAC_BUF_PARAMS, f->params, f->n);
+  sac_get_buffer(f->sac, SAC_BUF_GRADS, f->grads, f->n);
+  f->dparams = dcopy(f->params, f->n);
+  f->dtarget = dcopy(f->target, f->nc);
+  f->obs = dcopy(b->obs, (size_t)B * O), f->nobs = dcopy(b->next_obs, (size_t)B * O);
+  f->act = dcopy(b->action, (size_t)B * A), f->rew = dcopy(b->reward, B);
+  f->term = dcopy(b->terminated, B), f->w = dcopy(b->weights, B);
+  float *e = malloc(sizeof(float) * B * A);
+  sac_get_noise(f->sac, 0, e);
+  f->eps_next = dcopy(e, (size_t)B * A);
+  sac_get_noise(f->sac, 1, e);
+  f->eps_pi = dcopy(e, (size_t)B * A);
+  free(e);
+  const sac_hparams_t *hp = sac_hparams(f->sac);
+  f->R = (ref_sac_t){.B = B, .O = O, .A = A, .gamma = hp->gamma, .lsmin = hp->log_std_min,
+                     .lsmax = hp->log_std_max, .target_entropy = hp->target_entropy,
+                     .ad = sac_actor_desc(f->sac), .cd = sac_critic_desc(f->sac), .obs = f->obs, .act = f->act,
+                     .rew = f->rew, .term = f->term, .nobs = f->nobs, .w = f->w, .eps_next = f->eps_next,
+                     .eps_pi = f->eps_pi};
+}
+
+static void fixture_fini(fixture_t *f) {
+  sac_destroy(&f->sac);
+  sac_backend_destroy(&f->be);
+  free(f->params), free(f->grads), free(f->target), free(f->dparams), free(f->dtarget);
+  free(f->obs), free(f->act), free(f->rew), free(f->term), free(f->nobs), free(f->w);
+  free(f->eps_next), free(f->eps_pi);
+}
+
+static void check_critic_loss_gradient(int with_weights) {
+  fixture_t f;
+  fixture_init(&f, with_weights);
+  sac_forward_policy(f.sac);
+  sac_compute_critic_grads(f.sac);
+  fixture_snapshot(&f);
+  double *actor = f.dparams, *critic = f.dparams + f.na, la = f.dparams[f.n - 1];
+  sac_stats_t st;
+  sac_stats(f.sac, &st);
+  double L = ref_critic_loss(&f.R, actor, critic, f.dtarget, la);
+  cr_expect(fabs(st.critic_loss - L) < 1e-5 * (1 + fabs(L)), "critic loss %g vs reference %g", st.critic_loss, L);
+  double fd;
+  for (size_t i = 0; i < f.nc; i++) {
+    REF_FD(1e-6, critic[i], ref_critic_loss(&f.R, actor, critic, f.dtarget, la), fd);
+    CHECK_GRAD(f.grads[f.na + i], fd, "critic", i);
+  }
+  fixture_fini(&f);
+}
+
+Test(sac, critic_loss_gradient_matches_finite_differences) { check_critic_loss_gradient(0); }
+Test(sac, weighted_critic_loss_gradient_matches_finite_differences) { check_critic_loss_gradient(1); }
+
+Test(sac, actor_and_alpha_loss_gradients_match_finite_differences) {
+  fixture_t f;
+  fixture_init(&f, 0);
+  sac_forward_policy(f.sac);
+  sac_compute_actor_grads(f.sac);
+  fixture_snapshot(&f);
+  double *actor = f.dparams, *critic = f.dparams + f.na, la = f.dparams[f.n - 1];
+  sac_stats_t st;
+  sac_stats(f.sac, &st);
+  double mean_logp;
+  double L = ref_actor_loss(&f.R, actor, critic, la, &mean_logp);
+  cr_expect(fabs(st.actor_loss - L) < 1e-5 * (1 + fabs(L)), "actor loss %g vs reference %g", st.actor_loss, L);
+  cr_expect(fabs(st.entropy + mean_logp) < 1e-5 * (1 + fabs(mean_logp)));
+  double fd;
+  for (size_t i = 0; i < f.na; i++) {
+    REF_FD(1e-6, actor[i], ref_actor_loss(&f.R, actor, critic, la, NULL), fd);
+    CHECK_GRAD(f.grads[i], fd, "actor", i);
+  }
+  /* L_alpha = -log alpha (mean logp + target entropy), logp held fixed */
+  double te = f.R.target_entropy;
+  REF_FD(1e-6, la, -la * (mean_logp + te), fd);
+  CHECK_GRAD(f.grads[f.n - 1], fd, "log_alpha", 0);
+  fixture_fini(&f);
+}
+
+/* Runs n updates on a stream of random batches; returns the losses of each. */
+static void run_updates(uint64_t seed, int n, float *losses) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 3, 1);
+  hp.hidden = 32;
+  hp.batch = 16;
+  hp.seed = seed;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 77, 1);
+  for (int i = 0; i < n; i++) {
+    fill_batch(s, &rng, hp.batch, 3, 1, 0);
+    sac_update(s);
+    sac_stats_t st;
+    sac_stats(s, &st);
+    losses[3 * i] = st.critic_loss;
+    losses[3 * i + 1] = st.actor_loss;
+    losses[3 * i + 2] = st.alpha;
+  }
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+Test(sac, same_seed_gives_identical_losses_after_100_updates) {
+  float a[300], b[300], c[300];
+  run_updates(3, 100, a);
+  run_updates(3, 100, b);
+  run_updates(4, 100, c);
+  cr_expect_eq(memcmp(a, b, sizeof a), 0, "same seed: bit-identical losses");
+  cr_expect_neq(memcmp(a, c, sizeof a), 0, "another seed: other losses");
+  for (int i = 0; i < 300; i++)
+    cr_assert(isfinite(a[i]));
+}
+
+Test(sac, truncation_bootstraps_termination_does_not) {
+  /* The same batch with terminated = 0 (a time-limit truncation) and terminated = 1:
+   * the critic loss must equal the reference with and without the bootstrap term. */
+  fixture_t f;
+  fixture_init(&f, 0);
+  sac_batch_t *b = sac_batch(f.sac);
+  for (int i = 0; i < f.B; i++)
+    b->terminated[i] = 0.0f;
+  sac_forward_policy(f.sac);
+  sac_compute_critic_grads(f.sac);
+  sac_stats_t st_trunc;
+  sac_stats(f.sac, &st_trunc);
+  fixture_snapshot(&f);
+  double *actor = f.dparams, *critic = f.dparams + f.na, la = f.dparams[f.n - 1];
+  double L_boot = ref_critic_loss(&f.R, actor, critic, f.dtarget, la);
+  for (int i = 0; i < f.B; i++)
+    b->terminated[i] = 1.0f, f.term[i] = 1.0;
+  sac_compute_critic_grads(f.sac);
+  sac_stats_t st_term;
+  sac_stats(f.sac, &st_term);
+  double L_end = ref_critic_loss(&f.R, actor, critic, f.dtarget, la);
+  cr_expect(fabs(st_trunc.critic_loss - L_boot) < 1e-5 * (1 + fabs(L_boot)));
+  cr_expect(fabs(st_term.critic_loss - L_end) < 1e-5 * (1 + fabs(L_end)));
+  cr_expect(fabs(L_boot - L_end) > 1e-3, "the bootstrap term must matter (%g vs %g)", L_boot, L_end);
+  fixture_fini(&f);
+}
+
+Test(sac, update_steps_adam_and_polyak) {
+  fixture_t f;
+  fixture_init(&f, 0);
+  float *before = malloc(sizeof(float) * f.n), *after = malloc(sizeof(float) * f.n);
+  float *tafter = malloc(sizeof(float) * f.nc), steps[3];
+  sac_get_buffer(f.sac, SAC_BUF_PARAMS, before, f.n);
+  sac_update(f.sac);
+  sac_get_buffer(f.sac, SAC_BUF_PARAMS, after, f.n);
+  sac_get_buffer(f.sac, SAC_BUF_TARGET, tafter, f.nc);
+  sac_get_buffer(f.sac, SAC_BUF_STEPS, steps, 3);
+  cr_expect_eq(steps[0], 1.0f);
+  cr_expect_eq(steps[1], 1.0f);
+  cr_expect_eq(steps[2], 1.0f);
+  cr_expect_eq(sac_step(f.sac), 1u);
+  /* Adam's first step moves a parameter by lr * g / (|g| + eps'): exactly lr where the
+   * gradient is clearly non-zero, not at all where it is zero (dead ReLU units) */
+  float *g = malloc(sizeof(float) * f.n);
+  sac_get_buffer(f.sac, SAC_BUF_GRADS, g, f.n);
+  int moved = 0;
+  for (size_t i = 0; i < f.n; i++) {
+    float d = before[i] - after[i];
+    if (fabsf(g[i]) > 1e-5f) {
+      cr_expect_float_eq(d, copysignf(3e-4f, g[i]), 3e-6f, "param %zu moved %g with grad %g", i, d, g[i]);
+      moved++;
+    } else if (g[i] == 0.0f) {
+      cr_expect_eq(d, 0.0f);
+    }
+  }
+  cr_expect(moved > (int)(f.n / 2), "%d of %zu parameters have gradients", moved, f.n);
+  free(g);
+  for (size_t i = 0; i < f.nc; i++)
+    cr_expect_float_eq(tafter[i], 0.995f * f.target[i] + 0.005f * after[f.na + i], 1e-6);
+  free(before), free(after), free(tafter);
+  fixture_fini(&f);
+}
+
+Test(sac, rejects_bad_hyperparameters) {
+  sac_backend_t *be;
+  sac_t *s = NULL;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 3, 1);
+  hp.batch = 0;
+  cr_expect_lt(sac_new(&hp, be, &s), 0);
+  cr_expect_null(s);
+  sac_hparams_default(&hp, 3, 1);
+  hp.tau = 0;
+  cr_expect_lt(sac_new(&hp, be, &s), 0);
+  sac_backend_destroy(&be);
+}
