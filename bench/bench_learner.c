@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -79,6 +81,31 @@ static double update_flops(const sac_t *s) {
   macs += a + c + (c - c_in_obs);    /* actor step: pi(s), critics on (s, a~), input grads down to a~ */
   macs += a + (a - a_in);            /* policy weight grads, input grads above layer 1 */
   return 2.0 * macs * sac_hparams(s)->batch;
+}
+
+/* Checks that this process's sgemm kernel computes right before timing anything: a
+ * 256^3 product against a double-precision reference (max relative error, normalised
+ * by the row's magnitude). Returns the error. */
+static double sgemm_check(void) {
+  enum { N = 256 };
+  float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N), *c = malloc(sizeof(float) * N * N);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 9, 9);
+  for (int i = 0; i < N * N; i++)
+    a[i] = sac_rng_normal(&rng), b[i] = sac_rng_normal(&rng);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+  double worst = 0;
+  for (int i = 0; i < N; i += 7)
+    for (int j = 0; j < N; j += 5) {
+      double ref = 0, mag = 0;
+      for (int k = 0; k < N; k++)
+        ref += (double)a[i * N + k] * b[k * N + j], mag += fabs((double)a[i * N + k] * b[k * N + j]);
+      double e = fabs(c[i * N + j] - ref) / mag;
+      if (e > worst)
+        worst = e;
+    }
+  free(a), free(b), free(c);
+  return worst;
 }
 
 typedef struct {
@@ -203,6 +230,13 @@ int main(int argc, char **argv) {
   int rc = sac_backend_new(c.backend, c.threads, &be);
   if (rc) {
     fprintf(stderr, "backend %s: %s\n", c.backend, sac_strerror(rc));
+    return 1;
+  }
+  double err = sgemm_check();
+  printf("OpenBLAS kernel %s: sgemm 256^3 max relative error %.2e against double (%s)\n", openblas_get_corename(),
+         err, err < 1e-5 ? "ok" : "WRONG");
+  if (!(err < 1e-5)) {
+    fprintf(stderr, "sgemm computes wrong results with this kernel; not benchmarking\n");
     return 1;
   }
   run_t *runs = calloc((size_t)c.runs, sizeof *runs);

@@ -45,6 +45,14 @@ sac_log_level_t sac_log_get_level(void) {
 
 void sac_log_set_json(int on) { atomic_store(&g_json, on ? 1 : 0); }
 
+/* SAC_LOG_JSON=1 (or true/yes/on) turns JSON mode on before any option is parsed. */
+__attribute__((constructor)) static void log_env_init(void) {
+  const char *j = getenv("SAC_LOG_JSON");
+  if (j && (strcmp(j, "1") == 0 || strcasecmp(j, "true") == 0 || strcasecmp(j, "yes") == 0 ||
+            strcasecmp(j, "on") == 0))
+    atomic_store(&g_json, 1);
+}
+
 /* Appends s to buf as a JSON string body (escaped). Stops 24 bytes short of cap: one
  * escape (6) plus everything written after a field (`","msg":"`, `"}\n`, NUL: 13) always
  * fits, so a cut line is still one JSON object and n never passes cap. */
