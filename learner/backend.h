@@ -106,7 +106,35 @@ typedef struct sac_backend_ops {
                float *t);
   /* tgt = (1 - tau) tgt + tau src over n floats. */
   void (*polyak)(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau);
+
+  /* --- optional: NULL where a backend has no such thing (the cpu backend) --- */
+  /* Called by sac_update once at the end of every update, in order with the ops: the
+   * fp16 loss scaler of the cuda backend adjusts its scale here. */
+  void (*update_end)(sac_backend_t *be);
+  /* Graph capture (CUDA graphs). Between graph_begin and graph_end the ops are recorded,
+   * not run, as graph id (0 <= id < SAC_BACKEND_MAX_GRAPHS, replacing an older one);
+   * graph_launch enqueues the recorded ops. `stream` is the noise stream (update step)
+   * at capture and at launch: each recorded normal op draws from its recorded stream
+   * plus (launch stream - capture stream), so one graph serves every step. Return 0,
+   * SAC_EUNSUPPORTED (graphs switched off), SAC_ESTATE (no such graph) or SAC_EBACKEND;
+   * after a failed graph_end nothing ran and the caller runs the ops itself. */
+  int (*graph_begin)(sac_backend_t *be, int id, uint64_t stream);
+  int (*graph_end)(sac_backend_t *be, int id);
+  int (*graph_launch)(sac_backend_t *be, int id, uint64_t stream);
+  /* Batch staging: stage copies n floats of host src (reusable on return) towards
+   * backend memory dst through pinned double buffers on a copy stream that overlaps
+   * the ops already enqueued; stage_commit makes the ops enqueued after it read the
+   * staged data at their destinations. 0, SAC_ENOMEM or SAC_EBACKEND. */
+  int (*stage)(sac_backend_t *be, float *dst, const float *src, size_t n);
+  int (*stage_commit)(sac_backend_t *be);
+  /* Named settings and readings (see docs/CUDA.md for the cuda backend's): set_option
+   * returns 0, SAC_ENOTFOUND (unknown key) or SAC_EINVAL (bad value); get_metric 0 or
+   * SAC_ENOTFOUND. Setup time only: not between graph_begin and graph_end. */
+  int (*set_option)(sac_backend_t *be, const char *key, const char *value);
+  int (*get_metric)(sac_backend_t *be, const char *key, double *out);
 } sac_backend_ops_t;
+
+#define SAC_BACKEND_MAX_GRAPHS 4
 
 struct sac_backend {
   const sac_backend_ops_t *ops;

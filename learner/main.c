@@ -1,7 +1,12 @@
-/* sac-learner: the learner binary. For now it runs the single-process trainer
- * (train_local.c) on a built-in or plugin environment and prints the evaluation
- * return; exit codes: 0 trained, 1 runtime failure, 2 bad configuration. */
+/* sac-learner: the learner binary. By default it runs the learner service
+ * (service.h): with --shards it samples from remote replay shards and publishes weights
+ * on --weights for remote actors; without --shards it hosts the shards and actors itself
+ * over inproc:// (the embedded default). --mode local runs the single-process trainer
+ * (train_local.c) instead, the reference loop the service is measured against.
+ * SIGINT/SIGTERM end the run early (with a final evaluation). Exit codes: 0 trained,
+ * 1 runtime failure, 2 bad configuration. */
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,10 +14,17 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "learner/service.h"
 #include "learner/train_local.h"
 
 typedef struct {
   sac_train_cfg_t t;
+  char mode[16];
+  char shards[4096];
+  char weights[256];
+  int embedded_shards, actors, envs_per_actor, publish_every, prioritized;
+  int64_t eval_every;
+  double per_alpha, per_beta;
   double lr, lr_actor, lr_critic, lr_alpha, gamma, tau, init_alpha, target_entropy, log_std_min, log_std_max;
   int hidden, depth, batch, policy_delay, autotune_alpha, log_json;
   char log_level[16];
@@ -21,6 +33,19 @@ typedef struct {
 #define OPT(k, t, f, d, lo, hi, h) {k, t, offsetof(learner_cfg_t, f), 0, d, lo, hi, h}
 #define STR(k, f, d, h) {k, SAC_CFG_STRING, offsetof(learner_cfg_t, f), sizeof(((learner_cfg_t *)0)->f), d, 1, 0, h}
 static const sac_cfg_opt_t k_opts[] = {
+    STR("mode", mode, "service", "service (distributed; embedded when --shards is empty) or local (one process, one loop)"),
+    STR("shards", shards, "", "comma-separated sample endpoints of remote replay shards (empty: embedded default)"),
+    STR("weights", weights, "", "endpoint to publish actor weights on (empty: inproc when embedded, "
+                                "tcp://*:5570 otherwise)"),
+    OPT("embedded_shards", SAC_CFG_INT, embedded_shards, "2", 1, 64, "replay shards hosted in the embedded default"),
+    OPT("actors", SAC_CFG_INT, actors, "2", 1, 4096, "actor threads in the embedded default"),
+    OPT("envs_per_actor", SAC_CFG_INT, envs_per_actor, "1", 1, 4096, "environments per embedded actor"),
+    OPT("publish_every", SAC_CFG_INT, publish_every, "10", 1, 1000000, "updates between weight broadcasts"),
+    OPT("eval_every", SAC_CFG_INT64, eval_every, "5000", 0, 1e15,
+        "service: updates between evaluations (0: only at the end)"),
+    OPT("prioritized", SAC_CFG_BOOL, prioritized, "false", 1, 0, "prioritised replay (embedded shards)"),
+    OPT("per_alpha", SAC_CFG_DOUBLE, per_alpha, "0.6", 0, 10, "prioritised replay: priority exponent"),
+    OPT("per_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1, "prioritised replay: importance-sampling exponent"),
     STR("env", t.env, "Pendulum-v1", "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
     STR("backend", t.backend, "cpu", "compute backend: cpu or cuda"),
     OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024, "cpu backend threads (0 = all cores)"),
@@ -30,9 +55,10 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("updates_per_step", SAC_CFG_INT, t.updates_per_step, "1", 1, 1000, "updates per environment step"),
     OPT("buffer_capacity", SAC_CFG_INT64, t.buffer_capacity, "1000000", 1, 1e12, "replay capacity (transitions)"),
     OPT("eval_interval", SAC_CFG_INT64, t.eval_interval, "5000", 0, 1e15,
-        "environment steps between deterministic evaluations (0: only at the end)"),
+        "local: environment steps between evaluations (0: only at the end)"),
     OPT("eval_episodes", SAC_CFG_INT, t.eval_episodes, "10", 1, 100000, "episodes per evaluation"),
-    OPT("log_interval", SAC_CFG_INT64, t.log_interval, "1000", 0, 1e15, "environment steps between progress lines"),
+    OPT("log_interval", SAC_CFG_INT64, t.log_interval, "1000", 0, 1e15,
+        "local: environment steps between progress lines; service: seconds (0: none)"),
     OPT("seed", SAC_CFG_INT64, t.seed, "1", 0, 9.2e18, "random seed (networks, noise, environments)"),
     OPT("quiet", SAC_CFG_BOOL, t.quiet, "false", 1, 0, "no progress lines"),
     OPT("hidden", SAC_CFG_INT, hidden, "256", 1, 65536, "hidden layer width (actor and critics)"),
@@ -54,6 +80,60 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
 };
+
+static atomic_int g_stop;
+static void on_signal(int sig) {
+  (void)sig;
+  atomic_store(&g_stop, 1);
+}
+
+static int run_service(const learner_cfg_t *c) {
+  sac_learner_cfg_t lc;
+  sac_learner_cfg_default(&lc);
+  snprintf(lc.env, sizeof lc.env, "%s", c->t.env);
+  snprintf(lc.backend, sizeof lc.backend, "%s", c->t.backend);
+  lc.threads = c->t.threads;
+  lc.seed = c->t.seed;
+  lc.hp = c->t.hp;
+  lc.total_steps = c->t.total_steps;
+  lc.learning_starts = c->t.learning_starts;
+  lc.updates_per_step = c->t.updates_per_step;
+  lc.buffer_capacity = c->t.buffer_capacity;
+  lc.eval_episodes = c->t.eval_episodes;
+  lc.eval_every = c->eval_every;
+  lc.publish_every = c->publish_every;
+  lc.log_interval_s = (int)c->t.log_interval;
+  lc.quiet = c->t.quiet;
+  lc.prioritized = c->prioritized;
+  lc.per_alpha = c->per_alpha;
+  lc.per_beta = c->per_beta;
+  lc.embedded_shards = c->embedded_shards;
+  lc.embedded_actors = c->actors;
+  lc.envs_per_actor = c->envs_per_actor;
+  if (c->shards[0] && sac_learner_set_shards(&lc, c->shards))
+    return 2;
+  const char *w = c->weights[0] ? c->weights : (lc.n_shards ? "tcp://*:5570" : "inproc://sacfleet-weights");
+  snprintf(lc.weights_endpoint, sizeof lc.weights_endpoint, "%s", w);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  SAC_INFO("learner", "training on %s for %lld steps (backend %s, seed %llu)", lc.env, (long long)lc.total_steps,
+           lc.backend, (unsigned long long)lc.seed);
+  sac_learner_result_t res;
+  int rc = sac_learner_run(&lc, &g_stop, &res);
+  if (rc) {
+    fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
+    return rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
+  }
+  printf("result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
+         "episodes  wall %.1f s  %.0f updates/s  %.0f steps/s  policy version %llu\n",
+         lc.env, (long long)res.env_steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
+         res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second, res.env_steps_per_second,
+         (unsigned long long)res.policy_version);
+  return 0;
+}
 
 int main(int argc, char **argv) {
   learner_cfg_t c;
@@ -88,6 +168,12 @@ int main(int argc, char **argv) {
   hp->log_std_min = (float)c.log_std_min;
   hp->log_std_max = (float)c.log_std_max;
   hp->policy_delay = c.policy_delay;
+  if (strcmp(c.mode, "service") == 0)
+    return run_service(&c);
+  if (strcmp(c.mode, "local") != 0) {
+    SAC_ERROR("learner", "mode \"%s\" is not one of service, local", c.mode);
+    return 2;
+  }
   if (c.t.learning_starts >= c.t.total_steps)
     SAC_WARN("learner", "learning_starts (%lld) >= total_steps (%lld): no update will run",
              (long long)c.t.learning_starts, (long long)c.t.total_steps);

@@ -14,6 +14,19 @@
 
 enum { NOISE_NEXT = 0, NOISE_PI = 1 };
 
+/* Hidden activations of one MLP. Without recompute, acts[l] is layer l's own buffer.
+ * With recompute (a checkpoint every ck layers), layer l with l % ck == ck - 1 keeps its
+ * own buffer and the others share ck - 1 buffers by l % ck; slot_layer says which layer
+ * a shared buffer holds now, and mlp_bwd recomputes a segment from its checkpoint when
+ * it needs a layer that was overwritten. The recomputed values are bit-identical. */
+typedef struct {
+  float *acts[SAC_MLP_MAX_LAYERS]; /* per hidden layer (aliased with recompute) */
+  float *own[SAC_MLP_MAX_LAYERS];  /* the distinct buffers */
+  int slot_layer[SAC_MLP_MAX_LAYERS];
+  int ck;       /* 0: every activation kept */
+  int fwd_rows; /* rows of the forward that fills them (the policy runs over 2B) */
+} mlp_acts_t;
+
 struct sac {
   sac_hparams_t hp;
   sac_backend_t *be;
@@ -23,7 +36,7 @@ struct sac {
   float *params, *grads, *m, *v;
   float *target; /* critics' layout */
   float *steps;  /* Adam step counters: critic, actor, alpha */
-  float *a_acts[SAC_MLP_MAX_LAYERS], *c_acts[SAC_MLP_MAX_LAYERS];
+  mlp_acts_t aa, ca; /* hidden activations of the actor and of the critics */
   float *dbuf[2];
   /* The policy runs once per update over 2B rows, [s; s'] (the batch stores obs and
    * next_obs back to back): both forwards use the same actor parameters, and one GEMM
@@ -43,6 +56,10 @@ struct sac {
   uint64_t step;
   sac_profile_t *prof;
   double prof_t;
+  /* graph capture (backends with graph_launch), per phase: 1 = the update that also
+   * steps the actor (step % policy_delay == 0), 0 = critic only */
+  int eager_runs[2]; /* eager updates so far (capture waits for two: lazy initialisation) */
+  int graph_ok[2];   /* a graph of this phase is captured and launchable */
 };
 
 static double g_discard;
@@ -109,26 +126,49 @@ static sac_linear_t layer(const sac_mlp_desc_t *d, const float *params, int l, i
   return L;
 }
 
-/* out (B, K*out) = MLP(in); hidden activations kept in acts for the backward. */
-static void mlp_fwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, int B, const sac_seg_t *in,
-                    int n_in_seg, float *const *acts, float *out) {
-  for (int l = 0; l < d->n_layers; l++) {
-    sac_linear_t L = layer(d, params, l, B, in, n_in_seg, acts);
+/* Layers [from, to] of the MLP forward; hidden outputs into ma (the last layer's into out). */
+static void mlp_fwd_range(sac_t *s, const sac_mlp_desc_t *d, const float *params, int B, const sac_seg_t *in,
+                          int n_in_seg, mlp_acts_t *ma, float *out, int from, int to) {
+  for (int l = from; l <= to; l++) {
+    sac_linear_t L = layer(d, params, l, B, in, n_in_seg, ma->acts);
     int last = l == d->n_layers - 1;
-    s->be->ops->linear_fwd(s->be, &L, last ? out : acts[l], d->ensemble * d->sizes[l + 1]);
+    s->be->ops->linear_fwd(s->be, &L, last ? out : ma->acts[l], d->ensemble * d->sizes[l + 1]);
+    if (!last && ma->ck)
+      ma->slot_layer[l % ma->ck] = l;
   }
+}
+
+/* out (B, K*out) = MLP(in); hidden activations kept in ma for the backward. */
+static void mlp_fwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, int B, const sac_seg_t *in,
+                    int n_in_seg, mlp_acts_t *ma, float *out) {
+  mlp_fwd_range(s, d, params, B, in, n_in_seg, ma, out, 0, d->n_layers - 1);
+}
+
+/* Recompute: makes hidden layer m's activation present, re-running its segment of the
+ * forward from the checkpoint below it (or from the input) over the forward's rows. */
+static void mlp_need(sac_t *s, const sac_mlp_desc_t *d, const float *params, const sac_seg_t *in, int n_in_seg,
+                     mlp_acts_t *ma, int m) {
+  const int ck = ma->ck;
+  if (!ck || m < 0 || m >= d->n_layers - 1 || m % ck == ck - 1 || ma->slot_layer[m % ck] == m)
+    return;
+  int from = m / ck * ck, to = from + ck - 2;
+  if (to > d->n_layers - 2)
+    to = d->n_layers - 2;
+  mlp_fwd_range(s, d, params, ma->fwd_rows, in, n_in_seg, ma, NULL, from, to);
 }
 
 /* Backward of mlp_fwd over its first B rows from dout (overwritten). grads NULL: input
  * gradient only. dx[i] (may be NULL) receives the gradient of input segment i. */
 static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, float *grads, int B,
-                    const sac_seg_t *in, int n_in_seg, float *const *acts, const float *out, float *dout,
+                    const sac_seg_t *in, int n_in_seg, mlp_acts_t *ma, const float *out, float *dout,
                     float *dx[2], const int ldx[2]) {
   float *dy = dout;
   for (int l = d->n_layers - 1; l >= 0; l--) {
-    sac_linear_t L = layer(d, params, l, B, in, n_in_seg, acts);
+    mlp_need(s, d, params, in, n_in_seg, ma, l);
+    mlp_need(s, d, params, in, n_in_seg, ma, l - 1);
+    sac_linear_t L = layer(d, params, l, B, in, n_in_seg, ma->acts);
     int last = l == d->n_layers - 1;
-    const float *y = last ? out : acts[l];
+    const float *y = last ? out : ma->acts[l];
     int ldy = d->ensemble * d->sizes[l + 1];
     float *dW = grads ? grads + sac_mlp_weight_offset(d, l) : NULL;
     float *db = grads ? grads + sac_mlp_bias_offset(d, l) : NULL;
@@ -179,9 +219,25 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   ALLOC(s->v, s->n_params);
   ALLOC(s->target, s->n_critic);
   ALLOC(s->steps, 3);
-  for (int l = 0; l < hp->depth; l++) {
-    ALLOC(s->a_acts[l], (size_t)2 * B * H);
-    ALLOC(s->c_acts[l], (size_t)B * 2 * H);
+  {
+    /* checkpoint every ck = ceil(sqrt(depth)) (at least 2) layers with recompute */
+    int ck = 0;
+    if (hp->recompute)
+      for (ck = 2; ck * ck < hp->depth; ck++)
+        ;
+    mlp_acts_t *mas[2] = {&s->aa, &s->ca};
+    for (int i = 0; i < 2; i++) {
+      mlp_acts_t *ma = mas[i];
+      ma->ck = ck;
+      ma->fwd_rows = i == 0 ? 2 * B : B;
+      for (int l = 0; l < hp->depth; l++) {
+        int slot = !ck ? l : (l % ck == ck - 1 ? ck - 1 + l / ck : l % ck);
+        if (!ma->own[slot])
+          ALLOC(ma->own[slot], (size_t)2 * B * H); /* (2B, H) actor, (B, 2H) critics */
+        ma->acts[l] = ma->own[slot];
+        ma->slot_layer[l] = -1;
+      }
+    }
   }
   ALLOC(s->dbuf[0], (size_t)B * 2 * H);
   ALLOC(s->dbuf[1], (size_t)B * 2 * H);
@@ -259,10 +315,10 @@ void sac_destroy(sac_t **sp) {
     if (*bufs[i])
       be->ops->free(be, *bufs[i]);
   for (int l = 0; l < SAC_MLP_MAX_LAYERS; l++) {
-    if (s->a_acts[l])
-      be->ops->free(be, s->a_acts[l]);
-    if (s->c_acts[l])
-      be->ops->free(be, s->c_acts[l]);
+    if (s->aa.own[l])
+      be->ops->free(be, s->aa.own[l]);
+    if (s->ca.own[l])
+      be->ops->free(be, s->ca.own[l]);
   }
   free(s);
   *sp = NULL;
@@ -281,7 +337,7 @@ size_t sac_actor_param_count(const sac_t *s) { return s->n_actor; }
 /* Twin critics (params: online or target) on (obs, action) side by side: q (B, 2). */
 static void critics(sac_t *s, const float *params, const float *obs, const float *action, float *q) {
   sac_seg_t in[2] = {{obs, s->hp.obs_dim, s->hp.obs_dim}, {action, s->hp.act_dim, s->hp.act_dim}};
-  mlp_fwd(s, &s->cd, params, s->hp.batch, in, 2, s->c_acts, q);
+  mlp_fwd(s, &s->cd, params, s->hp.batch, in, 2, &s->ca, q);
 }
 
 void sac_forward_policy(sac_t *s) {
@@ -290,7 +346,7 @@ void sac_forward_policy(sac_t *s) {
   ops->normal(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI);
   ops->normal(s->be, s->eps2 + (size_t)B * A, (size_t)B * A, s->key, s->step, NOISE_NEXT);
   sac_seg_t in = {s->obs2, s->hp.obs_dim, s->hp.obs_dim};
-  mlp_fwd(s, &s->ad, actor_params(s), 2 * B, &in, 1, s->a_acts, s->P);
+  mlp_fwd(s, &s->ad, actor_params(s), 2 * B, &in, 1, &s->aa, s->P);
   ops->head_fwd(s->be, &s->head2, s->P, s->eps2, s->a2, A, s->logp2);
 }
 
@@ -308,7 +364,7 @@ void sac_compute_critic_grads(sac_t *s) {
   sac_seg_t in[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {b->action, A, A}};
   float *dx[2] = {NULL, NULL};
   int ldx[2] = {0, 0};
-  mlp_bwd(s, &s->cd, critic_params(s), s->grads + s->n_actor, B, in, 2, s->c_acts, s->q, s->dq, dx, ldx);
+  mlp_bwd(s, &s->cd, critic_params(s), s->grads + s->n_actor, B, in, 2, &s->ca, s->q, s->dq, dx, ldx);
   lap(s, PROF(critic));
 }
 
@@ -323,17 +379,18 @@ void sac_compute_actor_grads(sac_t *s) {
   sac_seg_t cin[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {s->a2, A, A}};
   float *dx[2] = {NULL, s->da};
   int ldx[2] = {0, A};
-  mlp_bwd(s, &s->cd, critic_params(s), NULL, B, cin, 2, s->c_acts, s->q, s->dq, dx, ldx);
+  mlp_bwd(s, &s->cd, critic_params(s), NULL, B, cin, 2, &s->ca, s->q, s->dq, dx, ldx);
   ops->head_bwd(s->be, &s->head, s->P, s->eps2, s->a2, A, s->da, A, s->dlogp, s->dP);
   sac_seg_t ain = {b->obs, s->hp.obs_dim, s->hp.obs_dim};
   float *nodx[2] = {NULL, NULL};
-  mlp_bwd(s, &s->ad, actor_params(s), s->grads, B, &ain, 1, s->a_acts, s->P, s->dP, nodx, ldx);
+  mlp_bwd(s, &s->ad, actor_params(s), s->grads, B, &ain, 1, &s->aa, s->P, s->dP, nodx, ldx);
   /* L_alpha = -mean(log alpha (log pi + target entropy)) */
   ops->alpha_loss(s->be, &s->head, s->logp2, s->grads + s->n_params - 1, s->stats + 4);
   lap(s, PROF(actor));
 }
 
-void sac_update(sac_t *s) {
+/* The ops of one update, enqueued on the backend (or recorded into a graph). */
+static void update_ops(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   sac_adam_hp_t critic_hp = {s->hp.lr_critic, 0.9f, 0.999f, 1e-8f};
   sac_adam_hp_t actor_hp = {s->hp.lr_actor, 0.9f, 0.999f, 1e-8f};
@@ -354,9 +411,35 @@ void sac_update(sac_t *s) {
                 &alpha_hp, s->steps + 2);
   }
   ops->polyak(s->be, s->target, critic_params(s), s->n_critic, s->hp.tau);
+  if (ops->update_end)
+    ops->update_end(s->be);
   lap(s, PROF(optimizer));
   if (s->prof)
     s->prof->updates++;
+}
+
+/* After two eager updates of a phase, a backend that can (graph_launch) records the
+ * whole update once as a graph and replays it; the noise stream follows the step through
+ * graph_launch. The eager path stays for profiling and wherever capture is refused. */
+void sac_update(sac_t *s) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const int g = s->step % (uint64_t)s->hp.policy_delay == 0;
+  if (ops->graph_launch && !s->prof && s->eager_runs[g] >= 2) {
+    if (!s->graph_ok[g] && ops->graph_begin(s->be, g, s->step) == 0) {
+      update_ops(s);
+      s->graph_ok[g] = ops->graph_end(s->be, g) == 0;
+    }
+    if (s->graph_ok[g]) {
+      if (ops->graph_launch(s->be, g, s->step) == 0) {
+        s->step++;
+        return;
+      }
+      s->graph_ok[g] = 0;
+    }
+  }
+  update_ops(s);
+  if (s->eager_runs[g] < 2)
+    s->eager_runs[g]++;
   s->step++;
 }
 

@@ -26,6 +26,8 @@ typedef struct {
   float log_std_min, log_std_max;
   int policy_delay;     /* actor and alpha update every policy_delay critic updates */
   uint64_t seed;
+  int recompute;        /* 1: keep every ~sqrt(depth)-th hidden activation and recompute the
+                           others in the backward (gradient checkpointing); same results */
 } sac_hparams_t;
 
 /* The defaults of DESIGN.md §5 (lr 3e-4, batch 256, 2 x 256, gamma 0.99, tau 0.005). */

@@ -1,0 +1,65 @@
+/* The actor: E environments stepped together, batched inference through the local
+ * policy copy (common/mlp.h), exploration by sampling the tanh-Gaussian policy, uniform
+ * random actions for the first learning_starts steps (and until the first weights
+ * arrive), transitions sent in batches bounded by rows and age to the replay shards
+ * through the replay client (acks, bounded window, resend), each batch tagged with the
+ * policy version that produced it. Weights arrive on a conflating SUB socket and are
+ * taken between steps. When the shards push back (full window), the actor waits:
+ * that is the backpressure that keeps memory bounded.
+ *
+ * sac_actor_run runs on the caller's thread until *stop, max_steps, or a fatal error;
+ * sac_actor_start runs it on a thread. Statistics are atomics, readable from any
+ * thread. The loop allocates nothing after start-up. */
+#ifndef SAC_ACTOR_ACTOR_H
+#define SAC_ACTOR_ACTOR_H
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/net.h"
+
+#define SAC_ACTOR_MAX_SHARDS 64
+
+typedef struct {
+  uint32_t actor_id;
+  int num_envs;
+  char env[256];
+  uint64_t seed;
+  int64_t learning_starts; /* this actor's environment steps of uniform random actions */
+  int64_t max_steps;       /* this actor's environment steps; 0: until stopped */
+  int send_rows;           /* rows per transition batch */
+  int send_ms;             /* a partial batch is sent when its first row is this old */
+  int window;              /* unacknowledged batches per shard */
+  float log_std_min, log_std_max;
+  char weights_endpoint[256];
+  size_t n_shards;
+  char shard_endpoints[SAC_ACTOR_MAX_SHARDS][256]; /* insert endpoints */
+  sac_net_ctx_t *ctx;      /* shared context (inproc), or NULL */
+  int log_interval_s;      /* progress lines (0: none) */
+} sac_actor_cfg_t;
+
+void sac_actor_cfg_default(sac_actor_cfg_t *c);
+/* Parses a comma-separated endpoint list into c->shard_endpoints. 0 or SAC_ECONFIG. */
+int sac_actor_set_shards(sac_actor_cfg_t *c, const char *list);
+
+typedef struct {
+  atomic_uint_fast64_t env_steps, episodes, batches_sent, rows_sent, insert_waits, send_wait_ns;
+  atomic_uint_fast64_t weights_version, weights_updates, weights_rejected;
+  atomic_uint_fast64_t policy_steps; /* steps taken with the learned policy */
+  _Atomic double last_return, mean_return; /* mean over the last 20 episodes */
+  _Atomic double last_length;
+  atomic_int running;
+} sac_actor_stats_t;
+
+/* Runs the actor until *stop becomes non-zero (may be NULL), max_steps, or an error.
+ * Returns 0, or a negative code (environment, network, memory), logged. */
+int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_t *stats);
+
+typedef struct sac_actor sac_actor_t;
+/* Copies cfg and starts sac_actor_run on a thread. 0 or SAC_ENOMEM. */
+int sac_actor_start(const sac_actor_cfg_t *cfg, sac_actor_t **out);
+const sac_actor_stats_t *sac_actor_stats(const sac_actor_t *a);
+/* Stops, joins and frees; returns what the run returned. Idempotent, nulls *a. */
+int sac_actor_stop(sac_actor_t **a);
+
+#endif

@@ -1,0 +1,84 @@
+/* sac-actor: runs one actor (actor.h) against a learner's weights endpoint and the
+ * replay shards' insert endpoints. SIGINT/SIGTERM stop it after the current step, with
+ * sent batches flushed. Exit codes: 0 stopped cleanly, 1 runtime failure, 2 bad config. */
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "actor/actor.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+
+typedef struct {
+  sac_actor_cfg_t a;
+  int64_t actor_id;
+  char shards[4096];
+  char log_level[16];
+  int log_json;
+} actor_main_cfg_t;
+
+#define OPT(k, t, f, d, lo, hi, h) {k, t, offsetof(actor_main_cfg_t, f), 0, d, lo, hi, h}
+#define STR(k, f, d, h) {k, SAC_CFG_STRING, offsetof(actor_main_cfg_t, f), sizeof(((actor_main_cfg_t *)0)->f), d, 1, 0, h}
+static const sac_cfg_opt_t k_opts[] = {
+    OPT("actor_id", SAC_CFG_INT64, actor_id, "0", 0, 4095, "this actor's id (unique per run; seeds its streams)"),
+    STR("env", a.env, "Pendulum-v1", "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
+    OPT("num_envs", SAC_CFG_INT, a.num_envs, "1", 1, 4096, "environments stepped together (batched inference)"),
+    OPT("seed", SAC_CFG_INT64, a.seed, "1", 0, 9.2e18, "run seed (the same on every process of a run)"),
+    OPT("learning_starts", SAC_CFG_INT64, a.learning_starts, "1000", 0, 1e15,
+        "this actor's steps of uniform random actions"),
+    OPT("max_steps", SAC_CFG_INT64, a.max_steps, "0", 0, 1e15, "stop after this many steps (0: run until stopped)"),
+    OPT("send_rows", SAC_CFG_INT, a.send_rows, "64", 1, 65536, "rows per transition batch"),
+    OPT("send_ms", SAC_CFG_INT, a.send_ms, "20", 1, 60000, "send a partial batch when it is this old (ms)"),
+    OPT("window", SAC_CFG_INT, a.window, "16", 1, 64, "unacknowledged batches per shard"),
+    STR("weights", a.weights_endpoint, "tcp://127.0.0.1:5570", "the learner's weights endpoint (PUB)"),
+    STR("shards", shards, "tcp://127.0.0.1:5560", "comma-separated insert endpoints of the replay shards"),
+    OPT("log_interval", SAC_CFG_INT, a.log_interval_s, "10", 0, 86400, "seconds between progress lines"),
+    STR("log_level", log_level, "info", "error, warn, info or debug"),
+    OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
+};
+
+static atomic_int g_stop;
+static void on_signal(int sig) {
+  (void)sig;
+  atomic_store(&g_stop, 1);
+}
+
+int main(int argc, char **argv) {
+  actor_main_cfg_t c;
+  memset(&c, 0, sizeof c);
+  sac_actor_cfg_default(&c.a);
+  int action;
+  if (sac_config_load(k_opts, sizeof k_opts / sizeof k_opts[0], &c, argc, argv,
+                      "sac-actor: runs environments with the latest policy and streams transitions to replay",
+                      &action))
+    return 2;
+  if (action == SAC_CFG_EXIT_OK)
+    return 0;
+  sac_log_level_t lvl;
+  if (sac_log_parse_level(c.log_level, &lvl)) {
+    SAC_ERROR("actor", "log_level \"%s\" is not one of error, warn, info, debug", c.log_level);
+    return 2;
+  }
+  sac_log_set_level(lvl);
+  if (c.log_json)
+    sac_log_set_json(1);
+  c.a.actor_id = (uint32_t)c.actor_id;
+  if (sac_actor_set_shards(&c.a, c.shards))
+    return 2;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sac_actor_stats_t st;
+  memset(&st, 0, sizeof st);
+  int rc = sac_actor_run(&c.a, &g_stop, &st);
+  SAC_INFO("actor", "actor %u done: %llu steps, %llu episodes, mean return %.1f, %llu batches sent", c.a.actor_id,
+           (unsigned long long)atomic_load(&st.env_steps), (unsigned long long)atomic_load(&st.episodes),
+           atomic_load(&st.mean_return), (unsigned long long)atomic_load(&st.batches_sent));
+  if (rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EPLUGIN)
+    return 2;
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,300 @@
+/* ZeroMQ helpers (see net.h). All zmq calls of sacfleet's own code outside this file
+ * go through these wrappers or through SAC_ZCHK. */
+#include "common/net.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+struct sac_net_ctx {
+  void *zctx;
+  atomic_int refs;
+};
+
+int sac_net_err(int e) {
+  switch (e) {
+  case EAGAIN:
+    return SAC_EAGAIN;
+  case EINTR:
+    return SAC_EINTR;
+  case ETERM:
+    return SAC_ESTATE;
+  case EMSGSIZE:
+    return SAC_ETOOBIG;
+  case ENOMEM:
+    return SAC_ENOMEM;
+  case EINVAL:
+    return SAC_EINVAL;
+  default:
+    return SAC_ENET;
+  }
+}
+
+int sac_net__check(int rc, const char *stmt, const char *file, int line) {
+  if (rc >= 0)
+    return rc;
+  int e = zmq_errno();
+  if (e != EAGAIN && e != EINTR)
+    SAC_ERROR("net", "%s failed at %s:%d: %s", stmt, file, line, zmq_strerror(e));
+  return sac_net_err(e);
+}
+
+sac_net_ctx_t *sac_net_ctx_new(int io_threads) {
+  sac_net_ctx_t *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->zctx = zmq_ctx_new();
+  if (!c->zctx) {
+    SAC_ERROR("net", "zmq_ctx_new failed: %s", zmq_strerror(zmq_errno()));
+    free(c);
+    return NULL;
+  }
+  if (SAC_ZCHK(zmq_ctx_set(c->zctx, ZMQ_IO_THREADS, io_threads > 0 ? io_threads : 1)) < 0 ||
+      SAC_ZCHK(zmq_ctx_set(c->zctx, ZMQ_BLOCKY, 0)) < 0) {
+    zmq_ctx_term(c->zctx);
+    free(c);
+    return NULL;
+  }
+  atomic_init(&c->refs, 1);
+  return c;
+}
+
+sac_net_ctx_t *sac_net_ctx_ref(sac_net_ctx_t *c) {
+  atomic_fetch_add(&c->refs, 1);
+  return c;
+}
+
+void sac_net_ctx_destroy(sac_net_ctx_t **cp) {
+  if (!cp || !*cp)
+    return;
+  sac_net_ctx_t *c = *cp;
+  *cp = NULL;
+  if (atomic_fetch_sub(&c->refs, 1) != 1)
+    return;
+  while (zmq_ctx_term(c->zctx) != 0 && zmq_errno() == EINTR)
+    ;
+  free(c);
+}
+
+void *sac_net_ctx_raw(sac_net_ctx_t *c) { return c->zctx; }
+
+void sac_net_opts_default(sac_net_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->linger_ms = 0;
+  o->reconnect_ivl_ms = 100;
+  o->reconnect_ivl_max_ms = 2000;
+}
+
+static int setopt_int(void *s, int opt, int v, const char *name) {
+  if (zmq_setsockopt(s, opt, &v, sizeof v) != 0) {
+    SAC_ERROR("net", "zmq_setsockopt(%s=%d) failed: %s", name, v, zmq_strerror(zmq_errno()));
+    return SAC_ENET;
+  }
+  return 0;
+}
+
+void *sac_net_socket(sac_net_ctx_t *c, sac_net_type_t type, const sac_net_opts_t *o) {
+  sac_net_opts_t def;
+  if (!o) {
+    sac_net_opts_default(&def);
+    o = &def;
+  }
+  void *s = zmq_socket(c->zctx, (int)type);
+  if (!s) {
+    SAC_ERROR("net", "zmq_socket(%d) failed: %s", (int)type, zmq_strerror(zmq_errno()));
+    return NULL;
+  }
+  int64_t maxmsg = o->max_msg_bytes > 0 ? o->max_msg_bytes : -1;
+  int rc = 0;
+  if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
+    SAC_ERROR("net", "zmq_setsockopt(ZMQ_MAXMSGSIZE) failed: %s", zmq_strerror(zmq_errno()));
+    rc = SAC_ENET;
+  }
+  rc = rc ? rc : setopt_int(s, ZMQ_LINGER, o->linger_ms, "ZMQ_LINGER");
+  rc = rc ? rc : setopt_int(s, ZMQ_RECONNECT_IVL, o->reconnect_ivl_ms, "ZMQ_RECONNECT_IVL");
+  rc = rc ? rc : setopt_int(s, ZMQ_RECONNECT_IVL_MAX, o->reconnect_ivl_max_ms, "ZMQ_RECONNECT_IVL_MAX");
+  if (!rc && o->sndhwm > 0)
+    rc = setopt_int(s, ZMQ_SNDHWM, o->sndhwm, "ZMQ_SNDHWM");
+  if (!rc && o->rcvhwm > 0)
+    rc = setopt_int(s, ZMQ_RCVHWM, o->rcvhwm, "ZMQ_RCVHWM");
+  if (!rc && o->router_mandatory && type == SAC_NET_ROUTER)
+    rc = setopt_int(s, ZMQ_ROUTER_MANDATORY, 1, "ZMQ_ROUTER_MANDATORY");
+  if (!rc && o->immediate)
+    rc = setopt_int(s, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE");
+  if (!rc && o->conflate)
+    rc = setopt_int(s, ZMQ_CONFLATE, 1, "ZMQ_CONFLATE");
+  if (!rc && o->heartbeat_ivl_ms > 0) {
+    rc = setopt_int(s, ZMQ_HEARTBEAT_IVL, o->heartbeat_ivl_ms, "ZMQ_HEARTBEAT_IVL");
+    if (!rc && o->heartbeat_timeout_ms > 0)
+      rc = setopt_int(s, ZMQ_HEARTBEAT_TIMEOUT, o->heartbeat_timeout_ms, "ZMQ_HEARTBEAT_TIMEOUT");
+  }
+  if (rc) {
+    zmq_close(s);
+    return NULL;
+  }
+  return s;
+}
+
+int sac_net_bind(void *s, const char *endpoint, char *bound, size_t cap) {
+  if (zmq_bind(s, endpoint) != 0) {
+    SAC_ERROR("net", "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    return SAC_ENET;
+  }
+  if (bound && cap) {
+    size_t len = cap;
+    if (SAC_ZCHK(zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, bound, &len)) < 0) {
+      snprintf(bound, cap, "%s", endpoint);
+    }
+    bound[cap - 1] = '\0';
+  }
+  return 0;
+}
+
+int sac_net_connect(void *s, const char *endpoint) {
+  if (zmq_connect(s, endpoint) != 0) {
+    SAC_ERROR("net", "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    return SAC_ENET;
+  }
+  return 0;
+}
+
+void sac_net_close(void **s) {
+  if (!s || !*s)
+    return;
+  SAC_ZCHK(zmq_close(*s));
+  *s = NULL;
+}
+
+int sac_net_send(void *s, const void *buf, size_t len, int flags) {
+  int zf = ((flags & SAC_NET_DONTWAIT) ? ZMQ_DONTWAIT : 0) | ((flags & SAC_NET_SNDMORE) ? ZMQ_SNDMORE : 0);
+  int rc;
+  do {
+    rc = zmq_send(s, buf, len, zf);
+  } while (rc < 0 && zmq_errno() == EINTR);
+  if (rc < 0) {
+    int e = zmq_errno();
+    /* unroutable ROUTER peers and full queues are normal events for a server */
+    if (e != EAGAIN && e != EHOSTUNREACH)
+      SAC_ZCHK(rc);
+    return e == EHOSTUNREACH ? SAC_ENET : sac_net_err(e);
+  }
+  return 0;
+}
+
+int sac_net_recv(void *s, void *buf, size_t cap, int flags, size_t *len, int *more) {
+  int zf = (flags & SAC_NET_DONTWAIT) ? ZMQ_DONTWAIT : 0;
+  int rc = zmq_recv(s, buf, cap, zf);
+  if (rc < 0)
+    return SAC_ZCHK(rc);
+  if (len)
+    *len = (size_t)rc;
+  if (more) {
+    int m = 0;
+    size_t ml = sizeof m;
+    if (SAC_ZCHK(zmq_getsockopt(s, ZMQ_RCVMORE, &m, &ml)) < 0)
+      m = 0;
+    *more = m;
+  }
+  return 0;
+}
+
+int sac_net_drain_frames(void *s) {
+  int n = 0;
+  for (;;) {
+    int m = 0;
+    size_t ml = sizeof m;
+    if (zmq_getsockopt(s, ZMQ_RCVMORE, &m, &ml) != 0 || !m)
+      return n;
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    int rc = zmq_msg_recv(&msg, s, ZMQ_DONTWAIT);
+    zmq_msg_close(&msg);
+    if (rc < 0)
+      return n;
+    n++;
+  }
+}
+
+int sac_net_poll(sac_net_pollitem_t *items, int n, long timeout_ms) {
+  zmq_pollitem_t z[16];
+  if (n < 0 || n > 16)
+    return SAC_EINVAL;
+  for (int i = 0; i < n; i++) {
+    z[i].socket = items[i].socket;
+    z[i].fd = 0;
+    z[i].events = (short)(((items[i].events & SAC_NET_POLLIN) ? ZMQ_POLLIN : 0) |
+                          ((items[i].events & SAC_NET_POLLOUT) ? ZMQ_POLLOUT : 0));
+    z[i].revents = 0;
+  }
+  int rc = zmq_poll(z, n, timeout_ms);
+  if (rc < 0)
+    return SAC_ZCHK(rc);
+  for (int i = 0; i < n; i++)
+    items[i].revents = (short)(((z[i].revents & ZMQ_POLLIN) ? SAC_NET_POLLIN : 0) |
+                               ((z[i].revents & ZMQ_POLLOUT) ? SAC_NET_POLLOUT : 0));
+  return rc;
+}
+
+struct sac_net_monitor {
+  void *watched;
+  void *pair;
+};
+
+sac_net_monitor_t *sac_net_monitor_new(sac_net_ctx_t *c, void *socket) {
+  static atomic_uint counter;
+  sac_net_monitor_t *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  char ep[96];
+  snprintf(ep, sizeof ep, "inproc://sac-net-monitor-%p-%u", (void *)m, atomic_fetch_add(&counter, 1));
+  if (SAC_ZCHK(zmq_socket_monitor(socket, ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED)) < 0) {
+    free(m);
+    return NULL;
+  }
+  m->watched = socket;
+  m->pair = zmq_socket(c->zctx, ZMQ_PAIR);
+  int zero = 0;
+  if (!m->pair || SAC_ZCHK(zmq_setsockopt(m->pair, ZMQ_LINGER, &zero, sizeof zero)) < 0 ||
+      SAC_ZCHK(zmq_connect(m->pair, ep)) < 0) {
+    if (m->pair)
+      zmq_close(m->pair);
+    zmq_socket_monitor(socket, NULL, 0);
+    free(m);
+    return NULL;
+  }
+  return m;
+}
+
+int sac_net_monitor_poll(sac_net_monitor_t *m) {
+  int mask = 0;
+  for (int guard = 0; guard < 1024; guard++) {
+    unsigned char ev[6];
+    int rc = zmq_recv(m->pair, ev, sizeof ev, ZMQ_DONTWAIT);
+    if (rc < 0)
+      break;
+    uint16_t id;
+    memcpy(&id, ev, 2);
+    if (id == ZMQ_EVENT_CONNECTED)
+      mask |= SAC_NET_EV_CONNECTED;
+    if (id == ZMQ_EVENT_DISCONNECTED)
+      mask |= SAC_NET_EV_DISCONNECTED;
+    sac_net_drain_frames(m->pair);
+  }
+  return mask;
+}
+
+void sac_net_monitor_destroy(sac_net_monitor_t **mp) {
+  if (!mp || !*mp)
+    return;
+  sac_net_monitor_t *m = *mp;
+  zmq_socket_monitor(m->watched, NULL, 0);
+  zmq_close(m->pair);
+  free(m);
+  *mp = NULL;
+}

@@ -1,0 +1,109 @@
+/* Small ZeroMQ helpers, so that zmq.h stays out of the public headers of replay/,
+ * learner/ and actor/: a reference-counted context that several components can share
+ * (the embedded default runs shards, actors and the learner in one process over
+ * inproc://, which needs one context), socket creation with the options every
+ * sacfleet socket sets (ZMQ_MAXMSGSIZE, linger, reconnect interval, high-water marks),
+ * checked send/recv/poll wrappers, and a connect/disconnect monitor. Sockets are plain
+ * `void *` handles. Every ZeroMQ call goes through SAC_ZCHK, which logs the failed
+ * statement with file and line (except the expected EAGAIN/EINTR) and maps errno to a
+ * SAC_E* code. This is not a message codec (see wire.h) and it has no event loop.
+ *
+ * Thread-safety is ZeroMQ's: a context is thread-safe, a socket belongs to one thread
+ * at a time (hand-over needs a memory barrier, e.g. pthread_create). */
+#ifndef SAC_COMMON_NET_H
+#define SAC_COMMON_NET_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sac_net_ctx sac_net_ctx_t;
+
+/* A new context with io_threads I/O threads (<= 0: 1). NULL on failure (logged). */
+sac_net_ctx_t *sac_net_ctx_new(int io_threads);
+/* Takes one more reference; returns c. Thread-safe. */
+sac_net_ctx_t *sac_net_ctx_ref(sac_net_ctx_t *c);
+/* Drops one reference and nulls *c; the last one terminates the context (which waits
+ * for every socket of it to be closed). Idempotent on NULL. */
+void sac_net_ctx_destroy(sac_net_ctx_t **c);
+/* The raw zmq context (void *), for code that must call zmq directly. */
+void *sac_net_ctx_raw(sac_net_ctx_t *c);
+
+typedef enum {
+  SAC_NET_PAIR = 0,
+  SAC_NET_PUB = 1,
+  SAC_NET_SUB = 2,
+  SAC_NET_REQ = 3,
+  SAC_NET_REP = 4,
+  SAC_NET_DEALER = 5,
+  SAC_NET_ROUTER = 6,
+  SAC_NET_PULL = 7,
+  SAC_NET_PUSH = 8,
+} sac_net_type_t; /* the same numbers as ZMQ_PAIR... */
+
+typedef struct {
+  int64_t max_msg_bytes;    /* ZMQ_MAXMSGSIZE: a peer sending more is disconnected; <= 0: none */
+  int linger_ms;            /* ZMQ_LINGER (default 0: never block close on unsent data) */
+  int reconnect_ivl_ms;     /* ZMQ_RECONNECT_IVL (default 100) */
+  int reconnect_ivl_max_ms; /* ZMQ_RECONNECT_IVL_MAX (default 2000) */
+  int sndhwm, rcvhwm;       /* messages; 0: ZeroMQ's default (1000) */
+  int router_mandatory;     /* ROUTER: fail (EHOSTUNREACH) instead of dropping unroutable */
+  int immediate;            /* ZMQ_IMMEDIATE: queue only on completed connections */
+  int conflate;             /* ZMQ_CONFLATE: keep only the last message (SUB) */
+  int heartbeat_ivl_ms;     /* ZMTP heartbeats (0: off), detect dead peers */
+  int heartbeat_timeout_ms;
+} sac_net_opts_t;
+
+/* The defaults described above. Cannot fail. */
+void sac_net_opts_default(sac_net_opts_t *o);
+
+/* A socket of type with options o (NULL: defaults). NULL on failure (logged). */
+void *sac_net_socket(sac_net_ctx_t *c, sac_net_type_t type, const sac_net_opts_t *o);
+/* Binds; writes the endpoint actually bound (ZMQ_LAST_ENDPOINT, e.g. the port chosen for
+ * "tcp://127.0.0.1:*") into bound[cap] when bound is not NULL. 0 or SAC_ENET. */
+int sac_net_bind(void *s, const char *endpoint, char *bound, size_t cap);
+/* Connects (asynchronous in ZeroMQ: success says nothing about the peer). 0 or SAC_ENET. */
+int sac_net_connect(void *s, const char *endpoint);
+/* Closes the socket and nulls *s; idempotent. */
+void sac_net_close(void **s);
+
+#define SAC_NET_DONTWAIT 1
+#define SAC_NET_SNDMORE 2
+
+/* Sends one frame. 0, SAC_EAGAIN (would block, with DONTWAIT, or HWM reached),
+ * SAC_ENET (e.g. unroutable ROUTER peer), SAC_ESTATE (context terminated). */
+int sac_net_send(void *s, const void *buf, size_t len, int flags);
+/* Receives one frame into buf[cap]. *len is the frame's real size, which may exceed
+ * cap (then buf holds the first cap bytes). *more tells whether frames follow.
+ * 0, SAC_EAGAIN, SAC_EINTR, SAC_ESTATE, SAC_ENET. */
+int sac_net_recv(void *s, void *buf, size_t cap, int flags, size_t *len, int *more);
+/* Receives and drops the remaining frames of the current message; returns how many. */
+int sac_net_drain_frames(void *s);
+
+#define SAC_NET_POLLIN 1
+#define SAC_NET_POLLOUT 2
+typedef struct {
+  void *socket;
+  short events;
+  short revents;
+} sac_net_pollitem_t;
+/* Waits up to timeout_ms (-1: forever) for events. Returns the number of ready items,
+ * 0 on timeout, SAC_EINTR, or SAC_ENET/SAC_ESTATE. */
+int sac_net_poll(sac_net_pollitem_t *items, int n, long timeout_ms);
+
+/* Connect/disconnect monitor of one socket. */
+typedef struct sac_net_monitor sac_net_monitor_t;
+#define SAC_NET_EV_CONNECTED 1
+#define SAC_NET_EV_DISCONNECTED 2
+/* NULL on failure (logged). The monitor must be destroyed before its socket is closed. */
+sac_net_monitor_t *sac_net_monitor_new(sac_net_ctx_t *c, void *socket);
+/* Drains pending events without blocking; returns a mask of SAC_NET_EV_* seen. */
+int sac_net_monitor_poll(sac_net_monitor_t *m);
+void sac_net_monitor_destroy(sac_net_monitor_t **m);
+
+/* errno from a failed zmq call -> SAC_E* code. */
+int sac_net_err(int zmq_errno);
+/* Checking helper behind SAC_ZCHK: rc >= 0 is returned unchanged; rc < 0 is logged with
+ * the statement text, file and line (unless errno is EAGAIN or EINTR) and mapped. */
+int sac_net__check(int rc, const char *stmt, const char *file, int line);
+#define SAC_ZCHK(stmt) sac_net__check((stmt), #stmt, __FILE__, __LINE__)
+
+#endif

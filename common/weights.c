@@ -1,0 +1,218 @@
+/* Weights publisher and subscriber (see weights.h). The subscriber keeps two parameter
+ * buffers and swaps them, so a poll never exposes half-written weights; both are sized
+ * at the first message of a shape and reused after. */
+#include "common/weights.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/wire.h"
+
+struct sac_weights_pub {
+  void *sock;
+  sac_mlp_desc_t desc;
+  sac_wire_layer_t layers[SAC_MLP_MAX_LAYERS];
+  size_t n_params;
+  void *buf;
+  size_t cap;
+};
+
+sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint, const sac_mlp_desc_t *desc,
+                                       char *bound, size_t bound_cap) {
+  sac_weights_pub_t *p = calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  p->desc = *desc;
+  p->n_params = sac_mlp_param_count(desc);
+  for (int l = 0; l < desc->n_layers; l++)
+    p->layers[l] = (sac_wire_layer_t){(uint32_t)desc->sizes[l], (uint32_t)desc->sizes[l + 1],
+                                      l == desc->n_layers - 1 ? 0u : (uint32_t)desc->hidden_act};
+  /* the encoded size of the largest version number, computed once on zero weights */
+  float *zeros = calloc(p->n_params, sizeof(float));
+  sac_wire_msg_t m = {.type = SAC_WIRE_WEIGHTS};
+  m.u.weights = (sac_wire_weights_t){.version = UINT64_MAX, .dtype = SAC_WIRE_F32, .n_layers = (uint32_t)desc->n_layers,
+                                     .layers = p->layers, .data = zeros, .data_len = p->n_params * sizeof(float)};
+  p->cap = zeros ? sac_wire_encoded_size(&m) + 64 : 0;
+  free(zeros);
+  p->buf = p->cap ? malloc(p->cap) : NULL;
+  sac_net_opts_t o;
+  sac_net_opts_default(&o);
+  o.sndhwm = 4;
+  p->sock = p->buf ? sac_net_socket(ctx, SAC_NET_PUB, &o) : NULL;
+  if (!p->sock || sac_net_bind(p->sock, endpoint, bound, bound_cap) != 0) {
+    SAC_ERROR("weights", "cannot publish weights on %s", endpoint);
+    sac_weights_pub_destroy(&p);
+    return NULL;
+  }
+  return p;
+}
+
+int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *params) {
+  sac_wire_msg_t m = {.type = SAC_WIRE_WEIGHTS};
+  m.u.weights = (sac_wire_weights_t){.version = version, .dtype = SAC_WIRE_F32,
+                                     .n_layers = (uint32_t)p->desc.n_layers, .layers = p->layers, .data = params,
+                                     .data_len = p->n_params * sizeof(float)};
+  size_t len;
+  int rc = sac_wire_encode(&m, p->buf, p->cap, &len);
+  if (rc)
+    return rc;
+  rc = sac_net_send(p->sock, p->buf, len, SAC_NET_DONTWAIT);
+  return rc == SAC_EAGAIN ? 0 : rc;
+}
+
+void sac_weights_pub_destroy(sac_weights_pub_t **pp) {
+  sac_weights_pub_t *p = *pp;
+  if (!p)
+    return;
+  sac_net_close(&p->sock);
+  free(p->buf);
+  free(p);
+  *pp = NULL;
+}
+
+struct sac_weights_sub {
+  void *sock;
+  int obs_dim, act_dim;
+  sac_wire_decoder_t *dec;
+  void *buf;
+  size_t cap;
+  float *params[2];
+  size_t params_cap;
+  int cur; /* index of the buffer in use, -1 before the first weights */
+  sac_mlp_desc_t desc;
+  uint64_t version, received, rejected;
+};
+
+#define WEIGHTS_MAX_MSG (64u << 20)
+
+sac_weights_sub_t *sac_weights_sub_new(sac_net_ctx_t *ctx, const char *endpoint, int obs_dim, int act_dim) {
+  sac_weights_sub_t *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->obs_dim = obs_dim;
+  s->act_dim = act_dim;
+  s->cur = -1;
+  s->cap = WEIGHTS_MAX_MSG;
+  s->buf = malloc(s->cap);
+  s->dec = sac_wire_decoder_new(WEIGHTS_MAX_MSG);
+  sac_net_opts_t o;
+  sac_net_opts_default(&o);
+  o.conflate = 1;
+  o.max_msg_bytes = WEIGHTS_MAX_MSG;
+  s->sock = s->buf && s->dec ? sac_net_socket(ctx, SAC_NET_SUB, &o) : NULL;
+  if (!s->sock || SAC_ZCHK(zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, "", 0)) < 0 ||
+      sac_net_connect(s->sock, endpoint) != 0) {
+    SAC_ERROR("weights", "cannot subscribe to weights at %s", endpoint);
+    sac_weights_sub_destroy(&s);
+    return NULL;
+  }
+  return s;
+}
+
+/* The message describes the policy this subscriber runs. */
+static int check_shape(const sac_weights_sub_t *s, const sac_wire_weights_t *w, sac_mlp_desc_t *d) {
+  if (w->dtype != SAC_WIRE_F32 || w->n_layers < 1 || w->n_layers > SAC_MLP_MAX_LAYERS)
+    return SAC_EPROTO;
+  memset(d, 0, sizeof *d);
+  d->n_layers = (int)w->n_layers;
+  d->ensemble = 1;
+  d->hidden_act = SAC_ACT_RELU;
+  for (uint32_t l = 0; l < w->n_layers; l++) {
+    const sac_wire_layer_t *L = &w->layers[l];
+    if (L->n_in < 1 || L->n_out < 1 || (l > 0 && L->n_in != w->layers[l - 1].n_out))
+      return SAC_EPROTO;
+    if (L->activation != (l + 1 == w->n_layers ? 0u : (uint32_t)SAC_ACT_RELU))
+      return SAC_EPROTO;
+    d->sizes[l] = (int)L->n_in;
+    d->sizes[l + 1] = (int)L->n_out;
+  }
+  if (d->sizes[0] != s->obs_dim || d->sizes[d->n_layers] != 2 * s->act_dim)
+    return SAC_EPROTO;
+  if (w->data_len != sac_mlp_param_count(d) * sizeof(float))
+    return SAC_EPROTO;
+  return 0;
+}
+
+int sac_weights_poll(sac_weights_sub_t *s) {
+  size_t len;
+  int more;
+  int rc = sac_net_recv(s->sock, s->buf, s->cap, SAC_NET_DONTWAIT, &len, &more);
+  if (rc == SAC_EAGAIN)
+    return 0;
+  if (rc)
+    return rc;
+  s->received++;
+  sac_wire_limits_t lim = {.max_msg_bytes = s->cap, .accept_mask = SAC_WIRE_ACCEPT(SAC_WIRE_WEIGHTS)};
+  sac_wire_msg_t m;
+  sac_wire_reason_t why = SAC_WIRE_R_NONE;
+  sac_mlp_desc_t d;
+  if (more || len > s->cap) {
+    if (more)
+      sac_net_drain_frames(s->sock);
+    s->rejected++;
+    SAC_WARN("weights", "dropped a weights message: %s", more ? "more than one frame" : "too big");
+    return 0;
+  }
+  rc = sac_wire_decode(s->dec, s->buf, len, &lim, &m, &why);
+  if (rc == 0 && (rc = check_shape(s, &m.u.weights, &d)) != 0)
+    why = SAC_WIRE_R_DIMS;
+  if (rc) {
+    s->rejected++;
+    SAC_WARN("weights", "dropped a weights message: %s", sac_wire_reason_str(why));
+    return 0;
+  }
+  size_t n = sac_mlp_param_count(&d);
+  if (n > s->params_cap) {
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    if (!a || !b) {
+      free(a), free(b);
+      return SAC_ENOMEM;
+    }
+    free(s->params[0]), free(s->params[1]);
+    s->params[0] = a, s->params[1] = b;
+    s->params_cap = n;
+    s->cur = -1;
+  }
+  int next = s->cur == 0 ? 1 : 0;
+  memcpy(s->params[next], m.u.weights.data, n * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(s->params[next][i])) {
+      s->rejected++;
+      SAC_WARN("weights", "dropped weights version %llu: non-finite value", (unsigned long long)m.u.weights.version);
+      return 0;
+    }
+  s->cur = next;
+  s->desc = d;
+  s->version = m.u.weights.version;
+  return 1;
+}
+
+int sac_weights_wait(sac_weights_sub_t *s, long timeout_ms) {
+  sac_net_pollitem_t it = {s->sock, SAC_NET_POLLIN, 0};
+  int rc = sac_net_poll(&it, 1, timeout_ms);
+  if (rc < 0)
+    return rc;
+  return sac_weights_poll(s);
+}
+
+const float *sac_weights_params(const sac_weights_sub_t *s) { return s->cur < 0 ? NULL : s->params[s->cur]; }
+const sac_mlp_desc_t *sac_weights_desc(const sac_weights_sub_t *s) { return s->cur < 0 ? NULL : &s->desc; }
+uint64_t sac_weights_version(const sac_weights_sub_t *s) { return s->version; }
+uint64_t sac_weights_rejected(const sac_weights_sub_t *s) { return s->rejected; }
+uint64_t sac_weights_received(const sac_weights_sub_t *s) { return s->received; }
+
+void sac_weights_sub_destroy(sac_weights_sub_t **sp) {
+  sac_weights_sub_t *s = *sp;
+  if (!s)
+    return;
+  sac_net_close(&s->sock);
+  sac_wire_decoder_destroy(&s->dec);
+  free(s->buf);
+  free(s->params[0]), free(s->params[1]);
+  free(s);
+  *sp = NULL;
+}

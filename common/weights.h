@@ -1,0 +1,44 @@
+/* Policy weights over the wire: the learner publishes the actor's parameters (PUB) with
+ * a version; actors subscribe (SUB with ZMQ_CONFLATE: only the latest matters) and take
+ * them between steps. A received message is decoded and validated (common/wire.h) and
+ * must describe the policy the subscriber runs: layer chain consistent, input obs_dim,
+ * output 2 * act_dim, ReLU hidden layers, finite values. Anything else is dropped with
+ * a log line and counted. Publisher and subscriber are each used by one thread. */
+#ifndef SAC_COMMON_WEIGHTS_H
+#define SAC_COMMON_WEIGHTS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/mlp.h"
+#include "common/net.h"
+
+typedef struct sac_weights_pub sac_weights_pub_t;
+typedef struct sac_weights_sub sac_weights_sub_t;
+
+/* Binds a PUB socket on endpoint (e.g. "tcp://0.0.0.0:5560", "inproc://weights").
+ * bound (may be NULL) receives the endpoint actually bound. NULL on failure (logged). */
+sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint, const sac_mlp_desc_t *desc,
+                                       char *bound, size_t bound_cap);
+/* Publishes params (the desc's layout) as `version`. Never blocks: a slow subscriber
+ * misses versions, which is what it wants. 0 or a negative code. */
+int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *params);
+void sac_weights_pub_destroy(sac_weights_pub_t **p);
+
+/* Connects a conflating SUB socket to endpoint; expects a policy for obs_dim/act_dim.
+ * NULL on failure (logged). */
+sac_weights_sub_t *sac_weights_sub_new(sac_net_ctx_t *ctx, const char *endpoint, int obs_dim, int act_dim);
+/* Takes the newest weights if any arrived (never blocks). Returns 1 when new weights
+ * were taken, 0 when none, a negative code on a socket error. A malformed or mismatched
+ * message is dropped (logged, counted) and 0 returned. */
+int sac_weights_poll(sac_weights_sub_t *s);
+/* Waits up to timeout_ms for a message, then polls. */
+int sac_weights_wait(sac_weights_sub_t *s, long timeout_ms);
+/* The weights in use (valid until the next successful poll); NULL before the first. */
+const float *sac_weights_params(const sac_weights_sub_t *s);
+const sac_mlp_desc_t *sac_weights_desc(const sac_weights_sub_t *s);
+uint64_t sac_weights_version(const sac_weights_sub_t *s);
+uint64_t sac_weights_rejected(const sac_weights_sub_t *s);
+uint64_t sac_weights_received(const sac_weights_sub_t *s);
+void sac_weights_sub_destroy(sac_weights_sub_t **s);
+
+#endif

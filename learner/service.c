@@ -1,0 +1,339 @@
+/* The learner service (see service.h). One loop on the caller's thread: sample, update,
+ * maybe publish, maybe evaluate, maybe log. In the embedded default the shards and
+ * actors run on threads of this process and talk to it over inproc:// sockets of one
+ * shared context; nothing in the loop knows the difference. */
+#include "learner/service.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actor/actor.h"
+#include "common/clock.h"
+#include "common/env.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/weights.h"
+#include "learner/train_local.h"
+#include "replay/client.h"
+#include "replay/server.h"
+
+void sac_learner_cfg_default(sac_learner_cfg_t *c) {
+  memset(c, 0, sizeof *c);
+  strcpy(c->env, "Pendulum-v1");
+  strcpy(c->backend, "cpu");
+  c->seed = 1;
+  sac_hparams_default(&c->hp, 1, 1);
+  c->total_steps = 20000;
+  c->learning_starts = 1000;
+  c->updates_per_step = 1;
+  c->publish_every = 10;
+  c->eval_every = 5000;
+  c->eval_episodes = 10;
+  c->log_interval_s = 5;
+  c->per_alpha = 0.6;
+  c->per_beta = 0.4;
+  strcpy(c->weights_endpoint, "inproc://sacfleet-weights");
+  c->embedded_shards = 2;
+  c->embedded_actors = 2;
+  c->envs_per_actor = 1;
+  c->buffer_capacity = 1000000;
+}
+
+int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list) {
+  c->n_shards = 0;
+  for (const char *p = list; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == 0 || len >= sizeof c->shard_sample_endpoints[0] || c->n_shards >= SAC_LEARNER_MAX_SHARDS) {
+      SAC_ERROR("learner", "bad shard endpoint list \"%s\" (comma-separated, at most %d)", list,
+                SAC_LEARNER_MAX_SHARDS);
+      return SAC_ECONFIG;
+    }
+    memcpy(c->shard_sample_endpoints[c->n_shards], p, len);
+    c->shard_sample_endpoints[c->n_shards++][len] = '\0';
+    p += len + (comma ? 1 : 0);
+  }
+  return 0;
+}
+
+/* The in-process shards and actors of the embedded default. */
+typedef struct {
+  size_t n_shards, n_actors;
+  sac_replay_server_t *shards[SAC_LEARNER_MAX_SHARDS];
+  sac_actor_t **actors;
+} embedded_t;
+
+static void embedded_stop(embedded_t *em) {
+  for (size_t i = 0; em->actors && i < em->n_actors; i++)
+    sac_actor_stop(&em->actors[i]);
+  free(em->actors);
+  em->actors = NULL;
+  for (size_t i = 0; i < em->n_shards; i++)
+    sac_replay_server_destroy(&em->shards[i]);
+}
+
+static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, sac_net_ctx_t *ctx, embedded_t *em,
+                          char (*sample_eps)[256]) {
+  memset(em, 0, sizeof *em);
+  const int S = c->embedded_shards, N = c->embedded_actors;
+  if (S < 1 || S > SAC_LEARNER_MAX_SHARDS || N < 1) {
+    SAC_ERROR("learner", "embedded: need 1..%d shards and at least one actor", SAC_LEARNER_MAX_SHARDS);
+    return SAC_ECONFIG;
+  }
+  sac_actor_cfg_t ac;
+  sac_actor_cfg_default(&ac);
+  for (int i = 0; i < S; i++) {
+    sac_replay_server_config_t sc;
+    sac_replay_server_config_default(&sc);
+    sc.shard.shard_id = (uint32_t)i;
+    sc.shard.capacity = (uint64_t)(c->buffer_capacity / S > 1 ? c->buffer_capacity / S : 1);
+    sc.shard.obs_dim = (uint32_t)sp->obs_dim;
+    sc.shard.act_dim = (uint32_t)sp->act_dim;
+    sc.shard.sampler = c->prioritized ? SAC_REPLAY_PRIORITIZED : SAC_REPLAY_UNIFORM;
+    sc.shard.alpha = c->per_alpha;
+    uint64_t min_size = (uint64_t)(c->learning_starts / S);
+    sc.shard.min_size = min_size > (uint64_t)c->hp.batch ? min_size : (uint64_t)c->hp.batch;
+    /* every update samples one batch from one shard: per shard, B * UTD samples per insert */
+    sc.shard.samples_per_insert = (double)c->hp.batch * c->updates_per_step;
+    sc.shard.seed = c->seed * 1000 + (uint64_t)i;
+    snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
+    snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);
+    int err = 0;
+    em->shards[i] = sac_replay_server_new(&sc, ctx, &err);
+    if (!em->shards[i] || sac_replay_server_start(em->shards[i]) != 0) {
+      embedded_stop(em);
+      return err ? err : SAC_ENOMEM;
+    }
+    em->n_shards++;
+    snprintf(sample_eps[i], 256, "%s", sac_replay_server_sample_endpoint(em->shards[i]));
+    snprintf(ac.shard_endpoints[i], sizeof ac.shard_endpoints[i], "%s", sac_replay_server_insert_endpoint(em->shards[i]));
+  }
+  ac.n_shards = (size_t)S;
+  snprintf(ac.env, sizeof ac.env, "%s", c->env);
+  snprintf(ac.weights_endpoint, sizeof ac.weights_endpoint, "%s", c->weights_endpoint);
+  ac.ctx = ctx;
+  ac.seed = c->seed;
+  ac.num_envs = c->envs_per_actor;
+  ac.learning_starts = c->learning_starts / N;
+  ac.log_std_min = c->hp.log_std_min;
+  ac.log_std_max = c->hp.log_std_max;
+  ac.log_interval_s = 0;
+  em->actors = calloc((size_t)N, sizeof *em->actors);
+  if (!em->actors) {
+    embedded_stop(em);
+    return SAC_ENOMEM;
+  }
+  for (int i = 0; i < N; i++) {
+    ac.actor_id = (uint32_t)i;
+    int rc = sac_actor_start(&ac, &em->actors[i]);
+    if (rc) {
+      embedded_stop(em);
+      return rc;
+    }
+    em->n_actors++;
+  }
+  SAC_INFO("learner", "embedded: %d shard(s), %d actor(s) x %d env(s) over inproc://", S, N, c->envs_per_actor);
+  return 0;
+}
+
+/* Environment steps stored so far: the sum of the shards' inserted totals. */
+static int64_t stored_steps(sac_replay_client_t *client, size_t n_shards, int64_t last) {
+  int64_t sum = 0;
+  for (size_t i = 0; i < n_shards; i++) {
+    sac_wire_shard_info_t info;
+    if (sac_replay_client_info(client, i, 500, &info) != 0)
+      return last; /* a shard not answering: keep the last figure */
+    sum += (int64_t)info.inserted_total;
+  }
+  return sum > last ? sum : last;
+}
+
+int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_result_t *res) {
+  memset(res, 0, sizeof *res);
+  res->final_eval_return = res->best_eval_return = -INFINITY;
+  int rc = 0;
+  sac_env_t *probe = NULL;
+  sac_net_ctx_t *ctx = NULL;
+  sac_backend_t *be = NULL;
+  sac_t *sac = NULL;
+  sac_weights_pub_t *pub = NULL;
+  sac_replay_client_t *client = NULL;
+  embedded_t em;
+  memset(&em, 0, sizeof em);
+  float *actor = NULL, *prio = NULL;
+  char(*sample_eps)[256] = calloc(SAC_LEARNER_MAX_SHARDS, 256);
+  if (!sample_eps)
+    return SAC_ENOMEM;
+
+  if ((rc = sac_env_new(cfg->env, cfg->seed, SAC_STREAM_EVAL, &probe)) != 0)
+    goto out;
+  const sac_env_spec_t *sp = sac_env_spec(probe);
+  sac_hparams_t hp = cfg->hp;
+  hp.obs_dim = sp->obs_dim;
+  hp.act_dim = sp->act_dim;
+  hp.seed = cfg->seed;
+  if ((rc = sac_backend_new(cfg->backend, cfg->threads, &be)) != 0 || (rc = sac_new(&hp, be, &sac)) != 0)
+    goto out;
+  actor = malloc(sizeof(float) * sac_actor_param_count(sac));
+  prio = malloc(sizeof(float) * (size_t)hp.batch);
+  ctx = sac_net_ctx_new(1);
+  if (!actor || !prio || !ctx) {
+    rc = SAC_ENOMEM;
+    goto out;
+  }
+  char bound[256];
+  pub = sac_weights_pub_new(ctx, cfg->weights_endpoint, sac_actor_desc(sac), bound, sizeof bound);
+  if (!pub) {
+    rc = SAC_ENET;
+    goto out;
+  }
+  size_t n_shards = cfg->n_shards;
+  if (n_shards == 0) {
+    if ((rc = embedded_start(cfg, sp, ctx, &em, sample_eps)) != 0)
+      goto out;
+    n_shards = em.n_shards;
+  } else {
+    for (size_t i = 0; i < n_shards; i++)
+      snprintf(sample_eps[i], 256, "%s", cfg->shard_sample_endpoints[i]);
+  }
+  const char *eps[SAC_LEARNER_MAX_SHARDS];
+  for (size_t i = 0; i < n_shards; i++)
+    eps[i] = sample_eps[i];
+  sac_replay_client_config_t cc;
+  sac_replay_client_config_default(&cc);
+  cc.n_shards = n_shards;
+  cc.sample_endpoints = eps;
+  cc.ctx = ctx;
+  cc.batch_size = (uint32_t)hp.batch;
+  cc.beta = (float)cfg->per_beta;
+  cc.obs_dim = (uint32_t)hp.obs_dim;
+  cc.act_dim = (uint32_t)hp.act_dim;
+  if (!(client = sac_replay_client_new(&cc))) {
+    rc = SAC_ENET;
+    goto out;
+  }
+  SAC_INFO("learner", "%s on %s: %zu shard(s), weights on %s, backend %s, batch %d, %dx%d", cfg->env,
+           cfg->n_shards ? "remote shards" : "the embedded default", n_shards, bound, cfg->backend, hp.batch,
+           hp.depth, hp.hidden);
+
+  /* version 0: the initial policy, so actors know the shapes from the start */
+  if ((rc = sac_get_actor(sac, actor)) != 0 || (rc = sac_weights_publish(pub, 0, actor)) != 0)
+    goto out;
+  const sac_backend_ops_t *ops = be->ops;
+  sac_batch_t *bb = sac_batch(sac);
+  double t0 = sac_clock_s(), t_log = t0, t_info = 0, t_pub = t0, upd_time = 0;
+  int64_t steps = 0, last_log_updates = 0;
+  uint64_t version = 0;
+  sac_stats_t st = {0};
+  int64_t next_eval = cfg->eval_every > 0 ? cfg->eval_every : INT64_MAX;
+  while (!(stop && atomic_load(stop))) {
+    double now = sac_clock_s();
+    if (now - t_info >= 0.5) {
+      steps = stored_steps(client, n_shards, steps);
+      t_info = now;
+      if (steps >= cfg->total_steps)
+        break;
+    }
+    sac_replay_batch_t b;
+    double w0 = sac_clock_s();
+    rc = sac_replay_client_sample(client, 200, &b);
+    res->sample_wait_seconds += sac_clock_s() - w0;
+    if (rc == SAC_ETIMEOUT) {
+      rc = 0;
+      /* a publisher that keeps sending lets late subscribers get the current policy */
+      if (sac_clock_s() - t_pub > 1.0) {
+        sac_weights_publish(pub, version, actor);
+        t_pub = sac_clock_s();
+      }
+      continue;
+    }
+    if (rc)
+      goto out;
+    double u0 = sac_clock_s();
+    const size_t B = (size_t)hp.batch, O = (size_t)hp.obs_dim, A = (size_t)hp.act_dim;
+    if ((rc = ops->upload(be, bb->obs, b.obs, B * O)) || (rc = ops->upload(be, bb->next_obs, b.next_obs, B * O)) ||
+        (rc = ops->upload(be, bb->action, b.action, B * A)) || (rc = ops->upload(be, bb->reward, b.reward, B)) ||
+        (rc = ops->upload(be, bb->terminated, b.terminated, B)) ||
+        (cfg->prioritized && (rc = ops->upload(be, bb->weights, b.weights, B))))
+      goto out;
+    sac_update(sac);
+    res->updates++;
+    if (cfg->prioritized) {
+      if ((rc = sac_td_errors(sac, prio)) != 0)
+        goto out;
+      sac_replay_client_update_priorities(client, B, b.indices, prio);
+    }
+    if (res->updates % cfg->publish_every == 0) {
+      version = (uint64_t)res->updates;
+      if ((rc = sac_get_actor(sac, actor)) != 0)
+        goto out;
+      sac_weights_publish(pub, version, actor);
+      t_pub = sac_clock_s();
+    }
+    upd_time += sac_clock_s() - u0;
+    if (res->updates >= next_eval) {
+      next_eval += cfg->eval_every;
+      double ret;
+      if ((rc = sac_get_actor(sac, actor)) != 0 ||
+          (rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes, &ret)) != 0)
+        goto out;
+      res->final_eval_return = ret;
+      if (ret > res->best_eval_return)
+        res->best_eval_return = ret;
+      if (!cfg->quiet)
+        SAC_INFO("learner", "eval at update %lld (%lld steps): mean return %.1f over %d episodes",
+                 (long long)res->updates, (long long)steps, ret, cfg->eval_episodes);
+    }
+    if (!cfg->quiet && cfg->log_interval_s > 0 && sac_clock_s() - t_log >= cfg->log_interval_s) {
+      double t = sac_clock_s();
+      sac_stats(sac, &st);
+      double ups = (double)(res->updates - last_log_updates) / (t - t_log);
+      double sps = (double)steps / (t - t0);
+      double eta = sps > 0 ? (double)(cfg->total_steps - steps) / sps : 0;
+      double ret = NAN;
+      for (size_t i = 0; i < em.n_actors; i++)
+        ret = isnan(ret) ? atomic_load(&sac_actor_stats(em.actors[i])->mean_return)
+                         : ret + atomic_load(&sac_actor_stats(em.actors[i])->mean_return);
+      if (em.n_actors)
+        ret /= (double)em.n_actors;
+      SAC_INFO("learner",
+               "steps %lld/%lld  updates %lld (%.0f/s)  actor return %.1f  alpha %.4f  q_loss %.4f  pi_loss %.4f  "
+               "entropy %.3f  version %llu  eta %.0fs",
+               (long long)steps, (long long)cfg->total_steps, (long long)res->updates, ups, ret, st.alpha,
+               st.critic_loss, st.actor_loss, st.entropy, (unsigned long long)version, eta);
+      t_log = t;
+      last_log_updates = res->updates;
+    }
+  }
+  res->wall_seconds = sac_clock_s() - t0;
+  res->env_steps = steps;
+  res->policy_version = version;
+  res->updates_per_second = upd_time > 0 ? (double)res->updates / upd_time : 0;
+  res->env_steps_per_second = (double)steps / res->wall_seconds;
+  for (size_t i = 0; i < em.n_actors; i++)
+    res->episodes += (int64_t)atomic_load(&sac_actor_stats(em.actors[i])->episodes);
+  /* the final evaluation, on the final policy */
+  double ret;
+  if ((rc = sac_get_actor(sac, actor)) != 0 ||
+      (rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes, &ret)) != 0)
+    goto out;
+  res->final_eval_return = ret;
+  if (ret > res->best_eval_return)
+    res->best_eval_return = ret;
+  sac_weights_publish(pub, (uint64_t)res->updates, actor);
+out:
+  if (rc)
+    SAC_ERROR("learner", "stopped: %s", sac_strerror(rc));
+  embedded_stop(&em);
+  sac_replay_client_destroy(&client);
+  sac_weights_pub_destroy(&pub);
+  sac_net_ctx_destroy(&ctx);
+  sac_destroy(&sac);
+  sac_backend_destroy(&be);
+  sac_env_destroy(&probe);
+  free(actor), free(prio), free(sample_eps);
+  return rc;
+}

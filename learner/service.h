@@ -1,0 +1,57 @@
+/* The learner service: samples batches through the prefetching replay client from S
+ * shards, runs SAC updates on the selected backend, sends priority updates when the
+ * replay is prioritised, publishes the actor's weights every K updates with a version,
+ * evaluates the deterministic policy every M updates and logs progress. It stops when
+ * the shards have stored total_steps transitions.
+ *
+ * The embedded default: with no shard endpoints configured, the service hosts S shards
+ * (replay/server.h) and N actors (actor/actor.h) on threads of its own process, wired
+ * over ZeroMQ inproc:// — the same code paths as across hosts over tcp://. */
+#ifndef SAC_LEARNER_SERVICE_H
+#define SAC_LEARNER_SERVICE_H
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "learner/sac.h"
+
+#define SAC_LEARNER_MAX_SHARDS 64
+
+typedef struct {
+  char env[256];     /* for dimensions and evaluation */
+  char backend[16];
+  int threads;
+  uint64_t seed;
+  sac_hparams_t hp;
+  int64_t total_steps;     /* environment steps over all actors */
+  int64_t learning_starts; /* replay size before sampling; random steps, split over actors */
+  int updates_per_step;    /* update-to-data ratio, enforced by the shards' rate limiters */
+  int publish_every;       /* K: updates between weight broadcasts */
+  int64_t eval_every;      /* M: updates between evaluations (0: only at the end) */
+  int eval_episodes;
+  int log_interval_s;
+  int quiet;
+  int prioritized;         /* prioritised replay (embedded shards; remote shards decide their own) */
+  double per_alpha, per_beta;
+  char weights_endpoint[256];
+  size_t n_shards;         /* 0: embedded */
+  char shard_sample_endpoints[SAC_LEARNER_MAX_SHARDS][256];
+  /* embedded */
+  int embedded_shards, embedded_actors, envs_per_actor;
+  int64_t buffer_capacity; /* over all embedded shards */
+} sac_learner_cfg_t;
+
+typedef struct {
+  double final_eval_return, best_eval_return;
+  int64_t env_steps, updates, episodes;
+  uint64_t policy_version;
+  double wall_seconds, updates_per_second, env_steps_per_second;
+  double sample_wait_seconds;
+} sac_learner_result_t;
+
+void sac_learner_cfg_default(sac_learner_cfg_t *c);
+/* Parses a comma-separated list of sample endpoints. 0 or SAC_ECONFIG. */
+int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list);
+/* Runs until total_steps were stored or *stop. 0 or a negative code (logged). */
+int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_result_t *res);
+
+#endif

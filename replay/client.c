@@ -1,0 +1,584 @@
+/* The replay client (see client.h): per-shard insert windows with acks and resends,
+ * prefetching samplers, and priority updates routed by the shard id in each index. */
+#include "replay/client.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rng.h"
+
+#define MAX_WINDOW 64u
+
+typedef struct {
+  unsigned char *buf;
+  size_t cap, len;
+  uint64_t seq;
+  uint64_t sent_ns;
+  int acked, unsent;
+} wslot_t;
+
+typedef struct {
+  void *ins, *smp, *info;
+  sac_net_monitor_t *ins_mon, *smp_mon;
+  int ins_connected_once, smp_connected_once;
+  wslot_t win[MAX_WINDOW];
+  uint64_t lo, next_seq; /* unacked seqs are [lo, next_seq) */
+  uint32_t credit;
+  uint32_t inflight;
+  uint64_t last_request_ns, last_reply_ns;
+  uint64_t backoff_until_ns; /* after an error reply: no new request before this */
+  /* priority update scratch */
+  uint64_t *pidx;
+  float *pval;
+  size_t pcap, pn;
+} conn_t;
+
+struct sac_replay_client {
+  sac_replay_client_config_t cfg;
+  sac_net_ctx_t *ctx;
+  conn_t *conns;
+  size_t n;
+  size_t rr_insert, rr_sample;
+  int16_t shard_map[SAC_WIRE_MAX_SHARDS]; /* shard id -> connection, -1 unknown */
+  sac_wire_decoder_t *dec;
+  sac_wire_limits_t lim;
+  unsigned char *rbuf;
+  size_t rcap;
+  unsigned char *sbuf;
+  size_t scap;
+  uint64_t request_id;
+  sac_replay_client_stats_t st;
+};
+
+void sac_replay_client_config_default(sac_replay_client_config_t *c) {
+  memset(c, 0, sizeof *c);
+  c->window = 16;
+  c->resend_ms = 2000;
+  c->prefetch = 2;
+  c->batch_size = 256;
+  c->beta = 0.4f;
+  c->sample_timeout_ms = 1000;
+  c->max_msg_bytes = 4u << 20;
+}
+
+static void *make_socket(sac_replay_client_t *c, const char *ep) {
+  sac_net_opts_t o;
+  sac_net_opts_default(&o);
+  o.max_msg_bytes = (int64_t)c->cfg.max_msg_bytes * 2;
+  o.sndhwm = 1000;
+  o.rcvhwm = 1000;
+  o.reconnect_ivl_ms = 50;
+  o.reconnect_ivl_max_ms = 1000;
+  o.heartbeat_ivl_ms = 1000;
+  o.heartbeat_timeout_ms = 3000;
+  void *s = sac_net_socket(c->ctx, SAC_NET_DEALER, &o);
+  if (s && sac_net_connect(s, ep) != 0)
+    sac_net_close(&s);
+  return s;
+}
+
+sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg) {
+  if (cfg->n_shards == 0 || cfg->n_shards > SAC_WIRE_MAX_SHARDS || (!cfg->insert_endpoints && !cfg->sample_endpoints) ||
+      cfg->window == 0 || cfg->window > MAX_WINDOW || (cfg->sample_endpoints && cfg->batch_size == 0) ||
+      cfg->max_msg_bytes < 4096) {
+    SAC_ERROR("replay-client", "invalid client configuration (shards 1..%u, window 1..%u, batch_size > 0)",
+              SAC_WIRE_MAX_SHARDS, MAX_WINDOW);
+    return NULL;
+  }
+  sac_replay_client_t *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->cfg = *cfg;
+  c->cfg.insert_endpoints = NULL; /* not kept: the caller's strings */
+  c->cfg.sample_endpoints = NULL;
+  if (!c->cfg.prefetch)
+    c->cfg.prefetch = 1;
+  if (!c->cfg.resend_ms)
+    c->cfg.resend_ms = 2000;
+  if (!c->cfg.session)
+    c->cfg.session = sac_splitmix64(sac_wallclock_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c) | 1u;
+  memset(c->shard_map, 0xff, sizeof c->shard_map);
+  c->n = cfg->n_shards;
+  c->conns = calloc(c->n, sizeof *c->conns);
+  c->rcap = cfg->max_msg_bytes + 1;
+  c->rbuf = malloc(c->rcap);
+  c->scap = 65536;
+  c->sbuf = malloc(c->scap);
+  c->dec = sac_wire_decoder_new(cfg->max_msg_bytes);
+  c->ctx = cfg->ctx ? sac_net_ctx_ref(cfg->ctx) : sac_net_ctx_new(1);
+  if (!c->conns || !c->rbuf || !c->sbuf || !c->dec || !c->ctx)
+    goto fail;
+  c->lim = (sac_wire_limits_t){.max_msg_bytes = cfg->max_msg_bytes,
+                               .obs_dim = cfg->obs_dim,
+                               .act_dim = cfg->act_dim,
+                               .max_rows = 1u << 20};
+  for (size_t i = 0; i < c->n; i++) {
+    conn_t *k = &c->conns[i];
+    k->lo = k->next_seq = 1;
+    k->credit = c->cfg.window;
+    if (cfg->insert_endpoints) {
+      k->ins = make_socket(c, cfg->insert_endpoints[i]);
+      if (!k->ins || !(k->ins_mon = sac_net_monitor_new(c->ctx, k->ins)))
+        goto fail;
+    }
+    if (cfg->sample_endpoints) {
+      k->smp = make_socket(c, cfg->sample_endpoints[i]);
+      if (!k->smp || !(k->smp_mon = sac_net_monitor_new(c->ctx, k->smp)))
+        goto fail;
+      k->info = make_socket(c, cfg->sample_endpoints[i]);
+    } else {
+      k->info = make_socket(c, cfg->insert_endpoints[i]);
+    }
+    if (!k->info)
+      goto fail;
+  }
+  return c;
+fail:
+  SAC_ERROR("replay-client", "cannot create the replay client");
+  sac_replay_client_destroy(&c);
+  return NULL;
+}
+
+void sac_replay_client_destroy(sac_replay_client_t **cp) {
+  if (!cp || !*cp)
+    return;
+  sac_replay_client_t *c = *cp;
+  for (size_t i = 0; c->conns && i < c->n; i++) {
+    conn_t *k = &c->conns[i];
+    sac_net_monitor_destroy(&k->ins_mon);
+    sac_net_monitor_destroy(&k->smp_mon);
+    sac_net_close(&k->ins);
+    sac_net_close(&k->smp);
+    sac_net_close(&k->info);
+    for (uint32_t j = 0; j < MAX_WINDOW; j++)
+      free(k->win[j].buf);
+    free(k->pidx);
+    free(k->pval);
+  }
+  free(c->conns);
+  free(c->rbuf);
+  free(c->sbuf);
+  sac_wire_decoder_destroy(&c->dec);
+  sac_net_ctx_destroy(&c->ctx);
+  free(c);
+  *cp = NULL;
+}
+
+void sac_replay_client_stats(const sac_replay_client_t *c, sac_replay_client_stats_t *out) { *out = c->st; }
+
+/* ------------------------------------------------------------------ insert window */
+
+static uint32_t window_of(const sac_replay_client_t *c, const conn_t *k) {
+  uint32_t w = k->credit < c->cfg.window ? k->credit : c->cfg.window;
+  return w ? w : 1;
+}
+
+static void send_slot(sac_replay_client_t *c, conn_t *k, wslot_t *s) {
+  int rc = sac_net_send(k->ins, s->buf, s->len, SAC_NET_DONTWAIT);
+  s->sent_ns = sac_clock_ns();
+  s->unsent = rc != 0;
+  (void)c;
+}
+
+static void advance_lo(conn_t *k) {
+  while (k->lo < k->next_seq && k->win[k->lo % MAX_WINDOW].acked)
+    k->lo++;
+}
+
+static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *a) {
+  if (a->credit)
+    k->credit = a->credit;
+  if (a->error[0]) {
+    if (a->seq >= k->lo && a->seq < k->next_seq) {
+      wslot_t *s = &k->win[a->seq % MAX_WINDOW];
+      if (!strcmp(a->error, sac_wire_reason_str(SAC_WIRE_R_WINDOW))) {
+        /* the shard lost our window (restart): the timed resend sends it again, with an
+         * acked_through that moves the shard's window */
+      } else {
+        SAC_WARN("replay-client", "shard %u rejected batch %llu: %s; dropping it", a->shard_id,
+                 (unsigned long long)a->seq, a->error);
+        c->st.insert_errors++;
+        s->acked = 1;
+      }
+    } else {
+      c->st.insert_errors++;
+    }
+  } else if (a->seq >= k->lo && a->seq < k->next_seq && !k->win[a->seq % MAX_WINDOW].acked) {
+    k->win[a->seq % MAX_WINDOW].acked = 1;
+    c->st.batches_acked++;
+    if (a->duplicate)
+      c->st.duplicates_acked++;
+  }
+  /* cumulative: everything up to acked_seq is stored */
+  for (uint64_t q = k->lo; q <= a->acked_seq && q < k->next_seq; q++) {
+    wslot_t *s = &k->win[q % MAX_WINDOW];
+    if (!s->acked) {
+      s->acked = 1;
+      c->st.batches_acked++;
+    }
+  }
+  advance_lo(k);
+}
+
+static void resend_all(sac_replay_client_t *c, conn_t *k) {
+  for (uint64_t q = k->lo; q < k->next_seq; q++) {
+    wslot_t *s = &k->win[q % MAX_WINDOW];
+    if (!s->acked) {
+      send_slot(c, k, s);
+      c->st.batches_resent++;
+    }
+  }
+}
+
+/* Acks, reconnect resends, timed resends and retries of unsent slots, for every shard. */
+static void service_inserts(sac_replay_client_t *c) {
+  uint64_t now = sac_clock_ns();
+  for (size_t i = 0; i < c->n; i++) {
+    conn_t *k = &c->conns[i];
+    if (!k->ins)
+      continue;
+    for (int guard = 0; guard < 4096; guard++) {
+      size_t len = 0;
+      if (sac_net_recv(k->ins, c->rbuf, c->rcap, SAC_NET_DONTWAIT, &len, NULL) != 0)
+        break;
+      sac_wire_msg_t m;
+      sac_wire_reason_t why;
+      if (len >= c->rcap || sac_wire_decode(c->dec, c->rbuf, len, &c->lim, &m, &why) != 0 || m.type != SAC_WIRE_ACK) {
+        c->st.rejected_replies++;
+        continue;
+      }
+      handle_ack(c, k, &m.u.ack);
+    }
+    int ev = sac_net_monitor_poll(k->ins_mon);
+    if (ev & SAC_NET_EV_CONNECTED) {
+      if (k->ins_connected_once) {
+        c->st.reconnects++;
+        resend_all(c, k);
+      }
+      k->ins_connected_once = 1;
+    }
+    for (uint64_t q = k->lo; q < k->next_seq; q++) {
+      wslot_t *s = &k->win[q % MAX_WINDOW];
+      if (s->acked)
+        continue;
+      if (s->unsent) {
+        send_slot(c, k, s);
+      } else if (now - s->sent_ns > (uint64_t)c->cfg.resend_ms * 1000000ull) {
+        send_slot(c, k, s);
+        c->st.batches_resent++;
+      }
+    }
+  }
+}
+
+static int wait_sockets(sac_replay_client_t *c, int use_ins, long timeout_ms) {
+  sac_net_pollitem_t items[16];
+  int n = 0;
+  for (size_t i = 0; i < c->n && n < 16; i++) {
+    void *s = use_ins ? c->conns[i].ins : c->conns[i].smp;
+    if (s)
+      items[n++] = (sac_net_pollitem_t){s, SAC_NET_POLLIN, 0};
+  }
+  if (n == 0 || c->n > 16) {
+    /* more shards than one poll covers: short sleeps instead */
+    sac_sleep_ns((uint64_t)(timeout_ms < 1 ? 1 : (timeout_ms > 2 ? 2 : timeout_ms)) * 1000000ull);
+    return 0;
+  }
+  return sac_net_poll(items, n, timeout_ms);
+}
+
+int sac_replay_client_poll(sac_replay_client_t *c, int timeout_ms) {
+  service_inserts(c);
+  if (timeout_ms > 0) {
+    wait_sockets(c, 1, timeout_ms);
+    service_inserts(c);
+  }
+  return 0;
+}
+
+uint32_t sac_replay_client_unacked(const sac_replay_client_t *c) {
+  uint32_t n = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    const conn_t *k = &c->conns[i];
+    for (uint64_t q = k->lo; q < k->next_seq; q++)
+      n += !k->win[q % MAX_WINDOW].acked;
+  }
+  return n;
+}
+
+int sac_replay_client_flush(sac_replay_client_t *c, int timeout_ms) {
+  uint64_t deadline = sac_clock_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+  for (;;) {
+    service_inserts(c);
+    if (sac_replay_client_unacked(c) == 0)
+      return 0;
+    uint64_t now = sac_clock_ns();
+    if (now >= deadline)
+      return SAC_ETIMEOUT;
+    long left = (long)((deadline - now) / 1000000ull);
+    wait_sockets(c, 1, left > 50 ? 50 : (left < 1 ? 1 : left));
+  }
+}
+
+int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_transitions_t *t, int timeout_ms) {
+  if (!c->conns[0].ins)
+    return SAC_ESTATE;
+  size_t i = shard >= 0 ? (size_t)shard : c->rr_insert++ % c->n;
+  if (i >= c->n)
+    return SAC_EINVAL;
+  conn_t *k = &c->conns[i];
+  sac_wire_msg_t m = {.type = SAC_WIRE_TRANSITIONS};
+  m.u.transitions = *t;
+  sac_wire_transitions_t *v = &m.u.transitions;
+  v->actor_id = c->cfg.actor_id;
+  v->session = c->cfg.session;
+  v->seq = k->next_seq;
+  sac_wire_reason_t why;
+  int rc = sac_wire_validate(c->dec, &m, &c->lim, &why);
+  if (rc) {
+    SAC_WARN("replay-client", "not sending an invalid batch: %s", sac_wire_reason_str(why));
+    return rc;
+  }
+  uint64_t deadline = sac_clock_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+  for (;;) {
+    service_inserts(c);
+    if (k->next_seq - k->lo < window_of(c, k))
+      break;
+    uint64_t now = sac_clock_ns();
+    if (now >= deadline) {
+      c->st.insert_timeouts++;
+      return SAC_ETIMEOUT;
+    }
+    long left = (long)((deadline - now) / 1000000ull);
+    wait_sockets(c, 1, left > 20 ? 20 : (left < 1 ? 1 : left));
+  }
+  v->acked_through = k->lo - 1;
+  size_t need = sac_wire_encoded_size(&m);
+  if (need == 0)
+    return SAC_EINVAL;
+  if (need > c->cfg.max_msg_bytes)
+    return SAC_ETOOBIG;
+  wslot_t *s = &k->win[k->next_seq % MAX_WINDOW];
+  if (s->cap < need) {
+    size_t cap = need + need / 4 + 256;
+    unsigned char *nb = realloc(s->buf, cap);
+    if (!nb)
+      return SAC_ENOMEM;
+    s->buf = nb;
+    s->cap = cap;
+  }
+  rc = sac_wire_encode(&m, s->buf, s->cap, &s->len);
+  if (rc)
+    return rc;
+  s->seq = k->next_seq;
+  s->acked = 0;
+  k->next_seq++;
+  send_slot(c, k, s);
+  c->st.batches_sent++;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ sampling */
+
+static void request(sac_replay_client_t *c, conn_t *k) {
+  sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
+  m.u.sample_request = (sac_wire_sample_request_t){++c->request_id, c->cfg.batch_size, c->cfg.beta,
+                                                   c->cfg.sample_timeout_ms};
+  unsigned char buf[64];
+  size_t len = 0;
+  if (sac_wire_encode(&m, buf, sizeof buf, &len) != 0)
+    return;
+  if (sac_net_send(k->smp, buf, len, SAC_NET_DONTWAIT) == 0) {
+    k->inflight++;
+    k->last_request_ns = sac_clock_ns();
+    c->st.sample_requests_sent++;
+  }
+}
+
+static void top_up(sac_replay_client_t *c, uint64_t now) {
+  /* a request unanswered this long was lost (shard died or restarted) */
+  uint64_t lost_after = ((uint64_t)c->cfg.sample_timeout_ms + 2000ull) * 1000000ull;
+  for (size_t i = 0; i < c->n; i++) {
+    conn_t *k = &c->conns[i];
+    int ev = sac_net_monitor_poll(k->smp_mon);
+    if (ev & SAC_NET_EV_CONNECTED) {
+      if (k->smp_connected_once && k->inflight) {
+        c->st.sample_requests_reissued += k->inflight;
+        k->inflight = 0;
+      }
+      k->smp_connected_once = 1;
+    }
+    uint64_t last = k->last_reply_ns > k->last_request_ns ? k->last_reply_ns : k->last_request_ns;
+    if (k->inflight && now - last > lost_after) {
+      c->st.sample_requests_reissued += k->inflight;
+      k->inflight = 0;
+    }
+    while (k->inflight < c->cfg.prefetch && now >= k->backoff_until_ns) {
+      uint32_t before = k->inflight;
+      request(c, k);
+      if (k->inflight == before)
+        break;
+    }
+  }
+}
+
+int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_batch_t *out) {
+  if (!c->conns[0].smp)
+    return SAC_ESTATE;
+  uint64_t deadline = sac_clock_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+  for (;;) {
+    uint64_t now = sac_clock_ns();
+    top_up(c, now);
+    for (size_t j = 0; j < c->n; j++) {
+      size_t i = (c->rr_sample + j) % c->n;
+      conn_t *k = &c->conns[i];
+      size_t len = 0;
+      if (sac_net_recv(k->smp, c->rbuf, c->rcap, SAC_NET_DONTWAIT, &len, NULL) != 0)
+        continue;
+      k->last_reply_ns = sac_clock_ns();
+      if (k->inflight)
+        k->inflight--;
+      sac_wire_msg_t m;
+      sac_wire_reason_t why;
+      if (len >= c->rcap || sac_wire_decode(c->dec, c->rbuf, len, &c->lim, &m, &why) != 0 ||
+          m.type != SAC_WIRE_SAMPLE_BATCH) {
+        c->st.rejected_replies++;
+        k->backoff_until_ns = k->last_reply_ns + 10000000ull;
+        continue;
+      }
+      const sac_wire_sample_batch_t *b = &m.u.sample_batch;
+      if (b->n == 0) {
+        /* the shard could not serve (rate limiter timeout, empty, busy): ask again
+         * after a short pause rather than in a tight loop */
+        c->st.sample_errors++;
+        k->backoff_until_ns = k->last_reply_ns + 10000000ull;
+        continue;
+      }
+      request(c, k); /* keep `prefetch` requests in flight */
+      c->shard_map[b->shard_id] = (int16_t)i;
+      *out = (sac_replay_batch_t){.n = b->n,
+                                  .obs_dim = b->obs_dim,
+                                  .act_dim = b->act_dim,
+                                  .shard_id = b->shard_id,
+                                  .obs = b->obs,
+                                  .action = b->action,
+                                  .reward = b->reward,
+                                  .terminated = b->terminated,
+                                  .next_obs = b->next_obs,
+                                  .weights = b->weights,
+                                  .indices = b->indices};
+      c->rr_sample = i + 1;
+      c->st.samples_received++;
+      return 0;
+    }
+    now = sac_clock_ns();
+    if (now >= deadline)
+      return SAC_ETIMEOUT;
+    long left = (long)((deadline - now) / 1000000ull);
+    wait_sockets(c, 0, left > 100 ? 100 : (left < 1 ? 1 : left));
+  }
+}
+
+static int grow_updates(conn_t *k, size_t need) {
+  if (k->pcap >= need)
+    return 0;
+  size_t cap = need < 1024 ? 1024 : need;
+  uint64_t *ni = realloc(k->pidx, cap * sizeof *ni);
+  if (!ni)
+    return SAC_ENOMEM;
+  k->pidx = ni;
+  float *nv = realloc(k->pval, cap * sizeof *nv);
+  if (!nv)
+    return SAC_ENOMEM;
+  k->pval = nv;
+  k->pcap = cap;
+  return 0;
+}
+
+int sac_replay_client_update_priorities(sac_replay_client_t *c, size_t n, const uint64_t *indices,
+                                        const float *priorities) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(priorities[i]) || priorities[i] < 0.0f)
+      return SAC_EINVAL;
+  for (size_t i = 0; i < c->n; i++) {
+    c->conns[i].pn = 0;
+    if (grow_updates(&c->conns[i], n) != 0)
+      return SAC_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int16_t to = c->shard_map[SAC_WIRE_INDEX_SHARD(indices[i])];
+    if (to < 0) {
+      c->st.priority_updates_dropped++;
+      continue;
+    }
+    conn_t *k = &c->conns[to];
+    k->pidx[k->pn] = indices[i];
+    k->pval[k->pn] = priorities[i];
+    k->pn++;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    conn_t *k = &c->conns[i];
+    if (!k->pn || !k->smp)
+      continue;
+    sac_wire_msg_t m = {.type = SAC_WIRE_PRIORITY_UPDATE};
+    m.u.priority_update = (sac_wire_priority_update_t){(uint32_t)k->pn, k->pidx, k->pval};
+    size_t need = sac_wire_encoded_size(&m);
+    if (need > c->scap) {
+      unsigned char *nb = realloc(c->sbuf, need);
+      if (!nb)
+        return SAC_ENOMEM;
+      c->sbuf = nb;
+      c->scap = need;
+    }
+    size_t len = 0;
+    if (sac_wire_encode(&m, c->sbuf, c->scap, &len) != 0 ||
+        sac_net_send(k->smp, c->sbuf, len, SAC_NET_DONTWAIT) != 0) {
+      c->st.priority_updates_dropped += k->pn;
+      rc = SAC_EAGAIN;
+      continue;
+    }
+    c->st.priority_updates_sent += k->pn;
+  }
+  return rc;
+}
+
+int sac_replay_client_info(sac_replay_client_t *c, size_t shard, int timeout_ms, sac_wire_shard_info_t *out) {
+  if (shard >= c->n)
+    return SAC_EINVAL;
+  conn_t *k = &c->conns[shard];
+  sac_wire_msg_t m = {.type = SAC_WIRE_INFO_REQUEST};
+  unsigned char buf[32];
+  size_t len = 0;
+  if (sac_wire_encode(&m, buf, sizeof buf, &len) != 0)
+    return SAC_EINVAL;
+  uint64_t deadline = sac_clock_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
+  uint64_t resend_at = 0;
+  for (;;) {
+    uint64_t now = sac_clock_ns();
+    if (now >= resend_at) {
+      sac_net_send(k->info, buf, len, SAC_NET_DONTWAIT);
+      resend_at = now + 500000000ull;
+    }
+    size_t rlen = 0;
+    while (sac_net_recv(k->info, c->rbuf, c->rcap, SAC_NET_DONTWAIT, &rlen, NULL) == 0) {
+      sac_wire_msg_t r;
+      if (rlen < c->rcap && sac_wire_decode(c->dec, c->rbuf, rlen, NULL, &r, NULL) == 0 &&
+          r.type == SAC_WIRE_SHARD_INFO) {
+        *out = r.u.shard_info;
+        return 0;
+      }
+    }
+    if (now >= deadline)
+      return SAC_ETIMEOUT;
+    sac_net_pollitem_t it = {k->info, SAC_NET_POLLIN, 0};
+    long left = (long)((deadline - now) / 1000000ull);
+    sac_net_poll(&it, 1, left > 100 ? 100 : (left < 1 ? 1 : left));
+  }
+}

@@ -1,0 +1,110 @@
+/* The replay client library, used by actors (inserting) and learners (sampling and
+ * updating priorities). It talks to S shards over DEALER sockets and hides ZeroMQ.
+ *
+ * Actor side: sac_replay_client_insert() encodes a batch once into a window slot of the
+ * chosen shard and sends it. Each shard has a bounded window of unacknowledged batches
+ * (min(window, the shard's credit), at least 1); a full window makes insert wait for
+ * acks, up to its timeout, so a slow learner slows the actors (backpressure) and memory
+ * stays bounded. Unacknowledged batches are resent after a reconnect and after
+ * resend_ms without an ack; the shard drops duplicates by (actor, session, seq).
+ *
+ * Learner side: sac_replay_client_sample() keeps `prefetch` sample requests in flight
+ * per shard and returns whichever batch arrives first (fair across shards), sending a
+ * replacement request at once, so the learner rarely waits. Requests lost to a dead
+ * shard are reissued after their timeout. sac_replay_client_update_priorities() splits
+ * updates by the shard id inside each index and sends each shard its part.
+ *
+ * Not thread-safe: one client per thread. Allocates at creation; afterwards only when a
+ * batch larger than any before it needs a bigger window slot. */
+#ifndef SAC_REPLAY_CLIENT_H
+#define SAC_REPLAY_CLIENT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/net.h"
+#include "common/wire.h"
+
+typedef struct {
+  size_t n_shards;
+  const char *const *insert_endpoints; /* n_shards, or NULL for a sampling-only client */
+  const char *const *sample_endpoints; /* n_shards, or NULL for an inserting-only client */
+  sac_net_ctx_t *ctx;                  /* shared context, or NULL for the client's own */
+  uint32_t actor_id;
+  uint32_t window;          /* unacked batches per shard (1..64), default 16 */
+  uint32_t resend_ms;       /* resend unacked batches older than this, default 2000 */
+  uint32_t prefetch;        /* sample requests in flight per shard, default 2 */
+  uint32_t batch_size;      /* rows per sample request, default 256 */
+  float beta;               /* importance-sampling exponent sent with requests, default 0.4 */
+  uint32_t sample_timeout_ms; /* how long a shard may hold a request, default 1000 */
+  size_t max_msg_bytes;     /* default 4 MiB */
+  uint32_t obs_dim, act_dim; /* expected in sample batches (0: any) */
+  uint64_t session;         /* 0: random */
+} sac_replay_client_config_t;
+
+void sac_replay_client_config_default(sac_replay_client_config_t *c);
+
+typedef struct sac_replay_client sac_replay_client_t;
+
+/* Connects to every endpoint (asynchronously: shards may start later). NULL on failure
+ * (logged). */
+sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg);
+/* Closes sockets without waiting for unacknowledged batches (call flush first to keep
+ * them); idempotent, nulls *c. */
+void sac_replay_client_destroy(sac_replay_client_t **c);
+
+/* ---- actor side ---- */
+
+/* Sends batch t to shard (or round-robin when shard < 0). The client fills in
+ * actor_id, seq, session and acked_through; the rest of t is the caller's and is copied
+ * (encoded) before return. Waits up to timeout_ms for room in the shard's window.
+ * Returns 0 (sent or queued for sending), SAC_ETIMEOUT (window still full: nothing was
+ * sent, try again), SAC_EINVAL (a batch that fails validation, with a log line),
+ * SAC_ETOOBIG, SAC_ENOMEM. */
+int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_transitions_t *t, int timeout_ms);
+/* Processes acks, reconnects and resends without blocking longer than timeout_ms. */
+int sac_replay_client_poll(sac_replay_client_t *c, int timeout_ms);
+/* Waits until every batch was acknowledged; 0 or SAC_ETIMEOUT. */
+int sac_replay_client_flush(sac_replay_client_t *c, int timeout_ms);
+/* Batches sent and not yet acknowledged, over all shards. */
+uint32_t sac_replay_client_unacked(const sac_replay_client_t *c);
+
+/* ---- learner side ---- */
+
+/* A sampled batch; every pointer is valid until the next sample or info call on this
+ * client.
+ * obs/next_obs (n, obs_dim), action (n, act_dim), reward/terminated/weights (n) f32,
+ * indices (n) for sac_replay_client_update_priorities. */
+typedef struct {
+  uint32_t n, obs_dim, act_dim, shard_id;
+  const float *obs, *action, *reward, *terminated, *next_obs, *weights;
+  const uint64_t *indices;
+} sac_replay_batch_t;
+
+/* The next batch from any shard, waiting up to timeout_ms. 0; SAC_ETIMEOUT (no shard
+ * answered with a batch in time: the rate limiter is holding the learner back, or no
+ * shard is up). Shard errors (e.g. a rate-limiter timeout) are counted and not returned. */
+int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_batch_t *out);
+/* Sends new priorities (finite, >= 0) for indices from sampled batches, each to the
+ * shard that owns it. 0; SAC_EINVAL (non-finite or negative priority: nothing sent);
+ * SAC_EAGAIN (a shard's queue was full: that part was dropped). */
+int sac_replay_client_update_priorities(sac_replay_client_t *c, size_t n, const uint64_t *indices,
+                                        const float *priorities);
+
+/* ---- both ---- */
+
+/* Asks shard (by position in the endpoint lists) for its ShardInfo, over a separate
+ * socket to its sample endpoint if any, else its insert endpoint, so sampling and
+ * inserting are not disturbed (it reuses the client's decoder, so the last sampled
+ * batch's pointers become invalid). 0 or SAC_ETIMEOUT. For tools and tests. */
+int sac_replay_client_info(sac_replay_client_t *c, size_t shard, int timeout_ms, sac_wire_shard_info_t *out);
+
+typedef struct {
+  uint64_t batches_sent, batches_acked, batches_resent, duplicates_acked, insert_errors, insert_timeouts;
+  uint64_t reconnects;
+  uint64_t samples_received, sample_errors, sample_requests_sent, sample_requests_reissued;
+  uint64_t priority_updates_sent, priority_updates_dropped;
+  uint64_t rejected_replies; /* replies from a shard that failed validation */
+} sac_replay_client_stats_t;
+void sac_replay_client_stats(const sac_replay_client_t *c, sac_replay_client_stats_t *out);
+
+#endif

@@ -1,0 +1,186 @@
+/* sac-replay: one replay shard as a process. A thin main around replay/server.h: reads
+ * the configuration (defaults < config file < SAC_* environment < command line, with
+ * --help and --version), serves until SIGINT or SIGTERM, writes a final snapshot and
+ * exits 0. SIGUSR1 asks for a snapshot now.
+ *
+ * Exit codes: 0 stopped cleanly (or --help/--version), 2 configuration error,
+ * 3 unusable snapshot (refused), 4 cannot bind, 1 anything else (e.g. the final
+ * snapshot failed). */
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "replay/server.h"
+
+typedef struct {
+  int shard_id;
+  char insert_endpoint[256];
+  char sample_endpoint[256];
+  int64_t capacity;
+  int obs_dim, act_dim;
+  int fp16_obs, fp16_actions;
+  char sampler[32];
+  double alpha, priority_eps;
+  int64_t min_size;
+  double samples_per_insert, error_buffer;
+  int max_batch_rows, max_sample_batch, max_actors, max_streams;
+  int64_t seed;
+  int64_t max_msg_bytes;
+  int insert_credit, max_pending_samples, max_sample_timeout_ms, max_env_id;
+  char snapshot_path[1024];
+  double snapshot_interval_s;
+  int start_empty_on_bad_snapshot;
+  char ready_file[1024];
+} opts_t;
+
+#define O(f) offsetof(opts_t, f)
+static const sac_cfg_opt_t k_opts[] = {
+    {"shard_id", SAC_CFG_INT, O(shard_id), 0, "0", 0, 4095, "this shard's id (in every sample index)"},
+    {"insert_endpoint", SAC_CFG_STRING, O(insert_endpoint), 256, "tcp://*:5560", SAC_CFG_UNBOUNDED,
+     "ZeroMQ endpoint for inserts from actors (tcp://host:* picks a free port)"},
+    {"sample_endpoint", SAC_CFG_STRING, O(sample_endpoint), 256, "tcp://*:5561", SAC_CFG_UNBOUNDED,
+     "ZeroMQ endpoint for sample requests and priority updates from learners"},
+    {"capacity", SAC_CFG_INT64, O(capacity), 0, "1000000", 1024, 4294967294.0, "transitions the ring holds"},
+    {"obs_dim", SAC_CFG_INT, O(obs_dim), 0, "17", 1, 65536, "observation size"},
+    {"act_dim", SAC_CFG_INT, O(act_dim), 0, "6", 1, 65536, "action size"},
+    {"fp16_obs", SAC_CFG_BOOL, O(fp16_obs), 0, "0", SAC_CFG_UNBOUNDED, "store observations as float16"},
+    {"fp16_actions", SAC_CFG_BOOL, O(fp16_actions), 0, "0", SAC_CFG_UNBOUNDED, "store actions as float16"},
+    {"sampler", SAC_CFG_STRING, O(sampler), 32, "uniform", SAC_CFG_UNBOUNDED, "uniform | prioritized"},
+    {"alpha", SAC_CFG_DOUBLE, O(alpha), 0, "0.6", 0, 10, "prioritized: priority exponent"},
+    {"priority_eps", SAC_CFG_DOUBLE, O(priority_eps), 0, "1e-6", 0, 1e6, "prioritized: added to priorities"},
+    {"min_size", SAC_CFG_INT64, O(min_size), 0, "1000", 1, 4294967294.0, "transitions before sampling starts"},
+    {"samples_per_insert", SAC_CFG_DOUBLE, O(samples_per_insert), 0, "0", 0, 1e9,
+     "sampled transitions allowed per inserted one (0: no ratio limit); batch x updates per step"},
+    {"error_buffer", SAC_CFG_DOUBLE, O(error_buffer), 0, "0", 0, 1e18,
+     "rate limiter slack in sampled transitions (0: automatic)"},
+    {"max_batch_rows", SAC_CFG_INT, O(max_batch_rows), 0, "4096", 1, 1 << 24, "rows per inserted batch"},
+    {"max_sample_batch", SAC_CFG_INT, O(max_sample_batch), 0, "4096", 1, 1 << 20, "rows per sample request"},
+    {"max_actors", SAC_CFG_INT, O(max_actors), 0, "4096", 1, 1 << 24, "actors tracked for deduplication"},
+    {"max_streams", SAC_CFG_INT, O(max_streams), 0, "65536", 1, 1 << 28, "(actor, env) streams remembered"},
+    {"seed", SAC_CFG_INT64, O(seed), 0, "1", SAC_CFG_UNBOUNDED, "sampling seed"},
+    {"max_msg_bytes", SAC_CFG_INT64, O(max_msg_bytes), 0, "4194304", 4096, 1073741824.0,
+     "largest message accepted (ZMQ_MAXMSGSIZE is twice this)"},
+    {"insert_credit", SAC_CFG_INT, O(insert_credit), 0, "16", 1, 64, "unacknowledged batches per actor"},
+    {"max_pending_samples", SAC_CFG_INT, O(max_pending_samples), 0, "1024", 1, 1 << 20,
+     "sample requests the rate limiter may hold"},
+    {"max_sample_timeout_ms", SAC_CFG_INT, O(max_sample_timeout_ms), 0, "10000", 0, 600000,
+     "longest a sample request may wait"},
+    {"max_env_id", SAC_CFG_INT, O(max_env_id), 0, "1048576", 1, 2147483647.0, "env ids must be below this"},
+    {"snapshot_path", SAC_CFG_STRING, O(snapshot_path), 1024, "", SAC_CFG_UNBOUNDED,
+     "snapshot file (empty: no snapshots); restored at start"},
+    {"snapshot_interval_s", SAC_CFG_DOUBLE, O(snapshot_interval_s), 0, "60", 0, 1e9,
+     "seconds between snapshots (0: only at shutdown)"},
+    {"start_empty_on_bad_snapshot", SAC_CFG_BOOL, O(start_empty_on_bad_snapshot), 0, "0", SAC_CFG_UNBOUNDED,
+     "move an unusable snapshot aside and start empty instead of refusing to start"},
+    {"ready_file", SAC_CFG_STRING, O(ready_file), 1024, "", SAC_CFG_UNBOUNDED,
+     "write the bound endpoints and pid here once serving (for scripts and tests)"},
+};
+#undef O
+
+static sac_replay_server_t *volatile g_srv;
+
+static void on_stop(int sig) {
+  (void)sig;
+  if (g_srv)
+    sac_replay_server_stop(g_srv);
+}
+
+static void on_snapshot(int sig) {
+  (void)sig;
+  if (g_srv)
+    sac_replay_server_request_snapshot(g_srv);
+}
+
+static int write_ready(const char *path, const sac_replay_server_t *s) {
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f)
+    return SAC_EIO;
+  fprintf(f, "insert=%s\nsample=%s\npid=%ld\n", sac_replay_server_insert_endpoint(s),
+          sac_replay_server_sample_endpoint(s), (long)getpid());
+  if (fclose(f) != 0 || rename(tmp, path) != 0)
+    return SAC_EIO;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  opts_t o;
+  memset(&o, 0, sizeof o);
+  int action = SAC_CFG_RUN;
+  if (sac_config_load(k_opts, sizeof k_opts / sizeof k_opts[0], &o, argc, argv,
+                      "sac-replay: one replay shard (storage, samplers, rate limiter, snapshots) serving actors and "
+                      "learners over ZeroMQ.",
+                      &action) != 0)
+    return 2;
+  if (action == SAC_CFG_EXIT_OK)
+    return 0;
+  sac_replay_server_config_t c;
+  sac_replay_server_config_default(&c);
+  c.shard.shard_id = (uint32_t)o.shard_id;
+  c.shard.capacity = (uint64_t)o.capacity;
+  c.shard.obs_dim = (uint32_t)o.obs_dim;
+  c.shard.act_dim = (uint32_t)o.act_dim;
+  c.shard.obs_f16 = o.fp16_obs;
+  c.shard.act_f16 = o.fp16_actions;
+  if (!strcasecmp(o.sampler, "uniform")) {
+    c.shard.sampler = SAC_REPLAY_UNIFORM;
+  } else if (!strcasecmp(o.sampler, "prioritized") || !strcasecmp(o.sampler, "prioritised")) {
+    c.shard.sampler = SAC_REPLAY_PRIORITIZED;
+  } else {
+    SAC_ERROR("replay", "sampler must be uniform or prioritized, not '%s'", o.sampler);
+    return 2;
+  }
+  c.shard.alpha = o.alpha;
+  c.shard.priority_eps = o.priority_eps;
+  c.shard.min_size = (uint64_t)o.min_size;
+  c.shard.samples_per_insert = o.samples_per_insert;
+  c.shard.error_buffer = o.error_buffer;
+  c.shard.max_batch_rows = (uint32_t)o.max_batch_rows;
+  c.shard.max_sample_batch = (uint32_t)o.max_sample_batch;
+  c.shard.max_actors = (uint32_t)o.max_actors;
+  c.shard.max_streams = (uint32_t)o.max_streams;
+  c.shard.seed = (uint64_t)o.seed;
+  snprintf(c.insert_endpoint, sizeof c.insert_endpoint, "%s", o.insert_endpoint);
+  snprintf(c.sample_endpoint, sizeof c.sample_endpoint, "%s", o.sample_endpoint);
+  c.max_msg_bytes = (size_t)o.max_msg_bytes;
+  c.insert_credit = (uint32_t)o.insert_credit;
+  c.max_pending_samples = (uint32_t)o.max_pending_samples;
+  c.max_sample_timeout_ms = (uint32_t)o.max_sample_timeout_ms;
+  c.max_env_id = (uint32_t)o.max_env_id;
+  snprintf(c.snapshot_path, sizeof c.snapshot_path, "%s", o.snapshot_path);
+  c.snapshot_interval_s = o.snapshot_interval_s;
+  c.start_empty_on_bad_snapshot = o.start_empty_on_bad_snapshot;
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  sa.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &sa, NULL);
+
+  int err = 0;
+  sac_replay_server_t *srv = sac_replay_server_new(&c, NULL, &err);
+  if (!srv)
+    return err == SAC_ECONFIG ? (c.snapshot_path[0] && access(c.snapshot_path, F_OK) == 0 ? 3 : 2)
+                              : (err == SAC_ENET ? 4 : 1);
+  g_srv = srv;
+  sa.sa_handler = on_stop;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sa.sa_handler = on_snapshot;
+  sigaction(SIGUSR1, &sa, NULL);
+  if (o.ready_file[0] && write_ready(o.ready_file, srv) != 0)
+    SAC_WARN("replay", "cannot write the ready file %s", o.ready_file);
+  int rc = sac_replay_server_run(srv);
+  g_srv = NULL;
+  sac_replay_server_destroy(&srv);
+  SAC_INFO("replay", "stopped%s", rc ? " (the final snapshot failed)" : "");
+  return rc ? 1 : 0;
+}

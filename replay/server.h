@@ -1,0 +1,103 @@
+/* The replay shard server: one shard (shard.h) behind two ZeroMQ ROUTER endpoints, one
+ * for inserts from actors and one for sample requests, priority updates and info
+ * requests from learners. It runs on one thread, given endpoint strings and optionally
+ * a shared network context, so the learner can embed S shards in its own process over
+ * inproc:// and `sac-replay` is a thin main around the same code over tcp://.
+ *
+ * Flow control: each stored batch is acknowledged (InsertAck: the batch's seq, the
+ * actor's cumulative acked_seq, and credit = how many batches the actor may keep
+ * unacknowledged). When the rate limiter holds inserts back the server parks the batch,
+ * stops reading the insert endpoint (so ZeroMQ and TCP push back on the actors, whose
+ * windows then fill) and grants credit 1 until it can store again; memory stays bounded
+ * by the actors' windows. Sample requests the limiter holds back are queued (bounded)
+ * until they can be served or their timeout passes (then answered with an error).
+ *
+ * Every message is decoded and validated by common/wire.h; a rejected one is logged
+ * (rate-limited per reason), counted per reason and answered with an error, and the
+ * server goes on serving everyone else. Snapshots are taken every snapshot_interval_s
+ * and when the server stops; at start the last snapshot is restored, and an unusable
+ * one stops the start with a clear error unless start_empty_on_bad_snapshot is set
+ * (then it is moved aside to <path>.bad-<time> and the shard starts empty).
+ *
+ * Thread-safety: sac_replay_server_stop and sac_replay_server_stats may be called from
+ * any thread (stop also from a signal handler); everything else from the owner. */
+#ifndef SAC_REPLAY_SERVER_H
+#define SAC_REPLAY_SERVER_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/net.h"
+#include "common/wire.h"
+#include "replay/shard.h"
+
+typedef struct {
+  sac_replay_shard_config_t shard;
+  char insert_endpoint[256];    /* e.g. tcp port 5560 on all interfaces, "inproc://replay-0-insert" */
+  char sample_endpoint[256];    /* e.g. tcp port 5561 on all interfaces */
+  size_t max_msg_bytes;         /* also ZMQ_MAXMSGSIZE (twice this: see REPLAY.md) */
+  uint32_t insert_credit;       /* batches each actor may keep unacknowledged (<= 64) */
+  uint32_t max_pending_samples; /* sample requests queued by the rate limiter */
+  uint32_t max_sample_timeout_ms; /* caps the timeout a request asks for */
+  uint32_t max_env_id;
+  char snapshot_path[1024]; /* "" : no snapshots */
+  double snapshot_interval_s; /* <= 0: only when stopping */
+  int start_empty_on_bad_snapshot;
+} sac_replay_server_config_t;
+
+/* Defaults: shard defaults, tcp ports 5560 and 5561 on all interfaces, 4 MiB messages, credit 16,
+ * 1024 pending samples, 10 s maximum sample timeout, env ids < 2^20, no snapshots,
+ * interval 60 s. */
+void sac_replay_server_config_default(sac_replay_server_config_t *c);
+
+/* Counters and gauges for metrics (issue 5 exports them). */
+typedef struct {
+  sac_replay_shard_stats_t shard;
+  uint64_t rejected_total[SAC_WIRE_R_COUNT]; /* per sac_wire_reason_t */
+  uint64_t messages_total;
+  uint64_t insert_waits_total;   /* batches the rate limiter parked */
+  double insert_wait_seconds_total;
+  uint64_t sample_waits_total;   /* requests the rate limiter queued */
+  double sample_wait_seconds_total;
+  uint64_t sample_timeouts_total; /* queued requests answered with a timeout */
+  uint64_t sample_busy_total;     /* requests refused because the queue was full */
+  uint64_t replies_dropped_total; /* acks/batches to peers that are gone or full */
+  uint64_t info_requests_total;
+  uint32_t pending_samples;
+  int insert_parked;
+  uint64_t snapshots_total, snapshot_failures_total;
+  uint64_t snapshot_inserted_total; /* inserted_rows_total covered by the last snapshot */
+  uint64_t last_snapshot_unix_ns;   /* 0: none yet (age = now - this) */
+  double last_snapshot_seconds;     /* how long writing it took */
+  uint64_t last_snapshot_bytes;
+  uint64_t restored_transitions;    /* restored from a snapshot at start */
+} sac_replay_stats_t;
+
+typedef struct sac_replay_server sac_replay_server_t;
+
+/* Creates the shard, restores its snapshot and binds both endpoints. ctx may be NULL
+ * (the server makes its own) or shared (the server takes a reference). NULL on failure,
+ * logged, with *err (when not NULL): SAC_ECONFIG (bad config or unusable snapshot),
+ * SAC_ENET (cannot bind), SAC_ENOMEM. */
+sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg, sac_net_ctx_t *ctx, int *err);
+/* Endpoints actually bound (with the port chosen for "tcp://host:*"). */
+const char *sac_replay_server_insert_endpoint(const sac_replay_server_t *s);
+const char *sac_replay_server_sample_endpoint(const sac_replay_server_t *s);
+
+/* Serves on the calling thread until sac_replay_server_stop; then writes the final
+ * snapshot. 0, or SAC_EIO when that final snapshot failed. */
+int sac_replay_server_run(sac_replay_server_t *s);
+/* Serves on a new thread. 0 or SAC_ESTATE (already running) / SAC_ENOMEM. */
+int sac_replay_server_start(sac_replay_server_t *s);
+/* Asks the server to stop (async-signal-safe; returns at once). */
+void sac_replay_server_stop(sac_replay_server_t *s);
+/* Asks for a snapshot at the next loop iteration (async-signal-safe). */
+void sac_replay_server_request_snapshot(sac_replay_server_t *s);
+/* Waits for the thread of sac_replay_server_start; returns what run returned. */
+int sac_replay_server_join(sac_replay_server_t *s);
+/* Stops, joins and frees (closing its sockets); idempotent, nulls *s. */
+void sac_replay_server_destroy(sac_replay_server_t **s);
+
+/* A copy of the counters as of the server's last loop iteration. */
+void sac_replay_server_stats(sac_replay_server_t *s, sac_replay_stats_t *out);
+
+#endif

@@ -1,0 +1,662 @@
+/* A replay shard's state machine (see shard.h).
+ *
+ * Snapshot payload (after the snapshot.h header), all little-endian:
+ *   meta      32 x u64 (see enum meta below; doubles stored as their bits)
+ *   obs       filled x obs_row bytes      act   filled x act_row bytes
+ *   reward    filled x f32                next  filled x u32       flags  filled x u8
+ *   leaves    filled x f32 (prioritised shards only)
+ *   actors    n_actors x {u32 actor, u32 0, u64 session, u64 last_seq, u64 bitmap}
+ *   streams   n_streams x {u32 actor, u32 env, u64 serial + 1}
+ * where filled = min(alloc_count, capacity): slots are handed out in order from 0, so
+ * the used region is always a prefix. */
+#include "replay/shard.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "replay/ratelimit.h"
+#include "replay/sampler.h"
+#include "replay/snapshot.h"
+#include "replay/storage.h"
+
+typedef struct {
+  uint32_t actor, used;
+  uint64_t session, last, bits; /* bits: bit i set = seq last + 1 + i stored */
+} actor_t;
+
+struct sac_replay_shard {
+  sac_replay_shard_config_t cfg;
+  sac_replay_storage_t st;
+  sac_replay_sumtree_t tree;
+  int prioritized;
+  sac_replay_limiter_t lim;
+  sac_rng_t rng;
+  actor_t *actors;
+  uint32_t actors_mask, n_actors;
+  /* sample scratch, max_sample_batch rows */
+  uint32_t *slots;
+  float *obs, *act, *rew, *term, *next_obs, *weights;
+  uint64_t *indices;
+  /* counters */
+  uint64_t inserted_batches, duplicate_batches, sampled_rows, sample_batches;
+  uint64_t prio_updates, prio_stale, prio_foreign, acked_lost;
+};
+
+void sac_replay_shard_config_default(sac_replay_shard_config_t *c) {
+  memset(c, 0, sizeof *c);
+  c->capacity = 1000000;
+  c->obs_dim = 17;
+  c->act_dim = 6;
+  c->sampler = SAC_REPLAY_UNIFORM;
+  c->alpha = 0.6;
+  c->priority_eps = 1e-6;
+  c->min_size = 1000;
+  c->samples_per_insert = 0.0;
+  c->error_buffer = 0.0;
+  c->max_batch_rows = 4096;
+  c->max_sample_batch = 4096;
+  c->max_actors = 4096;
+  c->max_streams = 65536;
+  c->seed = 1;
+}
+
+const sac_replay_shard_config_t *sac_replay_shard_config(const sac_replay_shard_t *sh) { return &sh->cfg; }
+
+static uint32_t pow2_at_least(uint64_t x) {
+  uint64_t p = 16;
+  while (p < x)
+    p <<= 1;
+  return (uint32_t)p;
+}
+
+sac_replay_shard_t *sac_replay_shard_new(const sac_replay_shard_config_t *cfg, int *err) {
+  int dummy;
+  if (!err)
+    err = &dummy;
+  *err = SAC_EINVAL;
+  if (cfg->shard_id >= SAC_WIRE_MAX_SHARDS) {
+    SAC_ERROR("replay", "shard_id %u must be < %u", cfg->shard_id, SAC_WIRE_MAX_SHARDS);
+    return NULL;
+  }
+  if (cfg->capacity < 4ull * cfg->max_batch_rows || cfg->capacity >= UINT32_MAX) {
+    SAC_ERROR("replay", "capacity %llu must be at least 4 x max_batch_rows (%u) and below 2^32",
+              (unsigned long long)cfg->capacity, cfg->max_batch_rows);
+    return NULL;
+  }
+  if (cfg->max_sample_batch == 0 || cfg->max_actors == 0 || cfg->max_actors > (1u << 24) ||
+      !(cfg->alpha >= 0.0 && cfg->alpha <= 10.0) || !(cfg->priority_eps >= 0.0) ||
+      !isfinite(cfg->samples_per_insert) || !isfinite(cfg->error_buffer)) {
+    SAC_ERROR("replay", "invalid shard configuration (sample batch, actors, alpha, eps or limiter)");
+    return NULL;
+  }
+  sac_replay_shard_t *sh = calloc(1, sizeof *sh);
+  if (!sh) {
+    *err = SAC_ENOMEM;
+    return NULL;
+  }
+  sh->cfg = *cfg;
+  sac_replay_storage_config_t sc = {cfg->capacity, cfg->obs_dim, cfg->act_dim, cfg->obs_f16,
+                                    cfg->act_f16,  cfg->max_batch_rows, cfg->max_streams};
+  int rc = sac_replay_storage_init(&sh->st, &sc);
+  if (rc) {
+    SAC_ERROR("replay", "cannot create storage for %llu transitions: %s", (unsigned long long)cfg->capacity,
+              sac_strerror(rc));
+    *err = rc;
+    free(sh);
+    return NULL;
+  }
+  sh->prioritized = cfg->sampler == SAC_REPLAY_PRIORITIZED;
+  if (sh->prioritized) {
+    rc = sac_replay_sumtree_init(&sh->tree, cfg->capacity);
+    if (rc)
+      goto fail;
+    sh->st.tree = &sh->tree;
+  }
+  sac_replay_limiter_init(&sh->lim, cfg->samples_per_insert, cfg->min_size, cfg->error_buffer,
+                          cfg->max_batch_rows, cfg->max_sample_batch);
+  sac_rng_init(&sh->rng, cfg->seed, ((uint64_t)3 << 40) | cfg->shard_id);
+  uint32_t na = pow2_at_least(2ull * cfg->max_actors);
+  sh->actors = calloc(na, sizeof *sh->actors);
+  sh->actors_mask = na - 1;
+  size_t B = cfg->max_sample_batch;
+  sh->slots = malloc(B * sizeof *sh->slots);
+  sh->obs = malloc(B * cfg->obs_dim * sizeof(float));
+  sh->next_obs = malloc(B * cfg->obs_dim * sizeof(float));
+  sh->act = malloc(B * cfg->act_dim * sizeof(float));
+  sh->rew = malloc(B * sizeof(float));
+  sh->term = malloc(B * sizeof(float));
+  sh->weights = malloc(B * sizeof(float));
+  sh->indices = malloc(B * sizeof(uint64_t));
+  rc = SAC_ENOMEM;
+  if (!sh->actors || !sh->slots || !sh->obs || !sh->next_obs || !sh->act || !sh->rew || !sh->term ||
+      !sh->weights || !sh->indices)
+    goto fail;
+  *err = 0;
+  return sh;
+fail:
+  SAC_ERROR("replay", "cannot allocate the shard: %s", sac_strerror(rc));
+  *err = rc;
+  sac_replay_shard_destroy(&sh);
+  return NULL;
+}
+
+void sac_replay_shard_destroy(sac_replay_shard_t **shp) {
+  if (!shp || !*shp)
+    return;
+  sac_replay_shard_t *sh = *shp;
+  sac_replay_storage_close(&sh->st);
+  if (sh->prioritized)
+    sac_replay_sumtree_close(&sh->tree);
+  free(sh->actors);
+  free(sh->slots);
+  free(sh->obs);
+  free(sh->next_obs);
+  free(sh->act);
+  free(sh->rew);
+  free(sh->term);
+  free(sh->weights);
+  free(sh->indices);
+  free(sh);
+  *shp = NULL;
+}
+
+/* ------------------------------------------------------------------ dedup */
+
+static uint32_t hash_u32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+static actor_t *actor_get(sac_replay_shard_t *sh, uint32_t actor, int create) {
+  uint32_t mask = sh->actors_mask;
+  for (uint32_t h = hash_u32(actor) & mask, probes = 0; probes <= mask; h = (h + 1) & mask, probes++) {
+    actor_t *a = &sh->actors[h];
+    if (!a->used) {
+      if (!create || sh->n_actors >= sh->cfg.max_actors)
+        return NULL;
+      memset(a, 0, sizeof *a);
+      a->used = 1;
+      a->actor = actor;
+      sh->n_actors++;
+      return a;
+    }
+    if (a->actor == actor)
+      return a;
+  }
+  return NULL;
+}
+
+static void actor_advance(actor_t *a) {
+  while (a->bits & 1u) {
+    a->last++;
+    a->bits >>= 1;
+  }
+}
+
+sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
+                                        sac_replay_insert_result_t *res) {
+  memset(res, 0, sizeof *res);
+  actor_t *a = actor_get(sh, t->actor_id, 1);
+  if (!a) {
+    SAC_WARN("replay", "batch from actor %u refused: already tracking max_actors=%u actors", t->actor_id,
+             sh->cfg.max_actors);
+    res->kind = SAC_REPLAY_SEQ_REJECT;
+    res->reason = SAC_WIRE_R_VALUE;
+    return res->kind;
+  }
+  if (a->session != t->session) {
+    if (a->session || a->last)
+      SAC_INFO("replay", "actor %u started a new session; its dedup window is reset", t->actor_id);
+    a->session = t->session;
+    a->last = 0;
+    a->bits = 0;
+  }
+  if (t->acked_through > a->last) {
+    /* The client was told these were stored, but this shard does not have them: it
+     * restarted from an older snapshot. They are gone; move the window past them. */
+    uint64_t d = t->acked_through - a->last;
+    uint64_t lost = d;
+    for (uint64_t i = 0; i < d && i < 64; i++)
+      lost -= (a->bits >> i) & 1u;
+    if (lost) {
+      sh->acked_lost += lost;
+      SAC_WARN("replay", "actor %u: %llu acknowledged batches up to seq %llu are not in this shard "
+               "(restarted from an older snapshot)", t->actor_id, (unsigned long long)lost,
+               (unsigned long long)t->acked_through);
+    }
+    a->bits = d >= 64 ? 0 : a->bits >> d;
+    a->last = t->acked_through;
+    actor_advance(a);
+  }
+  res->acked_seq = a->last;
+  if (t->seq <= a->last || (t->seq - a->last <= 64 && ((a->bits >> (t->seq - a->last - 1)) & 1u))) {
+    res->kind = SAC_REPLAY_SEQ_DUPLICATE;
+  } else if (t->seq - a->last > 64) {
+    res->kind = SAC_REPLAY_SEQ_REJECT;
+    res->reason = SAC_WIRE_R_WINDOW;
+  } else {
+    res->kind = SAC_REPLAY_SEQ_NEW;
+  }
+  return res->kind;
+}
+
+int sac_replay_shard_insert(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
+                            sac_replay_insert_result_t *res) {
+  sac_replay_seq_t kind = sac_replay_shard_check(sh, t, res);
+  if (kind == SAC_REPLAY_SEQ_DUPLICATE) {
+    sh->duplicate_batches++;
+    return 0;
+  }
+  if (kind == SAC_REPLAY_SEQ_REJECT)
+    return SAC_EINVAL;
+  uint32_t stored = 0;
+  int rc = sac_replay_storage_insert(&sh->st, t->actor_id, t, &stored);
+  if (rc) {
+    res->kind = SAC_REPLAY_SEQ_REJECT;
+    res->reason = SAC_WIRE_R_DIMS;
+    return rc;
+  }
+  actor_t *a = actor_get(sh, t->actor_id, 0);
+  a->bits |= 1ull << (t->seq - a->last - 1);
+  actor_advance(a);
+  res->acked_seq = a->last;
+  res->stored = stored;
+  sac_replay_limiter_inserted(&sh->lim, stored);
+  sh->inserted_batches++;
+  return 0;
+}
+
+int sac_replay_shard_can_insert(const sac_replay_shard_t *sh, uint32_t n) {
+  return sac_replay_limiter_can_insert(&sh->lim, n);
+}
+
+int sac_replay_shard_can_sample(const sac_replay_shard_t *sh, uint32_t n) {
+  return sac_replay_limiter_can_sample(&sh->lim, sh->st.size, n);
+}
+
+/* ------------------------------------------------------------------ sampling */
+
+int sac_replay_shard_sample(sac_replay_shard_t *sh, uint32_t n, float beta, sac_replay_sample_t *out) {
+  if (n == 0 || n > sh->cfg.max_sample_batch)
+    return SAC_EINVAL;
+  int rc;
+  if (sh->prioritized) {
+    rc = sac_replay_sample_prioritized(&sh->st, &sh->tree, &sh->rng, n, beta, sh->slots, sh->weights);
+  } else {
+    rc = sac_replay_sample_uniform(&sh->st, &sh->rng, n, sh->slots);
+    for (uint32_t i = 0; i < n && rc == 0; i++)
+      sh->weights[i] = 1.0f;
+  }
+  if (rc)
+    return rc;
+  sac_replay_storage_gather(&sh->st, sh->slots, n, sh->obs, sh->act, sh->rew, sh->term, sh->next_obs);
+  for (uint32_t i = 0; i < n; i++)
+    sh->indices[i] = SAC_WIRE_INDEX(sh->cfg.shard_id, sac_replay_storage_generation(&sh->st, sh->slots[i]),
+                                    sh->slots[i]);
+  *out = (sac_replay_sample_t){.n = n,
+                               .obs_dim = sh->cfg.obs_dim,
+                               .act_dim = sh->cfg.act_dim,
+                               .shard_id = sh->cfg.shard_id,
+                               .obs = sh->obs,
+                               .action = sh->act,
+                               .reward = sh->rew,
+                               .terminated = sh->term,
+                               .next_obs = sh->next_obs,
+                               .weights = sh->weights,
+                               .indices = sh->indices};
+  sac_replay_limiter_sampled(&sh->lim, n);
+  sh->sampled_rows += n;
+  sh->sample_batches++;
+  return 0;
+}
+
+void sac_replay_shard_update_priorities(sac_replay_shard_t *sh, uint32_t n, const uint64_t *indices,
+                                        const float *priorities, uint32_t *applied, uint32_t *stale,
+                                        uint32_t *foreign) {
+  uint32_t ok = 0, old = 0, bad = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t ix = indices[i];
+    uint32_t slot = SAC_WIRE_INDEX_SLOT(ix);
+    if (SAC_WIRE_INDEX_SHARD(ix) != sh->cfg.shard_id || slot >= sh->cfg.capacity) {
+      bad++;
+      continue;
+    }
+    float p = priorities[i];
+    if (!isfinite(p) || p < 0.0f) {
+      bad++;
+      continue;
+    }
+    if (!sh->prioritized) {
+      ok++;
+      continue;
+    }
+    if (sac_replay_priority_set(&sh->st, &sh->tree, slot, SAC_WIRE_INDEX_GEN(ix), p, sh->cfg.alpha,
+                                sh->cfg.priority_eps))
+      ok++;
+    else
+      old++;
+  }
+  sh->prio_updates += ok;
+  sh->prio_stale += old;
+  sh->prio_foreign += bad;
+  if (applied)
+    *applied = ok;
+  if (stale)
+    *stale = old;
+  if (foreign)
+    *foreign = bad;
+}
+
+void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats_t *o) {
+  memset(o, 0, sizeof *o);
+  o->size = sh->st.size;
+  o->capacity = sh->cfg.capacity;
+  o->filled = sac_replay_storage_filled(&sh->st);
+  o->inserted_rows_total = sh->st.rows_inserted;
+  o->inserted_batches_total = sh->inserted_batches;
+  o->duplicate_batches_total = sh->duplicate_batches;
+  o->sampled_rows_total = sh->sampled_rows;
+  o->sample_batches_total = sh->sample_batches;
+  o->priority_updates_total = sh->prio_updates;
+  o->priority_stale_total = sh->prio_stale;
+  o->priority_foreign_total = sh->prio_foreign;
+  o->acked_batches_lost_total = sh->acked_lost;
+  o->obs_only_slots = sh->st.obs_only_slots;
+  o->tails_reused_total = sh->st.tails_reused;
+  o->actors = sh->n_actors;
+  double extra = sh->prioritized ? (double)(sizeof(double) + sizeof(float)) : 0.0;
+  o->bytes_per_slot = sac_replay_storage_bytes_per_slot(&sh->st) + extra;
+  o->bytes_per_transition = sac_replay_storage_bytes_per_transition(&sh->st, extra);
+  o->limiter_spi = sh->lim.spi;
+  o->limiter_diff = sh->lim.diff;
+  o->limiter_min_diff = sh->lim.min_diff;
+  o->limiter_max_diff = sh->lim.max_diff;
+  o->limiter_min_size = sh->lim.min_size;
+  o->can_insert = sac_replay_shard_can_insert(sh, 1);
+  o->can_sample = sac_replay_shard_can_sample(sh, 1);
+}
+
+/* ------------------------------------------------------------------ snapshots */
+
+enum meta {
+  M_VERSION, M_SHARD, M_CAPACITY, M_OBS_DIM, M_ACT_DIM, M_OBS_F16, M_ACT_F16, M_SAMPLER,
+  M_ALLOC, M_SIZE, M_ROWS, M_OBS_ONLY, M_TAILS, M_LIM_INS, M_LIM_SMP, M_LIM_DIFF,
+  M_N_ACTORS, M_N_STREAMS, M_MAX_LEAF, M_BATCHES, M_DUPS, M_SAMPLED, M_SAMPLE_BATCHES, M_PRIO,
+  M_PRIO_STALE, M_PRIO_FOREIGN, M_LOST, M_COUNT = 32
+};
+#define PAYLOAD_VERSION 1u
+
+static uint64_t dbits(double d) {
+  uint64_t u;
+  memcpy(&u, &d, 8);
+  return u;
+}
+static double bitsd(uint64_t u) {
+  double d;
+  memcpy(&d, &u, 8);
+  return d;
+}
+
+typedef struct {
+  uint32_t actor, zero;
+  uint64_t session, last, bits;
+} actor_rec_t;
+
+int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *bytes) {
+  sac_replay_storage_t *st = &sh->st;
+  uint64_t filled = sac_replay_storage_filled(st);
+  uint64_t n_streams = 0;
+  for (uint32_t i = 0; i <= st->streams_mask; i++)
+    n_streams += st->streams[i].serial1 != 0;
+  uint64_t m[M_COUNT] = {0};
+  m[M_VERSION] = PAYLOAD_VERSION;
+  m[M_SHARD] = sh->cfg.shard_id;
+  m[M_CAPACITY] = sh->cfg.capacity;
+  m[M_OBS_DIM] = sh->cfg.obs_dim;
+  m[M_ACT_DIM] = sh->cfg.act_dim;
+  m[M_OBS_F16] = (uint64_t)(sh->cfg.obs_f16 != 0);
+  m[M_ACT_F16] = (uint64_t)(sh->cfg.act_f16 != 0);
+  m[M_SAMPLER] = (uint64_t)sh->prioritized;
+  m[M_ALLOC] = st->alloc_count;
+  m[M_SIZE] = st->size;
+  m[M_ROWS] = st->rows_inserted;
+  m[M_OBS_ONLY] = st->obs_only_slots;
+  m[M_TAILS] = st->tails_reused;
+  m[M_LIM_INS] = sh->lim.inserted;
+  m[M_LIM_SMP] = sh->lim.sampled;
+  m[M_LIM_DIFF] = dbits(sh->lim.diff);
+  m[M_N_ACTORS] = sh->n_actors;
+  m[M_N_STREAMS] = n_streams;
+  m[M_MAX_LEAF] = dbits(sh->prioritized ? (double)sh->tree.max_leaf : 1.0);
+  m[M_BATCHES] = sh->inserted_batches;
+  m[M_DUPS] = sh->duplicate_batches;
+  m[M_SAMPLED] = sh->sampled_rows;
+  m[M_SAMPLE_BATCHES] = sh->sample_batches;
+  m[M_PRIO] = sh->prio_updates;
+  m[M_PRIO_STALE] = sh->prio_stale;
+  m[M_PRIO_FOREIGN] = sh->prio_foreign;
+  m[M_LOST] = sh->acked_lost;
+
+  sac_snap_writer_t w;
+  int rc = sac_snap_writer_open(&w, path, SAC_SNAP_KIND_REPLAY);
+  if (rc)
+    return rc;
+  rc = sac_snap_write(&w, m, sizeof m);
+  if (!rc)
+    rc = sac_snap_write(&w, st->obs, filled * st->obs_row);
+  if (!rc)
+    rc = sac_snap_write(&w, st->act, filled * st->act_row);
+  if (!rc)
+    rc = sac_snap_write(&w, st->reward, filled * sizeof(float));
+  if (!rc)
+    rc = sac_snap_write(&w, st->next, filled * sizeof(uint32_t));
+  if (!rc)
+    rc = sac_snap_write(&w, st->flags, filled);
+  if (!rc && sh->prioritized)
+    rc = sac_snap_write(&w, sh->tree.leaf, filled * sizeof(float));
+  for (uint32_t i = 0; i <= sh->actors_mask && !rc; i++) {
+    const actor_t *a = &sh->actors[i];
+    if (!a->used)
+      continue;
+    actor_rec_t r = {a->actor, 0, a->session, a->last, a->bits};
+    rc = sac_snap_write(&w, &r, sizeof r);
+  }
+  for (uint32_t i = 0; i <= st->streams_mask && !rc; i++)
+    if (st->streams[i].serial1)
+      rc = sac_snap_write(&w, &st->streams[i], sizeof st->streams[i]);
+  if (rc) {
+    sac_snap_writer_abort(&w);
+    return rc;
+  }
+  uint64_t total = w.bytes;
+  rc = sac_snap_writer_commit(&w);
+  if (!rc && bytes)
+    *bytes = total;
+  return rc;
+}
+
+static int row_finite(const uint8_t *row, uint32_t dim, int f16) {
+  for (uint32_t i = 0; i < dim; i++) {
+    if (f16) {
+      uint16_t h;
+      memcpy(&h, row + 2 * i, 2);
+      if ((h & 0x7c00u) == 0x7c00u)
+        return 0;
+    } else {
+      float f;
+      memcpy(&f, row + 4 * i, 4);
+      if (!isfinite(f))
+        return 0;
+    }
+  }
+  return 1;
+}
+
+/* Checks everything a sampler or the insert path relies on, so that a snapshot with a
+ * valid checksum but inconsistent content (a bug, or a crafted file) is refused. */
+static const char *check_loaded(sac_replay_shard_t *sh, uint64_t size) {
+  sac_replay_storage_t *st = &sh->st;
+  uint64_t filled = sac_replay_storage_filled(st), cap = sh->cfg.capacity;
+  uint64_t ready = 0;
+  for (uint64_t s = 0; s < filled; s++) {
+    uint8_t f = st->flags[s];
+    if (f & ~(SAC_SLOT_TERM | SAC_SLOT_TRUNC | SAC_SLOT_READY | SAC_SLOT_OBS))
+      return "unknown slot flags";
+    if (!(f & SAC_SLOT_READY)) {
+      if (sh->prioritized && sh->tree.leaf[s] != 0.0f)
+        return "priority on a slot without a transition";
+      continue;
+    }
+    ready++;
+    uint32_t nx = st->next[s];
+    if (!(f & SAC_SLOT_OBS) || nx >= filled || !(st->flags[nx] & SAC_SLOT_OBS))
+      return "transition without a valid next observation";
+    /* the next observation is always allocated after its transition */
+    uint64_t age_s = (st->cursor + cap - 1 - s) % cap, age_n = (st->cursor + cap - 1 - nx) % cap;
+    if (age_n >= age_s)
+      return "next observation older than its transition";
+    float r = st->reward[s];
+    if (!isfinite(r) || !row_finite(st->obs + s * st->obs_row, sh->cfg.obs_dim, sh->cfg.obs_f16) ||
+        !row_finite(st->obs + (uint64_t)nx * st->obs_row, sh->cfg.obs_dim, sh->cfg.obs_f16) ||
+        !row_finite(st->act + s * st->act_row, sh->cfg.act_dim, sh->cfg.act_f16))
+      return "non-finite values";
+    if (sh->prioritized && !(isfinite(sh->tree.leaf[s]) && sh->tree.leaf[s] >= 0.0f))
+      return "invalid priority";
+  }
+  if (ready != size)
+    return "transition count does not match the header";
+  return NULL;
+}
+
+int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
+  sac_snap_reader_t r;
+  int rc = sac_snap_reader_open(&r, path, SAC_SNAP_KIND_REPLAY);
+  if (rc)
+    return rc;
+  uint64_t m[M_COUNT];
+  const char *why = NULL;
+  if (sac_snap_read(&r, m, sizeof m) != 0) {
+    sac_snap_reader_close(&r);
+    SAC_ERROR("replay", "snapshot %s: payload too short for its metadata", path);
+    return SAC_EPROTO;
+  }
+  if (m[M_VERSION] != PAYLOAD_VERSION) {
+    sac_snap_reader_close(&r);
+    SAC_ERROR("replay", "snapshot %s: payload version %llu, expected %u", path, (unsigned long long)m[M_VERSION],
+              PAYLOAD_VERSION);
+    return SAC_EVERSION;
+  }
+  if (m[M_CAPACITY] != sh->cfg.capacity || m[M_OBS_DIM] != sh->cfg.obs_dim || m[M_ACT_DIM] != sh->cfg.act_dim ||
+      m[M_OBS_F16] != (uint64_t)(sh->cfg.obs_f16 != 0) || m[M_ACT_F16] != (uint64_t)(sh->cfg.act_f16 != 0) ||
+      m[M_SAMPLER] != (uint64_t)sh->prioritized) {
+    sac_snap_reader_close(&r);
+    SAC_ERROR("replay",
+              "snapshot %s was written by a shard with capacity %llu, obs %llu, act %llu, fp16 obs/act %llu/%llu, "
+              "sampler %s; this shard has %llu, %u, %u, %d/%d, %s",
+              path, (unsigned long long)m[M_CAPACITY], (unsigned long long)m[M_OBS_DIM],
+              (unsigned long long)m[M_ACT_DIM], (unsigned long long)m[M_OBS_F16], (unsigned long long)m[M_ACT_F16],
+              m[M_SAMPLER] ? "prioritized" : "uniform", (unsigned long long)sh->cfg.capacity, sh->cfg.obs_dim,
+              sh->cfg.act_dim, sh->cfg.obs_f16 != 0, sh->cfg.act_f16 != 0, sh->prioritized ? "prioritized" : "uniform");
+    return SAC_ECONFIG;
+  }
+  if (m[M_SHARD] != sh->cfg.shard_id)
+    SAC_WARN("replay", "snapshot %s belongs to shard %llu, loading it as shard %u", path,
+             (unsigned long long)m[M_SHARD], sh->cfg.shard_id);
+  sac_replay_storage_t *st = &sh->st;
+  sac_replay_storage_reset(st);
+  memset(sh->actors, 0, ((size_t)sh->actors_mask + 1) * sizeof *sh->actors);
+  sh->n_actors = 0;
+  uint64_t alloc = m[M_ALLOC];
+  uint64_t filled = alloc < sh->cfg.capacity ? alloc : sh->cfg.capacity;
+  st->alloc_count = alloc;
+  st->cursor = alloc % sh->cfg.capacity;
+  rc = SAC_EPROTO;
+  if (m[M_SIZE] > filled || m[M_N_ACTORS] > sh->cfg.max_actors || m[M_N_STREAMS] > (uint64_t)st->streams_mask + 1) {
+    why = "counts out of range";
+    goto bad;
+  }
+  if (sac_snap_read(&r, st->obs, filled * st->obs_row) || sac_snap_read(&r, st->act, filled * st->act_row) ||
+      sac_snap_read(&r, st->reward, filled * sizeof(float)) || sac_snap_read(&r, st->next, filled * sizeof(uint32_t)) ||
+      sac_snap_read(&r, st->flags, filled) ||
+      (sh->prioritized && sac_snap_read(&r, sh->tree.leaf, filled * sizeof(float)))) {
+    why = "payload shorter than its metadata says";
+    goto bad;
+  }
+  for (uint64_t i = 0; i < m[M_N_ACTORS]; i++) {
+    actor_rec_t rec;
+    if (sac_snap_read(&r, &rec, sizeof rec)) {
+      why = "actor table truncated";
+      goto bad;
+    }
+    actor_t *a = actor_get(sh, rec.actor, 1);
+    if (!a || a->session || a->last) {
+      why = "duplicate actor in the actor table";
+      goto bad;
+    }
+    a->session = rec.session;
+    a->last = rec.last;
+    a->bits = rec.bits;
+  }
+  for (uint64_t i = 0; i < m[M_N_STREAMS]; i++) {
+    sac_replay_stream_t e;
+    if (sac_snap_read(&r, &e, sizeof e)) {
+      why = "stream table truncated";
+      goto bad;
+    }
+    if (e.serial1 == 0 || e.serial1 > alloc) {
+      why = "stream entry out of range";
+      goto bad;
+    }
+    sac_replay_storage_stream_put(st, e.actor, e.env, e.serial1 - 1);
+  }
+  if (r.read_bytes != r.payload_bytes) {
+    why = "trailing bytes after the payload";
+    goto bad;
+  }
+  if (sh->prioritized)
+    for (uint64_t s = filled; s < sh->cfg.capacity; s++)
+      sh->tree.leaf[s] = 0.0f;
+  why = check_loaded(sh, m[M_SIZE]);
+  if (why)
+    goto bad;
+  st->size = m[M_SIZE];
+  st->rows_inserted = m[M_ROWS];
+  st->obs_only_slots = m[M_OBS_ONLY];
+  st->tails_reused = m[M_TAILS];
+  if (sh->prioritized) {
+    double ml = bitsd(m[M_MAX_LEAF]);
+    sh->tree.max_leaf = (isfinite(ml) && ml > 0.0 && ml < 3.0e38) ? (float)ml : 1.0f;
+    sac_replay_sumtree_rebuild(&sh->tree);
+  }
+  double diff = bitsd(m[M_LIM_DIFF]);
+  sh->lim.inserted = m[M_LIM_INS];
+  sh->lim.sampled = m[M_LIM_SMP];
+  sh->lim.diff = isfinite(diff) ? diff : 0.0;
+  sh->inserted_batches = m[M_BATCHES];
+  sh->duplicate_batches = m[M_DUPS];
+  sh->sampled_rows = m[M_SAMPLED];
+  sh->sample_batches = m[M_SAMPLE_BATCHES];
+  sh->prio_updates = m[M_PRIO];
+  sh->prio_stale = m[M_PRIO_STALE];
+  sh->prio_foreign = m[M_PRIO_FOREIGN];
+  sh->acked_lost = m[M_LOST];
+  sac_snap_reader_close(&r);
+  SAC_INFO("replay", "restored %llu transitions (%llu slots used) from %s", (unsigned long long)st->size,
+           (unsigned long long)filled, path);
+  return 0;
+bad:
+  sac_snap_reader_close(&r);
+  SAC_ERROR("replay", "snapshot %s refused: %s; the shard is left empty", path, why ? why : "invalid content");
+  sac_replay_storage_reset(st);
+  memset(sh->actors, 0, ((size_t)sh->actors_mask + 1) * sizeof *sh->actors);
+  sh->n_actors = 0;
+  return rc;
+}

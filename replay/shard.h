@@ -1,0 +1,127 @@
+/* One replay shard's state without any networking: storage ring, sampler (uniform or
+ * prioritised), rate limiter, per-actor dedup windows and the shard's counters, plus
+ * saving and restoring all of it as one snapshot. The server (server.h) puts it behind
+ * ZeroMQ; tests and benchmarks drive it directly.
+ *
+ * Dedup: each actor's batches carry (session, seq); the shard keeps per actor the
+ * highest seq below which everything is stored plus a 64-bit bitmap of the seqs above
+ * it, so resent batches are recognised exactly even when they arrive out of order. A
+ * new session (a restarted actor) resets the actor's window; acked_through in a batch
+ * moves the window forward when the shard restarted from an older snapshot than the
+ * client's acks (counted as acked batches lost).
+ *
+ * Not thread-safe: one thread (the server's) owns a shard. Allocates only in new and
+ * load; insert, sample and priority updates allocate nothing. */
+#ifndef SAC_REPLAY_SHARD_H
+#define SAC_REPLAY_SHARD_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/wire.h"
+
+typedef enum { SAC_REPLAY_UNIFORM = 0, SAC_REPLAY_PRIORITIZED = 1 } sac_replay_sampler_kind_t;
+
+typedef struct {
+  uint32_t shard_id; /* < SAC_WIRE_MAX_SHARDS */
+  uint64_t capacity; /* slots */
+  uint32_t obs_dim, act_dim;
+  int obs_f16, act_f16;
+  sac_replay_sampler_kind_t sampler;
+  double alpha;        /* prioritised: exponent on priorities */
+  double priority_eps; /* prioritised: added to |td| before ^alpha */
+  uint64_t min_size;   /* transitions before sampling starts */
+  double samples_per_insert; /* <= 0: no ratio */
+  double error_buffer;       /* <= 0: automatic */
+  uint32_t max_batch_rows;   /* rows per inserted batch */
+  uint32_t max_sample_batch; /* rows per sample request */
+  uint32_t max_actors;
+  uint32_t max_streams;
+  uint64_t seed;
+} sac_replay_shard_config_t;
+
+/* Defaults: capacity 1M, obs 17, act 6, fp32, uniform, alpha 0.6, eps 1e-6, min_size
+ * 1000, spi 0 (off), max_batch_rows 4096, max_sample_batch 4096, 4096 actors, 65536
+ * streams, seed 1. */
+void sac_replay_shard_config_default(sac_replay_shard_config_t *c);
+
+typedef struct sac_replay_shard sac_replay_shard_t;
+
+/* NULL on a bad config (logged) or out of memory; *err says which when err != NULL. */
+sac_replay_shard_t *sac_replay_shard_new(const sac_replay_shard_config_t *cfg, int *err);
+void sac_replay_shard_destroy(sac_replay_shard_t **sh);
+const sac_replay_shard_config_t *sac_replay_shard_config(const sac_replay_shard_t *sh);
+
+typedef enum {
+  SAC_REPLAY_SEQ_NEW = 0,       /* store it */
+  SAC_REPLAY_SEQ_DUPLICATE = 1, /* already stored: ack, do not store */
+  SAC_REPLAY_SEQ_REJECT = 2,    /* beyond the window or no room for another actor */
+} sac_replay_seq_t;
+
+typedef struct {
+  sac_replay_seq_t kind;
+  uint64_t acked_seq; /* the actor's cumulative ack after this batch */
+  uint32_t stored;    /* transitions stored */
+  sac_wire_reason_t reason;
+} sac_replay_insert_result_t;
+
+/* Classifies a batch by (actor, session, seq) without storing it; applies a session
+ * change and acked_through. */
+sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
+                                        sac_replay_insert_result_t *res);
+/* Stores a validated batch unless it is a duplicate. Does not consult the rate limiter
+ * (the caller decides when to insert); counts the insert in it. 0, or SAC_EINVAL with
+ * res->reason for a rejected batch (nothing stored). */
+int sac_replay_shard_insert(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
+                            sac_replay_insert_result_t *res);
+
+int sac_replay_shard_can_insert(const sac_replay_shard_t *sh, uint32_t n);
+int sac_replay_shard_can_sample(const sac_replay_shard_t *sh, uint32_t n);
+
+/* A sampled batch, in the shard's scratch memory: valid until the next sample. Shapes
+ * obs/next_obs (n, obs_dim), action (n, act_dim), reward/terminated/weights (n),
+ * indices (n) = SAC_WIRE_INDEX(shard, generation, slot). */
+typedef struct {
+  uint32_t n, obs_dim, act_dim, shard_id;
+  const float *obs, *action, *reward, *terminated, *next_obs, *weights;
+  const uint64_t *indices;
+} sac_replay_sample_t;
+
+/* Samples n transitions (n <= max_sample_batch) regardless of the rate limiter and
+ * counts them in it. SAC_EAGAIN when the shard is empty, SAC_EINVAL for a bad n. */
+int sac_replay_shard_sample(sac_replay_shard_t *sh, uint32_t n, float beta, sac_replay_sample_t *out);
+
+/* Applies priorities to indices of this shard. Updates to another shard's index, an
+ * overwritten slot (generation changed) or a slot that holds no transition are skipped
+ * and counted: *stale (overwritten/not a transition), *foreign (wrong shard or slot out
+ * of range). Uniform shards ignore updates (all counted as applied). Never fails. */
+void sac_replay_shard_update_priorities(sac_replay_shard_t *sh, uint32_t n, const uint64_t *indices,
+                                        const float *priorities, uint32_t *applied, uint32_t *stale,
+                                        uint32_t *foreign);
+
+typedef struct {
+  uint64_t size, capacity, filled;
+  uint64_t inserted_rows_total, inserted_batches_total, duplicate_batches_total;
+  uint64_t sampled_rows_total, sample_batches_total;
+  uint64_t priority_updates_total, priority_stale_total, priority_foreign_total;
+  uint64_t acked_batches_lost_total; /* batches acked before a restart from an older snapshot */
+  uint64_t obs_only_slots, tails_reused_total;
+  uint64_t actors;
+  double bytes_per_slot, bytes_per_transition;
+  /* rate limiter */
+  double limiter_spi, limiter_diff, limiter_min_diff, limiter_max_diff;
+  uint64_t limiter_min_size;
+  int can_insert, can_sample;
+} sac_replay_shard_stats_t;
+
+void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats_t *out);
+
+/* Writes the whole shard to path atomically (see snapshot.h); *bytes gets the file's
+ * payload size. 0 or SAC_EIO (the previous snapshot at path is kept). */
+int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *bytes);
+/* Replaces the shard's contents with the snapshot at path. 0; SAC_ENOTFOUND (no file,
+ * shard unchanged); SAC_ECONFIG (snapshot of a shard with other dimensions, capacity,
+ * storage or sampler: shard unchanged); SAC_EIO / SAC_ECHECKSUM / SAC_EVERSION / SAC_EPROTO
+ * (truncated, corrupt, other format, inconsistent content: the shard is left empty). */
+int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path);
+
+#endif

@@ -1,0 +1,301 @@
+/* The structure-of-arrays ring of a shard (see storage.h). */
+#include "replay/storage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "replay/sampler.h"
+
+static uint32_t pow2_at_least(uint64_t x) {
+  uint64_t p = 16;
+  while (p < x)
+    p <<= 1;
+  return (uint32_t)p;
+}
+
+int sac_replay_storage_init(sac_replay_storage_t *st, const sac_replay_storage_config_t *cfg) {
+  memset(st, 0, sizeof *st);
+  if (cfg->obs_dim == 0 || cfg->act_dim == 0 || cfg->obs_dim > 65536 || cfg->act_dim > 65536 ||
+      cfg->max_rows == 0 || cfg->max_rows > (1u << 24) || cfg->capacity >= UINT32_MAX ||
+      cfg->capacity < 4ull * cfg->max_rows || cfg->max_streams == 0 || cfg->max_streams > (1u << 28))
+    return SAC_EINVAL;
+  st->cfg = *cfg;
+  st->obs_row = (size_t)cfg->obs_dim * (cfg->obs_f16 ? 2 : 4);
+  st->act_row = (size_t)cfg->act_dim * (cfg->act_f16 ? 2 : 4);
+  size_t cap = (size_t)cfg->capacity;
+  st->obs = malloc(cap * st->obs_row);
+  st->act = malloc(cap * st->act_row);
+  st->reward = malloc(cap * sizeof *st->reward);
+  st->next = malloc(cap * sizeof *st->next);
+  st->flags = calloc(cap, 1);
+  uint32_t ns = pow2_at_least(cfg->max_streams);
+  st->streams = calloc(ns, sizeof *st->streams);
+  st->streams_mask = ns - 1;
+  uint32_t ne = pow2_at_least(2ull * cfg->max_rows);
+  st->envmap = calloc(ne, sizeof *st->envmap);
+  st->envmap_mask = ne - 1;
+  st->row16 = malloc((size_t)cfg->obs_dim * 2);
+  if (!st->obs || !st->act || !st->reward || !st->next || !st->flags || !st->streams || !st->envmap || !st->row16) {
+    sac_replay_storage_close(st);
+    return SAC_ENOMEM;
+  }
+  return 0;
+}
+
+void sac_replay_storage_close(sac_replay_storage_t *st) {
+  free(st->obs);
+  free(st->act);
+  free(st->reward);
+  free(st->next);
+  free(st->flags);
+  free(st->streams);
+  free(st->envmap);
+  free(st->row16);
+  sac_replay_sumtree_t *tree = st->tree;
+  memset(st, 0, sizeof *st);
+  st->tree = tree;
+}
+
+void sac_replay_storage_reset(sac_replay_storage_t *st) {
+  memset(st->flags, 0, (size_t)st->cfg.capacity);
+  memset(st->streams, 0, ((size_t)st->streams_mask + 1) * sizeof *st->streams);
+  st->alloc_count = st->cursor = st->size = 0;
+  st->rows_inserted = st->obs_only_slots = st->tails_reused = 0;
+  if (st->tree) {
+    memset(st->tree->leaf, 0, st->tree->n * sizeof(float));
+    st->tree->max_leaf = 1.0f;
+    sac_replay_sumtree_rebuild(st->tree);
+  }
+}
+
+/* ------------------------------------------------------------------ slots */
+
+static uint32_t alloc_slot(sac_replay_storage_t *st) {
+  uint32_t s = (uint32_t)st->cursor;
+  if (st->flags[s] & SAC_SLOT_READY) {
+    st->size--;
+    if (st->tree)
+      sac_replay_sumtree_set(st->tree, s, 0.0f);
+  }
+  st->flags[s] = 0;
+  st->alloc_count++;
+  if (++st->cursor == st->cfg.capacity)
+    st->cursor = 0;
+  return s;
+}
+
+static void mark_ready(sac_replay_storage_t *st, uint32_t s, uint32_t next) {
+  st->next[s] = next;
+  st->flags[s] |= SAC_SLOT_READY;
+  st->size++;
+  if (st->tree)
+    sac_replay_sumtree_set(st->tree, s, st->tree->max_leaf);
+}
+
+static void write_obs(sac_replay_storage_t *st, uint32_t s, const float *row) {
+  uint8_t *dst = st->obs + (size_t)s * st->obs_row;
+  if (st->cfg.obs_f16) {
+    uint16_t *h = (uint16_t *)dst;
+    for (uint32_t i = 0; i < st->cfg.obs_dim; i++)
+      h[i] = sac_wire_f32_to_f16(row[i], 1);
+  } else {
+    memcpy(dst, row, st->obs_row);
+  }
+  st->flags[s] |= SAC_SLOT_OBS;
+}
+
+static int obs_equal(sac_replay_storage_t *st, uint32_t s, const float *row) {
+  const uint8_t *have = st->obs + (size_t)s * st->obs_row;
+  if (!st->cfg.obs_f16)
+    return memcmp(have, row, st->obs_row) == 0;
+  for (uint32_t i = 0; i < st->cfg.obs_dim; i++)
+    st->row16[i] = sac_wire_f32_to_f16(row[i], 1);
+  return memcmp(have, st->row16, st->obs_row) == 0;
+}
+
+static void write_act(sac_replay_storage_t *st, uint32_t s, const float *row) {
+  uint8_t *dst = st->act + (size_t)s * st->act_row;
+  if (st->cfg.act_f16) {
+    uint16_t *h = (uint16_t *)dst;
+    for (uint32_t i = 0; i < st->cfg.act_dim; i++)
+      h[i] = sac_wire_f32_to_f16(row[i], 1);
+  } else {
+    memcpy(dst, row, st->act_row);
+  }
+}
+
+/* ------------------------------------------------------------------ streams */
+
+static uint32_t hash64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return (uint32_t)x;
+}
+
+/* The stream table is a direct-mapped cache: losing an entry to a collision only costs
+ * one extra slot for that stream's next batch, never correctness. */
+static sac_replay_stream_t *stream_slot(sac_replay_storage_t *st, uint32_t actor, uint32_t env) {
+  return &st->streams[hash64(((uint64_t)actor << 32) | env) & st->streams_mask];
+}
+
+/* The pending tail slot of (actor, env) if it still holds the given observation and
+ * cannot be overwritten by the `budget` allocations this batch may make. */
+static uint32_t stream_take(sac_replay_storage_t *st, uint32_t actor, uint32_t env, const float *obs,
+                            uint64_t budget) {
+  sac_replay_stream_t *e = stream_slot(st, actor, env);
+  if (e->serial1 == 0 || e->actor != actor || e->env != env)
+    return SAC_SLOT_NONE;
+  uint64_t serial = e->serial1 - 1;
+  e->serial1 = 0;
+  if (serial + st->cfg.capacity < st->alloc_count + budget)
+    return SAC_SLOT_NONE; /* overwritten already, or would be during this batch */
+  uint32_t s = (uint32_t)(serial % st->cfg.capacity);
+  if ((st->flags[s] & (SAC_SLOT_OBS | SAC_SLOT_READY)) != SAC_SLOT_OBS)
+    return SAC_SLOT_NONE;
+  if (!obs_equal(st, s, obs))
+    return SAC_SLOT_NONE;
+  return s;
+}
+
+void sac_replay_storage_stream_put(sac_replay_storage_t *st, uint32_t actor, uint32_t env, uint64_t serial) {
+  sac_replay_stream_t *e = stream_slot(st, actor, env);
+  e->actor = actor;
+  e->env = env;
+  e->serial1 = serial + 1;
+}
+
+/* ------------------------------------------------------------------ per-batch env map */
+
+static sac_replay_envmap_t *envmap_get(sac_replay_storage_t *st, uint32_t env, int *first) {
+  uint32_t mask = st->envmap_mask;
+  for (uint32_t h = hash64(env) & mask, probes = 0; probes <= mask; h = (h + 1) & mask, probes++) {
+    sac_replay_envmap_t *m = &st->envmap[h];
+    if (m->stamp != st->stamp) {
+      m->stamp = st->stamp;
+      m->env = env;
+      m->open = SAC_SLOT_NONE;
+      if (first)
+        *first = 1;
+      return m;
+    }
+    if (m->env == env) {
+      if (first)
+        *first = 0;
+      return m;
+    }
+  }
+  return NULL; /* cannot happen: the map has twice as many entries as rows */
+}
+
+/* ------------------------------------------------------------------ insert */
+
+int sac_replay_storage_insert(sac_replay_storage_t *st, uint32_t actor_id, const sac_wire_transitions_t *t,
+                              uint32_t *stored) {
+  *stored = 0;
+  if (t->obs_dim != st->cfg.obs_dim || t->act_dim != st->cfg.act_dim || t->n == 0 || t->n > st->cfg.max_rows ||
+      t->n_next > t->n || t->n_tail > t->n)
+    return SAC_EINVAL;
+  const uint32_t od = st->cfg.obs_dim, ad = st->cfg.act_dim;
+  const uint64_t budget = (uint64_t)t->n + t->n_next + t->n_tail;
+  if (++st->stamp == 0) {
+    memset(st->envmap, 0, ((size_t)st->envmap_mask + 1) * sizeof *st->envmap);
+    st->stamp = 1;
+  }
+  uint32_t k = 0, count = 0;
+  for (uint32_t r = 0; r < t->n; r++) {
+    int first = 0;
+    sac_replay_envmap_t *m = envmap_get(st, t->env_ids[r], &first);
+    if (!m)
+      break;
+    const float *obs = t->obs + (size_t)r * od;
+    uint32_t s = first ? stream_take(st, actor_id, t->env_ids[r], obs, budget) : SAC_SLOT_NONE;
+    if (s != SAC_SLOT_NONE) {
+      st->tails_reused++;
+      st->obs_only_slots--;
+    } else {
+      s = alloc_slot(st);
+      write_obs(st, s, obs);
+    }
+    if (m->open != SAC_SLOT_NONE)
+      mark_ready(st, m->open, s);
+    m->open = SAC_SLOT_NONE;
+    write_act(st, s, t->action + (size_t)r * ad);
+    st->reward[s] = t->reward[r];
+    st->next[s] = SAC_SLOT_NONE;
+    st->flags[s] = (uint8_t)(SAC_SLOT_OBS | (t->terminated[r] ? SAC_SLOT_TERM : 0u) |
+                             (t->truncated[r] ? SAC_SLOT_TRUNC : 0u));
+    count++;
+    if (t->terminated[r] | t->truncated[r]) {
+      if (k < t->n_next && t->next_obs_rows[k] == r) {
+        uint32_t f = alloc_slot(st);
+        write_obs(st, f, t->next_obs + (size_t)k * od);
+        st->obs_only_slots++;
+        mark_ready(st, s, f);
+        k++;
+      }
+    } else {
+      m->open = s;
+    }
+  }
+  for (uint32_t j = 0; j < t->n_tail; j++) {
+    int first = 0;
+    sac_replay_envmap_t *m = envmap_get(st, t->tail_env_ids[j], &first);
+    if (!m || first || m->open == SAC_SLOT_NONE)
+      continue; /* a tail for an env that ended its episode: not needed */
+    uint64_t serial = st->alloc_count;
+    uint32_t f = alloc_slot(st);
+    write_obs(st, f, t->tail_obs + (size_t)j * od);
+    st->obs_only_slots++;
+    mark_ready(st, m->open, f);
+    m->open = SAC_SLOT_NONE;
+    sac_replay_storage_stream_put(st, actor_id, t->tail_env_ids[j], serial);
+  }
+  st->rows_inserted += count;
+  *stored = count;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ gather */
+
+static void read_row(const uint8_t *src, int f16, uint32_t dim, float *dst) {
+  if (f16) {
+    const uint16_t *h = (const uint16_t *)src;
+    for (uint32_t i = 0; i < dim; i++)
+      dst[i] = sac_wire_f16_to_f32(h[i]);
+  } else {
+    memcpy(dst, src, (size_t)dim * 4);
+  }
+}
+
+void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n, float *obs,
+                               float *action, float *reward, float *terminated, float *next_obs) {
+  const uint32_t od = st->cfg.obs_dim, ad = st->cfg.act_dim;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t s = slots[i];
+    read_row(st->obs + (size_t)s * st->obs_row, st->cfg.obs_f16, od, obs + (size_t)i * od);
+    read_row(st->obs + (size_t)st->next[s] * st->obs_row, st->cfg.obs_f16, od, next_obs + (size_t)i * od);
+    read_row(st->act + (size_t)s * st->act_row, st->cfg.act_f16, ad, action + (size_t)i * ad);
+    reward[i] = st->reward[s];
+    terminated[i] = (st->flags[s] & SAC_SLOT_TERM) ? 1.0f : 0.0f;
+  }
+}
+
+double sac_replay_storage_bytes_per_slot(const sac_replay_storage_t *st) {
+  return (double)(st->obs_row + st->act_row + sizeof(float) + sizeof(uint32_t) + 1);
+}
+
+double sac_replay_storage_bytes_per_transition(const sac_replay_storage_t *st, double extra_bytes_per_slot) {
+  double per_slot = sac_replay_storage_bytes_per_slot(st) + extra_bytes_per_slot;
+  double fixed = (double)(((size_t)st->streams_mask + 1) * sizeof *st->streams +
+                          ((size_t)st->envmap_mask + 1) * sizeof *st->envmap);
+  double cap = (double)st->cfg.capacity;
+  double total = per_slot * cap + fixed;
+  uint64_t filled = sac_replay_storage_filled(st);
+  /* share of slots that are transitions (the rest hold episode-final or pending obs) */
+  double share = (filled && st->size) ? (double)st->size / (double)filled : 1.0;
+  return total / (cap * share);
+}

@@ -1,0 +1,107 @@
+/* A shard's transition storage: one preallocated structure-of-arrays ring of slots.
+ * A slot holds an observation and, when it is a transition, the action, reward,
+ * terminated/truncated flags and the slot of its next observation. next_obs is never
+ * stored twice: the next observation of a transition is the observation slot of the
+ * same (actor, env) stream's next transition; only an episode's final observation and
+ * the pending observation at the end of a batch take a slot of their own, and the
+ * pending one is reused as the first transition of the stream's next batch when that
+ * batch begins with the same observation. Slots are overwritten in allocation order, and
+ * a transition's next slot is always allocated after it, so a live transition never
+ * points at an overwritten slot. Observations (and optionally actions) can be stored
+ * as float16.
+ *
+ * It is not thread-safe, performs no I/O, and allocates only in init. Inputs are
+ * transition batches already checked by sac_wire_decode (bad ones are rejected there);
+ * storage still never reads or writes out of bounds whatever it is given. */
+#ifndef SAC_REPLAY_STORAGE_H
+#define SAC_REPLAY_STORAGE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/wire.h"
+
+#define SAC_SLOT_TERM 1u  /* terminated: no bootstrap */
+#define SAC_SLOT_TRUNC 2u /* truncated by a time limit: still bootstraps */
+#define SAC_SLOT_READY 4u /* a complete, sampleable transition */
+#define SAC_SLOT_OBS 8u   /* holds a valid observation */
+#define SAC_SLOT_NONE UINT32_MAX
+
+typedef struct sac_replay_sumtree sac_replay_sumtree_t;
+
+typedef struct {
+  uint64_t capacity;  /* slots; 4 * max_rows <= capacity < 2^32 */
+  uint32_t obs_dim, act_dim;
+  int obs_f16, act_f16;
+  uint32_t max_rows;    /* rows per inserted batch */
+  uint32_t max_streams; /* (actor, env) streams remembered for tail reuse */
+} sac_replay_storage_config_t;
+
+typedef struct {
+  uint32_t actor, env;
+  uint64_t serial1; /* allocation serial + 1 of the pending tail slot; 0: empty */
+} sac_replay_stream_t;
+
+typedef struct {
+  uint32_t env, stamp, open, pad;
+} sac_replay_envmap_t;
+
+typedef struct {
+  sac_replay_storage_config_t cfg;
+  size_t obs_row, act_row; /* bytes per row */
+  uint8_t *obs;            /* (capacity, obs_row) */
+  uint8_t *act;            /* (capacity, act_row) */
+  float *reward;           /* (capacity) */
+  uint32_t *next;          /* (capacity) slot of next_obs */
+  uint8_t *flags;          /* (capacity) SAC_SLOT_* */
+  uint64_t alloc_count;    /* slots allocated since creation (serials 0..alloc_count-1) */
+  uint64_t cursor;         /* alloc_count % capacity */
+  uint64_t size;           /* READY slots */
+  sac_replay_stream_t *streams;
+  uint32_t streams_mask;
+  sac_replay_envmap_t *envmap; /* per-batch env -> open slot */
+  uint32_t envmap_mask, stamp;
+  uint16_t *row16; /* one obs row in f16 for comparisons */
+  sac_replay_sumtree_t *tree; /* not owned; NULL for uniform sampling */
+  /* counters */
+  uint64_t rows_inserted, obs_only_slots, tails_reused;
+} sac_replay_storage_t;
+
+/* Allocates every array. 0, SAC_EINVAL (bad config), SAC_ENOMEM. On error st is closed. */
+int sac_replay_storage_init(sac_replay_storage_t *st, const sac_replay_storage_config_t *cfg);
+/* Frees everything; idempotent on a zeroed or closed struct. */
+void sac_replay_storage_close(sac_replay_storage_t *st);
+/* Empties the ring (no frees). */
+void sac_replay_storage_reset(sac_replay_storage_t *st);
+
+/* Stores a validated batch from actor_id. Sets *stored to the transitions added. Cannot
+ * fail on validated input; returns SAC_EINVAL (nothing stored) for a batch whose
+ * dimensions differ or whose rows exceed max_rows. */
+int sac_replay_storage_insert(sac_replay_storage_t *st, uint32_t actor_id, const sac_wire_transitions_t *t,
+                              uint32_t *stored);
+
+/* Remembers slot serial (an allocation serial) as the pending tail of (actor, env);
+ * used by insert and by snapshot restore. */
+void sac_replay_storage_stream_put(sac_replay_storage_t *st, uint32_t actor, uint32_t env, uint64_t serial);
+
+/* Generation of slot (times it was reallocated), for sample indices. */
+static inline uint32_t sac_replay_storage_generation(const sac_replay_storage_t *st, uint32_t slot) {
+  if (st->alloc_count <= slot)
+    return 0;
+  return (uint32_t)((st->alloc_count - 1 - slot) / st->cfg.capacity);
+}
+static inline uint64_t sac_replay_storage_filled(const sac_replay_storage_t *st) {
+  return st->alloc_count < st->cfg.capacity ? st->alloc_count : st->cfg.capacity;
+}
+
+/* Copies the transitions at slots[0..n) as float32: obs/next_obs (n, obs_dim), action
+ * (n, act_dim), reward (n), terminated (n, 0/1). Every slot must be READY. */
+void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n, float *obs,
+                               float *action, float *reward, float *terminated, float *next_obs);
+
+/* Bytes of storage per slot, and the memory of the whole ring per transition it holds
+ * (total bytes / transitions it can hold at the current share of observation-only
+ * slots). extra_bytes_per_slot adds a sampler's per-slot memory. */
+double sac_replay_storage_bytes_per_slot(const sac_replay_storage_t *st);
+double sac_replay_storage_bytes_per_transition(const sac_replay_storage_t *st, double extra_bytes_per_slot);
+
+#endif

@@ -1,0 +1,229 @@
+/* Tests of replay/sampler: the sum tree's prefix search, sampling frequencies against
+ * priorities (prioritised) and against uniformity (uniform) with a fixed seed, the
+ * importance weights, and priority updates with the generation check. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "replay/sampler.h"
+#include "replay/shard.h"
+#include "replay/storage.h"
+#include "tests/replay_testgen.h"
+
+Test(replay_sampler, sumtree_find_matches_prefix_sums) {
+  sac_replay_sumtree_t t;
+  cr_assert_eq(sac_replay_sumtree_init(&t, 37), 0);
+  double w[37], total = 0;
+  for (int i = 0; i < 37; i++) {
+    w[i] = (i % 5 == 0) ? 0.0 : (double)(i % 7 + 1) * 0.5;
+    sac_replay_sumtree_set(&t, (uint64_t)i, (float)w[i]);
+    total += w[i];
+  }
+  cr_assert_float_eq(t.total, total, 1e-9);
+  double acc = 0;
+  for (int i = 0; i < 37; i++) {
+    if (w[i] == 0.0)
+      continue;
+    cr_assert_eq(sac_replay_sumtree_find(&t, acc), (uint64_t)i, "start of leaf %d", i);
+    cr_assert_eq(sac_replay_sumtree_find(&t, acc + w[i] * 0.999), (uint64_t)i, "end of leaf %d", i);
+    acc += w[i];
+  }
+  sac_replay_sumtree_rebuild(&t);
+  cr_assert_float_eq(t.total, total, 1e-9);
+  sac_replay_sumtree_close(&t);
+}
+
+/* A shard with `n` transitions (one env, no episode ends for n steps). */
+static sac_replay_shard_t *filled_shard(sac_replay_sampler_kind_t kind, uint32_t n, uint64_t cap) {
+  sac_replay_shard_config_t c;
+  sac_replay_shard_config_default(&c);
+  c.capacity = cap;
+  c.obs_dim = 4;
+  c.act_dim = 1;
+  c.sampler = kind;
+  c.alpha = 1.0;
+  c.priority_eps = 0.0;
+  c.min_size = 1;
+  c.max_batch_rows = 256;
+  c.max_sample_batch = 1024;
+  c.seed = 12345;
+  sac_replay_shard_t *sh = sac_replay_shard_new(&c, NULL);
+  cr_assert_not_null(sh);
+  tg_t g;
+  tg_init(&g, 1, 1, 4, 1, 1000000, n); /* one env, episodes far longer than n */
+  const sac_wire_transitions_t *t = tg_next(&g);
+  sac_wire_transitions_t v = *t;
+  v.seq = 1;
+  sac_replay_insert_result_t r;
+  cr_assert_eq(sac_replay_shard_insert(sh, &v, &r), 0);
+  cr_assert_eq(r.stored, n);
+  tg_free(&g);
+  return sh;
+}
+
+/* Pearson chi-square of counts against expected frequencies. */
+static double chi2(const double *count, const double *expect, int k) {
+  double x = 0;
+  for (int i = 0; i < k; i++)
+    x += (count[i] - expect[i]) * (count[i] - expect[i]) / expect[i];
+  return x;
+}
+
+Test(replay_sampler, prioritized_frequencies_match_priorities) {
+  enum { N = 100, DRAWS = 200 * 1024, B = 1024 };
+  sac_replay_shard_t *sh = filled_shard(SAC_REPLAY_PRIORITIZED, N, 4096);
+  /* priority of the transition at step i is i + 1 (alpha 1, eps 0) */
+  sac_replay_sample_t s;
+  cr_assert_eq(sac_replay_shard_sample(sh, N, 0.0f, &s), 0);
+  uint64_t idx_by_step[N];
+  int seen[N] = {0};
+  /* learn every transition's index from samples (all start at equal priority) */
+  for (int round = 0; round < 200; round++) {
+    cr_assert_eq(sac_replay_shard_sample(sh, N, 0.0f, &s), 0);
+    for (uint32_t i = 0; i < s.n; i++) {
+      int step = (int)s.obs[i * 4 + 1];
+      idx_by_step[step] = s.indices[i];
+      seen[step] = 1;
+    }
+  }
+  for (int i = 0; i < N; i++)
+    cr_assert(seen[i], "step %d never sampled at equal priority", i);
+  float prio[N];
+  for (int i = 0; i < N; i++)
+    prio[i] = (float)(i + 1);
+  uint32_t ok, stale, foreign;
+  sac_replay_shard_update_priorities(sh, N, idx_by_step, prio, &ok, &stale, &foreign);
+  cr_assert_eq(ok, N);
+  double count[N] = {0}, expect[N];
+  for (int d = 0; d < DRAWS / B; d++) {
+    cr_assert_eq(sac_replay_shard_sample(sh, B, 0.5f, &s), 0);
+    float wmax = 0;
+    for (uint32_t i = 0; i < s.n; i++) {
+      int step = (int)s.obs[i * 4 + 1];
+      count[step] += 1;
+      /* w = (N P)^-beta / max: for P proportional to step + 1, w * sqrt(step + 1) is
+       * the same for every row of the batch */
+      if (s.weights[i] > wmax)
+        wmax = s.weights[i];
+    }
+    cr_assert_float_eq(wmax, 1.0f, 1e-6, "weights are normalised by the batch maximum");
+    float ref = s.weights[0] * sqrtf(s.obs[1] + 1.0f);
+    for (uint32_t i = 0; i < s.n; i++)
+      cr_assert_float_eq(s.weights[i] * sqrtf(s.obs[i * 4 + 1] + 1.0f), ref, 1e-4f * ref,
+                         "importance weight of row %u", i);
+  }
+  double sum = N * (N + 1) / 2.0;
+  double tv = 0;
+  for (int i = 0; i < N; i++) {
+    expect[i] = DRAWS * (i + 1) / sum;
+    tv += fabs(count[i] / DRAWS - (i + 1) / sum);
+  }
+  double x2 = chi2(count, expect, N);
+  /* Tolerance: with 99 degrees of freedom the chi-square statistic has mean 99 and
+   * standard deviation 14 for independent draws (stratified draws give less); 170 is
+   * five standard deviations. The seed is fixed, so this is deterministic. Total
+   * variation distance must be under 2%. */
+  cr_log_info("prioritized: chi2 %.1f (df 99), total variation %.4f", x2, tv / 2);
+  cr_assert_lt(x2, 170.0, "chi-square %.1f", x2);
+  cr_assert_lt(tv / 2, 0.02, "total variation %.4f", tv / 2);
+  sac_replay_shard_destroy(&sh);
+}
+
+Test(replay_sampler, uniform_frequencies_are_flat) {
+  enum { N = 100, DRAWS = 200 * 1024, B = 1024 };
+  sac_replay_shard_t *sh = filled_shard(SAC_REPLAY_UNIFORM, N, 4096);
+  double count[N] = {0}, expect[N];
+  sac_replay_sample_t s;
+  for (int d = 0; d < DRAWS / B; d++) {
+    cr_assert_eq(sac_replay_shard_sample(sh, B, 0.4f, &s), 0);
+    for (uint32_t i = 0; i < s.n; i++) {
+      count[(int)s.obs[i * 4 + 1]] += 1;
+      cr_assert_eq(s.weights[i], 1.0f);
+    }
+  }
+  for (int i = 0; i < N; i++)
+    expect[i] = (double)DRAWS / N;
+  double x2 = chi2(count, expect, N);
+  cr_log_info("uniform: chi2 %.1f (df 99)", x2);
+  cr_assert_lt(x2, 170.0, "chi-square %.1f (tolerance as in the prioritised test)", x2);
+  sac_replay_shard_destroy(&sh);
+}
+
+Test(replay_sampler, uniform_skips_observation_only_slots) {
+  /* 4 envs with very short episodes: a third of the slots hold final observations */
+  sac_replay_shard_config_t c;
+  sac_replay_shard_config_default(&c);
+  c.capacity = 4096;
+  c.obs_dim = 4;
+  c.act_dim = 1;
+  c.min_size = 1;
+  c.max_batch_rows = 256;
+  c.max_sample_batch = 512;
+  sac_replay_shard_t *sh = sac_replay_shard_new(&c, NULL);
+  tg_t g;
+  tg_init(&g, 9, 4, 4, 1, 2, 8);
+  for (int b = 1; b <= 20; b++) {
+    sac_wire_transitions_t v = *tg_next(&g);
+    v.seq = (uint64_t)b;
+    sac_replay_insert_result_t r;
+    cr_assert_eq(sac_replay_shard_insert(sh, &v, &r), 0);
+  }
+  sac_replay_sample_t s;
+  for (int k = 0; k < 20; k++) {
+    cr_assert_eq(sac_replay_shard_sample(sh, 512, 0.0f, &s), 0);
+    for (uint32_t i = 0; i < s.n; i++) {
+      const char *why;
+      cr_assert(tg_check(4, 1, s.obs + i * 4, s.action + i, s.reward[i], s.terminated[i], s.next_obs + i * 4, &why),
+                "%s", why);
+    }
+  }
+  sac_replay_shard_destroy(&sh);
+  tg_free(&g);
+}
+
+Test(replay_sampler, priority_update_to_overwritten_slot_is_ignored) {
+  sac_replay_shard_t *sh = filled_shard(SAC_REPLAY_PRIORITIZED, 64, 1024);
+  sac_replay_sample_t s;
+  cr_assert_eq(sac_replay_shard_sample(sh, 1, 0.0f, &s), 0);
+  uint64_t idx = s.indices[0];
+  cr_assert_eq(SAC_WIRE_INDEX_SHARD(idx), 0);
+  cr_assert_eq(SAC_WIRE_INDEX_GEN(idx), 0);
+  /* same slot, older generation: stale */
+  uint64_t older = SAC_WIRE_INDEX(0, 1, SAC_WIRE_INDEX_SLOT(idx));
+  float p = 5.0f;
+  uint32_t ok, stale, foreign;
+  sac_replay_shard_update_priorities(sh, 1, &older, &p, &ok, &stale, &foreign);
+  cr_assert_eq(ok, 0);
+  cr_assert_eq(stale, 1);
+  /* another shard's index, and a slot out of range: foreign */
+  uint64_t other = SAC_WIRE_INDEX(3, 0, SAC_WIRE_INDEX_SLOT(idx));
+  uint64_t far = SAC_WIRE_INDEX(0, 0, 999999);
+  sac_replay_shard_update_priorities(sh, 1, &other, &p, &ok, &stale, &foreign);
+  cr_assert_eq(foreign, 1);
+  sac_replay_shard_update_priorities(sh, 1, &far, &p, &ok, &stale, &foreign);
+  cr_assert_eq(foreign, 1);
+  /* current generation: applied */
+  sac_replay_shard_update_priorities(sh, 1, &idx, &p, &ok, &stale, &foreign);
+  cr_assert_eq(ok, 1);
+  /* overwrite everything (capacity 1024): the old index is now stale */
+  tg_t g;
+  tg_init(&g, 2, 1, 4, 1, 1000000, 200);
+  for (int b = 1; b <= 8; b++) {
+    sac_wire_transitions_t v = *tg_next(&g);
+    v.seq = (uint64_t)b;
+    sac_replay_insert_result_t r;
+    cr_assert_eq(sac_replay_shard_insert(sh, &v, &r), 0);
+  }
+  sac_replay_shard_update_priorities(sh, 1, &idx, &p, &ok, &stale, &foreign);
+  cr_assert_eq(ok, 0);
+  cr_assert_eq(stale, 1);
+  sac_replay_shard_stats_t st;
+  sac_replay_shard_stats(sh, &st);
+  cr_assert_eq(st.priority_stale_total, 2);
+  cr_assert_eq(st.priority_foreign_total, 2);
+  sac_replay_shard_destroy(&sh);
+  tg_free(&g);
+}
