@@ -310,8 +310,10 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
                sac_replay_client_unacked(client));
     }
   }
-  /* keep what was sent: wait (bounded) for the acks */
-  if (rc == 0 && sac_replay_client_flush(client, 5000) != 0)
+  /* Keep what was sent: wait (bounded) for the acks. When told to stop, the shards may
+   * be stopping too (or parked by a rate limiter whose learner has gone), so the wait
+   * is short; after max_steps the shards are expected to be serving. */
+  if (rc == 0 && sac_replay_client_flush(client, stop && atomic_load(stop) ? 200 : 5000) != 0)
     SAC_WARN("actor", "actor %u: %u batch(es) unacknowledged at exit", cfg->actor_id,
              sac_replay_client_unacked(client));
 out:

@@ -28,6 +28,7 @@ typedef struct {
   double lr, lr_actor, lr_critic, lr_alpha, gamma, tau, init_alpha, target_entropy, log_std_min, log_std_max;
   int hidden, depth, batch, policy_delay, autotune_alpha, log_json;
   char log_level[16];
+  char run_dir[512], run_name[256];
 } learner_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h) {k, t, offsetof(learner_cfg_t, f), 0, d, lo, hi, h}
@@ -41,7 +42,7 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("actors", SAC_CFG_INT, actors, "2", 1, 4096, "actor threads in the embedded default"),
     OPT("envs_per_actor", SAC_CFG_INT, envs_per_actor, "1", 1, 4096, "environments per embedded actor"),
     OPT("publish_every", SAC_CFG_INT, publish_every, "10", 1, 1000000, "updates between weight broadcasts"),
-    OPT("eval_every", SAC_CFG_INT64, eval_every, "5000", 0, 1e15,
+    OPT("eval_every", SAC_CFG_INT64, eval_every, "2000", 0, 1e15,
         "service: updates between evaluations (0: only at the end)"),
     OPT("prioritized", SAC_CFG_BOOL, prioritized, "false", 1, 0, "prioritised replay (embedded shards)"),
     OPT("per_alpha", SAC_CFG_DOUBLE, per_alpha, "0.6", 0, 10, "prioritised replay: priority exponent"),
@@ -77,6 +78,8 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("log_std_min", SAC_CFG_DOUBLE, log_std_min, "-5", -100, 100, "policy log std lower clamp"),
     OPT("log_std_max", SAC_CFG_DOUBLE, log_std_max, "2", -100, 100, "policy log std upper clamp"),
     OPT("policy_delay", SAC_CFG_INT, policy_delay, "1", 1, 1000, "critic updates per actor/alpha update"),
+    STR("run_dir", run_dir, "runs", "where run directories are created (config, metrics CSV, curve, policy)"),
+    STR("run_name", run_name, "", "this run's directory name (empty: time and environment)"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
 };
@@ -112,6 +115,10 @@ static int run_service(const learner_cfg_t *c) {
   lc.envs_per_actor = c->envs_per_actor;
   if (c->shards[0] && sac_learner_set_shards(&lc, c->shards))
     return 2;
+  static sac_rundir_t rd; /* large: keep it off the stack */
+  if (sac_rundir_open(&rd, c->run_dir, c->run_name, c->t.env, k_opts, sizeof k_opts / sizeof k_opts[0], c) != 0)
+    return 1;
+  lc.rundir = &rd;
   const char *w = c->weights[0] ? c->weights : (lc.n_shards ? "tcp://*:5570" : "inproc://sacfleet-weights");
   snprintf(lc.weights_endpoint, sizeof lc.weights_endpoint, "%s", w);
   struct sigaction sa;
@@ -132,6 +139,7 @@ static int run_service(const learner_cfg_t *c) {
          lc.env, (long long)res.env_steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
          res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second, res.env_steps_per_second,
          (unsigned long long)res.policy_version);
+  printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin\n", rd.path);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "actor/actor.h"
 #include "common/clock.h"
@@ -118,6 +119,7 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
   ac.seed = c->seed;
   ac.num_envs = c->envs_per_actor;
   ac.learning_starts = c->learning_starts / N;
+  ac.max_steps = (c->total_steps + N - 1) / N; /* the step budget, split exactly */
   ac.log_std_min = c->hp.log_std_min;
   ac.log_std_max = c->hp.log_std_max;
   ac.log_interval_s = 0;
@@ -175,7 +177,14 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   hp.obs_dim = sp->obs_dim;
   hp.act_dim = sp->act_dim;
   hp.seed = cfg->seed;
-  if ((rc = sac_backend_new(cfg->backend, cfg->threads, &be)) != 0 || (rc = sac_new(&hp, be, &sac)) != 0)
+  int threads = cfg->threads;
+  if (threads == 0 && cfg->n_shards == 0) {
+    /* embedded: the actors need cores too; BLAS threads fighting them for a core cost
+     * more than they give */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = cores - cfg->embedded_actors > 1 ? (int)(cores - cfg->embedded_actors) : 1;
+  }
+  if ((rc = sac_backend_new(cfg->backend, threads, &be)) != 0 || (rc = sac_new(&hp, be, &sac)) != 0)
     goto out;
   actor = malloc(sizeof(float) * sac_actor_param_count(sac));
   prio = malloc(sizeof(float) * (size_t)hp.batch);
@@ -222,6 +231,13 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   /* version 0: the initial policy, so actors know the shapes from the start */
   if ((rc = sac_get_actor(sac, actor)) != 0 || (rc = sac_weights_publish(pub, 0, actor)) != 0)
     goto out;
+  if (cfg->rundir) { /* where the curve starts: the untrained policy */
+    double ret0;
+    if ((rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes, &ret0)) != 0)
+      goto out;
+    sac_stats_t st0 = {.alpha = hp.init_alpha};
+    sac_rundir_add_eval(cfg->rundir, 0.0, 0, 0, ret0, &st0);
+  }
   const sac_backend_ops_t *ops = be->ops;
   sac_batch_t *bb = sac_batch(sac);
   double t0 = sac_clock_s(), t_log = t0, t_info = 0, t_pub = t0, upd_time = 0;
@@ -231,7 +247,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   int64_t next_eval = cfg->eval_every > 0 ? cfg->eval_every : INT64_MAX;
   while (!(stop && atomic_load(stop))) {
     double now = sac_clock_s();
-    if (now - t_info >= 0.5) {
+    if (now - t_info >= 0.05) {
       steps = stored_steps(client, n_shards, steps);
       t_info = now;
       if (steps >= cfg->total_steps)
@@ -283,6 +299,9 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       res->final_eval_return = ret;
       if (ret > res->best_eval_return)
         res->best_eval_return = ret;
+      sac_stats(sac, &st);
+      if (cfg->rundir)
+        sac_rundir_add_eval(cfg->rundir, sac_clock_s() - t0, steps, res->updates, ret, &st);
       if (!cfg->quiet)
         SAC_INFO("learner", "eval at update %lld (%lld steps): mean return %.1f over %d episodes",
                  (long long)res->updates, (long long)steps, ret, cfg->eval_episodes);
@@ -324,6 +343,14 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   if (ret > res->best_eval_return)
     res->best_eval_return = ret;
   sac_weights_publish(pub, (uint64_t)res->updates, actor);
+  if (cfg->rundir) {
+    char path[1100];
+    if (res->updates > 0)
+      sac_stats(sac, &st);
+    sac_rundir_add_eval(cfg->rundir, res->wall_seconds, steps, res->updates, ret, &st);
+    snprintf(path, sizeof path, "%s/policy.bin", cfg->rundir->path);
+    sac_policy_save(path, sac_actor_desc(sac), actor, hp.log_std_min, hp.log_std_max);
+  }
 out:
   if (rc)
     SAC_ERROR("learner", "stopped: %s", sac_strerror(rc));

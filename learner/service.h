@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "learner/rundir.h"
 #include "learner/sac.h"
 
 #define SAC_LEARNER_MAX_SHARDS 64
@@ -38,6 +39,7 @@ typedef struct {
   /* embedded */
   int embedded_shards, embedded_actors, envs_per_actor;
   int64_t buffer_capacity; /* over all embedded shards */
+  sac_rundir_t *rundir;     /* where evaluations and the final policy go (NULL: nowhere) */
 } sac_learner_cfg_t;
 
 typedef struct {

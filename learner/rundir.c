@@ -1,0 +1,225 @@
+/* Run directory files (see rundir.h). Every file goes to "<name>.tmp" first, then
+ * rename(2): readers and a crash never see half a file. */
+#include "learner/rundir.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+static int mkdirs(const char *path) {
+  char tmp[1024];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return SAC_EIO;
+      *p = '/';
+    }
+  return mkdir(tmp, 0755) != 0 && errno != EEXIST ? SAC_EIO : 0;
+}
+
+/* fopen of path.tmp; commit renames it over path. */
+static FILE *open_tmp(const char *path, char *tmp, size_t cap) {
+  snprintf(tmp, cap, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f)
+    SAC_ERROR("rundir", "cannot write %s: %s", tmp, strerror(errno));
+  return f;
+}
+static int commit(FILE *f, const char *tmp, const char *path) {
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+    SAC_ERROR("rundir", "cannot write %s: %s", path, strerror(errno));
+    remove(tmp);
+    return SAC_EIO;
+  }
+  return 0;
+}
+
+int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const char *env,
+                    const sac_cfg_opt_t *opts, size_t n_opts, const void *cfg) {
+  memset(rd, 0, sizeof *rd);
+  char nm[256];
+  if (name && *name) {
+    snprintf(nm, sizeof nm, "%s", name);
+  } else {
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char when[32];
+    strftime(when, sizeof when, "%Y%m%d-%H%M%S", &tm);
+    /* the env name, made safe for a path */
+    char e[64];
+    size_t j = 0;
+    for (const char *p = env; *p && j < sizeof e - 1; p++)
+      e[j++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-'
+                          ? *p
+                          : '_');
+    e[j] = '\0';
+    snprintf(nm, sizeof nm, "%s-%s", when, e);
+  }
+  snprintf(rd->path, sizeof rd->path, "%s/%s", base, nm);
+  snprintf(rd->title, sizeof rd->title, "%s", env);
+  if (mkdirs(rd->path) != 0) {
+    SAC_ERROR("rundir", "cannot create run directory %s: %s", rd->path, strerror(errno));
+    return SAC_EIO;
+  }
+  char path[1100], tmp[1110];
+  snprintf(path, sizeof path, "%s/config.txt", rd->path);
+  FILE *f = open_tmp(path, tmp, sizeof tmp);
+  if (!f)
+    return SAC_EIO;
+  fprintf(f, "# resolved configuration of this run; rerun with --config %s\n", path);
+  if (sac_config_dump(opts, n_opts, cfg, f) != 0) {
+    fclose(f);
+    remove(tmp);
+    return SAC_EIO;
+  }
+  return commit(f, tmp, path);
+}
+
+int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t updates, double eval_return,
+                        const sac_stats_t *st) {
+  if (rd->n < SAC_RUNDIR_MAX_POINTS) {
+    size_t i = rd->n++;
+    rd->wall_s[i] = wall_s, rd->steps[i] = steps, rd->updates[i] = updates, rd->ret[i] = eval_return;
+    rd->st[i] = *st;
+  }
+  char path[1100], tmp[1110];
+  snprintf(path, sizeof path, "%s/metrics.csv", rd->path);
+  FILE *f = open_tmp(path, tmp, sizeof tmp);
+  if (!f)
+    return SAC_EIO;
+  fprintf(f, "wall_seconds,env_steps,updates,eval_return,critic_loss,actor_loss,alpha_loss,alpha,entropy,mean_q\n");
+  for (size_t i = 0; i < rd->n; i++)
+    fprintf(f, "%.3f,%lld,%lld,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n", rd->wall_s[i], (long long)rd->steps[i],
+            (long long)rd->updates[i], rd->ret[i], rd->st[i].critic_loss, rd->st[i].actor_loss, rd->st[i].alpha_loss,
+            rd->st[i].alpha, rd->st[i].entropy, rd->st[i].mean_q);
+  int rc = commit(f, tmp, path);
+  snprintf(path, sizeof path, "%s/curve.svg", rd->path);
+  return rc ? rc : sac_write_curve_svg(path, rd->title, rd->steps, rd->ret, rd->n);
+}
+
+int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *params, float log_std_min,
+                    float log_std_max) {
+  char tmp[1200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    SAC_ERROR("rundir", "cannot write %s: %s", tmp, strerror(errno));
+    return SAC_EIO;
+  }
+  uint32_t nl = (uint32_t)d->n_layers, act = (uint32_t)d->hidden_act;
+  fwrite("SACPOL01", 1, 8, f);
+  fwrite(&nl, 4, 1, f);
+  for (int l = 0; l <= d->n_layers; l++) {
+    uint32_t s = (uint32_t)d->sizes[l];
+    fwrite(&s, 4, 1, f);
+  }
+  fwrite(&act, 4, 1, f);
+  fwrite(&log_std_min, 4, 1, f);
+  fwrite(&log_std_max, 4, 1, f);
+  fwrite(params, sizeof(float), sac_mlp_param_count(d), f);
+  return commit(f, tmp, path);
+}
+
+int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min, float *log_std_max) {
+  *params = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    SAC_ERROR("rundir", "cannot read %s: %s", path, strerror(errno));
+    return SAC_EIO;
+  }
+  char magic[8];
+  uint32_t nl, act, s;
+  int rc = SAC_EPROTO;
+  memset(d, 0, sizeof *d);
+  if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "SACPOL01", 8) != 0 || fread(&nl, 4, 1, f) != 1 || nl < 1 ||
+      nl > SAC_MLP_MAX_LAYERS)
+    goto out;
+  d->n_layers = (int)nl;
+  d->ensemble = 1;
+  for (uint32_t l = 0; l <= nl; l++) {
+    if (fread(&s, 4, 1, f) != 1 || s < 1 || s > (1u << 20))
+      goto out;
+    d->sizes[l] = (int)s;
+  }
+  if (fread(&act, 4, 1, f) != 1 || act > 2 || fread(log_std_min, 4, 1, f) != 1 || fread(log_std_max, 4, 1, f) != 1)
+    goto out;
+  d->hidden_act = (sac_act_t)act;
+  size_t n = sac_mlp_param_count(d);
+  *params = malloc(n * sizeof(float));
+  if (!*params) {
+    rc = SAC_ENOMEM;
+    goto out;
+  }
+  if (fread(*params, sizeof(float), n, f) != n || fgetc(f) != EOF) {
+    free(*params);
+    *params = NULL;
+    goto out;
+  }
+  rc = 0;
+out:
+  if (rc == SAC_EPROTO)
+    SAC_ERROR("rundir", "%s is not a sacfleet policy file (or is truncated)", path);
+  fclose(f);
+  return rc;
+}
+
+int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns, size_t n) {
+  char tmp[1200];
+  FILE *f = open_tmp(path, tmp, sizeof tmp);
+  if (!f)
+    return SAC_EIO;
+  const double W = 720, H = 420, L = 80, R = 20, T = 40, Bm = 60;
+  double xmax = 1, ymin = INFINITY, ymax = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    if (steps[i] > xmax)
+      xmax = (double)steps[i];
+    if (returns[i] < ymin)
+      ymin = returns[i];
+    if (returns[i] > ymax)
+      ymax = returns[i];
+  }
+  if (n == 0)
+    ymin = -1, ymax = 0;
+  if (ymax - ymin < 1e-9)
+    ymin -= 1, ymax += 1;
+  double pad = 0.05 * (ymax - ymin);
+  ymin -= pad, ymax += pad;
+#define X(v) (L + (v) / xmax * (W - L - R))
+#define Y(v) (T + (ymax - (v)) / (ymax - ymin) * (H - T - Bm))
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+             "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
+  fprintf(f, "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">%s: deterministic evaluation return</text>\n",
+          W / 2, title);
+  for (int k = 0; k <= 5; k++) { /* grid and tick labels */
+    double yv = ymin + (ymax - ymin) * k / 5, xv = xmax * k / 5;
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, Y(yv), W - R, Y(yv));
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, Y(yv) + 4, yv);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", X(xv), T, X(xv), H - Bm);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", X(xv), H - Bm + 18, xv);
+  }
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">environment steps</text>\n", (L + W - R) / 2, H - 15);
+  fprintf(f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">return</text>\n",
+          (T + H - Bm) / 2, (T + H - Bm) / 2);
+  fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
+  for (size_t i = 0; i < n; i++)
+    fprintf(f, "%.1f,%.1f ", X((double)steps[i]), Y(returns[i]));
+  fprintf(f, "\"/>\n");
+  for (size_t i = 0; i < n; i++)
+    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#1f77b4\"><title>%lld steps: %.1f</title></circle>\n",
+            X((double)steps[i]), Y(returns[i]), (long long)steps[i], returns[i]);
+  fprintf(f, "</svg>\n");
+#undef X
+#undef Y
+  return commit(f, tmp, path);
+}

@@ -1,0 +1,45 @@
+/* The run directory a training run leaves behind: the resolved configuration
+ * (config.txt, loadable with --config), a metrics CSV with one row per evaluation,
+ * the final policy (policy.bin, see sac_policy_save) and a learning-curve picture
+ * (curve.svg: evaluation return against environment steps) a person can open. Files are
+ * written whole to a temporary name and renamed, so a reader never sees half a file. */
+#ifndef SAC_LEARNER_RUNDIR_H
+#define SAC_LEARNER_RUNDIR_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "common/mlp.h"
+#include "learner/sac.h"
+
+#define SAC_RUNDIR_MAX_POINTS 4096
+
+typedef struct {
+  char path[1024];
+  size_t n;
+  double wall_s[SAC_RUNDIR_MAX_POINTS];
+  int64_t steps[SAC_RUNDIR_MAX_POINTS], updates[SAC_RUNDIR_MAX_POINTS];
+  double ret[SAC_RUNDIR_MAX_POINTS];
+  sac_stats_t st[SAC_RUNDIR_MAX_POINTS];
+  char title[256];
+} sac_rundir_t;
+
+/* Creates base/NAME (base created if missing; NAME from the time and env when name is
+ * NULL or empty) and writes config.txt from the option table. 0, SAC_EIO (logged). */
+int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const char *env,
+                    const sac_cfg_opt_t *opts, size_t n_opts, const void *cfg);
+/* Appends an evaluation point and rewrites metrics.csv and curve.svg. 0 or SAC_EIO. */
+int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t updates, double eval_return,
+                        const sac_stats_t *st);
+/* policy.bin: magic "SACPOL01", u32 n_layers, u32 sizes[n_layers + 1], u32 activation,
+ * f32 log_std_min, f32 log_std_max, then the parameters (common/mlp.h layout), little
+ * endian. 0 or SAC_EIO. */
+int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *params, float log_std_min,
+                    float log_std_max);
+/* Loads policy.bin; *params is malloc'ed (caller frees). 0, SAC_EIO, SAC_EPROTO (not a
+ * policy file or truncated), SAC_ENOMEM. */
+int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min, float *log_std_max);
+/* Writes the SVG learning curve of (steps, returns) to path. 0 or SAC_EIO. */
+int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns, size_t n);
+
+#endif
