@@ -7,9 +7,13 @@
 #include <string.h>
 
 #include "actor/actor.h"
+#include "actor/actor_metrics.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/http.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/net.h"
 
 typedef struct {
   sac_actor_cfg_t a;
@@ -17,6 +21,8 @@ typedef struct {
   char shards[4096];
   char log_level[16];
   int log_json;
+  char metrics_addr[64];
+  int metrics_port;
 } actor_main_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h) {k, t, offsetof(actor_main_cfg_t, f), 0, d, lo, hi, h}
@@ -37,6 +43,9 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("log_interval", SAC_CFG_INT, a.log_interval_s, "10", 0, 86400, "seconds between progress lines"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
+    STR("metrics_addr", metrics_addr, "0.0.0.0", "address the /metrics and /healthz endpoint binds (numeric)"),
+    OPT("metrics_port", SAC_CFG_INT, metrics_port, "9102", -1, 65535,
+        "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"),
 };
 
 static atomic_int g_stop;
@@ -67,6 +76,11 @@ int main(int argc, char **argv) {
   c.a.actor_id = (uint32_t)c.actor_id;
   if (sac_actor_set_shards(&c.a, c.shards))
     return 2;
+  /* the weights subscriber needs a context (it does not make its own): one for the process */
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  if (!ctx)
+    return 1;
+  c.a.ctx = ctx;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -74,7 +88,19 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   sac_actor_stats_t st;
   memset(&st, 0, sizeof st);
+  /* the metrics endpoint (docs/METRICS.md), stopped before st goes */
+  sac_metrics_t *metrics = NULL;
+  sac_http_t *http = NULL;
+  if (c.metrics_port >= 0 && (metrics = sac_metrics_new()) != NULL) {
+    if (sac_metrics_add_process(metrics) != 0 || sac_metrics_add_build_info(metrics, "sac-actor", SAC_VERSION) != 0 ||
+        sac_actor_metrics_register(metrics, &st, c.a.actor_id, NULL) != 0)
+      SAC_WARN("actor", "some metrics series are missing (out of memory)");
+    http = sac_http_serve_metrics("actor", c.metrics_addr, c.metrics_port, metrics);
+  }
   int rc = sac_actor_run(&c.a, &g_stop, &st);
+  sac_http_stop(&http);
+  sac_metrics_destroy(&metrics);
+  sac_net_ctx_destroy(&ctx);
   SAC_INFO("actor", "actor %u done: %llu steps, %llu episodes, mean return %.1f, %llu batches sent", c.a.actor_id,
            (unsigned long long)atomic_load(&st.env_steps), (unsigned long long)atomic_load(&st.episodes),
            atomic_load(&st.mean_return), (unsigned long long)atomic_load(&st.batches_sent));

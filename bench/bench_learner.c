@@ -30,6 +30,8 @@ typedef struct {
   char peer_python[256];
   double price;
   int obs, act, hidden, depth, batch;
+  char precision[8];
+  int graphs, recompute, profile;
 } bench_cfg_t;
 
 #define O_(k, t, f, d, lo, hi, h) {k, t, offsetof(bench_cfg_t, f), 0, d, lo, hi, h}
@@ -50,6 +52,11 @@ static const sac_cfg_opt_t k_opts[] = {
     O_("hidden", SAC_CFG_INT, hidden, "0", 0, 1e6, "override hidden width"),
     O_("depth", SAC_CFG_INT, depth, "0", 0, 15, "override hidden layers"),
     O_("batch", SAC_CFG_INT, batch, "0", 0, 1e6, "override batch size"),
+    S_("precision", precision, "fp32", "GEMM precision where the backend has a choice: fp32, tf32, bf16, fp16"),
+    O_("graphs", SAC_CFG_BOOL, graphs, "true", 1, 0, "replay captured updates where the backend can (cuda)"),
+    O_("recompute", SAC_CFG_BOOL, recompute, "false", 1, 0, "recompute activations in the backward"),
+    O_("profile", SAC_CFG_BOOL, profile, "true", 1, 0,
+       "time the phases of an update (synchronises between them, and runs eagerly)"),
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -135,11 +142,14 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
     buf[(size_t)i * row + 2 * O + A + 1] = 0.0f; /* terminated */
   sac_batch_t *b = sac_batch(s);
   sac_profile_t prof = {0};
+  /* staged (pinned, double-buffered, overlapping) where the backend offers it */
+  const int staged = be->ops->stage != NULL;
   double t_sample = 0, t0 = 0;
   for (int it = 0; it < c->warmup + c->updates; it++) {
     if (it == c->warmup) {
       be->ops->sync(be);
-      sac_set_profile(s, &prof);
+      if (c->profile)
+        sac_set_profile(s, &prof);
       t0 = sac_clock_s();
     }
     double ts = sac_clock_s();
@@ -152,11 +162,14 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
       sr[k] = r[2 * O + A];
       st[k] = r[2 * O + A + 1];
     }
-    be->ops->upload(be, b->obs, so, (size_t)B * O);
-    be->ops->upload(be, b->action, sa, (size_t)B * A);
-    be->ops->upload(be, b->next_obs, sn, (size_t)B * O);
-    be->ops->upload(be, b->reward, sr, B);
-    be->ops->upload(be, b->terminated, st, B);
+    int (*put)(sac_backend_t *, float *, const float *, size_t) = staged ? be->ops->stage : be->ops->upload;
+    put(be, b->obs, so, (size_t)B * O);
+    put(be, b->action, sa, (size_t)B * A);
+    put(be, b->next_obs, sn, (size_t)B * O);
+    put(be, b->reward, sr, B);
+    put(be, b->terminated, st, B);
+    if (staged)
+      be->ops->stage_commit(be);
     if (it >= c->warmup)
       t_sample += sac_clock_s() - ts;
     sac_update(s);
@@ -226,11 +239,22 @@ int main(int argc, char **argv) {
   hp.hidden = c.hidden ? c.hidden : std[found].hidden;
   hp.depth = c.depth ? c.depth : std[found].depth;
   hp.batch = c.batch ? c.batch : std[found].batch;
+  hp.recompute = c.recompute;
   sac_backend_t *be;
   int rc = sac_backend_new(c.backend, c.threads, &be);
   if (rc) {
     fprintf(stderr, "backend %s: %s\n", c.backend, sac_strerror(rc));
     return 1;
+  }
+  if (be->ops->set_option) {
+    if ((rc = be->ops->set_option(be, "precision", c.precision)) != 0 ||
+        (rc = be->ops->set_option(be, "graphs", c.graphs ? "1" : "0")) != 0) {
+      fprintf(stderr, "backend %s: precision %s: %s\n", c.backend, c.precision, sac_strerror(rc));
+      return 2;
+    }
+  } else if (strcmp(c.precision, "fp32") != 0) {
+    fprintf(stderr, "backend %s computes in fp32 only\n", c.backend);
+    return 2;
   }
   double err = sgemm_check();
   printf("OpenBLAS kernel %s: sgemm 256^3 max relative error %.2e against double (%s)\n", openblas_get_corename(),
@@ -243,8 +267,10 @@ int main(int argc, char **argv) {
   double *ups = calloc((size_t)c.runs, sizeof(double)), *peer = calloc((size_t)c.runs, sizeof(double));
   double flops = 0;
   int npeer = 0;
-  printf("preset %s: obs %d act %d hidden %dx%d batch %d, backend %s, threads %d, %d runs of %d updates\n",
-         c.config, hp.obs_dim, hp.act_dim, hp.hidden, hp.depth, hp.batch, c.backend, c.threads, c.runs, c.updates);
+  printf("preset %s: obs %d act %d hidden %dx%d batch %d, backend %s (%s%s%s), threads %d, %d runs of %d updates\n",
+         c.config, hp.obs_dim, hp.act_dim, hp.hidden, hp.depth, hp.batch, c.backend, c.precision,
+         c.graphs && be->ops->graph_launch && !c.profile ? ", graphs" : "", c.recompute ? ", recompute" : "",
+         c.threads, c.runs, c.updates);
   for (int r = 0; r < c.runs; r++) {
     if ((rc = run_ours(&c, be, &hp, &runs[r], &flops)) != 0) {
       fprintf(stderr, "run failed: %s\n", sac_strerror(rc));
@@ -283,6 +309,32 @@ int main(int argc, char **argv) {
   }
   printf("| time for 1M updates | %.2f h |\n", hours);
   printf("| cost of 1M updates at $%.2f/h | $%.3f |\n", c.price, hours * c.price);
+  /* what the backend reports (device memory, graph replays, loss scale), and one line
+   * for scripts to collect */
+  double peak = NAN, launches = NAN, scale = NAN, skipped = NAN;
+  if (be->ops->get_metric) {
+    static const char *const keys[] = {"device_peak_bytes", "device_used_bytes", "graph_launches", "loss_scale",
+                                       "skipped_steps", "degraded_gemms", "epilogue_fallbacks"};
+    double *dst[] = {&peak, NULL, &launches, &scale, &skipped, NULL, NULL};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+      double v;
+      if (be->ops->get_metric(be, keys[i], &v) == 0) {
+        printf("| backend %s | %.6g |\n", keys[i], v);
+        if (dst[i])
+          *dst[i] = v;
+      }
+    }
+  }
+  printf("bench-result preset=%s backend=%s precision=%s graphs=%d recompute=%d batch=%d hidden=%d depth=%d "
+         "updates_per_s=%.1f ms_per_update=%.4f peak_device_mib=%.1f graph_launches=%.0f loss_scale=%g "
+         "skipped=%.0f\n",
+         c.config, c.backend, c.precision, c.graphs && be->ops->graph_launch && !c.profile, c.recompute, hp.batch,
+         hp.hidden, hp.depth, m_ups, ms, peak / 1048576.0, launches, scale, skipped);
+  if (!c.profile) {
+    free(runs), free(ups), free(peer);
+    sac_backend_destroy(&be);
+    return 0;
+  }
   const char *names[5] = {"sampling + transfer", "target (pi(s'), target critics)", "critic fwd/bwd",
                           "actor fwd/bwd (through critics), alpha", "Adam + Polyak"};
   double sum = 0, med[5];

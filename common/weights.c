@@ -14,6 +14,7 @@
 
 struct sac_weights_pub {
   void *sock;
+  sac_net_ctx_t *own; /* the context made here when the caller passed none */
   sac_mlp_desc_t desc;
   sac_wire_layer_t layers[SAC_MLP_MAX_LAYERS];
   size_t n_params;
@@ -42,7 +43,9 @@ sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint,
   sac_net_opts_t o;
   sac_net_opts_default(&o);
   o.sndhwm = 4;
-  p->sock = p->buf ? sac_net_socket(ctx, SAC_NET_PUB, &o) : NULL;
+  if (!ctx)
+    ctx = p->own = sac_net_ctx_new(1);
+  p->sock = p->buf && ctx ? sac_net_socket(ctx, SAC_NET_PUB, &o) : NULL;
   if (!p->sock || sac_net_bind(p->sock, endpoint, bound, bound_cap) != 0) {
     SAC_ERROR("weights", "cannot publish weights on %s", endpoint);
     sac_weights_pub_destroy(&p);
@@ -69,6 +72,7 @@ void sac_weights_pub_destroy(sac_weights_pub_t **pp) {
   if (!p)
     return;
   sac_net_close(&p->sock);
+  sac_net_ctx_destroy(&p->own);
   free(p->buf);
   free(p);
   *pp = NULL;
@@ -76,6 +80,7 @@ void sac_weights_pub_destroy(sac_weights_pub_t **pp) {
 
 struct sac_weights_sub {
   void *sock;
+  sac_net_ctx_t *own; /* the context made here when the caller passed none */
   int obs_dim, act_dim;
   sac_wire_decoder_t *dec;
   void *buf;
@@ -103,7 +108,9 @@ sac_weights_sub_t *sac_weights_sub_new(sac_net_ctx_t *ctx, const char *endpoint,
   sac_net_opts_default(&o);
   o.conflate = 1;
   o.max_msg_bytes = WEIGHTS_MAX_MSG;
-  s->sock = s->buf && s->dec ? sac_net_socket(ctx, SAC_NET_SUB, &o) : NULL;
+  if (!ctx)
+    ctx = s->own = sac_net_ctx_new(1);
+  s->sock = s->buf && s->dec && ctx ? sac_net_socket(ctx, SAC_NET_SUB, &o) : NULL;
   if (!s->sock || SAC_ZCHK(zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, "", 0)) < 0 ||
       sac_net_connect(s->sock, endpoint) != 0) {
     SAC_ERROR("weights", "cannot subscribe to weights at %s", endpoint);
@@ -210,6 +217,7 @@ void sac_weights_sub_destroy(sac_weights_sub_t **sp) {
   if (!s)
     return;
   sac_net_close(&s->sock);
+  sac_net_ctx_destroy(&s->own);
   sac_wire_decoder_destroy(&s->dec);
   free(s->buf);
   free(s->params[0]), free(s->params[1]);

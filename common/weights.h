@@ -15,7 +15,8 @@
 typedef struct sac_weights_pub sac_weights_pub_t;
 typedef struct sac_weights_sub sac_weights_sub_t;
 
-/* Binds a PUB socket on endpoint (e.g. "tcp://0.0.0.0:5560", "inproc://weights").
+/* ctx may be NULL: the publisher or subscriber then makes (and later ends) its own.
+ * Binds a PUB socket on endpoint (e.g. "tcp://0.0.0.0:5560", "inproc://weights").
  * bound (may be NULL) receives the endpoint actually bound. NULL on failure (logged). */
 sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint, const sac_mlp_desc_t *desc,
                                        char *bound, size_t bound_cap);

@@ -9,11 +9,14 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/http.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "learner/service.h"
 #include "learner/train_local.h"
 
@@ -28,7 +31,10 @@ typedef struct {
   double lr, lr_actor, lr_critic, lr_alpha, gamma, tau, init_alpha, target_entropy, log_std_min, log_std_max;
   int hidden, depth, batch, policy_delay, autotune_alpha, log_json;
   char log_level[16];
-  char run_dir[512], run_name[256];
+  char run_dir[512], run_name[256], resume[512];
+  int64_t checkpoint_every;
+  char metrics_addr[64];
+  int metrics_port;
 } learner_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h) {k, t, offsetof(learner_cfg_t, f), 0, d, lo, hi, h}
@@ -80,14 +86,28 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("policy_delay", SAC_CFG_INT, policy_delay, "1", 1, 1000, "critic updates per actor/alpha update"),
     STR("run_dir", run_dir, "runs", "where run directories are created (config, metrics CSV, curve, policy)"),
     STR("run_name", run_name, "", "this run's directory name (empty: time and environment)"),
+    OPT("checkpoint_every", SAC_CFG_INT64, checkpoint_every, "5000", 0, 1e15,
+        "updates between checkpoints in the run directory (0: at the end only)"),
+    STR("resume", resume, "", "a run directory to continue (use with --config DIR/config.txt)"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
+    STR("metrics_addr", metrics_addr, "0.0.0.0", "address the /metrics and /healthz endpoint binds (numeric)"),
+    OPT("metrics_port", SAC_CFG_INT, metrics_port, "9100", -1, 65535,
+        "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"),
 };
 
 static atomic_int g_stop;
 static void on_signal(int sig) {
   (void)sig;
   atomic_store(&g_stop, 1);
+}
+
+/* The metrics endpoint (docs/METRICS.md): started in main, stopped at exit. */
+static sac_metrics_t *g_metrics;
+static sac_http_t *g_http;
+static void metrics_stop(void) {
+  sac_http_stop(&g_http);
+  sac_metrics_destroy(&g_metrics);
 }
 
 static int run_service(const learner_cfg_t *c) {
@@ -116,9 +136,17 @@ static int run_service(const learner_cfg_t *c) {
   if (c->shards[0] && sac_learner_set_shards(&lc, c->shards))
     return 2;
   static sac_rundir_t rd; /* large: keep it off the stack */
-  if (sac_rundir_open(&rd, c->run_dir, c->run_name, c->t.env, k_opts, sizeof k_opts / sizeof k_opts[0], c) != 0)
+  if (c->resume[0]) {
+    if (sac_rundir_reopen(&rd, c->resume, c->t.env) != 0)
+      return 2;
+    snprintf(lc.resume, sizeof lc.resume, "%s/checkpoint.bin", c->resume);
+  } else if (sac_rundir_open(&rd, c->run_dir, c->run_name, c->t.env, k_opts, sizeof k_opts / sizeof k_opts[0], c) !=
+             0) {
     return 1;
+  }
   lc.rundir = &rd;
+  lc.metrics = g_metrics;
+  lc.checkpoint_every = c->checkpoint_every;
   const char *w = c->weights[0] ? c->weights : (lc.n_shards ? "tcp://*:5570" : "inproc://sacfleet-weights");
   snprintf(lc.weights_endpoint, sizeof lc.weights_endpoint, "%s", w);
   struct sigaction sa;
@@ -139,7 +167,7 @@ static int run_service(const learner_cfg_t *c) {
          lc.env, (long long)res.env_steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
          res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second, res.env_steps_per_second,
          (unsigned long long)res.policy_version);
-  printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin\n", rd.path);
+  printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin, checkpoint.bin\n", rd.path);
   return 0;
 }
 
@@ -161,6 +189,13 @@ int main(int argc, char **argv) {
   sac_log_set_level(lvl);
   if (c.log_json)
     sac_log_set_json(1);
+  if (c.metrics_port >= 0 && (g_metrics = sac_metrics_new()) != NULL) {
+    if (sac_metrics_add_process(g_metrics) != 0 ||
+        sac_metrics_add_build_info(g_metrics, "sac-learner", SAC_VERSION) != 0)
+      SAC_WARN("learner", "some metrics series are missing (out of memory)");
+    g_http = sac_http_serve_metrics("learner", c.metrics_addr, c.metrics_port, g_metrics);
+    atexit(metrics_stop);
+  }
   sac_hparams_t *hp = &c.t.hp;
   hp->hidden = c.hidden;
   hp->depth = c.depth;

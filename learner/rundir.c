@@ -86,6 +86,35 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
   return commit(f, tmp, path);
 }
 
+int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env) {
+  memset(rd, 0, sizeof *rd);
+  snprintf(rd->path, sizeof rd->path, "%s", path);
+  snprintf(rd->title, sizeof rd->title, "%s", env);
+  struct stat sb;
+  if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    SAC_ERROR("rundir", "no run directory %s to resume", path);
+    return SAC_ENOTFOUND;
+  }
+  char csv[1100];
+  snprintf(csv, sizeof csv, "%s/metrics.csv", path);
+  FILE *f = fopen(csv, "r");
+  if (!f)
+    return 0; /* no evaluation yet */
+  char line[512];
+  while (fgets(line, sizeof line, f) && rd->n < SAC_RUNDIR_MAX_POINTS) {
+    size_t i = rd->n;
+    long long st, up;
+    sac_stats_t *x = &rd->st[i];
+    if (sscanf(line, "%lf,%lld,%lld,%lf,%f,%f,%f,%f,%f,%f", &rd->wall_s[i], &st, &up, &rd->ret[i], &x->critic_loss,
+               &x->actor_loss, &x->alpha_loss, &x->alpha, &x->entropy, &x->mean_q) == 10) {
+      rd->steps[i] = st, rd->updates[i] = up;
+      rd->n++;
+    }
+  }
+  fclose(f);
+  return 0;
+}
+
 int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t updates, double eval_return,
                         const sac_stats_t *st) {
   if (rd->n < SAC_RUNDIR_MAX_POINTS) {

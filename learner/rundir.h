@@ -28,6 +28,9 @@ typedef struct {
  * NULL or empty) and writes config.txt from the option table. 0, SAC_EIO (logged). */
 int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const char *env,
                     const sac_cfg_opt_t *opts, size_t n_opts, const void *cfg);
+/* Continues an existing run directory: reads its metrics.csv so the curve goes on.
+ * 0, SAC_ENOTFOUND (no such directory), SAC_EIO. */
+int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env);
 /* Appends an evaluation point and rewrites metrics.csv and curve.svg. 0 or SAC_EIO. */
 int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t updates, double eval_return,
                         const sac_stats_t *st);

@@ -331,6 +331,11 @@ sac_batch_t *sac_batch(sac_t *s) { return &s->batch; }
 uint64_t sac_step(const sac_t *s) { return s->step; }
 void sac_set_step(sac_t *s, uint64_t step) { s->step = step; }
 void sac_set_profile(sac_t *s, sac_profile_t *prof) { s->prof = prof; }
+void sac_get_noise_key(const sac_t *s, uint32_t key[2]) { key[0] = s->key[0], key[1] = s->key[1]; }
+void sac_set_noise_key(sac_t *s, const uint32_t key[2]) {
+  s->key[0] = key[0], s->key[1] = key[1];
+  s->graph_ok[0] = s->graph_ok[1] = 0; /* a captured update holds the old key: capture again */
+}
 size_t sac_param_count(const sac_t *s) { return s->n_params; }
 size_t sac_actor_param_count(const sac_t *s) { return s->n_actor; }
 

@@ -86,6 +86,9 @@ int sac_get_buffer(sac_t *s, int which, float *out, size_t n);
 int sac_set_buffer(sac_t *s, int which, const float *in, size_t n);
 size_t sac_buffer_len(const sac_t *s, int which);
 void sac_set_step(sac_t *s, uint64_t step);
+/* The Philox key of the update noise (derived from the seed): part of a checkpoint. */
+void sac_get_noise_key(const sac_t *s, uint32_t key[2]);
+void sac_set_noise_key(sac_t *s, const uint32_t key[2]);
 
 /* Where an update's time goes, filled when a profile is attached (the backend is
  * synchronised between phases, which costs a little on a GPU). Seconds, accumulated. */

@@ -17,6 +17,8 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/weights.h"
+#include "learner/service_metrics.h"
+#include "learner/checkpoint.h"
 #include "learner/train_local.h"
 #include "replay/client.h"
 #include "replay/server.h"
@@ -77,7 +79,7 @@ static void embedded_stop(embedded_t *em) {
 }
 
 static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, sac_net_ctx_t *ctx, embedded_t *em,
-                          char (*sample_eps)[256]) {
+                          char (*sample_eps)[256], int64_t steps_done) {
   memset(em, 0, sizeof *em);
   const int S = c->embedded_shards, N = c->embedded_actors;
   if (S < 1 || S > SAC_LEARNER_MAX_SHARDS || N < 1) {
@@ -102,6 +104,14 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
     sc.shard.seed = c->seed * 1000 + (uint64_t)i;
     snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
     snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);
+    if (c->rundir) { /* the replay is part of the run: a resumed run restores it */
+      int len = snprintf(sc.snapshot_path, sizeof sc.snapshot_path, "%.1000s/shard-%d.snap", c->rundir->path, i);
+      if (len < 0 || (size_t)len >= sizeof sc.snapshot_path) {
+        SAC_ERROR("learner", "run directory path too long for shard snapshots: %s", c->rundir->path);
+        embedded_stop(em);
+        return SAC_ECONFIG;
+      }
+    }
     int err = 0;
     em->shards[i] = sac_replay_server_new(&sc, ctx, &err);
     if (!em->shards[i] || sac_replay_server_start(em->shards[i]) != 0) {
@@ -118,8 +128,9 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
   ac.ctx = ctx;
   ac.seed = c->seed;
   ac.num_envs = c->envs_per_actor;
-  ac.learning_starts = c->learning_starts / N;
-  ac.max_steps = (c->total_steps + N - 1) / N; /* the step budget, split exactly */
+  ac.learning_starts = steps_done > 0 ? 0 : c->learning_starts / N;
+  int64_t left = c->total_steps - steps_done;
+  ac.max_steps = left > 0 ? (left + N - 1) / N : 1; /* the step budget, split exactly */
   ac.log_std_min = c->hp.log_std_min;
   ac.log_std_max = c->hp.log_std_max;
   ac.log_interval_s = 0;
@@ -165,6 +176,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   sac_replay_client_t *client = NULL;
   embedded_t em;
   memset(&em, 0, sizeof em);
+  sac_service_metrics_t sm;
+  sac_service_metrics_init(&sm, cfg->metrics, cfg);
   float *actor = NULL, *prio = NULL;
   char(*sample_eps)[256] = calloc(SAC_LEARNER_MAX_SHARDS, 256);
   if (!sample_eps)
@@ -186,6 +199,16 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   }
   if ((rc = sac_backend_new(cfg->backend, threads, &be)) != 0 || (rc = sac_new(&hp, be, &sac)) != 0)
     goto out;
+  sac_ckpt_counters_t ck = {0};
+  if (cfg->resume[0]) {
+    if ((rc = sac_checkpoint_load(sac, cfg->resume, &ck)) != 0) {
+      SAC_ERROR("learner", "cannot resume from %s: %s", cfg->resume, sac_strerror(rc));
+      goto out;
+    }
+    SAC_INFO("learner", "resumed from %s: %llu updates, %llu environment steps, policy version %llu", cfg->resume,
+             (unsigned long long)ck.updates, (unsigned long long)ck.env_steps,
+             (unsigned long long)ck.policy_version);
+  }
   actor = malloc(sizeof(float) * sac_actor_param_count(sac));
   prio = malloc(sizeof(float) * (size_t)hp.batch);
   ctx = sac_net_ctx_new(1);
@@ -201,13 +224,14 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   }
   size_t n_shards = cfg->n_shards;
   if (n_shards == 0) {
-    if ((rc = embedded_start(cfg, sp, ctx, &em, sample_eps)) != 0)
+    if ((rc = embedded_start(cfg, sp, ctx, &em, sample_eps, (int64_t)ck.env_steps)) != 0)
       goto out;
     n_shards = em.n_shards;
   } else {
     for (size_t i = 0; i < n_shards; i++)
       snprintf(sample_eps[i], 256, "%s", cfg->shard_sample_endpoints[i]);
   }
+  sac_service_metrics_attach(&sm, be, cfg->backend, em.shards, em.n_shards, em.actors, em.n_actors);
   const char *eps[SAC_LEARNER_MAX_SHARDS];
   for (size_t i = 0; i < n_shards; i++)
     eps[i] = sample_eps[i];
@@ -231,7 +255,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   /* version 0: the initial policy, so actors know the shapes from the start */
   if ((rc = sac_get_actor(sac, actor)) != 0 || (rc = sac_weights_publish(pub, 0, actor)) != 0)
     goto out;
-  if (cfg->rundir) { /* where the curve starts: the untrained policy */
+  if (cfg->rundir && !cfg->resume[0]) { /* where the curve starts: the untrained policy */
     double ret0;
     if ((rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes, &ret0)) != 0)
       goto out;
@@ -240,11 +264,17 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   }
   const sac_backend_ops_t *ops = be->ops;
   sac_batch_t *bb = sac_batch(sac);
-  double t0 = sac_clock_s(), t_log = t0, t_info = 0, t_pub = t0, upd_time = 0;
-  int64_t steps = 0, last_log_updates = 0;
-  uint64_t version = 0;
+  double t0 = sac_clock_s() - ck.wall_seconds, t_log = sac_clock_s(), t_info = 0, t_pub = t_log, upd_time = 0;
+  res->updates = (int64_t)ck.updates;
+  int64_t steps = (int64_t)ck.env_steps, last_log_updates = res->updates, start_updates = res->updates;
+  uint64_t version = ck.policy_version;
   sac_stats_t st = {0};
-  int64_t next_eval = cfg->eval_every > 0 ? cfg->eval_every : INT64_MAX;
+  int64_t next_eval = cfg->eval_every > 0 ? (res->updates / cfg->eval_every + 1) * cfg->eval_every : INT64_MAX;
+  int64_t next_ckpt = cfg->checkpoint_every > 0 ? (res->updates / cfg->checkpoint_every + 1) * cfg->checkpoint_every
+                                                : INT64_MAX;
+  char ckpt_path[1100] = "";
+  if (cfg->rundir)
+    snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", cfg->rundir->path);
   while (!(stop && atomic_load(stop))) {
     double now = sac_clock_s();
     if (now - t_info >= 0.05) {
@@ -257,6 +287,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     double w0 = sac_clock_s();
     rc = sac_replay_client_sample(client, 200, &b);
     res->sample_wait_seconds += sac_clock_s() - w0;
+    sac_service_metrics_sampled(&sm, sac_clock_s() - w0, steps);
     if (rc == SAC_ETIMEOUT) {
       rc = 0;
       /* a publisher that keeps sending lets late subscribers get the current policy */
@@ -290,6 +321,12 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       t_pub = sac_clock_s();
     }
     upd_time += sac_clock_s() - u0;
+    sac_service_metrics_updated(&sm, sac, sac_clock_s() - u0, res, version);
+    if (ckpt_path[0] && res->updates >= next_ckpt) {
+      next_ckpt += cfg->checkpoint_every;
+      sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, version, sac_clock_s() - t0};
+      sac_checkpoint_save(sac, ckpt_path, &c); /* a failed checkpoint is logged; training goes on */
+    }
     if (res->updates >= next_eval) {
       next_eval += cfg->eval_every;
       double ret;
@@ -330,7 +367,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   res->wall_seconds = sac_clock_s() - t0;
   res->env_steps = steps;
   res->policy_version = version;
-  res->updates_per_second = upd_time > 0 ? (double)res->updates / upd_time : 0;
+  res->updates_per_second = upd_time > 0 ? (double)(res->updates - start_updates) / upd_time : 0;
   res->env_steps_per_second = (double)steps / res->wall_seconds;
   for (size_t i = 0; i < em.n_actors; i++)
     res->episodes += (int64_t)atomic_load(&sac_actor_stats(em.actors[i])->episodes);
@@ -348,12 +385,16 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     if (res->updates > 0)
       sac_stats(sac, &st);
     sac_rundir_add_eval(cfg->rundir, res->wall_seconds, steps, res->updates, ret, &st);
+    sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, (uint64_t)res->updates, res->wall_seconds};
+    if (sac_checkpoint_save(sac, ckpt_path, &c) != 0)
+      rc = SAC_EIO;
     snprintf(path, sizeof path, "%s/policy.bin", cfg->rundir->path);
     sac_policy_save(path, sac_actor_desc(sac), actor, hp.log_std_min, hp.log_std_max);
   }
 out:
   if (rc)
     SAC_ERROR("learner", "stopped: %s", sac_strerror(rc));
+  sac_service_metrics_close(&sm, res);
   embedded_stop(&em);
   sac_replay_client_destroy(&client);
   sac_weights_pub_destroy(&pub);

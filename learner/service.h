@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/metrics.h"
 #include "learner/rundir.h"
 #include "learner/sac.h"
 
@@ -39,7 +40,10 @@ typedef struct {
   /* embedded */
   int embedded_shards, embedded_actors, envs_per_actor;
   int64_t buffer_capacity; /* over all embedded shards */
-  sac_rundir_t *rundir;     /* where evaluations and the final policy go (NULL: nowhere) */
+  sac_rundir_t *rundir;     /* where evaluations, checkpoints and the final policy go (NULL: nowhere) */
+  int64_t checkpoint_every; /* updates between checkpoints in the run directory (0: at the end only) */
+  char resume[1024];        /* checkpoint to resume from ("": a new run) */
+  sac_metrics_t *metrics;   /* series go here (learner/service_metrics.h; NULL: none) */
 } sac_learner_cfg_t;
 
 typedef struct {

@@ -16,8 +16,11 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/http.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "replay/server.h"
+#include "replay/server_metrics.h"
 
 typedef struct {
   int shard_id;
@@ -38,6 +41,8 @@ typedef struct {
   double snapshot_interval_s;
   int start_empty_on_bad_snapshot;
   char ready_file[1024];
+  char metrics_addr[64];
+  int metrics_port;
 } opts_t;
 
 #define O(f) offsetof(opts_t, f)
@@ -81,6 +86,10 @@ static const sac_cfg_opt_t k_opts[] = {
      "move an unusable snapshot aside and start empty instead of refusing to start"},
     {"ready_file", SAC_CFG_STRING, O(ready_file), 1024, "", SAC_CFG_UNBOUNDED,
      "write the bound endpoints and pid here once serving (for scripts and tests)"},
+    {"metrics_addr", SAC_CFG_STRING, O(metrics_addr), 64, "0.0.0.0", SAC_CFG_UNBOUNDED,
+     "address the /metrics and /healthz endpoint binds (numeric)"},
+    {"metrics_port", SAC_CFG_INT, O(metrics_port), 0, "9101", -1, 65535,
+     "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"},
 };
 #undef O
 
@@ -98,7 +107,7 @@ static void on_snapshot(int sig) {
     sac_replay_server_request_snapshot(g_srv);
 }
 
-static int write_ready(const char *path, const sac_replay_server_t *s) {
+static int write_ready(const char *path, const sac_replay_server_t *s, const sac_http_t *http) {
   char tmp[1100];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
@@ -106,6 +115,8 @@ static int write_ready(const char *path, const sac_replay_server_t *s) {
     return SAC_EIO;
   fprintf(f, "insert=%s\nsample=%s\npid=%ld\n", sac_replay_server_insert_endpoint(s),
           sac_replay_server_sample_endpoint(s), (long)getpid());
+  if (http)
+    fprintf(f, "metrics_port=%d\n", sac_http_port(http));
   if (fclose(f) != 0 || rename(tmp, path) != 0)
     return SAC_EIO;
   return 0;
@@ -176,10 +187,21 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   sa.sa_handler = on_snapshot;
   sigaction(SIGUSR1, &sa, NULL);
-  if (o.ready_file[0] && write_ready(o.ready_file, srv) != 0)
+  /* the metrics endpoint (docs/METRICS.md), stopped before the server goes */
+  sac_metrics_t *metrics = NULL;
+  sac_http_t *http = NULL;
+  if (o.metrics_port >= 0 && (metrics = sac_metrics_new()) != NULL) {
+    if (sac_metrics_add_process(metrics) != 0 || sac_metrics_add_build_info(metrics, "sac-replay", SAC_VERSION) != 0 ||
+        sac_replay_metrics_register(metrics, srv, c.shard.shard_id, c.snapshot_path[0] != 0, NULL) != 0)
+      SAC_WARN("replay", "some metrics series are missing (out of memory)");
+    http = sac_http_serve_metrics("replay", o.metrics_addr, o.metrics_port, metrics);
+  }
+  if (o.ready_file[0] && write_ready(o.ready_file, srv, http) != 0)
     SAC_WARN("replay", "cannot write the ready file %s", o.ready_file);
   int rc = sac_replay_server_run(srv);
   g_srv = NULL;
+  sac_http_stop(&http);
+  sac_metrics_destroy(&metrics);
   sac_replay_server_destroy(&srv);
   SAC_INFO("replay", "stopped%s", rc ? " (the final snapshot failed)" : "");
   return rc ? 1 : 0;

@@ -20,7 +20,7 @@
 #include "common/rng.h"
 #include "replay/ratelimit.h"
 #include "replay/sampler.h"
-#include "replay/snapshot.h"
+#include "common/snapshot.h"
 #include "replay/storage.h"
 
 typedef struct {

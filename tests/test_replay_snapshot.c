@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "replay/server.h"
 #include "replay/shard.h"
-#include "replay/snapshot.h"
+#include "common/snapshot.h"
 #include "tests/replay_testgen.h"
 
 static char g_dir[256];

@@ -1,5 +1,5 @@
 /* Atomic, checksummed snapshot files (see snapshot.h). */
-#include "replay/snapshot.h"
+#include "common/snapshot.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -21,6 +21,7 @@
 
 #define SAC_SNAP_FORMAT 1u
 #define SAC_SNAP_KIND_REPLAY 1u
+#define SAC_SNAP_KIND_CHECKPOINT 2u
 
 uint32_t sac_crc32c(uint32_t crc, const void *data, size_t len);
 

@@ -1,0 +1,49 @@
+/* A minimal HTTP/1.1 server for operations endpoints: GET (or HEAD) /metrics renders a
+ * metrics registry (common/metrics.h) and /healthz answers "ok"; any other path is a
+ * 404, any other method a 405, anything unparsable a 400, an oversized request a 431.
+ * One request per connection (the response says Connection: close). It runs a libuv
+ * loop on a thread of its own, so a slow scrape never stalls the caller's work.
+ *
+ * It is not a general web server: no keep-alive, no request bodies, no TLS, no
+ * chunked encoding. It is built to survive what a network does to it: requests are
+ * read into a fixed buffer, each connection has a deadline (slow or silent clients are
+ * dropped when it passes), connections over the limit are accepted and closed at once,
+ * and any error closes the connection and nothing else.
+ *
+ * Thread-safety: sac_http_start and sac_http_stop from one owner thread; sac_http_port
+ * from any thread. The registry is borrowed and must outlive the server. */
+#ifndef SAC_COMMON_HTTP_H
+#define SAC_COMMON_HTTP_H
+#include <stddef.h>
+
+#include "common/metrics.h"
+
+typedef struct {
+  char addr[64];            /* numeric IPv4 or IPv6 address to bind, e.g. "0.0.0.0", "127.0.0.1", "::" */
+  int port;                 /* 0: a free port (see sac_http_port) */
+  size_t max_request_bytes; /* request line and headers; default 8192 */
+  int max_connections;      /* open at once; default 64 */
+  int timeout_ms;           /* whole-connection deadline; default 10000 */
+} sac_http_config_t;
+
+/* Defaults: 0.0.0.0, port 0, 8 KiB requests, 64 connections, 10 s deadline. */
+void sac_http_config_default(sac_http_config_t *c);
+
+typedef struct sac_http sac_http_t;
+
+/* Binds, listens and starts the server's thread; returns once it is accepting. 0;
+ * SAC_ECONFIG (address not numeric, bad limits: logged), SAC_ENET (cannot bind or
+ * listen, e.g. the port is taken: logged), SAC_ENOMEM. *out is NULL on failure. */
+int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_http_t **out);
+/* The port bound (the free port chosen when the config said 0). */
+int sac_http_port(const sac_http_t *h);
+/* Stops accepting, closes every connection, joins the thread and frees. Idempotent,
+ * nulls *h. Cannot fail. */
+void sac_http_stop(sac_http_t **h);
+
+/* Helper for the binaries: starts the server unless port < 0 (disabled) and logs where
+ * it serves ("<component>: metrics on http://ADDR:PORT/metrics"). A failure to start is
+ * logged and returns NULL: metrics are not worth stopping a training run for. */
+sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int port, sac_metrics_t *metrics);
+
+#endif

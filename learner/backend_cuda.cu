@@ -1,0 +1,1524 @@
+/* The cuda backend: every op of backend.h on one NVIDIA GPU, with the semantics of the
+ * cpu backend (backend_cpu.c is the readable reference of the same math). It is not a
+ * general tensor library: it knows exactly the ops SAC needs.
+ *
+ * - Linear layers are cuBLASLt matmuls with the bias and ReLU fused into the epilogue.
+ *   Row-major (rows, cols) data is column-major (cols, rows), so every product is issued
+ *   transposed (Y^T = W^T X^T). The K members of an ensemble (the twin critics) are one
+ *   strided-batched matmul per layer; a shared input is broadcast with batch stride 0.
+ *   The activation backward and the bias gradient are one fused kernel (a fixed-order
+ *   column sum), then one batched matmul each for dW and dX. cuBLASLt's backward
+ *   epilogues (DRELU, BGRAD) would fuse the activation backward into the previous
+ *   layer's dX product, but the interface hands each layer its own activation backward,
+ *   so they do not fit without breaking an op's meaning.
+ * - Precision (option "precision"): fp32, tf32, bf16 or fp16. Tensors, master weights,
+ *   Adam state and all elementwise math stay fp32; bf16/fp16 select cuBLASLt's
+ *   CUBLAS_COMPUTE_32F_FAST_16BF / _16F, which round the GEMM operands to bf16 / fp16
+ *   (or, where cuBLAS judges it faster, TF32, which is more precise) on the tensor
+ *   cores and accumulate in fp32. fp16 adds dynamic loss scaling: the loss ops multiply
+ *   their gradients by the scale, Adam divides it out and skips its step when any
+ *   gradient is inf/NaN or any backward GEMM operand was outside the fp16 range (checked
+ *   here, so it does not depend on how cuBLAS converts such values), and update_end
+ *   halves the scale after a skip or doubles it after growth_interval good updates
+ *   (PyTorch's GradScaler rules). Forward activations are not range-checked.
+ * - Reductions (bias gradients, losses) use fixed-order trees, no float atomics, so a
+ *   run is reproducible. Integer atomics only count finished blocks.
+ * - Everything that changes between updates (log alpha, Adam steps, the loss scale, the
+ *   noise stream offset) lives in device memory, so an update can be captured once as a
+ *   CUDA graph and replayed (graph_begin / graph_end / graph_launch).
+ * - Every CUDA and cuBLASLt call is checked; a failure is logged with the statement, file
+ *   and line, latched, and returned by the next sync / upload / download. Ops allocate
+ *   nothing (cuBLASLt gets a fixed workspace); alloc refuses to run during a capture. */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "common/error.h"
+#include "common/log.h"
+#include "learner/backend.h"
+}
+#include "common/philox.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* configuration                                                                          */
+
+enum { PREC_FP32 = 0, PREC_TF32 = 1, PREC_BF16 = 2, PREC_FP16 = 3 };
+static const char *const k_prec_names[] = {"fp32", "tf32", "bf16", "fp16"};
+
+#define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's recommendation for Hopper */
+#define MAX_PLANS 1024
+#define NFLAG 256      /* blocks of the inf/NaN check (and of fp16 Adam) */
+#define STAGE_MAX 16   /* parts per staged batch */
+#define THREADS 256
+#define SCALE_MIN (1.0f / 65536.0f)
+#define SCALE_MAX 4294967296.0f
+
+/* The fp16 loss scaler, in device memory. */
+typedef struct {
+  float scale;
+  int good;      /* updates without inf/NaN since the scale last changed */
+  int found_inf; /* some Adam step of the current update was skipped */
+  int growth_interval;
+  unsigned long long skipped; /* updates with a skipped step, all time */
+} scaler_t;
+
+/* Device-resident scalars, one allocation. */
+typedef struct {
+  unsigned long long delta[SAC_BACKEND_MAX_GRAPHS]; /* noise stream offset of each graph */
+  unsigned int done;                                 /* Adam: blocks finished */
+  int overflow; /* fp16: a backward GEMM operand since the last Adam step is out of fp16 range */
+  scaler_t scaler;
+  int flags[NFLAG]; /* per-block inf/NaN found */
+} dev_state_t;
+
+/* A cached cuBLASLt matmul: descriptors and the heuristic's algorithm for one shape. */
+typedef struct {
+  int64_t ta, tb, m, n, k, lda, ldb, ldd, sa, sb, sd, batch, epi, beta, prec, sbias;
+  int64_t al_a, al_b, al_d, al_bias;
+} plan_key_t;
+
+typedef struct {
+  plan_key_t key;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulAlgo_t algo;
+  cublasComputeType_t ct;
+  int ok;         /* 0: no algorithm for this shape (callers fall back) */
+  int epi_failed; /* the fused epilogue was refused at run time: use the bias kernel */
+} plan_t;
+
+typedef struct {
+  float *host; /* pinned */
+  float *dev;
+  size_t cap, used; /* floats */
+  int n, open;
+  float *dst[STAGE_MAX];
+  size_t off[STAGE_MAX], len[STAGE_MAX];
+  cudaEvent_t h2d_done, consumed;
+} stage_slot_t;
+
+typedef struct {
+  void *p;
+  size_t bytes;
+} alloc_rec_t;
+
+typedef struct {
+  int device;
+  cudaStream_t stream, copy;
+  cublasLtHandle_t lt;
+  void *ws;
+  dev_state_t *ds;
+  plan_t *plans;
+  int n_plans;
+  int prec;
+  int graphs_on;
+  float init_scale;
+  int growth_interval;
+  /* graphs */
+  int capturing; /* graph id being recorded, or -1 */
+  int err_at_begin;
+  cudaGraphExec_t exec[SAC_BACKEND_MAX_GRAPHS];
+  uint64_t cap_stream[SAC_BACKEND_MAX_GRAPHS];
+  unsigned long long host_delta[SAC_BACKEND_MAX_GRAPHS];
+  int delta_known[SAC_BACKEND_MAX_GRAPHS];
+  /* staging */
+  stage_slot_t slot[2];
+  int cur;
+  /* accounting */
+  alloc_rec_t *allocs;
+  size_t n_allocs, cap_allocs;
+  size_t bytes, peak;
+  uint64_t alloc_calls, graph_launches, degraded, epi_fallbacks;
+  int err; /* first failure (SAC_EBACKEND / SAC_ENOMEM), latched */
+  int warned_plans;
+} cu_t;
+
+static cu_t *IM(sac_backend_t *be) { return (cu_t *)be->impl; }
+
+/* ------------------------------------------------------------------------------------ */
+/* checked calls                                                                          */
+
+static int ck_cuda(cu_t *im, int latch, cudaError_t e, const char *stmt, const char *file, int line) {
+  if (e == cudaSuccess)
+    return 0;
+  SAC_ERROR("cuda", "%s failed: %s (%s) at %s:%d", stmt, cudaGetErrorName(e), cudaGetErrorString(e), file, line);
+  if (im && latch && !im->err)
+    im->err = SAC_EBACKEND;
+  return SAC_EBACKEND;
+}
+
+static const char *lt_status_name(cublasStatus_t s) {
+  switch (s) {
+  case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+  case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+  case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+  case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  default: return "cublas status";
+  }
+}
+
+static int ck_lt(cu_t *im, int latch, cublasStatus_t s, const char *stmt, const char *file, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return 0;
+  SAC_ERROR("cuda", "%s failed: %s (%d) at %s:%d", stmt, lt_status_name(s), (int)s, file, line);
+  if (im && latch && !im->err)
+    im->err = SAC_EBACKEND;
+  return SAC_EBACKEND;
+}
+
+/* CK / CKL latch the failure (the backend is then broken until destroyed); CKN / CKLN
+ * only log and return it (setup paths that report through their return value). */
+#define CK(im, call) ck_cuda((im), 1, (call), #call, __FILE__, __LINE__)
+#define CKN(im, call) ck_cuda((im), 0, (call), #call, __FILE__, __LINE__)
+#define CKL(im, call) ck_lt((im), 1, (call), #call, __FILE__, __LINE__)
+#define CKLN(im, call) ck_lt((im), 0, (call), #call, __FILE__, __LINE__)
+/* after every kernel launch: a bad configuration shows here, a fault at the next sync */
+#define LAUNCHED(im, name) ck_cuda((im), 1, cudaGetLastError(), "launch of " name, __FILE__, __LINE__)
+
+static unsigned grid_for(size_t n, unsigned cap) {
+  size_t g = (n + THREADS - 1) / THREADS;
+  if (g < 1)
+    g = 1;
+  return (unsigned)(g < cap ? g : cap);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* kernels                                                                                */
+
+/* y = act(y + b) over (rows, cols) with leading dimension ldy; b has cols entries */
+__global__ void k_bias_act(float *Y, int ldy, const float *b, int rows, int cols, int act) {
+  size_t total = (size_t)rows * cols;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    int r = (int)(i / cols), c = (int)(i % cols);
+    float *y = Y + (size_t)r * ldy + c;
+    float v = *y + b[c];
+    if (act == SAC_ACT_RELU)
+      v = v > 0.0f ? v : 0.0f;
+    else if (act == SAC_ACT_TANH)
+      v = tanhf(v);
+    *y = v;
+  }
+}
+
+/* d = d * act'(y) in place over (rows, cols); db = column sums when non-NULL. Block
+ * (32, 16): 32 adjacent columns, 16 row lanes, then a fixed-order sum of the lanes.
+ * fp16 (ovf non-NULL): flags a gradient that the next GEMMs could not take as an fp16
+ * operand (|d| > 65504 or not finite), whatever cuBLAS would make of it. */
+__global__ void k_act_bwd_colsum(float *dY, const float *Y, int ldy, int rows, int cols, int act, float *db,
+                                 int *ovf) {
+  __shared__ float red[16][33];
+  int c = blockIdx.x * 32 + threadIdx.x;
+  float acc = 0.0f;
+  int bad = 0;
+  if (c < cols) {
+    for (int r = threadIdx.y; r < rows; r += 16) {
+      size_t i = (size_t)r * ldy + c;
+      float d = dY[i];
+      if (act == SAC_ACT_RELU) {
+        d = Y[i] > 0.0f ? d : 0.0f;
+        dY[i] = d;
+      } else if (act == SAC_ACT_TANH) {
+        float y = Y[i];
+        d *= 1.0f - y * y;
+        dY[i] = d;
+      }
+      acc += d;
+      bad |= !(fabsf(d) <= 65504.0f);
+    }
+  }
+  if (ovf && bad)
+    *ovf = 1; /* every writer stores the same value */
+  if (!db)
+    return; /* uniform across the block */
+  red[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float s = 0.0f;
+    for (int y = 0; y < 16; y++)
+      s += red[y][threadIdx.x];
+    db[c] = s;
+  }
+}
+
+/* Input gradient of a shared-input ensemble layer, summed over the members:
+ * dX[b, i] = sum_k sum_j dY[b, k n_out + j] W_k[i, j] (W already offset to the segment's
+ * first row). One warp per output, a fixed shuffle tree: deterministic. */
+__global__ void k_dx_shared(float *dX, int ldx, const float *dY, int ldy, const float *W, int n_out, size_t wsz, int K,
+                            int B, int n) {
+  size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+  int lane = threadIdx.x & 31;
+  if (warp >= (size_t)B * n)
+    return;
+  int b = (int)(warp / n), i = (int)(warp % n);
+  float acc = 0.0f;
+  for (int k = 0; k < K; k++) {
+    const float *dy = dY + (size_t)b * ldy + (size_t)k * n_out;
+    const float *w = W + k * wsz + (size_t)i * n_out;
+    for (int j = lane; j < n_out; j += 32)
+      acc += dy[j] * w[j];
+  }
+  for (int off = 16; off > 0; off >>= 1)
+    acc += __shfl_down_sync(0xffffffffu, acc, off);
+  if (lane == 0)
+    dX[(size_t)b * ldx + i] = acc;
+}
+
+/* n normals: element i is normal (i % 2) of Philox block (i / 2, stream, tag), where
+ * stream is the given one plus the graph's offset when recorded into a graph. */
+__global__ void k_normal(float *out, size_t n, uint32_t k0, uint32_t k1, unsigned long long stream,
+                         const unsigned long long *delta, uint32_t tag) {
+  size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  size_t i = 2 * j;
+  if (i >= n)
+    return;
+  uint64_t s = stream + (delta ? *delta : 0ull);
+  uint32_t key[2] = {k0, k1};
+  float z0, z1;
+  sac_philox_normal2(key, (uint32_t)j, s, tag, &z0, &z1);
+  out[i] = z0;
+  if (i + 1 < n)
+    out[i + 1] = z1;
+}
+
+#define HALF_LOG_2PI 0.91893853320467274178f
+#define LOG2F_ 0.69314718055994530942f
+
+__device__ __forceinline__ float d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float d_clamp(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+/* one thread per row, the action dimensions in order (as the cpu sums them) */
+__global__ void k_head_fwd(int B, int A, float lsmin, float lsmax, const float *P, const float *eps, float *a, int lda,
+                           float *logp) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= B)
+    return;
+  const float *mu = P + (size_t)r * 2 * A, *ls_raw = mu + A;
+  const float *e = eps + (size_t)r * A;
+  float lp = 0.0f;
+  for (int i = 0; i < A; i++) {
+    float ls = d_clamp(ls_raw[i], lsmin, lsmax);
+    float u = mu[i] + expf(ls) * e[i];
+    a[(size_t)r * lda + i] = tanhf(u);
+    lp += -0.5f * e[i] * e[i] - ls - HALF_LOG_2PI - 2.0f * (LOG2F_ - u - d_softplus(-2.0f * u));
+  }
+  logp[r] = lp;
+}
+
+__global__ void k_head_bwd(int B, int A, float lsmin, float lsmax, const float *P, const float *eps, const float *a,
+                           int lda, const float *da, int ldda, const float *dlogp, float *dP) {
+  int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= B * A)
+    return;
+  int r = idx / A, i = idx % A;
+  float raw = P[(size_t)r * 2 * A + A + i];
+  float e = eps[(size_t)r * A + i];
+  float ai = a[(size_t)r * lda + i];
+  float g = da ? da[(size_t)r * ldda + i] : 0.0f;
+  float du = g * (1.0f - ai * ai) + dlogp[r] * 2.0f * ai;
+  dP[(size_t)r * 2 * A + i] = du;
+  int inside = raw > lsmin && raw < lsmax;
+  float ls = d_clamp(raw, lsmin, lsmax);
+  dP[(size_t)r * 2 * A + A + i] = inside ? du * expf(ls) * e - dlogp[r] : 0.0f;
+}
+
+__global__ void k_critic_target(int B, float gamma, const float *log_alpha, const float *r, const float *term,
+                                const float *qt, const float *logp_next, float *y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B)
+    return;
+  const float alpha = expf(*log_alpha);
+  float qmin = fminf(qt[2 * i], qt[2 * i + 1]);
+  y[i] = r[i] + gamma * (1.0f - term[i]) * (qmin - alpha * logp_next[i]);
+}
+
+/* fixed-order block sum of two doubles (blockDim.x == THREADS) */
+__device__ void block_sum2(double *a, double *b) {
+  __shared__ double sa[THREADS], sb[THREADS];
+  int t = threadIdx.x;
+  sa[t] = *a;
+  sb[t] = *b;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (t < s) {
+      sa[t] += sa[t + s];
+      sb[t] += sb[t + s];
+    }
+    __syncthreads();
+  }
+  *a = sa[0];
+  *b = sb[0];
+}
+
+/* Loss kernels run as one block of THREADS (the batch is small); gradients are
+ * multiplied by the loss scale in fp16 mode (sc non-NULL). */
+__global__ void k_critic_loss(int B, const float *q, const float *y, const float *w, float *dq, float *td, float *stats,
+                              const scaler_t *sc) {
+  const float S = sc ? sc->scale : 1.0f;
+  const float invB = 1.0f / (float)B;
+  double loss = 0.0, qsum = 0.0;
+  for (int i = threadIdx.x; i < B; i += blockDim.x) {
+    float wi = w ? w[i] : 1.0f;
+    float d1 = q[2 * i] - y[i], d2 = q[2 * i + 1] - y[i];
+    loss += 0.5 * wi * ((double)d1 * d1 + (double)d2 * d2);
+    dq[2 * i] = wi * d1 * invB * S;
+    dq[2 * i + 1] = wi * d2 * invB * S;
+    td[i] = fabsf(fminf(q[2 * i], q[2 * i + 1]) - y[i]);
+    qsum += q[2 * i];
+  }
+  block_sum2(&loss, &qsum);
+  if (threadIdx.x == 0) {
+    stats[0] = (float)(loss / B);
+    stats[1] = (float)(qsum / B);
+  }
+}
+
+__global__ void k_actor_loss(int B, const float *log_alpha, const float *q, const float *logp, float *dq, float *dlogp,
+                             float *stats, const scaler_t *sc) {
+  const float S = sc ? sc->scale : 1.0f;
+  const float alpha = expf(*log_alpha), invB = 1.0f / (float)B;
+  double loss = 0.0, ent = 0.0;
+  for (int i = threadIdx.x; i < B; i += blockDim.x) {
+    int first = q[2 * i] <= q[2 * i + 1];
+    float qmin = first ? q[2 * i] : q[2 * i + 1];
+    loss += (double)alpha * logp[i] - qmin;
+    ent -= logp[i];
+    dq[2 * i] = first ? -invB * S : 0.0f;
+    dq[2 * i + 1] = first ? 0.0f : -invB * S;
+    dlogp[i] = alpha * invB * S;
+  }
+  block_sum2(&loss, &ent);
+  if (threadIdx.x == 0) {
+    stats[0] = (float)(loss / B);
+    stats[1] = (float)(ent / B);
+  }
+}
+
+__global__ void k_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *logp, float *grad,
+                             float *stats, const scaler_t *sc) {
+  double s = 0.0, unused = 0.0;
+  for (int i = threadIdx.x; i < B; i += blockDim.x)
+    s += (double)logp[i] + target_entropy;
+  block_sum2(&s, &unused);
+  if (threadIdx.x == 0) {
+    float mean = (float)(s / B);
+    grad[0] = -mean * (sc ? sc->scale : 1.0f);
+    stats[0] = -*log_alpha * mean;
+  }
+}
+
+/* flags[block] = some g in this block's share is inf or NaN */
+__global__ void k_nonfinite(const float *g, size_t n, int *flags) {
+  int bad = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    bad |= !isfinite(g[i]);
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0)
+    flags[blockIdx.x] = bad;
+}
+
+/* One bias-corrected Adam step (PyTorch's formula, as cpu_adam) with the step counter
+ * read and advanced on the device: every block computes with *t + 1 and the last block
+ * to finish stores it. In fp16 mode (flags, ovf, sc) gradients are unscaled and the
+ * whole step is skipped, t included, when the check kernel found inf/NaN or a backward
+ * operand overflowed fp16; the last block clears the overflow flag for the next step. */
+__global__ void k_adam(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+                       float *t, unsigned int *done, const int *flags, int nflags, int *ovf, scaler_t *sc) {
+  __shared__ float s_step, s_sqrt_bc2, s_inv;
+  __shared__ int s_skip;
+  if (threadIdx.x == 0) {
+    int skip = 0;
+    if (flags)
+      for (int i = 0; i < nflags; i++)
+        skip |= flags[i];
+    if (ovf)
+      skip |= *ovf;
+    float tt = *t + 1.0f;
+    float bc1 = 1.0f - powf(b1, tt), bc2 = 1.0f - powf(b2, tt);
+    s_step = lr / bc1;
+    s_sqrt_bc2 = sqrtf(bc2);
+    s_inv = sc ? 1.0f / sc->scale : 1.0f;
+    s_skip = skip;
+  }
+  __syncthreads();
+  if (!s_skip) {
+    const float step = s_step, sqrt_bc2 = s_sqrt_bc2, inv = s_inv;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+      float gi = g[i] * inv;
+      float mi = b1 * m[i] + (1.0f - b1) * gi;
+      float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] -= step * mi / (sqrtf(vi) / sqrt_bc2 + eps);
+    }
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();
+    unsigned int prev = atomicAdd(done, 1u);
+    if (prev == gridDim.x - 1) {
+      if (!s_skip)
+        *t = *t + 1.0f;
+      else if (sc)
+        sc->found_inf = 1;
+      if (ovf)
+        *ovf = 0;
+      *done = 0;
+    }
+  }
+}
+
+__global__ void k_polyak(float *tgt, const float *src, size_t n, float keep, float tau) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    tgt[i] = keep * tgt[i] + tau * src[i];
+}
+
+/* End of an fp16 update: back off after a skipped step, grow after a run of good ones. */
+__global__ void k_scaler_update(scaler_t *sc) {
+  if (sc->found_inf) {
+    sc->scale = fminf(fmaxf(sc->scale * 0.5f, SCALE_MIN), SCALE_MAX);
+    sc->good = 0;
+    sc->skipped++;
+    sc->found_inf = 0;
+  } else if (++sc->good >= sc->growth_interval) {
+    sc->scale = fminf(sc->scale * 2.0f, SCALE_MAX);
+    sc->good = 0;
+  }
+}
+
+__global__ void k_set_u64(unsigned long long *p, unsigned long long v) { *p = v; }
+__global__ void k_inc_u64(unsigned long long *p) { *p += 1ull; }
+
+typedef struct {
+  float *dst[STAGE_MAX];
+  const float *src[STAGE_MAX];
+  unsigned long long n[STAGE_MAX];
+} scatter_t;
+
+/* staged parts from the device staging buffer to their destinations; blockIdx.y = part */
+__global__ void k_scatter(scatter_t s) {
+  const int p = blockIdx.y;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < s.n[p]; i += (size_t)gridDim.x * blockDim.x)
+    s.dst[p][i] = s.src[p][i];
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* cuBLASLt matmuls                                                                       */
+
+/* A column-major product D (m, n) = op(A) op(B) [+ beta D] [+ bias, act], batch members
+ * at element strides sa, sb, sd (sa or sb 0: broadcast). A is stored (m, k) when ta is N,
+ * else (k, m); B is (k, n) when tb is N, else (n, k). */
+typedef struct {
+  cublasOperation_t ta, tb;
+  int m, n, k;
+  const float *A;
+  int64_t lda, sa;
+  const float *B;
+  int64_t ldb, sb;
+  float *D;
+  int64_t ldd, sd;
+  float beta; /* 0, or 1 to accumulate into D */
+  int batch;
+  sac_act_t act;   /* with bias: applied after it */
+  const float *bias; /* NULL: none; else batch * m values at stride sbias == m */
+} gemm_t;
+
+enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_RELU_BIAS = 2 };
+
+static int64_t align_of(const void *p, int64_t stride_elems, int batch) {
+  uintptr_t a = (uintptr_t)p;
+  if (batch > 1)
+    a |= (uintptr_t)(stride_elems * (int64_t)sizeof(float));
+  int64_t al = 256;
+  while (al > 4 && (a % (uintptr_t)al) != 0)
+    al >>= 1;
+  return al;
+}
+
+static void plan_release(plan_t *p) {
+  if (p->op)
+    cublasLtMatmulDescDestroy(p->op);
+  if (p->la)
+    cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb)
+    cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->ld)
+    cublasLtMatrixLayoutDestroy(p->ld);
+  p->op = NULL, p->la = p->lb = p->ld = NULL;
+}
+
+static cublasLtMatrixLayout_t make_layout(cu_t *im, uint64_t rows, uint64_t cols, int64_t ld, int batch,
+                                          int64_t stride) {
+  cublasLtMatrixLayout_t l = NULL;
+  if (CKLN(im, cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, rows, cols, ld)))
+    return NULL;
+  if (batch > 1) {
+    int32_t bc = batch;
+    if (CKLN(im, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc)) ||
+        CKLN(im, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof stride))) {
+      cublasLtMatrixLayoutDestroy(l);
+      return NULL;
+    }
+  }
+  return l;
+}
+
+/* Descriptors and the best heuristic algorithm for key with compute type ct; 0 or -1. */
+static int plan_build(cu_t *im, plan_t *p, const gemm_t *g, cublasComputeType_t ct) {
+  const plan_key_t *k = &p->key;
+  memset(&p->algo, 0, sizeof p->algo);
+  p->ct = ct;
+  if (CKLN(im, cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F)))
+    return -1;
+  int32_t ta = (int32_t)g->ta, tb = (int32_t)g->tb;
+  if (CKLN(im, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)) ||
+      CKLN(im, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb)))
+    return -1;
+  if (k->epi != EPI_NONE) {
+    uint32_t epi = k->epi == EPI_RELU_BIAS ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    const void *bias = g->bias;
+    if (CKLN(im, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) ||
+        CKLN(im, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
+      return -1;
+    if (g->batch > 1) {
+      int64_t sb = k->sbias;
+      if (CKLN(im, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &sb, sizeof sb)))
+        return -1;
+    }
+  }
+  uint64_t ar = g->ta == CUBLAS_OP_N ? g->m : g->k, ac = g->ta == CUBLAS_OP_N ? g->k : g->m;
+  uint64_t br = g->tb == CUBLAS_OP_N ? g->k : g->n, bc = g->tb == CUBLAS_OP_N ? g->n : g->k;
+  p->la = make_layout(im, ar, ac, g->lda, g->batch, g->sa);
+  p->lb = make_layout(im, br, bc, g->ldb, g->batch, g->sb);
+  p->ld = make_layout(im, g->m, g->n, g->ldd, g->batch, g->sd);
+  if (!p->la || !p->lb || !p->ld)
+    return -1;
+  cublasLtMatmulPreference_t pref = NULL;
+  if (CKLN(im, cublasLtMatmulPreferenceCreate(&pref)))
+    return -1;
+  uint64_t ws = WORKSPACE_BYTES;
+  uint32_t al_a = (uint32_t)k->al_a, al_b = (uint32_t)k->al_b, al_d = (uint32_t)k->al_d;
+  int rc = 0;
+  if (CKLN(im, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) ||
+      CKLN(im, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                                    sizeof al_a)) ||
+      CKLN(im, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                                    sizeof al_b)) ||
+      CKLN(im, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
+                                                    sizeof al_d)) ||
+      CKLN(im, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
+                                                    sizeof al_d)))
+    rc = -1;
+  if (rc == 0) {
+    cublasLtMatmulHeuristicResult_t res;
+    int n_res = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(im->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &n_res);
+    if (st != CUBLAS_STATUS_SUCCESS || n_res < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+      rc = -1; /* no algorithm for this compute type: the caller tries the next */
+    else
+      p->algo = res.algo;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  return rc;
+}
+
+/* The cached plan for g, built on first use (never during a capture in practice: the
+ * warm-up updates run every shape eagerly first). NULL when no algorithm exists. */
+static plan_t *get_plan(cu_t *im, const gemm_t *g, int epi) {
+  plan_key_t key;
+  memset(&key, 0, sizeof key);
+  key.ta = g->ta, key.tb = g->tb, key.m = g->m, key.n = g->n, key.k = g->k;
+  key.lda = g->lda, key.ldb = g->ldb, key.ldd = g->ldd;
+  key.batch = g->batch;
+  if (g->batch > 1)
+    key.sa = g->sa, key.sb = g->sb, key.sd = g->sd, key.sbias = epi ? g->m : 0;
+  key.epi = epi, key.beta = g->beta != 0.0f, key.prec = im->prec;
+  key.al_a = align_of(g->A, g->sa, g->batch);
+  key.al_b = align_of(g->B, g->sb, g->batch);
+  key.al_d = align_of(g->D, g->sd, g->batch);
+  key.al_bias = epi ? align_of(g->bias, g->m, g->batch) : 0;
+  for (int i = 0; i < im->n_plans; i++)
+    if (memcmp(&im->plans[i].key, &key, sizeof key) == 0)
+      return im->plans[i].ok ? &im->plans[i] : NULL;
+  if (im->n_plans == MAX_PLANS) {
+    if (!im->warned_plans++)
+      SAC_ERROR("cuda", "matmul plan cache full (%d shapes)", MAX_PLANS);
+    if (!im->err)
+      im->err = SAC_ENOMEM;
+    return NULL;
+  }
+  plan_t *p = &im->plans[im->n_plans++];
+  memset(p, 0, sizeof *p);
+  p->key = key;
+  /* the compute types to try, most wanted first */
+  static const cublasComputeType_t chains[4][3] = {
+      {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F},
+      {CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F},
+      {CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F},
+      {CUBLAS_COMPUTE_32F_FAST_16F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F}};
+  for (int c = 0; c < 3; c++) {
+    if (c > 0 && chains[im->prec][c] == chains[im->prec][c - 1])
+      break;
+    if (plan_build(im, p, g, chains[im->prec][c]) == 0) {
+      p->ok = 1;
+      if (c > 0) {
+        im->degraded++;
+        SAC_WARN("cuda", "no %s matmul for m %d n %d k %d batch %d: using compute type %d", k_prec_names[im->prec],
+                 g->m, g->n, g->k, g->batch, (int)p->ct);
+      }
+      break;
+    }
+    plan_release(p);
+  }
+  return p->ok ? p : NULL;
+}
+
+/* D = op(A) op(B) (+ beta D), then bias and activation: fused into the epilogue where
+ * cuBLASLt has one and the bias is 16-byte aligned (under-aligned biases can fault in
+ * fused kernels), else a separate elementwise pass. Batched products without an
+ * algorithm fall back to one product per member. */
+static void gemm(cu_t *im, const gemm_t *g) {
+  int epi = EPI_NONE;
+  if (g->bias && (g->act == SAC_ACT_RELU || g->act == SAC_ACT_NONE) &&
+      align_of(g->bias, g->m, g->batch) >= 16)
+    epi = g->act == SAC_ACT_RELU ? EPI_RELU_BIAS : EPI_BIAS;
+  plan_t *p = get_plan(im, g, epi);
+  if (p && p->epi_failed) {
+    epi = EPI_NONE;
+    p = get_plan(im, g, epi);
+  }
+  if (!p && g->batch > 1) {
+    for (int b = 0; b < g->batch; b++) {
+      gemm_t one = *g;
+      one.batch = 1;
+      one.A += b * g->sa, one.B += b * g->sb, one.D += b * g->sd;
+      if (g->bias)
+        one.bias += (size_t)b * g->m;
+      gemm(im, &one);
+    }
+    return;
+  }
+  if (!p) {
+    SAC_ERROR("cuda", "no matmul algorithm for m %d n %d k %d (ta %d tb %d lda %lld ldb %lld ldd %lld)", g->m, g->n,
+              g->k, (int)g->ta, (int)g->tb, (long long)g->lda, (long long)g->ldb, (long long)g->ldd);
+    if (!im->err)
+      im->err = SAC_EBACKEND;
+    return;
+  }
+  const float one = 1.0f, beta = g->beta;
+  if (epi != EPI_NONE) {
+    const void *bias = g->bias;
+    CKL(im, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  }
+  cublasStatus_t st = cublasLtMatmul(im->lt, p->op, &one, g->A, p->la, g->B, p->lb, &beta, g->D, p->ld, g->D, p->ld,
+                                     &p->algo, im->ws, WORKSPACE_BYTES, im->stream);
+  if (st != CUBLAS_STATUS_SUCCESS && epi != EPI_NONE && im->capturing < 0) {
+    SAC_WARN("cuda", "fused bias epilogue refused (%s) for m %d n %d k %d: bias added separately",
+             lt_status_name(st), g->m, g->n, g->k);
+    p->epi_failed = 1;
+    im->epi_fallbacks++;
+    gemm(im, g);
+    return;
+  }
+  if (ck_lt(im, 1, st, "cublasLtMatmul", __FILE__, __LINE__))
+    return;
+  if (g->bias && epi == EPI_NONE) {
+    /* the bias kernel relies on the members' outputs and biases being contiguous */
+    int cols = g->batch > 1 ? g->batch * g->m : g->m;
+    int rows = g->n;
+    k_bias_act<<<grid_for((size_t)rows * cols, 4096), THREADS, 0, im->stream>>>(g->D, (int)g->ldd, g->bias, rows,
+                                                                                cols, (int)g->act);
+    LAUNCHED(im, "k_bias_act");
+  }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* ops: memory                                                                            */
+
+static int record_alloc(cu_t *im, void *p, size_t bytes) {
+  if (im->n_allocs == im->cap_allocs) {
+    size_t cap = im->cap_allocs ? 2 * im->cap_allocs : 64;
+    alloc_rec_t *a = (alloc_rec_t *)realloc(im->allocs, cap * sizeof *a);
+    if (!a)
+      return SAC_ENOMEM;
+    im->allocs = a, im->cap_allocs = cap;
+  }
+  im->allocs[im->n_allocs].p = p;
+  im->allocs[im->n_allocs].bytes = bytes;
+  im->n_allocs++;
+  im->bytes += bytes;
+  if (im->bytes > im->peak)
+    im->peak = im->bytes;
+  im->alloc_calls++;
+  return 0;
+}
+
+static size_t forget_alloc(cu_t *im, void *p) {
+  for (size_t i = im->n_allocs; i-- > 0;)
+    if (im->allocs[i].p == p) {
+      size_t b = im->allocs[i].bytes;
+      im->allocs[i] = im->allocs[--im->n_allocs];
+      im->bytes -= b;
+      return b;
+    }
+  return 0;
+}
+
+/* cudaMalloc with accounting; 0, SAC_ENOMEM or SAC_ESTATE (during a capture) */
+static int dev_alloc(cu_t *im, size_t bytes, void **out) {
+  *out = NULL;
+  if (im->capturing >= 0) {
+    SAC_ERROR("cuda", "allocation of %zu bytes during graph capture", bytes);
+    return SAC_ESTATE;
+  }
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    SAC_ERROR("cuda", "cudaMalloc(%zu) failed: %s", bytes, cudaGetErrorString(e));
+    return SAC_ENOMEM;
+  }
+  if (record_alloc(im, p, bytes)) {
+    cudaFree(p);
+    return SAC_ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+static void dev_free(cu_t *im, void *p) {
+  if (!p)
+    return;
+  forget_alloc(im, p);
+  CKN(im, cudaFree(p));
+}
+
+static int cu_alloc(sac_backend_t *be, size_t n, float **out) {
+  cu_t *im = IM(be);
+  size_t bytes = ((n ? n : 1) * sizeof(float) + 255) & ~(size_t)255;
+  void *p;
+  int rc = dev_alloc(im, bytes, &p);
+  if (rc)
+    return rc;
+  if (CKN(im, cudaMemsetAsync(p, 0, bytes, im->stream)) || CKN(im, cudaStreamSynchronize(im->stream))) {
+    dev_free(im, p);
+    return SAC_EBACKEND;
+  }
+  *out = (float *)p;
+  return 0;
+}
+
+static void cu_free(sac_backend_t *be, float *p) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0) {
+    SAC_ERROR("cuda", "free during graph capture ignored");
+    return;
+  }
+  dev_free(im, p);
+}
+
+static int cu_upload(sac_backend_t *be, float *dst, const float *src, size_t n) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  if (n == 0)
+    return 0;
+  /* pageable memory is staged before cudaMemcpyAsync returns; pinned memory is read
+   * later, so then wait for the copy before the caller may reuse src */
+  cudaPointerAttributes attr;
+  int pinned = 0;
+  if (cudaPointerGetAttributes(&attr, src) == cudaSuccess)
+    pinned = attr.type == cudaMemoryTypeHost;
+  else
+    (void)cudaGetLastError();
+  if (CK(im, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, im->stream)))
+    return SAC_EBACKEND;
+  if (pinned && CK(im, cudaStreamSynchronize(im->stream)))
+    return SAC_EBACKEND;
+  return im->err;
+}
+
+static int cu_download(sac_backend_t *be, float *dst, const float *src, size_t n) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  if (n && CK(im, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, im->stream)))
+    return SAC_EBACKEND;
+  if (CK(im, cudaStreamSynchronize(im->stream)))
+    return SAC_EBACKEND;
+  return im->err;
+}
+
+static int cu_sync(sac_backend_t *be) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  if (CK(im, cudaStreamSynchronize(im->stream)))
+    return SAC_EBACKEND;
+  return im->err;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* ops: compute                                                                           */
+
+static void cu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
+  cu_t *im = IM(be);
+  const int64_t wsz = (int64_t)L->n_in * L->n_out;
+  gemm_t g;
+  memset(&g, 0, sizeof g);
+  g.ta = CUBLAS_OP_N, g.tb = CUBLAS_OP_N;
+  g.m = L->n_out, g.n = L->B;
+  g.lda = L->n_out, g.sa = wsz;
+  g.D = Y, g.ldd = ldy, g.sd = L->n_out;
+  g.batch = L->K;
+  if (L->shared) {
+    /* Y_k^T = W_k[seg rows]^T X_seg^T summed over segments; X broadcast (stride 0) */
+    int row = 0;
+    for (int s = 0; s < L->n_seg; s++) {
+      g.k = L->seg[s].n;
+      g.A = L->W + (size_t)row * L->n_out;
+      g.B = L->seg[s].p, g.ldb = L->seg[s].ld, g.sb = 0;
+      g.beta = s == 0 ? 0.0f : 1.0f;
+      int last = s == L->n_seg - 1;
+      g.bias = last ? L->b : NULL;
+      g.act = last ? L->act : SAC_ACT_NONE;
+      gemm(im, &g);
+      row += L->seg[s].n;
+    }
+  } else {
+    /* member k reads columns [k n_in, (k+1) n_in) of the one input segment */
+    g.k = L->n_in;
+    g.A = L->W;
+    g.B = L->seg[0].p, g.ldb = L->seg[0].ld, g.sb = L->n_in;
+    g.beta = 0.0f;
+    g.bias = L->b, g.act = L->act;
+    gemm(im, &g);
+  }
+}
+
+static void cu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy, float *dW,
+                          float *db, float *dX[2], const int ldx[2]) {
+  cu_t *im = IM(be);
+  const int K = L->K, width = K * L->n_out;
+  const int64_t wsz = (int64_t)L->n_in * L->n_out;
+  const int fp16 = im->prec == PREC_FP16;
+  if (L->act != SAC_ACT_NONE || db || fp16) {
+    dim3 block(32, 16), grid((unsigned)((width + 31) / 32));
+    k_act_bwd_colsum<<<grid, block, 0, im->stream>>>(dY, Y, ldy, L->B, width, (int)L->act, db,
+                                                     fp16 ? &im->ds->overflow : NULL);
+    LAUNCHED(im, "k_act_bwd_colsum");
+  }
+  gemm_t g;
+  memset(&g, 0, sizeof g);
+  g.batch = K;
+  if (dW) {
+    /* dW_k^T (n_out, n) = dY_k^T (n_out, B) X_k (B, n) */
+    g.ta = CUBLAS_OP_N, g.tb = CUBLAS_OP_T;
+    g.m = L->n_out, g.k = L->B;
+    g.A = dY, g.lda = ldy, g.sa = L->n_out;
+    g.ldd = L->n_out, g.sd = wsz;
+    if (L->shared) {
+      int row = 0;
+      for (int s = 0; s < L->n_seg; s++) {
+        g.n = L->seg[s].n;
+        g.B = L->seg[s].p, g.ldb = L->seg[s].ld, g.sb = 0;
+        g.D = dW + (size_t)row * L->n_out;
+        gemm(im, &g);
+        row += L->seg[s].n;
+      }
+    } else {
+      g.n = L->n_in;
+      g.B = L->seg[0].p, g.ldb = L->seg[0].ld, g.sb = L->n_in;
+      g.D = dW;
+      gemm(im, &g);
+    }
+  }
+  if (!dX)
+    return;
+  if (L->shared) {
+    int row = 0;
+    for (int s = 0; s < L->n_seg; s++) {
+      int n = L->seg[s].n;
+      if (dX[s]) {
+        size_t warps = (size_t)L->B * n;
+        unsigned blocks = (unsigned)((warps * 32 + THREADS - 1) / THREADS);
+        k_dx_shared<<<blocks, THREADS, 0, im->stream>>>(dX[s], ldx[s], dY, ldy, L->W + (size_t)row * L->n_out,
+                                                        L->n_out, (size_t)wsz, K, L->B, n);
+        LAUNCHED(im, "k_dx_shared");
+      }
+      row += n;
+    }
+  } else if (dX[0]) {
+    /* dX_k^T (n_in, B) = W_k (n_in, n_out) dY_k^T (n_out, B); W_k stored as (n_out, n_in) */
+    memset(&g, 0, sizeof g);
+    g.batch = K;
+    g.ta = CUBLAS_OP_T, g.tb = CUBLAS_OP_N;
+    g.m = L->n_in, g.n = L->B, g.k = L->n_out;
+    g.A = L->W, g.lda = L->n_out, g.sa = wsz;
+    g.B = dY, g.ldb = ldy, g.sb = L->n_out;
+    g.D = dX[0], g.ldd = ldx[0], g.sd = L->n_in;
+    gemm(im, &g);
+  }
+}
+
+static void cu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream, uint32_t tag) {
+  cu_t *im = IM(be);
+  if (n == 0)
+    return;
+  size_t pairs = (n + 1) / 2;
+  const unsigned long long *delta = im->capturing >= 0 ? &im->ds->delta[im->capturing] : NULL;
+  k_normal<<<(unsigned)((pairs + THREADS - 1) / THREADS), THREADS, 0, im->stream>>>(out, n, key[0], key[1],
+                                                                                   (unsigned long long)stream, delta,
+                                                                                   tag);
+  LAUNCHED(im, "k_normal");
+}
+
+static const scaler_t *loss_scaler(cu_t *im) { return im->prec == PREC_FP16 ? &im->ds->scaler : NULL; }
+
+static void cu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, float *a, int lda,
+                        float *logp) {
+  cu_t *im = IM(be);
+  k_head_fwd<<<(unsigned)((h->B + THREADS - 1) / THREADS), THREADS, 0, im->stream>>>(
+      h->B, h->A, h->log_std_min, h->log_std_max, P, eps, a, lda, logp);
+  LAUNCHED(im, "k_head_fwd");
+}
+
+static void cu_head_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, const float *a,
+                        int lda, const float *da, int ldda, const float *dlogp, float *dP) {
+  cu_t *im = IM(be);
+  size_t n = (size_t)h->B * h->A;
+  k_head_bwd<<<(unsigned)((n + THREADS - 1) / THREADS), THREADS, 0, im->stream>>>(
+      h->B, h->A, h->log_std_min, h->log_std_max, P, eps, a, lda, da, ldda, dlogp, dP);
+  LAUNCHED(im, "k_head_bwd");
+}
+
+static void cu_critic_target(sac_backend_t *be, const sac_head_hp_t *h, const float *r, const float *term,
+                             const float *qt, const float *logp_next, float *y) {
+  cu_t *im = IM(be);
+  k_critic_target<<<(unsigned)((h->B + THREADS - 1) / THREADS), THREADS, 0, im->stream>>>(
+      h->B, h->gamma, h->log_alpha, r, term, qt, logp_next, y);
+  LAUNCHED(im, "k_critic_target");
+}
+
+static void cu_critic_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *y, const float *w,
+                           float *dq, float *td, float *stats) {
+  cu_t *im = IM(be);
+  k_critic_loss<<<1, THREADS, 0, im->stream>>>(h->B, q, y, w, dq, td, stats, loss_scaler(im));
+  LAUNCHED(im, "k_critic_loss");
+}
+
+static void cu_actor_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp, float *dq,
+                          float *dlogp, float *stats) {
+  cu_t *im = IM(be);
+  k_actor_loss<<<1, THREADS, 0, im->stream>>>(h->B, h->log_alpha, q, logp, dq, dlogp, stats, loss_scaler(im));
+  LAUNCHED(im, "k_actor_loss");
+}
+
+static void cu_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *logp, float *grad, float *stats) {
+  cu_t *im = IM(be);
+  k_alpha_loss<<<1, THREADS, 0, im->stream>>>(h->B, h->target_entropy, h->log_alpha, logp, grad, stats,
+                                              loss_scaler(im));
+  LAUNCHED(im, "k_alpha_loss");
+}
+
+static void cu_adam(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n, const sac_adam_hp_t *hp,
+                    float *t) {
+  cu_t *im = IM(be);
+  unsigned blocks = grid_for(n, NFLAG);
+  const int *flags = NULL;
+  int *ovf = NULL;
+  scaler_t *sc = NULL;
+  if (im->prec == PREC_FP16) {
+    /* the same grid checks first, so a skipped step touches nothing */
+    k_nonfinite<<<blocks, THREADS, 0, im->stream>>>(g, n, im->ds->flags);
+    LAUNCHED(im, "k_nonfinite");
+    flags = im->ds->flags;
+    ovf = &im->ds->overflow;
+    sc = &im->ds->scaler;
+  }
+  k_adam<<<blocks, THREADS, 0, im->stream>>>(p, g, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, t, &im->ds->done,
+                                             flags, (int)blocks, ovf, sc);
+  LAUNCHED(im, "k_adam");
+}
+
+static void cu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau) {
+  cu_t *im = IM(be);
+  k_polyak<<<grid_for(n, 1024), THREADS, 0, im->stream>>>(tgt, src, n, 1.0f - tau, tau);
+  LAUNCHED(im, "k_polyak");
+}
+
+static void cu_update_end(sac_backend_t *be) {
+  cu_t *im = IM(be);
+  if (im->prec != PREC_FP16)
+    return;
+  k_scaler_update<<<1, 1, 0, im->stream>>>(&im->ds->scaler);
+  LAUNCHED(im, "k_scaler_update");
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* graphs                                                                                 */
+
+static void drop_graphs(cu_t *im) {
+  for (int i = 0; i < SAC_BACKEND_MAX_GRAPHS; i++)
+    if (im->exec[i]) {
+      CKN(im, cudaGraphExecDestroy(im->exec[i]));
+      im->exec[i] = NULL;
+      im->delta_known[i] = 0;
+    }
+}
+
+static int cu_graph_begin(sac_backend_t *be, int id, uint64_t stream) {
+  cu_t *im = IM(be);
+  if (!im->graphs_on)
+    return SAC_EUNSUPPORTED;
+  if (id < 0 || id >= SAC_BACKEND_MAX_GRAPHS)
+    return SAC_EINVAL;
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  if (im->err)
+    return im->err;
+  (void)cudaGetLastError();
+  if (CKN(im, cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeThreadLocal)))
+    return SAC_EBACKEND;
+  im->capturing = id;
+  im->cap_stream[id] = stream;
+  return 0;
+}
+
+static int cu_graph_end(sac_backend_t *be, int id) {
+  cu_t *im = IM(be);
+  if (im->capturing != id)
+    return SAC_ESTATE;
+  /* the graph's last node advances its noise offset, so consecutive steps need no
+   * host write before the next launch */
+  k_inc_u64<<<1, 1, 0, im->stream>>>(&im->ds->delta[id]);
+  LAUNCHED(im, "k_inc_u64");
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  int failed = CKN(im, cudaStreamEndCapture(im->stream, &graph)) != 0 || !graph || im->err != 0;
+  im->capturing = -1;
+  if (!failed)
+    failed = CKN(im, cudaGraphInstantiate(&exec, graph, 0)) != 0;
+  if (graph)
+    CKN(im, cudaGraphDestroy(graph));
+  if (failed) {
+    /* nothing ran: the failure belongs to the capture, not the device; graphs stay off
+     * so that every later update does not record and fail again */
+    SAC_WARN("cuda", "graph capture %d failed: graphs switched off, updates run eagerly", id);
+    if (exec)
+      cudaGraphExecDestroy(exec);
+    im->err = 0;
+    im->graphs_on = 0;
+    drop_graphs(im);
+    (void)cudaGetLastError();
+    return SAC_EBACKEND;
+  }
+  if (im->exec[id])
+    CKN(im, cudaGraphExecDestroy(im->exec[id]));
+  im->exec[id] = exec;
+  im->delta_known[id] = 0;
+  return 0;
+}
+
+static int cu_graph_launch(sac_backend_t *be, int id, uint64_t stream) {
+  cu_t *im = IM(be);
+  if (!im->graphs_on)
+    return SAC_EUNSUPPORTED;
+  if (id < 0 || id >= SAC_BACKEND_MAX_GRAPHS || !im->exec[id] || im->capturing >= 0)
+    return SAC_ESTATE;
+  if (im->err)
+    return im->err;
+  unsigned long long delta = (unsigned long long)(stream - im->cap_stream[id]);
+  if (!im->delta_known[id] || im->host_delta[id] != delta) {
+    k_set_u64<<<1, 1, 0, im->stream>>>(&im->ds->delta[id], delta);
+    if (LAUNCHED(im, "k_set_u64"))
+      return SAC_EBACKEND;
+  }
+  if (CK(im, cudaGraphLaunch(im->exec[id], im->stream)))
+    return SAC_EBACKEND;
+  im->host_delta[id] = delta + 1;
+  im->delta_known[id] = 1;
+  im->graph_launches++;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* batch staging                                                                          */
+
+/* Grows a slot to hold `need` floats, keeping what it holds; its last commit must be
+ * consumed first. Warm-up only: a steady batch size never grows it again. */
+static int slot_grow(cu_t *im, stage_slot_t *s, size_t need) {
+  size_t cap = s->cap ? s->cap : 4096;
+  while (cap < need)
+    cap *= 2;
+  if (CK(im, cudaEventSynchronize(s->consumed)))
+    return SAC_EBACKEND;
+  float *host = NULL;
+  void *dev = NULL;
+  if (cudaMallocHost((void **)&host, cap * sizeof(float)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    SAC_ERROR("cuda", "cudaMallocHost(%zu) failed", cap * sizeof(float));
+    return SAC_ENOMEM;
+  }
+  int rc = dev_alloc(im, cap * sizeof(float), &dev);
+  if (rc) {
+    cudaFreeHost(host);
+    return rc;
+  }
+  im->alloc_calls++;
+  if (s->used)
+    memcpy(host, s->host, s->used * sizeof(float));
+  if (s->host)
+    CKN(im, cudaFreeHost(s->host));
+  dev_free(im, s->dev);
+  s->host = host, s->dev = (float *)dev, s->cap = cap;
+  return 0;
+}
+
+static int cu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  stage_slot_t *s = &im->slot[im->cur];
+  if (!s->open) {
+    /* the pinned buffer is free once its last host->device copy is done */
+    if (CK(im, cudaEventSynchronize(s->h2d_done)))
+      return SAC_EBACKEND;
+    s->used = 0, s->n = 0, s->open = 1;
+  }
+  if (s->n == STAGE_MAX) {
+    SAC_ERROR("cuda", "more than %d staged parts in one batch", STAGE_MAX);
+    return SAC_EINVAL;
+  }
+  size_t off = s->used, padded = (n + 63) & ~(size_t)63; /* parts stay 256-byte aligned */
+  if (off + padded > s->cap) {
+    int rc = slot_grow(im, s, off + padded);
+    if (rc)
+      return rc;
+  }
+  memcpy(s->host + off, src, n * sizeof(float));
+  s->dst[s->n] = dst, s->off[s->n] = off, s->len[s->n] = n;
+  s->n++;
+  s->used = off + padded;
+  return 0;
+}
+
+static int cu_stage_commit(sac_backend_t *be) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  stage_slot_t *s = &im->slot[im->cur];
+  if (!s->open || s->n == 0) {
+    s->open = 0;
+    return 0;
+  }
+  /* copy stream: after the compute stream consumed this slot's previous batch */
+  if (CK(im, cudaStreamWaitEvent(im->copy, s->consumed, 0)) ||
+      CK(im, cudaMemcpyAsync(s->dev, s->host, s->used * sizeof(float), cudaMemcpyHostToDevice, im->copy)) ||
+      CK(im, cudaEventRecord(s->h2d_done, im->copy)) || CK(im, cudaStreamWaitEvent(im->stream, s->h2d_done, 0)))
+    return SAC_EBACKEND;
+  scatter_t sc;
+  memset(&sc, 0, sizeof sc);
+  size_t maxn = 0;
+  for (int i = 0; i < s->n; i++) {
+    sc.dst[i] = s->dst[i], sc.src[i] = s->dev + s->off[i], sc.n[i] = s->len[i];
+    if (s->len[i] > maxn)
+      maxn = s->len[i];
+  }
+  dim3 grid(grid_for(maxn, 64), (unsigned)s->n);
+  k_scatter<<<grid, THREADS, 0, im->stream>>>(sc);
+  if (LAUNCHED(im, "k_scatter") || CK(im, cudaEventRecord(s->consumed, im->stream)))
+    return SAC_EBACKEND;
+  s->open = 0;
+  im->cur ^= 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* options and metrics                                                                    */
+
+static int read_scaler(cu_t *im, scaler_t *out) {
+  if (CK(im, cudaMemcpyAsync(out, &im->ds->scaler, sizeof *out, cudaMemcpyDeviceToHost, im->stream)) ||
+      CK(im, cudaStreamSynchronize(im->stream)))
+    return SAC_EBACKEND;
+  return 0;
+}
+
+static int write_scaler(cu_t *im, const scaler_t *in) {
+  if (CK(im, cudaMemcpyAsync(&im->ds->scaler, in, sizeof *in, cudaMemcpyHostToDevice, im->stream)) ||
+      CK(im, cudaStreamSynchronize(im->stream)))
+    return SAC_EBACKEND;
+  return 0;
+}
+
+static int parse_bool(const char *v, int *out) {
+  if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "on") || !strcmp(v, "yes"))
+    return *out = 1, 0;
+  if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "off") || !strcmp(v, "no"))
+    return *out = 0, 0;
+  return SAC_EINVAL;
+}
+
+static int cu_set_option(sac_backend_t *be, const char *key, const char *value) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  if (!strcmp(key, "precision")) {
+    for (int p = 0; p < 4; p++)
+      if (!strcmp(value, k_prec_names[p])) {
+        if (p != im->prec) {
+          drop_graphs(im); /* recorded with the old compute types */
+          im->prec = p;
+          scaler_t sc = {im->init_scale, 0, 0, im->growth_interval, 0};
+          return write_scaler(im, &sc);
+        }
+        return 0;
+      }
+    SAC_ERROR("cuda", "precision \"%s\" is not one of fp32, tf32, bf16, fp16", value);
+    return SAC_EINVAL;
+  }
+  if (!strcmp(key, "graphs")) {
+    int on;
+    if (parse_bool(value, &on))
+      return SAC_EINVAL;
+    if (!on)
+      drop_graphs(im);
+    im->graphs_on = on;
+    return 0;
+  }
+  if (!strcmp(key, "loss_scale")) {
+    char *end;
+    float v = strtof(value, &end);
+    if (*end || !(v > 0.0f))
+      return SAC_EINVAL;
+    scaler_t sc;
+    int rc = read_scaler(im, &sc);
+    if (rc)
+      return rc;
+    sc.scale = v, sc.good = 0;
+    im->init_scale = isfinite(v) ? v : im->init_scale;
+    return write_scaler(im, &sc);
+  }
+  if (!strcmp(key, "loss_scale_growth_interval")) {
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (*end || v < 1 || v > 1000000000L)
+      return SAC_EINVAL;
+    scaler_t sc;
+    int rc = read_scaler(im, &sc);
+    if (rc)
+      return rc;
+    sc.growth_interval = (int)v, sc.good = 0;
+    im->growth_interval = (int)v;
+    return write_scaler(im, &sc);
+  }
+  return SAC_ENOTFOUND;
+}
+
+static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
+  cu_t *im = IM(be);
+  if (!strcmp(key, "device_bytes"))
+    return *out = (double)im->bytes, 0;
+  if (!strcmp(key, "device_peak_bytes"))
+    return *out = (double)im->peak, 0;
+  if (!strcmp(key, "alloc_calls"))
+    return *out = (double)im->alloc_calls, 0;
+  if (!strcmp(key, "graph_launches"))
+    return *out = (double)im->graph_launches, 0;
+  if (!strcmp(key, "degraded_gemms"))
+    return *out = (double)im->degraded, 0;
+  if (!strcmp(key, "epilogue_fallbacks"))
+    return *out = (double)im->epi_fallbacks, 0;
+  if (!strcmp(key, "matmul_plans"))
+    return *out = (double)im->n_plans, 0;
+  if (!strcmp(key, "precision"))
+    return *out = (double)im->prec, 0;
+  if (!strcmp(key, "device_used_bytes") || !strcmp(key, "device_total_bytes")) {
+    size_t free_b = 0, total_b = 0;
+    if (CKN(im, cudaMemGetInfo(&free_b, &total_b)))
+      return SAC_EBACKEND;
+    *out = (double)(key[7] == 'u' ? total_b - free_b : total_b);
+    return 0;
+  }
+  if (!strcmp(key, "loss_scale") || !strcmp(key, "skipped_steps")) {
+    if (im->capturing >= 0)
+      return SAC_ESTATE;
+    scaler_t sc;
+    int rc = read_scaler(im, &sc);
+    if (rc)
+      return rc;
+    if (key[0] == 'l')
+      *out = im->prec == PREC_FP16 ? sc.scale : 1.0;
+    else
+      *out = (double)sc.skipped;
+    return 0;
+  }
+  return SAC_ENOTFOUND;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* life cycle                                                                             */
+
+static void cu_destroy(sac_backend_t *be) {
+  cu_t *im = IM(be);
+  if (im) {
+    if (im->capturing >= 0) {
+      cudaGraph_t g = NULL;
+      cudaStreamEndCapture(im->stream, &g);
+      if (g)
+        cudaGraphDestroy(g);
+    }
+    if (im->stream)
+      CKN(im, cudaStreamSynchronize(im->stream));
+    if (im->copy)
+      CKN(im, cudaStreamSynchronize(im->copy));
+    drop_graphs(im);
+    for (int i = 0; i < im->n_plans; i++)
+      plan_release(&im->plans[i]);
+    free(im->plans);
+    for (int i = 0; i < 2; i++) {
+      stage_slot_t *s = &im->slot[i];
+      if (s->host)
+        CKN(im, cudaFreeHost(s->host));
+      if (s->h2d_done)
+        CKN(im, cudaEventDestroy(s->h2d_done));
+      if (s->consumed)
+        CKN(im, cudaEventDestroy(s->consumed));
+    }
+    /* what the caller did not free (and the workspace, state, staging buffers) */
+    for (size_t i = 0; i < im->n_allocs; i++)
+      CKN(im, cudaFree(im->allocs[i].p));
+    free(im->allocs);
+    if (im->lt)
+      CKLN(im, cublasLtDestroy(im->lt));
+    if (im->copy)
+      CKN(im, cudaStreamDestroy(im->copy));
+    if (im->stream)
+      CKN(im, cudaStreamDestroy(im->stream));
+    free(im);
+  }
+  free(be);
+}
+
+static const sac_backend_ops_t k_cuda_ops = {
+    .name = "cuda",
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .sync = cu_sync,
+    .destroy = cu_destroy,
+    .linear_fwd = cu_linear_fwd,
+    .linear_bwd = cu_linear_bwd,
+    .normal = cu_normal,
+    .head_fwd = cu_head_fwd,
+    .head_bwd = cu_head_bwd,
+    .critic_target = cu_critic_target,
+    .critic_loss = cu_critic_loss,
+    .actor_loss = cu_actor_loss,
+    .alpha_loss = cu_alpha_loss,
+    .adam = cu_adam,
+    .polyak = cu_polyak,
+    .update_end = cu_update_end,
+    .graph_begin = cu_graph_begin,
+    .graph_end = cu_graph_end,
+    .graph_launch = cu_graph_launch,
+    .stage = cu_stage,
+    .stage_commit = cu_stage_commit,
+    .set_option = cu_set_option,
+    .get_metric = cu_get_metric,
+};
+
+/* Loads every kernel now: with lazy module loading a first launch would load it, and a
+ * first launch may happen while a graph is being captured (the graph's last node). */
+static int preload_kernels(cu_t *im) {
+  const void *fns[] = {(const void *)k_bias_act,      (const void *)k_act_bwd_colsum, (const void *)k_dx_shared,
+                       (const void *)k_normal,        (const void *)k_head_fwd,       (const void *)k_head_bwd,
+                       (const void *)k_critic_target, (const void *)k_critic_loss,    (const void *)k_actor_loss,
+                       (const void *)k_alpha_loss,    (const void *)k_nonfinite,      (const void *)k_adam,
+                       (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
+                       (const void *)k_inc_u64,       (const void *)k_scatter};
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    cudaFuncAttributes attr;
+    if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))
+      return SAC_EBACKEND;
+  }
+  return 0;
+}
+
+/* Creates the backend on `device`. Returns 0, SAC_ENODEV (no driver or no such device:
+ * any error from the runtime counts as "no GPU"), SAC_ENOMEM or SAC_EBACKEND. */
+extern "C" int sac_backend_cuda_new(int device, sac_backend_t **out) {
+  *out = NULL;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count <= device || device < 0) {
+    SAC_INFO("cuda", "no usable CUDA device %d (%s)", device,
+             e != cudaSuccess ? cudaGetErrorString(e) : "fewer devices");
+    (void)cudaGetLastError();
+    return SAC_ENODEV;
+  }
+  sac_backend_t *be = (sac_backend_t *)calloc(1, sizeof *be);
+  cu_t *im = (cu_t *)calloc(1, sizeof *im);
+  if (!be || !im) {
+    free(be), free(im);
+    return SAC_ENOMEM;
+  }
+  be->ops = &k_cuda_ops;
+  be->impl = im;
+  im->device = device;
+  im->capturing = -1;
+  im->graphs_on = 1;
+  im->prec = PREC_FP32;
+  im->init_scale = 65536.0f;
+  im->growth_interval = 2000;
+  int rc = SAC_EBACKEND;
+  cudaDeviceProp prop;
+  int rt = 0, drv = 0;
+  if (CKN(im, cudaSetDevice(device)) || CKN(im, cudaGetDeviceProperties(&prop, device)))
+    goto err;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  SAC_INFO("cuda", "device %d: %s, sm_%d%d, %d SMs, %.1f GiB; runtime %d, driver %d, cuBLASLt %zu", device, prop.name,
+           prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, rt, drv,
+           cublasLtGetVersion());
+  if (CKN(im, cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) ||
+      CKN(im, cudaStreamCreateWithFlags(&im->copy, cudaStreamNonBlocking)) || CKLN(im, cublasLtCreate(&im->lt)) ||
+      preload_kernels(im))
+    goto err;
+  im->plans = (plan_t *)calloc(MAX_PLANS, sizeof(plan_t));
+  if (!im->plans) {
+    rc = SAC_ENOMEM;
+    goto err;
+  }
+  if ((rc = dev_alloc(im, WORKSPACE_BYTES, &im->ws)) != 0 || (rc = dev_alloc(im, sizeof(dev_state_t), (void **)&im->ds)))
+    goto err;
+  rc = SAC_EBACKEND;
+  for (int i = 0; i < 2; i++)
+    if (CKN(im, cudaEventCreateWithFlags(&im->slot[i].h2d_done, cudaEventDisableTiming)) ||
+        CKN(im, cudaEventCreateWithFlags(&im->slot[i].consumed, cudaEventDisableTiming)))
+      goto err;
+  {
+    dev_state_t st;
+    memset(&st, 0, sizeof st);
+    st.scaler.scale = im->init_scale;
+    st.scaler.growth_interval = im->growth_interval;
+    if (CKN(im, cudaMemcpy(im->ds, &st, sizeof st, cudaMemcpyHostToDevice)))
+      goto err;
+  }
+  *out = be;
+  return 0;
+err:
+  cu_destroy(be);
+  return rc;
+}

@@ -1,0 +1,319 @@
+/* The learner service's metrics (docs/METRICS.md): what service.c calls to feed the
+ * registry in sac_learner_cfg_t.metrics. With no registry every call does nothing.
+ *
+ *  - per update: the update counter and the update-duration histogram (atomics, no
+ *    allocation); per sample: the sample-wait histogram and the stored env steps;
+ *  - about once a second, on the learner's thread (the backend belongs to it): the
+ *    last update's statistics (sac_stats: losses, alpha, entropy, mean Q) and, where the
+ *    backend has them (get_metric, the cuda backend), loss scale, skipped steps and
+ *    device memory;
+ *  - GPU utilisation (and device memory) from NVML, read at scrape time, when the
+ *    backend is cuda and libnvidia-ml.so.1 can be loaded (dlopen: no build dependency;
+ *    without it those series are absent);
+ *  - in the embedded default: the in-process shards' and actors' series
+ *    (replay/server_metrics.h, actor/actor_metrics.h) with shard / actor labels, and
+ *    each actor's policy staleness against the learner's version.
+ * sac_service_metrics_close forgets what points into the run's objects, before they go.
+ *
+ * Header-only (static functions), included by service.c alone, to keep the service's
+ * own file small. */
+#ifndef SAC_LEARNER_SERVICE_METRICS_H
+#define SAC_LEARNER_SERVICE_METRICS_H
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actor/actor.h"
+#include "actor/actor_metrics.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "learner/backend.h"
+#include "learner/sac.h"
+#include "learner/service.h"
+#include "replay/server.h"
+#include "replay/server_metrics.h"
+#ifdef SAC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+typedef struct {
+  sac_metrics_t *r;
+  sac_metric_t *updates, *update_s, *sample_wait_s, *env_steps, *target_steps, *version;
+  sac_metric_t *critic_loss, *actor_loss, *alpha_loss, *alpha, *entropy, *mean_q, *eval_return;
+  sac_metric_t *loss_scale, *skipped, *gpu_used, *gpu_total, *backend_bytes;
+  sac_backend_t *be;
+  double next_tick;
+  int shard_snapshots; /* embedded shards write snapshots (into the run directory) */
+} sac_service_metrics_t;
+
+/* Registers the learner's own series (owned by the registry: they stay after the run). */
+static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metrics_t *r, const sac_learner_cfg_t *cfg) {
+  memset(m, 0, sizeof *m);
+  m->r = r;
+  m->shard_snapshots = cfg->rundir != NULL;
+  if (!r)
+    return;
+  size_t nb;
+  const double *b = sac_metrics_latency_buckets(&nb);
+  m->updates = sac_metrics_counter(r, "sac_learner_updates_total", "SAC updates done.", NULL, NULL);
+  m->update_s =
+      sac_metrics_histogram(r, "sac_learner_update_duration_seconds",
+                            "Host time of one update: batch upload, update, priorities, publish.", NULL, b, nb, NULL);
+  m->sample_wait_s =
+      sac_metrics_histogram(r, "sac_learner_sample_wait_seconds",
+                            "Time waiting for a sampled batch from the replay shards.", NULL, b, nb, NULL);
+  m->env_steps = sac_metrics_counter(r, "sac_learner_env_steps_total",
+                                     "Environment steps stored in the replay shards (the run's progress).", NULL, NULL);
+  m->target_steps =
+      sac_metrics_gauge(r, "sac_learner_target_env_steps", "Environment steps the run trains for.", NULL, NULL);
+  m->version = sac_metrics_gauge(r, "sac_learner_policy_version",
+                                 "Version of the last published policy (the update count at publication).", NULL, NULL);
+  m->critic_loss = sac_metrics_gauge(r, "sac_learner_critic_loss", "Critic loss of the last update.", NULL, NULL);
+  m->actor_loss = sac_metrics_gauge(r, "sac_learner_actor_loss", "Actor (policy) loss of the last update.", NULL, NULL);
+  m->alpha_loss = sac_metrics_gauge(r, "sac_learner_alpha_loss", "Temperature loss of the last update.", NULL, NULL);
+  m->alpha = sac_metrics_gauge(r, "sac_learner_alpha", "Entropy temperature alpha.", NULL, NULL);
+  m->entropy =
+      sac_metrics_gauge(r, "sac_learner_policy_entropy", "Policy entropy estimate (-mean log pi).", NULL, NULL);
+  m->mean_q = sac_metrics_gauge(r, "sac_learner_mean_q", "Mean Q value of the last critic update.", NULL, NULL);
+  m->eval_return =
+      sac_metrics_gauge(r, "sac_learner_eval_return",
+                        "Mean return of the last deterministic evaluation (NaN before the first).", NULL, NULL);
+  sac_metric_set(m->target_steps, (double)cfg->total_steps);
+  if (sac_metric_value(m->updates) == 0) { /* a first run: no statistics yet */
+    sac_metric_t *nan_until_first[] = {m->critic_loss, m->actor_loss, m->alpha_loss, m->alpha,
+                                       m->entropy,     m->mean_q,     m->eval_return};
+    for (size_t i = 0; i < sizeof nan_until_first / sizeof nan_until_first[0]; i++)
+      sac_metric_set(nan_until_first[i], NAN);
+  }
+}
+
+/* ---- NVML, loaded at run time --------------------------------------------------------- */
+
+typedef struct {
+  unsigned int gpu, memory;
+} sac_nvml__util_t;
+typedef struct {
+  unsigned long long total, free, used;
+} sac_nvml__mem_t;
+
+typedef struct {
+  void *lib, *dev;
+  int (*util)(void *dev, sac_nvml__util_t *out);
+  int (*mem)(void *dev, sac_nvml__mem_t *out);
+  int (*shutdown)(void);
+  sac_metric_t *util_ratio, *used, *total;
+} sac_nvml__t;
+
+static inline void sac_nvml__collect(void *user) {
+  sac_nvml__t *n = user;
+  sac_nvml__util_t u;
+  sac_nvml__mem_t mem;
+  if (n->util(n->dev, &u) == 0)
+    sac_metric_set(n->util_ratio, u.gpu / 100.0);
+  if (n->mem(n->dev, &mem) == 0) {
+    sac_metric_set(n->used, (double)mem.used);
+    sac_metric_set(n->total, (double)mem.total);
+  }
+}
+
+static inline void sac_nvml__free(void *user) {
+  sac_nvml__t *n = user;
+  if (n->shutdown)
+    n->shutdown();
+  dlclose(n->lib);
+  free(n);
+}
+
+/* GPU utilisation and memory of the cuda backend's device (device 0 of this process,
+ * found in NVML by its PCI bus id) at scrape time. 1 when registered, 0 when NVML is
+ * not there (the series are then absent), logged once either way. */
+static inline int sac_service_metrics__nvml(sac_service_metrics_t *m) {
+#ifdef SAC_HAVE_CUDA
+  char bus[32];
+  if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, 0) != cudaSuccess) {
+    SAC_INFO("learner", "metrics: no GPU utilisation (no PCI bus id for device 0)");
+    return 0;
+  }
+  void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    SAC_INFO("learner", "metrics: no GPU utilisation (NVML not found: %s)", dlerror());
+    return 0;
+  }
+  sac_nvml__t *n = calloc(1, sizeof *n);
+  int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+  int (*by_bus)(const char *, void **) = (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+  if (!n || !init || !by_bus || init() != 0) {
+    SAC_INFO("learner", "metrics: no GPU utilisation (NVML unusable)");
+    free(n);
+    dlclose(lib);
+    return 0;
+  }
+  n->lib = lib;
+  n->shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
+  n->util = (int (*)(void *, sac_nvml__util_t *))dlsym(lib, "nvmlDeviceGetUtilizationRates");
+  n->mem = (int (*)(void *, sac_nvml__mem_t *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
+  if (!n->util || !n->mem || by_bus(bus, &n->dev) != 0) {
+    SAC_INFO("learner", "metrics: no GPU utilisation (NVML has no device %s)", bus);
+    sac_nvml__free(n);
+    return 0;
+  }
+  n->util_ratio = sac_metrics_gauge(m->r, "sac_learner_gpu_utilization_ratio",
+                                    "GPU busy fraction over NVML's last sample period (0..1).", NULL, m);
+  n->used = sac_metrics_gauge(m->r, "sac_learner_gpu_memory_used_bytes",
+                              "Device memory in use on the learner's GPU (all processes).", NULL, m);
+  n->total =
+      sac_metrics_gauge(m->r, "sac_learner_gpu_memory_total_bytes", "Device memory of the learner's GPU.", NULL, m);
+  if (sac_metrics_collector(m->r, sac_nvml__collect, n, sac_nvml__free, m) != 0)
+    return 0;
+  SAC_INFO("learner", "metrics: GPU utilisation and memory from NVML (device %s)", bus);
+  return 1;
+#else
+  (void)m;
+  return 0;
+#endif
+}
+
+/* ---- embedded shards and actors ------------------------------------------------------- */
+
+typedef struct {
+  sac_metric_t *learner_version;
+  size_t n;
+  struct {
+    const sac_actor_stats_t *st;
+    sac_metric_t *staleness;
+  } a[];
+} sac_service_metrics__stale_t;
+
+static inline void sac_service_metrics__stale(void *user) {
+  sac_service_metrics__stale_t *s = user;
+  double v = sac_metric_value(s->learner_version);
+  for (size_t i = 0; i < s->n; i++) {
+    uint64_t av = atomic_load(&((sac_actor_stats_t *)s->a[i].st)->weights_version);
+    sac_metric_set(s->a[i].staleness, v - (double)av);
+  }
+}
+
+/* Once the backend exists and (embedded) the shards and actors run. Failures only cost
+ * series (logged). */
+static inline void sac_service_metrics_attach(sac_service_metrics_t *m, sac_backend_t *be, const char *backend,
+                                              sac_replay_server_t *const *shards, size_t n_shards,
+                                              sac_actor_t *const *actors, size_t n_actors) {
+  if (!m->r)
+    return;
+  m->be = be;
+  int nvml = strcmp(backend, "cuda") == 0 && sac_service_metrics__nvml(m);
+  double v;
+  if (be->ops->get_metric) {
+    if (be->ops->get_metric(be, "loss_scale", &v) == 0)
+      m->loss_scale = sac_metrics_gauge(m->r, "sac_learner_loss_scale",
+                                        "fp16 loss scale of the cuda backend (1 without fp16).", NULL, m);
+    if (be->ops->get_metric(be, "skipped_steps", &v) == 0)
+      m->skipped = sac_metrics_counter(m->r, "sac_learner_skipped_steps_total",
+                                       "Updates whose optimizer steps were skipped (inf/NaN under fp16).", NULL, m);
+    if (be->ops->get_metric(be, "device_bytes", &v) == 0)
+      m->backend_bytes = sac_metrics_gauge(m->r, "sac_learner_backend_device_bytes",
+                                           "Device memory allocated by the learner's backend.", NULL, m);
+    if (!nvml && be->ops->get_metric(be, "device_used_bytes", &v) == 0) {
+      m->gpu_used = sac_metrics_gauge(m->r, "sac_learner_gpu_memory_used_bytes",
+                                      "Device memory in use on the learner's GPU (all processes).", NULL, m);
+      m->gpu_total =
+          sac_metrics_gauge(m->r, "sac_learner_gpu_memory_total_bytes", "Device memory of the learner's GPU.", NULL, m);
+    }
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n_shards && rc == 0; i++)
+    rc = sac_replay_metrics_register(m->r, shards[i], (uint32_t)i, m->shard_snapshots, m);
+  for (size_t i = 0; i < n_actors && rc == 0; i++)
+    rc = sac_actor_metrics_register(m->r, sac_actor_stats(actors[i]), (uint32_t)i, m);
+  if (rc == 0 && n_actors) {
+    sac_service_metrics__stale_t *s = calloc(1, sizeof *s + n_actors * sizeof s->a[0]);
+    if (!s) {
+      rc = SAC_ENOMEM;
+    } else {
+      s->learner_version = m->version;
+      s->n = n_actors;
+      for (size_t i = 0; i < n_actors; i++) {
+        char id[24];
+        snprintf(id, sizeof id, "%zu", i);
+        s->a[i].st = sac_actor_stats(actors[i]);
+        s->a[i].staleness = sac_metrics_gauge(
+            m->r, "sac_actor_policy_staleness",
+            "Learner's policy version minus the version the actor acts with (versions count updates).",
+            (const char *const[]){"actor", id, NULL}, m);
+      }
+      rc = sac_metrics_collector(m->r, sac_service_metrics__stale, s, free, m);
+    }
+  }
+  if (rc)
+    SAC_WARN("learner", "metrics: embedded shard/actor series incomplete (%s)", sac_strerror(rc));
+}
+
+/* After each sample call (timeouts included): the wait, and the stored env steps. */
+static inline void sac_service_metrics_sampled(sac_service_metrics_t *m, double wait_s, int64_t steps) {
+  if (!m->r)
+    return;
+  sac_metric_observe(m->sample_wait_s, wait_s);
+  sac_metric_set(m->env_steps, (double)steps);
+}
+
+/* The learner's readings of its backend, about once a second (sync + small downloads). */
+static inline void sac_service_metrics__tick(sac_service_metrics_t *m, sac_t *sac) {
+  sac_stats_t st;
+  if (sac_stats(sac, &st) == 0) {
+    sac_metric_set(m->critic_loss, st.critic_loss);
+    sac_metric_set(m->actor_loss, st.actor_loss);
+    sac_metric_set(m->alpha_loss, st.alpha_loss);
+    sac_metric_set(m->alpha, st.alpha);
+    sac_metric_set(m->entropy, st.entropy);
+    sac_metric_set(m->mean_q, st.mean_q);
+  }
+  sac_backend_t *be = m->be;
+  double v;
+  if (!be || !be->ops->get_metric)
+    return;
+  if (m->loss_scale && be->ops->get_metric(be, "loss_scale", &v) == 0)
+    sac_metric_set(m->loss_scale, v);
+  if (m->skipped && be->ops->get_metric(be, "skipped_steps", &v) == 0)
+    sac_metric_set(m->skipped, v);
+  if (m->backend_bytes && be->ops->get_metric(be, "device_bytes", &v) == 0)
+    sac_metric_set(m->backend_bytes, v);
+  if (m->gpu_used && be->ops->get_metric(be, "device_used_bytes", &v) == 0)
+    sac_metric_set(m->gpu_used, v);
+  if (m->gpu_total && be->ops->get_metric(be, "device_total_bytes", &v) == 0)
+    sac_metric_set(m->gpu_total, v);
+}
+
+/* After each update: dt is its host time. */
+static inline void sac_service_metrics_updated(sac_service_metrics_t *m, sac_t *sac, double dt,
+                                               const sac_learner_result_t *res, uint64_t version) {
+  if (!m->r)
+    return;
+  sac_metric_inc(m->updates);
+  sac_metric_observe(m->update_s, dt);
+  sac_metric_set(m->version, (double)version);
+  double now = sac_clock_s();
+  if (now < m->next_tick)
+    return;
+  m->next_tick = now + 1.0;
+  sac_service_metrics__tick(m, sac);
+  if (isfinite(res->final_eval_return))
+    sac_metric_set(m->eval_return, res->final_eval_return);
+}
+
+/* At the end of the run (also on failure), before the shards, actors and backend go:
+ * the final figures, then the series that point into them are forgotten. */
+static inline void sac_service_metrics_close(sac_service_metrics_t *m, const sac_learner_result_t *res) {
+  if (!m->r)
+    return;
+  if (isfinite(res->final_eval_return))
+    sac_metric_set(m->eval_return, res->final_eval_return);
+  if (res->policy_version)
+    sac_metric_set(m->version, (double)res->policy_version);
+  sac_metrics_forget(m->r, m);
+  m->r = NULL;
+}
+
+#endif

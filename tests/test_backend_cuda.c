@@ -1,0 +1,829 @@
+/* The cuda backend against the cpu backend (the reference): every op on fresh random
+ * inputs, compared per output tensor by normalised error ||gpu - cpu|| / ||cpu||; then
+ * whole SAC updates (cpu vs cuda fp32 over 100 updates from the same weights and batches),
+ * graph replay against eager execution, determinism, fp16 loss scaling (a step with an
+ * inf gradient is skipped and the scale backs off), batch staging, activation
+ * recomputation, and device memory flat over 10,000 updates. Every GPU test skips with a
+ * message where there is no usable CUDA device (no driver, no GPU); the recomputation
+ * test on the cpu backend runs everywhere.
+ *
+ * Tolerances (normalised L2 error per tensor) and why:
+ * - GEMM outputs: fp32 1e-4 (the two sides sum up to 1024 products in different orders
+ *   and with or without FMA: ~1e-6 expected; a wrong index or transpose is O(1));
+ *   tf32 5e-3 (10-bit mantissas, ~1e-3); bf16 and fp16 2e-2 (operands rounded to 8 / 11
+ *   bits: ~3e-3 / ~5e-4 for random-sign sums; the issue's bound).
+ * - Elementwise ops and reductions run in fp32 in every precision: 1e-5 (device expf,
+ *   logf, tanhf, sinf, cosf, powf are within 2 ulp of glibc's; sums in other orders).
+ * - The noise: max abs difference 1e-5 (the Philox bits are identical; Box-Muller's
+ *   transcendentals may differ in the last bits).
+ * - Whole updates: 1e-3 after 1 update, 5e-3 after 100, over the whole parameter vector.
+ *   Adam's normalised step moves a parameter whose gradient is within rounding of zero
+ *   by +-lr either way, and small differences grow over 100 chaotic updates, so only the
+ *   vector as a whole is compared; a real defect (one wrong gradient block) is > 1e-1.
+ * Measured errors are printed to stderr (one line per comparison) for the GPU log. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "learner/backend.h"
+#include "learner/sac.h"
+
+static const char *const k_prec[] = {"fp32", "tf32", "bf16", "fp16"};
+static const double k_tol_gemm[] = {1e-4, 5e-3, 2e-2, 2e-2};
+#define TOL_ELEM 1e-5
+
+/* ---------------------------------------------------------------------------------- */
+/* helpers                                                                              */
+
+static sac_backend_t *cpu_backend(void) {
+  sac_backend_t *be;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  return be;
+}
+
+/* The cuda backend in the given precision, or the test is skipped. */
+static sac_backend_t *cuda_or_skip(const char *prec) {
+  sac_backend_t *be = NULL;
+  int rc = sac_backend_new("cuda", 0, &be);
+  if (rc != 0)
+    cr_skip_test("no usable CUDA device (%s): GPU test skipped", sac_strerror(rc));
+  cr_assert_not_null(be->ops->set_option);
+  cr_assert_eq(be->ops->set_option(be, "precision", prec), 0, "precision %s", prec);
+  return be;
+}
+
+static double metric(sac_backend_t *be, const char *key) {
+  double v = NAN;
+  cr_assert_eq(be->ops->get_metric(be, key, &v), 0, "metric %s", key);
+  return v;
+}
+
+static float *balloc(sac_backend_t *be, size_t n) {
+  float *p;
+  cr_assert_eq(be->ops->alloc(be, n, &p), 0);
+  return p;
+}
+
+/* backend buffer holding a copy of host[0..n) */
+static float *bput(sac_backend_t *be, const float *host, size_t n) {
+  float *p = balloc(be, n);
+  if (n)
+    cr_assert_eq(be->ops->upload(be, p, host, n), 0);
+  return p;
+}
+
+/* host copy of a backend buffer (caller frees) */
+static float *hcopy(sac_backend_t *be, const float *p, size_t n) {
+  float *h = malloc(sizeof(float) * (n ? n : 1));
+  if (n)
+    cr_assert_eq(be->ops->download(be, h, p, n), 0);
+  return h;
+}
+
+static float *hrand(sac_rng_t *rng, size_t n, double lo, double hi) {
+  float *h = calloc(n ? n : 1, sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    h[i] = (float)sac_rng_uniform_range(rng, lo, hi);
+  return h;
+}
+
+/* ||a - b|| / ||b|| in double (||a - b|| where b is zero); inf when a is not finite */
+static double nerr(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - (double)b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  if (!isfinite(num))
+    return INFINITY;
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#define EXPECT_CLOSE(what, prec, gpu_h, cpu_h, n, tol)                                                        \
+  do {                                                                                                    \
+    double e_ = nerr((gpu_h), (cpu_h), (n));                                                              \
+    fprintf(stderr, "  %-44s %-5s err %.2e (tol %.0e)%s\n", (what), (prec), e_, (double)(tol),               \
+            e_ <= (tol) ? "" : "  FAIL");                                                                 \
+    cr_expect(e_ <= (tol), "%s (%s): normalised error %.3g > %.3g", (what), (prec), e_, (double)(tol));    \
+  } while (0)
+
+/* gpu buffer vs cpu buffer */
+static void compare(const char *what, const char *prec, sac_backend_t *gpu, const float *gbuf, sac_backend_t *cpu,
+                    const float *cbuf, size_t n, double tol) {
+  float *g = hcopy(gpu, gbuf, n), *c = hcopy(cpu, cbuf, n);
+  EXPECT_CLOSE(what, prec, g, c, n, tol);
+  free(g), free(c);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* linear layers                                                                        */
+
+typedef struct {
+  const char *name;
+  int B, n1, n2, n_out, K, shared;
+  sac_act_t act;
+  int bias_off; /* floats: 1 makes the bias under-aligned (the unfused path) */
+  int want_dx;
+} lin_case_t;
+
+/* One layer forward and backward on both backends in every precision. The backward on
+ * the GPU is given the cpu's forward output, so ReLU masks match exactly. */
+static void run_linear(const lin_case_t *c) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 1000 + (uint64_t)c->B * 7 + (uint64_t)c->n_out, 3);
+  const int K = c->K, n_in = c->shared ? c->n1 + c->n2 : c->n1, w1 = c->shared ? c->n1 : K * c->n1;
+  const int width = K * c->n_out;
+  const size_t nX1 = (size_t)c->B * w1, nX2 = (size_t)c->B * c->n2, nW = (size_t)K * n_in * c->n_out;
+  const size_t nb = (size_t)K * c->n_out + c->bias_off, nY = (size_t)c->B * width;
+  const double ws = 1.0 / sqrt((double)n_in);
+  float *hX1 = hrand(&rng, nX1, -1, 1), *hX2 = hrand(&rng, nX2, -1, 1), *hW = hrand(&rng, nW, -ws, ws);
+  float *hb = hrand(&rng, nb, -0.3, 0.3), *hG = hrand(&rng, nY, -1, 1);
+
+  /* the two backends' buffers, same roles */
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *X1[2], *X2[2], *W[2], *b[2], *Y[2], *dY[2], *dW[2], *db[2], *dX1[2], *dX2[2];
+  for (int i = 0; i < 2; i++) {
+    X1[i] = bput(bes[i], hX1, nX1), X2[i] = bput(bes[i], hX2, nX2 ? nX2 : 1);
+    W[i] = bput(bes[i], hW, nW), b[i] = bput(bes[i], hb, nb);
+    Y[i] = balloc(bes[i], nY), dY[i] = bput(bes[i], hG, nY);
+    dW[i] = balloc(bes[i], nW), db[i] = balloc(bes[i], nb);
+    dX1[i] = balloc(bes[i], nX1), dX2[i] = balloc(bes[i], nX2 ? nX2 : 1);
+  }
+  sac_linear_t L[2];
+  for (int i = 0; i < 2; i++) {
+    memset(&L[i], 0, sizeof L[i]);
+    L[i].B = c->B, L[i].n_in = n_in, L[i].n_out = c->n_out, L[i].K = K, L[i].shared = c->shared;
+    L[i].W = W[i], L[i].b = b[i] + c->bias_off, L[i].act = c->act;
+    L[i].n_seg = c->shared && c->n2 ? 2 : 1;
+    L[i].seg[0] = (sac_seg_t){X1[i], w1, c->n1};
+    if (L[i].n_seg == 2)
+      L[i].seg[1] = (sac_seg_t){X2[i], c->n2, c->n2};
+    if (!c->shared)
+      L[i].seg[0].n = w1;
+  }
+  int ldx[2] = {w1, c->n2};
+  /* cpu reference, once */
+  cpu->ops->linear_fwd(cpu, &L[0], Y[0], width);
+  float *cpuY = hcopy(cpu, Y[0], nY);
+  float *cdx[2] = {c->want_dx ? dX1[0] : NULL, c->want_dx && c->n2 ? dX2[0] : NULL};
+  cpu->ops->linear_bwd(cpu, &L[0], dY[0], Y[0], width, dW[0], db[0] + c->bias_off, cdx, ldx);
+
+  for (int p = 0; p < 4; p++) {
+    const char *prec = k_prec[p];
+    cr_assert_eq(gpu->ops->set_option(gpu, "precision", prec), 0);
+    char what[128];
+    gpu->ops->linear_fwd(gpu, &L[1], Y[1], width);
+    snprintf(what, sizeof what, "%s: Y", c->name);
+    compare(what, prec, gpu, Y[1], cpu, Y[0], nY, k_tol_gemm[p]);
+    cr_assert_eq(gpu->ops->upload(gpu, Y[1], cpuY, nY), 0);
+    cr_assert_eq(gpu->ops->upload(gpu, dY[1], hG, nY), 0);
+    float *gdx[2] = {c->want_dx ? dX1[1] : NULL, c->want_dx && c->n2 ? dX2[1] : NULL};
+    gpu->ops->linear_bwd(gpu, &L[1], dY[1], Y[1], width, dW[1], db[1] + c->bias_off, gdx, ldx);
+    snprintf(what, sizeof what, "%s: dY after activation", c->name);
+    compare(what, prec, gpu, dY[1], cpu, dY[0], nY, TOL_ELEM);
+    snprintf(what, sizeof what, "%s: db", c->name);
+    compare(what, prec, gpu, db[1] + c->bias_off, cpu, db[0] + c->bias_off, (size_t)K * c->n_out, TOL_ELEM);
+    snprintf(what, sizeof what, "%s: dW", c->name);
+    compare(what, prec, gpu, dW[1], cpu, dW[0], nW, k_tol_gemm[p]);
+    if (c->want_dx) {
+      snprintf(what, sizeof what, "%s: dX seg 0", c->name);
+      compare(what, prec, gpu, dX1[1], cpu, dX1[0], nX1, k_tol_gemm[p]);
+      if (c->n2) {
+        snprintf(what, sizeof what, "%s: dX seg 1", c->name);
+        compare(what, prec, gpu, dX2[1], cpu, dX2[0], nX2, k_tol_gemm[p]);
+      }
+    }
+  }
+  cr_expect_eq(gpu->ops->sync(gpu), 0);
+  free(hX1), free(hX2), free(hW), free(hb), free(hG), free(cpuY);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+TestSuite(backend_cuda, .timeout = 600);
+
+Test(backend_cuda, linear_critic_input_layer_two_segments) {
+  lin_case_t c = {"critic l0 shared 17+6->256 K2 relu", 256, 17, 6, 256, 2, 1, SAC_ACT_RELU, 0, 1};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_critic_hidden_ensemble) {
+  lin_case_t c = {"critic l1 256->256 K2 relu", 256, 256, 0, 256, 2, 0, SAC_ACT_RELU, 0, 1};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_critic_output_ensemble) {
+  lin_case_t c = {"critic out 256->1 K2 none", 256, 256, 0, 1, 2, 0, SAC_ACT_NONE, 0, 1};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_actor_input_layer_2B_rows) {
+  lin_case_t c = {"actor l0 17->256 K1 relu B512", 512, 17, 0, 256, 1, 1, SAC_ACT_RELU, 0, 0};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_actor_output) {
+  lin_case_t c = {"actor out 256->12 K1 none B512", 512, 256, 0, 12, 1, 0, SAC_ACT_NONE, 0, 1};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_odd_sizes_tanh) {
+  lin_case_t c = {"odd 37->29 K2 tanh B33", 33, 37, 0, 29, 2, 0, SAC_ACT_TANH, 0, 1};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_under_aligned_bias_unfused) {
+  lin_case_t c = {"misaligned bias 64->128 K2 relu", 256, 64, 0, 128, 2, 0, SAC_ACT_RELU, 1, 1};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_wide_512_batch_1024) {
+  lin_case_t c = {"wide 512->512 K2 relu B1024", 1024, 512, 0, 512, 2, 0, SAC_ACT_RELU, 0, 1};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_shared_wide_segment) {
+  lin_case_t c = {"shared 100+9->64 K2 relu B128", 128, 100, 9, 64, 2, 1, SAC_ACT_RELU, 0, 1};
+  run_linear(&c);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* noise, policy head, losses, optimiser                                                */
+
+Test(backend_cuda, normal_matches_cpu) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  const size_t n = 100001; /* odd: half a Philox block at the end */
+  uint32_t key[2];
+  sac_rng_key(9, 4, key);
+  float *g = balloc(gpu, n), *c = balloc(cpu, n);
+  gpu->ops->normal(gpu, g, n, key, 12345, 1);
+  cpu->ops->normal(cpu, c, n, key, 12345, 1);
+  float *gh = hcopy(gpu, g, n);
+  double maxd = 0;
+  size_t same = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)gh[i] - c[i]);
+    maxd = d > maxd ? d : maxd;
+    same += gh[i] == c[i];
+  }
+  fprintf(stderr, "  normal: max |gpu - cpu| %.2e, %zu of %zu bit-identical\n", maxd, same, n);
+  cr_expect(maxd <= 1e-5, "noise differs by %g", maxd);
+  free(gh);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, policy_head_forward_and_backward) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 21, 3);
+  const int B = 512, A = 6;
+  float *hP = hrand(&rng, (size_t)B * 2 * A, -3, 3), *he = hrand(&rng, (size_t)B * A, -2.5, 2.5);
+  float *hda = hrand(&rng, (size_t)B * A, -1, 1), *hdl = hrand(&rng, B, -1, 1);
+  hP[A] = -7.0f, hP[2 * A + A + 1] = 3.0f, hP[4 * 2 * A] = 9.0f; /* clamped low, high, large u */
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *P[2], *e[2], *a[2], *lp[2], *da[2], *dl[2], *dP[2], *la[2];
+  float lav = -0.4f;
+  for (int i = 0; i < 2; i++) {
+    P[i] = bput(bes[i], hP, (size_t)B * 2 * A), e[i] = bput(bes[i], he, (size_t)B * A);
+    a[i] = balloc(bes[i], (size_t)B * A), lp[i] = balloc(bes[i], B);
+    da[i] = bput(bes[i], hda, (size_t)B * A), dl[i] = bput(bes[i], hdl, B);
+    dP[i] = balloc(bes[i], (size_t)B * 2 * A), la[i] = bput(bes[i], &lav, 1);
+    sac_head_hp_t h = {.B = B, .A = A, .gamma = 0.99f, .log_std_min = -5, .log_std_max = 2,
+                       .target_entropy = -6, .log_alpha = la[i]};
+    bes[i]->ops->head_fwd(bes[i], &h, P[i], e[i], a[i], A, lp[i]);
+    bes[i]->ops->head_bwd(bes[i], &h, P[i], e[i], a[i], A, da[i], A, dl[i], dP[i]);
+  }
+  compare("head: a", "fp32", gpu, a[1], cpu, a[0], (size_t)B * A, TOL_ELEM);
+  compare("head: logp", "fp32", gpu, lp[1], cpu, lp[0], B, TOL_ELEM);
+  compare("head: dP", "fp32", gpu, dP[1], cpu, dP[0], (size_t)B * 2 * A, TOL_ELEM);
+  /* without an action gradient (da NULL) */
+  for (int i = 0; i < 2; i++) {
+    sac_head_hp_t h = {.B = B, .A = A, .log_std_min = -5, .log_std_max = 2, .log_alpha = la[i]};
+    bes[i]->ops->head_bwd(bes[i], &h, P[i], e[i], a[i], A, NULL, A, dl[i], dP[i]);
+  }
+  compare("head: dP (da NULL)", "fp32", gpu, dP[1], cpu, dP[0], (size_t)B * 2 * A, TOL_ELEM);
+  free(hP), free(he), free(hda), free(hdl);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+/* critic target, critic loss (with and without weights), actor loss, alpha loss; in
+ * fp16 mode the gradients come out multiplied by the loss scale (a power of two, so
+ * exactly) and the statistics do not. */
+static void run_losses(const char *prec, float scale) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  if (scale != 1.0f) {
+    char v[32];
+    snprintf(v, sizeof v, "%g", scale);
+    cr_assert_eq(gpu->ops->set_option(gpu, "loss_scale", v), 0);
+  }
+  sac_rng_t rng;
+  sac_rng_init(&rng, 31, 3);
+  const int B = 300;
+  float *hq = hrand(&rng, 2 * B, -3, 3), *hy = hrand(&rng, B, -3, 3), *hw = hrand(&rng, B, 0.2, 1.5);
+  float *hr = hrand(&rng, B, -1, 1), *hlp = hrand(&rng, B, -4, 2), *hqt = hrand(&rng, 2 * B, -3, 3);
+  float *ht = malloc(sizeof(float) * B);
+  for (int i = 0; i < B; i++)
+    ht[i] = i % 5 == 0 ? 1.0f : 0.0f;
+  hq[2 * 7 + 1] = hq[2 * 7]; /* a tie: both sides pick q1 */
+  float lav = -0.7f;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *q[2], *y[2], *w[2], *r[2], *lp[2], *qt[2], *t[2], *la[2], *dq[2], *td[2], *st[2], *dl[2], *g[2], *yo[2];
+  for (int i = 0; i < 2; i++) {
+    sac_backend_t *be = bes[i];
+    q[i] = bput(be, hq, 2 * B), y[i] = bput(be, hy, B), w[i] = bput(be, hw, B), r[i] = bput(be, hr, B);
+    lp[i] = bput(be, hlp, B), qt[i] = bput(be, hqt, 2 * B), t[i] = bput(be, ht, B), la[i] = bput(be, &lav, 1);
+    dq[i] = balloc(be, 2 * B), td[i] = balloc(be, B), st[i] = balloc(be, 8), dl[i] = balloc(be, B);
+    g[i] = balloc(be, 1), yo[i] = balloc(be, B);
+  }
+  float *sdq = malloc(sizeof(float) * 2 * B), *sdl = malloc(sizeof(float) * B);
+  char what[96];
+  for (int variant = 0; variant < 4; variant++) {
+    for (int i = 0; i < 2; i++) {
+      sac_backend_t *be = bes[i];
+      sac_head_hp_t h = {.B = B, .A = 3, .gamma = 0.97f, .log_std_min = -5, .log_std_max = 2,
+                         .target_entropy = -3, .log_alpha = la[i]};
+      if (variant == 0)
+        be->ops->critic_target(be, &h, r[i], t[i], qt[i], lp[i], yo[i]);
+      else if (variant == 1)
+        be->ops->critic_loss(be, &h, q[i], y[i], w[i], dq[i], td[i], st[i]);
+      else if (variant == 2)
+        be->ops->critic_loss(be, &h, q[i], y[i], NULL, dq[i], td[i], st[i]);
+      else
+        be->ops->actor_loss(be, &h, q[i], lp[i], dq[i], dl[i], st[i]);
+    }
+    static const char *const names[] = {"critic_target", "critic_loss (weighted)", "critic_loss", "actor_loss"};
+    if (variant == 0) {
+      snprintf(what, sizeof what, "%s: y", names[variant]);
+      compare(what, prec, gpu, yo[1], cpu, yo[0], B, TOL_ELEM);
+      continue;
+    }
+    float *cdq = hcopy(cpu, dq[0], 2 * B), *gdq = hcopy(gpu, dq[1], 2 * B);
+    for (int i = 0; i < 2 * B; i++)
+      sdq[i] = cdq[i] * scale;
+    snprintf(what, sizeof what, "%s: dq (x loss scale)", names[variant]);
+    EXPECT_CLOSE(what, prec, gdq, sdq, (size_t)2 * B, TOL_ELEM);
+    snprintf(what, sizeof what, "%s: stats", names[variant]);
+    compare(what, prec, gpu, st[1], cpu, st[0], 2, TOL_ELEM);
+    if (variant < 3) {
+      snprintf(what, sizeof what, "%s: td", names[variant]);
+      compare(what, prec, gpu, td[1], cpu, td[0], B, TOL_ELEM);
+    } else {
+      float *cdl = hcopy(cpu, dl[0], B), *gdl = hcopy(gpu, dl[1], B);
+      for (int i = 0; i < B; i++)
+        sdl[i] = cdl[i] * scale;
+      EXPECT_CLOSE("actor_loss: dlogp (x loss scale)", prec, gdl, sdl, (size_t)B, TOL_ELEM);
+      free(cdl), free(gdl);
+    }
+    free(cdq), free(gdq);
+  }
+  for (int i = 0; i < 2; i++) {
+    sac_head_hp_t h = {.B = B, .A = 3, .target_entropy = -3, .log_alpha = la[i]};
+    bes[i]->ops->alpha_loss(bes[i], &h, lp[i], g[i], st[i]);
+  }
+  float cg, gg, cs, gs;
+  cr_assert_eq(cpu->ops->download(cpu, &cg, g[0], 1), 0);
+  cr_assert_eq(gpu->ops->download(gpu, &gg, g[1], 1), 0);
+  cr_assert_eq(cpu->ops->download(cpu, &cs, st[0], 1), 0);
+  cr_assert_eq(gpu->ops->download(gpu, &gs, st[1], 1), 0);
+  float scg = cg * scale;
+  EXPECT_CLOSE("alpha_loss: grad (x loss scale)", prec, &gg, &scg, 1, TOL_ELEM);
+  EXPECT_CLOSE("alpha_loss: loss", prec, &gs, &cs, 1, TOL_ELEM);
+  free(hq), free(hy), free(hw), free(hr), free(hlp), free(hqt), free(ht), free(sdq), free(sdl);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, losses_match_cpu_fp32) { run_losses("fp32", 1.0f); }
+Test(backend_cuda, losses_scale_gradients_fp16) { run_losses("fp16", 1024.0f); }
+
+/* Adam (3 steps) and Polyak; in fp16 mode the gradients given are scaled and Adam
+ * divides the scale out. */
+static void run_optimizer(const char *prec, float scale) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  if (scale != 1.0f) {
+    char v[32];
+    snprintf(v, sizeof v, "%g", scale);
+    cr_assert_eq(gpu->ops->set_option(gpu, "loss_scale", v), 0);
+  }
+  sac_rng_t rng;
+  sac_rng_init(&rng, 41, 3);
+  const size_t n = 100003;
+  float *hp = hrand(&rng, n, -1, 1), *hm = hrand(&rng, n, -0.01, 0.01), *hv = hrand(&rng, n, 0, 1e-4);
+  float t0 = 5.0f;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *p[2], *g[2], *m[2], *v[2], *t[2];
+  for (int i = 0; i < 2; i++) {
+    p[i] = bput(bes[i], hp, n), m[i] = bput(bes[i], hm, n), v[i] = bput(bes[i], hv, n);
+    g[i] = balloc(bes[i], n), t[i] = bput(bes[i], &t0, 1);
+  }
+  sac_adam_hp_t hyp = {1e-3f, 0.9f, 0.999f, 1e-8f};
+  for (int step = 0; step < 3; step++) {
+    float *hg = hrand(&rng, n, -0.1, 0.1);
+    cr_assert_eq(cpu->ops->upload(cpu, g[0], hg, n), 0);
+    for (size_t i = 0; i < n; i++)
+      hg[i] *= scale;
+    cr_assert_eq(gpu->ops->upload(gpu, g[1], hg, n), 0);
+    free(hg);
+    for (int i = 0; i < 2; i++)
+      bes[i]->ops->adam(bes[i], p[i], g[i], m[i], v[i], n, &hyp, t[i]);
+  }
+  compare("adam x3: p", prec, gpu, p[1], cpu, p[0], n, TOL_ELEM);
+  compare("adam x3: m", prec, gpu, m[1], cpu, m[0], n, TOL_ELEM);
+  compare("adam x3: v", prec, gpu, v[1], cpu, v[0], n, TOL_ELEM);
+  float tg;
+  cr_assert_eq(gpu->ops->download(gpu, &tg, t[1], 1), 0);
+  cr_expect_eq(tg, 8.0f, "step counter advanced on the device: %g", tg);
+  for (int i = 0; i < 2; i++)
+    bes[i]->ops->polyak(bes[i], m[i], p[i], n, 0.005f);
+  compare("polyak", prec, gpu, m[1], cpu, m[0], n, TOL_ELEM);
+  free(hp), free(hm), free(hv);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, adam_and_polyak_match_cpu) { run_optimizer("fp32", 1.0f); }
+Test(backend_cuda, adam_unscales_fp16_gradients) { run_optimizer("fp16", 4096.0f); }
+
+Test(backend_cuda, fp16_adam_skips_step_with_inf_gradient_and_scale_backs_off) {
+  sac_backend_t *gpu = cuda_or_skip("fp16");
+  cr_assert_eq(gpu->ops->set_option(gpu, "loss_scale", "1024"), 0);
+  cr_assert_eq(gpu->ops->set_option(gpu, "loss_scale_growth_interval", "2"), 0);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 51, 3);
+  const size_t n = 70001;
+  float *hp = hrand(&rng, n, -1, 1), *hg = hrand(&rng, n, -100, 100);
+  hg[n - 3] = INFINITY;
+  float t0 = 3.0f, zero = 0.0f;
+  float *p = bput(gpu, hp, n), *g = bput(gpu, hg, n), *m = balloc(gpu, n), *v = balloc(gpu, n);
+  float *t = bput(gpu, &t0, 1);
+  sac_adam_hp_t hyp = {1e-3f, 0.9f, 0.999f, 1e-8f};
+  gpu->ops->adam(gpu, p, g, m, v, n, &hyp, t);
+  gpu->ops->update_end(gpu);
+  float *p1 = hcopy(gpu, p, n), *m1 = hcopy(gpu, m, n), t1;
+  cr_assert_eq(gpu->ops->download(gpu, &t1, t, 1), 0);
+  cr_expect_eq(memcmp(p1, hp, n * sizeof(float)), 0, "skipped step leaves the parameters");
+  int mz = 1;
+  for (size_t i = 0; i < n; i++)
+    mz &= m1[i] == 0.0f;
+  cr_expect(mz, "skipped step leaves the Adam state");
+  cr_expect_eq(t1, 3.0f, "skipped step leaves the step counter (%g)", t1);
+  cr_expect_eq(metric(gpu, "loss_scale"), 512.0, "scale halved");
+  cr_expect_eq(metric(gpu, "skipped_steps"), 1.0);
+  /* finite gradients: the step runs; two good updates double the scale */
+  hg[n - 3] = 1.0f;
+  cr_assert_eq(gpu->ops->upload(gpu, g, hg, n), 0);
+  for (int i = 0; i < 2; i++) {
+    gpu->ops->adam(gpu, p, g, m, v, n, &hyp, t);
+    gpu->ops->update_end(gpu);
+  }
+  cr_assert_eq(gpu->ops->download(gpu, &t1, t, 1), 0);
+  cr_expect_eq(t1, 5.0f, "two steps ran (%g)", t1);
+  cr_expect_eq(metric(gpu, "loss_scale"), 1024.0, "scale grew after growth_interval good updates");
+  cr_expect_eq(metric(gpu, "skipped_steps"), 1.0);
+  (void)zero;
+  free(hp), free(hg), free(p1), free(m1);
+  sac_backend_destroy(&gpu);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* whole updates                                                                        */
+
+typedef struct {
+  int B, O, A;
+  float *obs, *act, *rew, *term, *nobs;
+} hbatch_t;
+
+static void hbatch_init(hbatch_t *hb, int B, int O, int A) {
+  hb->B = B, hb->O = O, hb->A = A;
+  hb->obs = malloc(sizeof(float) * B * O), hb->nobs = malloc(sizeof(float) * B * O);
+  hb->act = malloc(sizeof(float) * B * A), hb->rew = malloc(sizeof(float) * B), hb->term = malloc(sizeof(float) * B);
+}
+static void hbatch_fill(hbatch_t *hb, sac_rng_t *rng, float reward_scale) {
+  for (int i = 0; i < hb->B * hb->O; i++) {
+    hb->obs[i] = (float)sac_rng_uniform_range(rng, -1, 1);
+    hb->nobs[i] = (float)sac_rng_uniform_range(rng, -1, 1);
+  }
+  for (int i = 0; i < hb->B * hb->A; i++)
+    hb->act[i] = (float)sac_rng_uniform_range(rng, -1, 1);
+  for (int i = 0; i < hb->B; i++) {
+    hb->rew[i] = (float)sac_rng_uniform_range(rng, -1, 1) * reward_scale;
+    hb->term[i] = i % 7 == 0 ? 1.0f : 0.0f;
+  }
+}
+static void hbatch_free(hbatch_t *hb) { free(hb->obs), free(hb->nobs), free(hb->act), free(hb->rew), free(hb->term); }
+
+/* the batch into the sac's batch buffers: staged (pinned, copy stream) or uploaded */
+static void put_batch(sac_backend_t *be, sac_t *s, const hbatch_t *hb, int staged) {
+  sac_batch_t *b = sac_batch(s);
+  const size_t BO = (size_t)hb->B * hb->O, BA = (size_t)hb->B * hb->A;
+  if (staged && be->ops->stage) {
+    cr_assert_eq(be->ops->stage(be, b->obs, hb->obs, BO), 0);
+    cr_assert_eq(be->ops->stage(be, b->next_obs, hb->nobs, BO), 0);
+    cr_assert_eq(be->ops->stage(be, b->action, hb->act, BA), 0);
+    cr_assert_eq(be->ops->stage(be, b->reward, hb->rew, hb->B), 0);
+    cr_assert_eq(be->ops->stage(be, b->terminated, hb->term, hb->B), 0);
+    cr_assert_eq(be->ops->stage_commit(be), 0);
+  } else {
+    cr_assert_eq(be->ops->upload(be, b->obs, hb->obs, BO), 0);
+    cr_assert_eq(be->ops->upload(be, b->next_obs, hb->nobs, BO), 0);
+    cr_assert_eq(be->ops->upload(be, b->action, hb->act, BA), 0);
+    cr_assert_eq(be->ops->upload(be, b->reward, hb->rew, hb->B), 0);
+    cr_assert_eq(be->ops->upload(be, b->terminated, hb->term, hb->B), 0);
+  }
+}
+
+static sac_t *new_sac(sac_backend_t *be, int O, int A, int H, int depth, int B, int recompute) {
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, O, A);
+  hp.hidden = H, hp.depth = depth, hp.batch = B, hp.seed = 17, hp.recompute = recompute;
+  sac_t *s;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  return s;
+}
+
+static float *params_of(sac_t *s) {
+  size_t n = sac_param_count(s);
+  float *p = malloc(sizeof(float) * n);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, p, n), 0);
+  return p;
+}
+
+Test(backend_cuda, update_parity_cpu_vs_cuda_fp32_100_updates) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  const int O = 17, A = 6, H = 256, B = 256;
+  sac_t *sc = new_sac(cpu, O, A, H, 2, B, 0), *sg = new_sac(gpu, O, A, H, 2, B, 0);
+  const size_t n = sac_param_count(sc);
+  hbatch_t hb;
+  hbatch_init(&hb, B, O, A);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 61, 3);
+  double worst_loss = 0;
+  for (int u = 1; u <= 100; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    put_batch(cpu, sc, &hb, 0);
+    put_batch(gpu, sg, &hb, u % 2); /* both paths into the batch */
+    sac_update(sc);
+    sac_update(sg);
+    sac_stats_t a, b;
+    cr_assert_eq(sac_stats(sc, &a), 0);
+    cr_assert_eq(sac_stats(sg, &b), 0);
+    double rl = fabs(a.critic_loss - b.critic_loss) / (fabs(a.critic_loss) + 1e-3);
+    worst_loss = rl > worst_loss ? rl : worst_loss;
+    if (u == 1 || u == 10 || u == 100) {
+      float *pc = params_of(sc), *pg = params_of(sg);
+      char what[64];
+      snprintf(what, sizeof what, "sac params after %d updates", u);
+      EXPECT_CLOSE(what, "fp32", pg, pc, n, u == 1 ? 1e-3 : 5e-3);
+      free(pc), free(pg);
+    }
+  }
+  fprintf(stderr, "  sac critic loss over 100 updates: worst relative difference %.2e\n", worst_loss);
+  cr_expect(worst_loss < 1e-2, "critic losses drift apart: %g", worst_loss);
+  fprintf(stderr, "  graph launches in the cuda run: %.0f\n", metric(gpu, "graph_launches"));
+  hbatch_free(&hb);
+  sac_destroy(&sc), sac_destroy(&sg);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+/* n updates on a fresh cuda backend with graphs on or off; returns the parameters */
+static float *cuda_run(const char *prec, int graphs, int n_updates, int recompute, int depth, int H, double *launches,
+                       double *dev_bytes) {
+  sac_backend_t *gpu = cuda_or_skip(prec);
+  cr_assert_eq(gpu->ops->set_option(gpu, "graphs", graphs ? "1" : "0"), 0);
+  const int O = 17, A = 6, B = 256;
+  sac_t *s = new_sac(gpu, O, A, H, depth, B, recompute);
+  hbatch_t hb;
+  hbatch_init(&hb, B, O, A);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 71, 3);
+  for (int u = 0; u < n_updates; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    put_batch(gpu, s, &hb, 1);
+    sac_update(s);
+  }
+  cr_assert_eq(gpu->ops->sync(gpu), 0);
+  float *p = params_of(s);
+  if (launches)
+    *launches = metric(gpu, "graph_launches");
+  if (dev_bytes)
+    *dev_bytes = metric(gpu, "device_peak_bytes");
+  hbatch_free(&hb);
+  sac_destroy(&s);
+  sac_backend_destroy(&gpu);
+  return p;
+}
+
+static size_t cheetah_params(void) {
+  sac_mlp_desc_t a, c;
+  sac_mlp_desc_init(&a, 17, 256, 2, 12, SAC_ACT_RELU, 1);
+  sac_mlp_desc_init(&c, 23, 256, 2, 1, SAC_ACT_RELU, 2);
+  return sac_mlp_param_count(&a) + sac_mlp_param_count(&c) + 1;
+}
+
+Test(backend_cuda, graph_replay_equals_eager) {
+  double lg = 0, le = 0;
+  float *pg = cuda_run("fp32", 1, 30, 0, 2, 256, &lg, NULL);
+  float *pe = cuda_run("fp32", 0, 30, 0, 2, 256, &le, NULL);
+  size_t n = cheetah_params();
+  fprintf(stderr, "  graph launches %.0f (graphs on) / %.0f (off); params bitwise equal: %s, err %.2e\n", lg, le,
+          memcmp(pg, pe, n * sizeof(float)) ? "no" : "yes", nerr(pg, pe, n));
+  cr_expect_geq(lg, 25, "the whole update was captured and replayed (%g launches)", lg);
+  cr_expect_eq(le, 0);
+  cr_expect_eq(memcmp(pg, pe, n * sizeof(float)), 0, "graph replay gives the eager results bit for bit");
+  free(pg), free(pe);
+}
+
+Test(backend_cuda, same_seed_same_bits) {
+  float *a = cuda_run("fp32", 0, 10, 0, 2, 256, NULL, NULL);
+  float *b = cuda_run("fp32", 0, 10, 0, 2, 256, NULL, NULL);
+  cr_expect_eq(memcmp(a, b, cheetah_params() * sizeof(float)), 0, "two runs, same bits (no float atomics)");
+  free(a), free(b);
+}
+
+Test(backend_cuda, low_precision_updates_stay_finite_and_close) {
+  size_t n = cheetah_params();
+  float *ref = cuda_run("fp32", 1, 50, 0, 2, 256, NULL, NULL);
+  for (int p = 1; p < 4; p++) {
+    float *q = cuda_run(k_prec[p], 1, 50, 0, 2, 256, NULL, NULL);
+    int finite = 1;
+    for (size_t i = 0; i < n; i++)
+      finite &= isfinite(q[i]) != 0;
+    cr_expect(finite, "%s parameters finite", k_prec[p]);
+    /* a sanity bound: a broken low-precision path is O(1) off */
+    EXPECT_CLOSE("params after 50 updates vs fp32", k_prec[p], q, ref, n, 5e-2);
+    free(q);
+  }
+  free(ref);
+}
+
+Test(backend_cuda, fp16_forced_overflow_skips_the_step) {
+  sac_backend_t *gpu = cuda_or_skip("fp16");
+  cr_assert_eq(gpu->ops->set_option(gpu, "loss_scale", "1e38"), 0);
+  const int O = 17, A = 6, B = 256;
+  sac_t *s = new_sac(gpu, O, A, 64, 2, B, 0);
+  hbatch_t hb;
+  hbatch_init(&hb, B, O, A);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 81, 3);
+  hbatch_fill(&hb, &rng, 1e6f); /* |q - y| ~ 1e6: the scaled critic gradient overflows */
+  put_batch(gpu, s, &hb, 0);
+  size_t n = sac_param_count(s), na = sac_actor_param_count(s);
+  float *before = params_of(s);
+  sac_update(s);
+  float *after = params_of(s), steps[3];
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, steps, 3), 0);
+  size_t nc = n - na - 1;
+  cr_expect_eq(memcmp(before + na, after + na, nc * sizeof(float)), 0, "critic step skipped");
+  cr_expect_eq(steps[0], 0.0f, "critic Adam step not counted");
+  int finite = 1;
+  for (size_t i = 0; i < n; i++)
+    finite &= isfinite(after[i]) != 0;
+  cr_expect(finite, "parameters stay finite");
+  double scale = metric(gpu, "loss_scale"), skipped = metric(gpu, "skipped_steps");
+  fprintf(stderr, "  fp16 forced overflow: loss scale 1e38 -> %g, skipped updates %g\n", scale, skipped);
+  cr_expect_lt(scale, 1e38);
+  cr_expect_geq(skipped, 1.0);
+  /* ordinary batches: the scale comes down until steps run again */
+  for (int u = 0; u < 200; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    put_batch(gpu, s, &hb, 1);
+    sac_update(s);
+  }
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, steps, 3), 0);
+  fprintf(stderr, "  after 200 ordinary updates: critic steps %g, loss scale %g\n", steps[0],
+          metric(gpu, "loss_scale"));
+  cr_expect_gt(steps[0], 100.0f, "steps resume once the scale has backed off");
+  free(before), free(after);
+  hbatch_free(&hb);
+  sac_destroy(&s);
+  sac_backend_destroy(&gpu);
+}
+
+Test(backend_cuda, staged_batches_arrive_intact) {
+  sac_backend_t *gpu = cuda_or_skip("fp32");
+  sac_rng_t rng;
+  sac_rng_init(&rng, 91, 3);
+  const size_t sizes[3] = {4352, 1536, 256};
+  float *dst[3];
+  for (int i = 0; i < 3; i++)
+    dst[i] = balloc(gpu, 4 * sizes[i]);
+  for (int round = 0; round < 6; round++) {
+    size_t grow = round >= 3 ? 4 : 1; /* bigger parts later: the pinned buffers grow */
+    float *h[3];
+    for (int i = 0; i < 3; i++) {
+      h[i] = hrand(&rng, sizes[i] * grow, -1, 1);
+      cr_assert_eq(gpu->ops->stage(gpu, dst[i], h[i], sizes[i] * grow), 0);
+    }
+    cr_assert_eq(gpu->ops->stage_commit(gpu), 0);
+    for (int i = 0; i < 3; i++) {
+      float *g = hcopy(gpu, dst[i], sizes[i] * grow);
+      cr_expect_eq(memcmp(g, h[i], sizes[i] * grow * sizeof(float)), 0, "round %d part %d", round, i);
+      free(g), free(h[i]);
+    }
+  }
+  sac_backend_destroy(&gpu);
+}
+
+Test(backend_cuda, device_memory_flat_over_10000_updates) {
+  sac_backend_t *gpu = cuda_or_skip("fp32");
+  const int O = 17, A = 6, B = 256;
+  sac_t *s = new_sac(gpu, O, A, 256, 2, B, 0);
+  hbatch_t hb[2];
+  sac_rng_t rng;
+  sac_rng_init(&rng, 101, 3);
+  for (int i = 0; i < 2; i++) {
+    hbatch_init(&hb[i], B, O, A);
+    hbatch_fill(&hb[i], &rng, 1.0f);
+  }
+  for (int u = 0; u < 20; u++) {
+    put_batch(gpu, s, &hb[u & 1], 1);
+    sac_update(s);
+  }
+  cr_assert_eq(gpu->ops->sync(gpu), 0);
+  double calls0 = metric(gpu, "alloc_calls"), bytes0 = metric(gpu, "device_bytes");
+  double used0 = metric(gpu, "device_used_bytes"), launches0 = metric(gpu, "graph_launches");
+  for (int u = 0; u < 10000; u++) {
+    put_batch(gpu, s, &hb[u & 1], 1);
+    sac_update(s);
+  }
+  cr_assert_eq(gpu->ops->sync(gpu), 0);
+  double calls1 = metric(gpu, "alloc_calls"), bytes1 = metric(gpu, "device_bytes");
+  double used1 = metric(gpu, "device_used_bytes"), launches1 = metric(gpu, "graph_launches");
+  fprintf(stderr, "  10000 updates: allocations %g -> %g, backend bytes %.0f -> %.0f, device used %.0f -> %.0f, "
+                  "graph launches %.0f\n", calls0, calls1, bytes0, bytes1, used0, used1, launches1 - launches0);
+  cr_expect_eq(calls1, calls0, "no allocation after warm-up");
+  cr_expect_eq(bytes1, bytes0);
+  cr_expect_eq(used1, used0, "device memory in use is flat");
+  cr_expect_geq(launches1 - launches0, 10000, "the updates ran as graph replays");
+  sac_stats_t st;
+  cr_assert_eq(sac_stats(s, &st), 0);
+  cr_expect(isfinite(st.critic_loss) && isfinite(st.actor_loss));
+  for (int i = 0; i < 2; i++)
+    hbatch_free(&hb[i]);
+  sac_destroy(&s);
+  sac_backend_destroy(&gpu);
+}
+
+Test(backend_cuda, options_and_metrics) {
+  sac_backend_t *gpu = cuda_or_skip("fp32");
+  cr_expect_eq(gpu->ops->set_option(gpu, "no_such_option", "1"), SAC_ENOTFOUND);
+  cr_expect_eq(gpu->ops->set_option(gpu, "precision", "fp8"), SAC_EINVAL);
+  cr_expect_eq(gpu->ops->set_option(gpu, "graphs", "maybe"), SAC_EINVAL);
+  cr_expect_eq(gpu->ops->set_option(gpu, "loss_scale", "-1"), SAC_EINVAL);
+  double v;
+  cr_expect_eq(gpu->ops->get_metric(gpu, "no_such_metric", &v), SAC_ENOTFOUND);
+  cr_expect_geq(metric(gpu, "device_bytes"), 32.0 * 1024 * 1024, "the cuBLASLt workspace is counted");
+  cr_expect_gt(metric(gpu, "device_total_bytes"), 0);
+  cr_expect_eq(metric(gpu, "loss_scale"), 1.0, "no loss scaling outside fp16");
+  sac_backend_destroy(&gpu);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* activation recomputation                                                             */
+
+/* 5 updates of a deep small SAC with and without recomputation: identical bits. */
+static void recompute_same(sac_backend_t *be, int depth, int H) {
+  float *p[2];
+  for (int r = 0; r < 2; r++) {
+    sac_t *s = new_sac(be, 5, 2, H, depth, 8, r);
+    hbatch_t hb;
+    hbatch_init(&hb, 8, 5, 2);
+    sac_rng_t rng;
+    sac_rng_init(&rng, 111, 3);
+    for (int u = 0; u < 5; u++) {
+      hbatch_fill(&hb, &rng, 1.0f);
+      put_batch(be, s, &hb, 0);
+      sac_update(s);
+    }
+    p[r] = params_of(s);
+    if (r == 1)
+      cr_expect_eq(memcmp(p[0], p[1], sac_param_count(s) * sizeof(float)), 0,
+                   "depth %d: recomputed activations give the same updates", depth);
+    hbatch_free(&hb);
+    sac_destroy(&s);
+  }
+  free(p[0]), free(p[1]);
+}
+
+Test(backend_cuda, recompute_same_updates_on_cpu) {
+  sac_backend_t *cpu = cpu_backend();
+  for (int depth = 1; depth <= 8; depth++)
+    recompute_same(cpu, depth, 16);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, recompute_same_updates_on_cuda_and_saves_memory) {
+  sac_backend_t *gpu = cuda_or_skip("fp32");
+  cr_assert_eq(gpu->ops->set_option(gpu, "graphs", "0"), 0);
+  recompute_same(gpu, 8, 64);
+  recompute_same(gpu, 3, 64);
+  sac_backend_destroy(&gpu);
+  double full = 0, ck = 0;
+  float *a = cuda_run("fp32", 1, 5, 0, 8, 512, NULL, &full);
+  float *b = cuda_run("fp32", 1, 5, 1, 8, 512, NULL, &ck);
+  fprintf(stderr, "  8 x 512, batch 256: peak backend memory %.1f MiB, with recompute %.1f MiB\n",
+          full / 1048576.0, ck / 1048576.0);
+  cr_expect_lt(ck, full, "recompute keeps fewer activations");
+  free(a), free(b);
+}
