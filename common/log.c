@@ -44,6 +44,7 @@ sac_log_level_t sac_log_get_level(void) {
 }
 
 void sac_log_set_json(int on) { atomic_store(&g_json, on ? 1 : 0); }
+int sac_log_json_enabled(void) { return atomic_load(&g_json); }
 
 /* SAC_LOG_JSON=1 (or true/yes/on) turns JSON mode on before any option is parsed. */
 __attribute__((constructor)) static void log_env_init(void) {

@@ -13,6 +13,7 @@ sac_log_level_t sac_log_get_level(void);
 int sac_log_parse_level(const char *s, sac_log_level_t *out);
 /* JSON-lines mode on (1) or off (0). */
 void sac_log_set_json(int on);
+int sac_log_json_enabled(void);
 
 void sac_log(sac_log_level_t level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

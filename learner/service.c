@@ -272,6 +272,10 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   int64_t next_eval = cfg->eval_every > 0 ? (res->updates / cfg->eval_every + 1) * cfg->eval_every : INT64_MAX;
   int64_t next_ckpt = cfg->checkpoint_every > 0 ? (res->updates / cfg->checkpoint_every + 1) * cfg->checkpoint_every
                                                 : INT64_MAX;
+  /* on a terminal the progress is one line redrawn in place; elsewhere (files, pipes,
+   * containers, JSON logs) it is an ordinary log line */
+  const int tty = isatty(STDERR_FILENO) && !sac_log_json_enabled();
+  int tty_dirty = 0;
   char ckpt_path[1100] = "";
   if (cfg->rundir)
     snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", cfg->rundir->path);
@@ -339,6 +343,10 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       sac_stats(sac, &st);
       if (cfg->rundir)
         sac_rundir_add_eval(cfg->rundir, sac_clock_s() - t0, steps, res->updates, ret, &st);
+      if (tty_dirty) {
+        fprintf(stderr, "\r\033[K");
+        tty_dirty = 0;
+      }
       if (!cfg->quiet)
         SAC_INFO("learner", "eval at update %lld (%lld steps): mean return %.1f over %d episodes",
                  (long long)res->updates, (long long)steps, ret, cfg->eval_episodes);
@@ -355,15 +363,25 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
                          : ret + atomic_load(&sac_actor_stats(em.actors[i])->mean_return);
       if (em.n_actors)
         ret /= (double)em.n_actors;
-      SAC_INFO("learner",
+      char line[512];
+      snprintf(line, sizeof line,
                "steps %lld/%lld  updates %lld (%.0f/s)  actor return %.1f  alpha %.4f  q_loss %.4f  pi_loss %.4f  "
                "entropy %.3f  version %llu  eta %.0fs",
                (long long)steps, (long long)cfg->total_steps, (long long)res->updates, ups, ret, st.alpha,
                st.critic_loss, st.actor_loss, st.entropy, (unsigned long long)version, eta);
+      if (tty) { /* a status line redrawn in place; log lines go above it */
+        fprintf(stderr, "\r\033[K%s", line);
+        fflush(stderr);
+        tty_dirty = 1;
+      } else {
+        SAC_INFO("learner", "%s", line);
+      }
       t_log = t;
       last_log_updates = res->updates;
     }
   }
+  if (tty_dirty)
+    fprintf(stderr, "\n");
   res->wall_seconds = sac_clock_s() - t0;
   res->env_steps = steps;
   res->policy_version = version;
