@@ -36,28 +36,7 @@ void sac_actor_cfg_default(sac_actor_cfg_t *c) {
 }
 
 int sac_actor_set_shards(sac_actor_cfg_t *c, const char *list) {
-  c->n_shards = 0;
-  const char *p = list;
-  while (*p) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    while (len && (*p == ' ')) p++, len--;
-    if (len == 0 || len >= sizeof c->shard_endpoints[0] || c->n_shards >= SAC_ACTOR_MAX_SHARDS) {
-      SAC_ERROR("actor", "bad shard endpoint list \"%s\" (comma-separated, at most %d)", list, SAC_ACTOR_MAX_SHARDS);
-      return SAC_ECONFIG;
-    }
-    memcpy(c->shard_endpoints[c->n_shards], p, len);
-    c->shard_endpoints[c->n_shards][len] = '\0';
-    c->n_shards++;
-    p += len;
-    if (*p == ',')
-      p++;
-  }
-  if (c->n_shards == 0) {
-    SAC_ERROR("actor", "no shard endpoints given");
-    return SAC_ECONFIG;
-  }
-  return 0;
+  return sac_net_split_endpoints(list, "shard endpoint list", c->shard_endpoints, SAC_ACTOR_MAX_SHARDS, &c->n_shards);
 }
 
 /* Rows of one transition batch being assembled. */

@@ -298,3 +298,31 @@ void sac_net_monitor_destroy(sac_net_monitor_t **mp) {
   free(m);
   *mp = NULL;
 }
+
+int sac_net_split_endpoints(const char *list, const char *list_name, char (*out)[256], size_t max, size_t *n) {
+  *n = 0;
+  const char *p = list;
+  for (;;) {
+    while (*p == ' ' || *p == '\t')
+      p++;
+    const char *end = p;
+    while (*end && *end != ',')
+      end++;
+    const char *last = end;
+    while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
+      last--;
+    size_t len = (size_t)(last - p);
+    if (len == 0 || len >= 256 || *n >= max) {
+      SAC_ERROR("net", "bad %s \"%s\": comma-separated endpoints, each under 256 characters, at most %zu",
+                list_name, list, max);
+      *n = 0;
+      return SAC_ECONFIG;
+    }
+    memcpy(out[*n], p, len);
+    out[*n][len] = '\0';
+    (*n)++;
+    if (!*end)
+      return 0;
+    p = end + 1;
+  }
+}

@@ -99,6 +99,11 @@ sac_net_monitor_t *sac_net_monitor_new(sac_net_ctx_t *c, void *socket);
 int sac_net_monitor_poll(sac_net_monitor_t *m);
 void sac_net_monitor_destroy(sac_net_monitor_t **m);
 
+/* Splits a comma-separated endpoint list ("tcp://a:1, tcp://b:2") into out[0..*n),
+ * trimming blanks. 0, or SAC_ECONFIG (empty list, an empty item, an item of 256 or more
+ * characters, more than max items) with a log line naming what (list_name). */
+int sac_net_split_endpoints(const char *list, const char *list_name, char (*out)[256], size_t max, size_t *n);
+
 /* errno from a failed zmq call -> SAC_E* code. */
 int sac_net_err(int zmq_errno);
 /* Checking helper behind SAC_ZCHK: rc >= 0 is returned unchanged; rc < 0 is logged with

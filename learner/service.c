@@ -46,20 +46,8 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
 }
 
 int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list) {
-  c->n_shards = 0;
-  for (const char *p = list; *p;) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    if (len == 0 || len >= sizeof c->shard_sample_endpoints[0] || c->n_shards >= SAC_LEARNER_MAX_SHARDS) {
-      SAC_ERROR("learner", "bad shard endpoint list \"%s\" (comma-separated, at most %d)", list,
-                SAC_LEARNER_MAX_SHARDS);
-      return SAC_ECONFIG;
-    }
-    memcpy(c->shard_sample_endpoints[c->n_shards], p, len);
-    c->shard_sample_endpoints[c->n_shards++][len] = '\0';
-    p += len + (comma ? 1 : 0);
-  }
-  return 0;
+  return sac_net_split_endpoints(list, "shard endpoint list", c->shard_sample_endpoints, SAC_LEARNER_MAX_SHARDS,
+                                 &c->n_shards);
 }
 
 /* The in-process shards and actors of the embedded default. */
@@ -162,6 +150,25 @@ static int64_t stored_steps(sac_replay_client_t *client, size_t n_shards, int64_
     sum += (int64_t)info.inserted_total;
   }
   return sum > last ? sum : last;
+}
+
+/* Evaluates the current policy (copied into `actor`), keeps the final and best return
+ * and adds the point to the run directory. 0 or a negative code. */
+static int evaluate_point(const sac_learner_cfg_t *cfg, sac_t *sac, const sac_hparams_t *hp, float *actor,
+                          double wall_s, int64_t steps, sac_learner_result_t *res, sac_stats_t *st, double *ret) {
+  int rc = sac_get_actor(sac, actor);
+  if (rc == 0)
+    rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, hp, cfg->eval_episodes, ret);
+  if (rc)
+    return rc;
+  res->final_eval_return = *ret;
+  if (*ret > res->best_eval_return)
+    res->best_eval_return = *ret;
+  if (res->updates > 0)
+    sac_stats(sac, st);
+  if (cfg->rundir)
+    sac_rundir_add_eval(cfg->rundir, wall_s, steps, res->updates, *ret, st);
+  return 0;
 }
 
 int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_result_t *res) {
@@ -334,15 +341,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     if (res->updates >= next_eval) {
       next_eval += cfg->eval_every;
       double ret;
-      if ((rc = sac_get_actor(sac, actor)) != 0 ||
-          (rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes, &ret)) != 0)
+      if ((rc = evaluate_point(cfg, sac, &hp, actor, sac_clock_s() - t0, steps, res, &st, &ret)) != 0)
         goto out;
-      res->final_eval_return = ret;
-      if (ret > res->best_eval_return)
-        res->best_eval_return = ret;
-      sac_stats(sac, &st);
-      if (cfg->rundir)
-        sac_rundir_add_eval(cfg->rundir, sac_clock_s() - t0, steps, res->updates, ret, &st);
       if (tty_dirty) {
         fprintf(stderr, "\r\033[K");
         tty_dirty = 0;
@@ -391,18 +391,11 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     res->episodes += (int64_t)atomic_load(&sac_actor_stats(em.actors[i])->episodes);
   /* the final evaluation, on the final policy */
   double ret;
-  if ((rc = sac_get_actor(sac, actor)) != 0 ||
-      (rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes, &ret)) != 0)
+  if ((rc = evaluate_point(cfg, sac, &hp, actor, res->wall_seconds, steps, res, &st, &ret)) != 0)
     goto out;
-  res->final_eval_return = ret;
-  if (ret > res->best_eval_return)
-    res->best_eval_return = ret;
   sac_weights_publish(pub, (uint64_t)res->updates, actor);
   if (cfg->rundir) {
     char path[1100];
-    if (res->updates > 0)
-      sac_stats(sac, &st);
-    sac_rundir_add_eval(cfg->rundir, res->wall_seconds, steps, res->updates, ret, &st);
     sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, (uint64_t)res->updates, res->wall_seconds};
     if (sac_checkpoint_save(sac, ckpt_path, &c) != 0)
       rc = SAC_EIO;

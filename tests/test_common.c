@@ -744,3 +744,23 @@ Test(mlp, policy_stochastic) {
   free(act);
   free(act2);
 }
+
+/* ---- endpoint lists (common/net.h) ---- */
+#include "common/net.h"
+
+Test(net, split_endpoints_trims_and_refuses_bad_lists) {
+  char out[3][256];
+  size_t n;
+  cr_assert_eq(sac_net_split_endpoints(" tcp://a:1 ,tcp://b:2", "list", out, 3, &n), 0);
+  cr_expect_eq(n, 2u);
+  cr_expect_str_eq(out[0], "tcp://a:1");
+  cr_expect_str_eq(out[1], "tcp://b:2");
+  cr_expect_eq(sac_net_split_endpoints("tcp://a:1,,tcp://b:2", "list", out, 3, &n), SAC_ECONFIG);
+  cr_expect_eq(sac_net_split_endpoints("", "list", out, 3, &n), SAC_ECONFIG);
+  cr_expect_eq(sac_net_split_endpoints("a,b,c,d", "list", out, 3, &n), SAC_ECONFIG, "more than max");
+  char longest[300];
+  memset(longest, 'x', 299);
+  longest[299] = '\0';
+  cr_expect_eq(sac_net_split_endpoints(longest, "list", out, 3, &n), SAC_ECONFIG);
+  cr_expect_eq(n, 0u);
+}
