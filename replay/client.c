@@ -20,6 +20,7 @@ typedef struct {
   size_t cap, len;
   uint64_t seq;
   uint64_t sent_ns;
+  uint32_t resends; /* timed resends of this batch so far: the next waits 2^resends longer */
   int acked, unsent;
 } wslot_t;
 
@@ -269,8 +270,12 @@ static void service_inserts(sac_replay_client_t *c) {
         continue;
       if (s->unsent) {
         send_slot(c, k, s);
-      } else if (now - s->sent_ns > (uint64_t)c->cfg.resend_ms * 1000000ull) {
+      } else if (now - s->sent_ns > ((uint64_t)c->cfg.resend_ms * 1000000ull << (s->resends < 5 ? s->resends : 5))) {
+        /* Timed resends back off (resend_ms, 2x, 4x ... 32x): a shard that holds inserts
+         * back (its rate limiter parked it) reads nothing, and a resend every resend_ms
+         * would only pile duplicates up in its queues. A reconnect resends at once. */
         send_slot(c, k, s);
+        s->resends++;
         c->st.batches_resent++;
       }
     }
@@ -378,6 +383,7 @@ int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_t
     return rc;
   s->seq = k->next_seq;
   s->acked = 0;
+  s->resends = 0;
   k->next_seq++;
   send_slot(c, k, s);
   c->st.batches_sent++;
