@@ -36,7 +36,8 @@ void sac_actor_cfg_default(sac_actor_cfg_t *c) {
 }
 
 int sac_actor_set_shards(sac_actor_cfg_t *c, const char *list) {
-  return sac_net_split_endpoints(list, "shard endpoint list", c->shard_endpoints, SAC_ACTOR_MAX_SHARDS, &c->n_shards);
+  return sac_net_split_endpoints(list, "shard endpoint list", c->shard_endpoints, SAC_ACTOR_MAX_SHARDS,
+                                 &c->n_shards);
 }
 
 /* Rows of one transition batch being assembled. */
@@ -182,8 +183,8 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
   sac_policy_cfg_t pc = {cfg->log_std_min, cfg->log_std_max};
   int64_t steps = 0;
   double t_log = sac_clock_s();
-  SAC_INFO("actor", "actor %u: %d x %s, %zu shard(s), weights from %s", cfg->actor_id, E, cfg->env, cfg->n_shards,
-           cfg->weights_endpoint);
+  SAC_INFO("actor", "actor %u: %d x %s, %zu shard(s), weights from %s", cfg->actor_id, E, cfg->env,
+           cfg->n_shards, cfg->weights_endpoint);
   while (!(stop && atomic_load(stop)) && (cfg->max_steps <= 0 || steps < cfg->max_steps)) {
     /* newest weights, between steps */
     int w = sac_weights_poll(wsub);

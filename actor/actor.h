@@ -34,8 +34,8 @@ typedef struct {
   char weights_endpoint[256];
   size_t n_shards;
   char shard_endpoints[SAC_ACTOR_MAX_SHARDS][256]; /* insert endpoints */
-  sac_net_ctx_t *ctx;      /* shared context (inproc), or NULL */
-  int log_interval_s;      /* progress lines (0: none) */
+  sac_net_ctx_t *ctx;                              /* shared context (inproc), or NULL */
+  int log_interval_s;                              /* progress lines (0: none) */
 } sac_actor_cfg_t;
 
 void sac_actor_cfg_default(sac_actor_cfg_t *c);
@@ -45,7 +45,7 @@ int sac_actor_set_shards(sac_actor_cfg_t *c, const char *list);
 typedef struct {
   atomic_uint_fast64_t env_steps, episodes, batches_sent, rows_sent, insert_waits, send_wait_ns;
   atomic_uint_fast64_t weights_version, weights_updates, weights_rejected;
-  atomic_uint_fast64_t policy_steps; /* steps taken with the learned policy */
+  atomic_uint_fast64_t policy_steps;       /* steps taken with the learned policy */
   _Atomic double last_return, mean_return; /* mean over the last 20 episodes */
   _Atomic double last_length;
   atomic_int running;

@@ -24,17 +24,23 @@
 /* NaN until the first episode has ended (the stats hold 0 then). */
 static inline double sac_actor_metrics__mean_return(const void *arg) {
   const sac_actor_stats_t *st = arg;
-  return atomic_load(&((sac_actor_stats_t *)st)->episodes) ? atomic_load(&((sac_actor_stats_t *)st)->mean_return) : NAN;
+  return atomic_load(&((sac_actor_stats_t *)st)->episodes)
+             ? atomic_load(&((sac_actor_stats_t *)st)->mean_return)
+             : NAN;
 }
 
 static inline double sac_actor_metrics__last_return(const void *arg) {
   const sac_actor_stats_t *st = arg;
-  return atomic_load(&((sac_actor_stats_t *)st)->episodes) ? atomic_load(&((sac_actor_stats_t *)st)->last_return) : NAN;
+  return atomic_load(&((sac_actor_stats_t *)st)->episodes)
+             ? atomic_load(&((sac_actor_stats_t *)st)->last_return)
+             : NAN;
 }
 
 static inline double sac_actor_metrics__last_length(const void *arg) {
   const sac_actor_stats_t *st = arg;
-  return atomic_load(&((sac_actor_stats_t *)st)->episodes) ? atomic_load(&((sac_actor_stats_t *)st)->last_length) : NAN;
+  return atomic_load(&((sac_actor_stats_t *)st)->episodes)
+             ? atomic_load(&((sac_actor_stats_t *)st)->last_length)
+             : NAN;
 }
 
 static inline double sac_actor_metrics__running(const void *arg) {
@@ -53,26 +59,30 @@ static inline int sac_actor_metrics_register(sac_metrics_t *r, const sac_actor_s
   const char *const L[] = {"actor", id, NULL};
   sac_actor_stats_t *s = (sac_actor_stats_t *)st; /* read only, through atomics */
   int ok = 1;
-#define SAC__CU(field, name, help, scale) \
-  ok &= sac_metrics_counter_read(r, name, help, L, sac_metric_read_atomic_u64, &s->field, scale, owner) != NULL
+#define SAC__CU(field, name, help, scale)                                                                    \
+  ok &= sac_metrics_counter_read(r, name, help, L, sac_metric_read_atomic_u64, &s->field, scale, owner) !=   \
+        NULL
 #define SAC__GF(fn, name, help) ok &= sac_metrics_gauge_read(r, name, help, L, fn, s, 1.0, owner) != NULL
   SAC__CU(env_steps, "sac_actor_env_steps_total", "Environment steps taken.", 1.0);
-  SAC__CU(policy_steps, "sac_actor_policy_steps_total", "Environment steps taken with the learned policy.", 1.0);
+  SAC__CU(policy_steps, "sac_actor_policy_steps_total", "Environment steps taken with the learned policy.",
+          1.0);
   SAC__CU(episodes, "sac_actor_episodes_total", "Episodes finished.", 1.0);
   SAC__GF(sac_actor_metrics__mean_return, "sac_actor_episode_return",
           "Mean return of the last 20 episodes (NaN before the first).");
-  SAC__GF(sac_actor_metrics__last_return, "sac_actor_last_episode_return", "Return of the last finished episode.");
+  SAC__GF(sac_actor_metrics__last_return, "sac_actor_last_episode_return",
+          "Return of the last finished episode.");
   SAC__GF(sac_actor_metrics__last_length, "sac_actor_last_episode_length",
           "Length of the last finished episode in steps.");
   ok &= sac_metrics_gauge_read(r, "sac_actor_policy_version",
                                "Version of the policy weights the actor acts with (0: none received yet).", L,
                                sac_metric_read_atomic_u64, &s->weights_version, 1.0, owner) != NULL;
   SAC__CU(weights_updates, "sac_actor_weights_updates_total", "Policy weight updates received.", 1.0);
-  SAC__CU(weights_rejected, "sac_actor_weights_rejected_total", "Weight messages rejected (wrong shape, malformed).",
-          1.0);
+  SAC__CU(weights_rejected, "sac_actor_weights_rejected_total",
+          "Weight messages rejected (wrong shape, malformed).", 1.0);
   SAC__CU(batches_sent, "sac_actor_batches_sent_total", "Transition batches sent to the replay shards.", 1.0);
   SAC__CU(rows_sent, "sac_actor_transitions_sent_total", "Transitions sent to the replay shards.", 1.0);
-  SAC__CU(insert_waits, "sac_actor_send_waits_total", "Times a send found the shard's window full and waited.", 1.0);
+  SAC__CU(insert_waits, "sac_actor_send_waits_total",
+          "Times a send found the shard's window full and waited.", 1.0);
   SAC__CU(send_wait_ns, "sac_actor_send_wait_seconds_total",
           "Seconds spent sending batches, waits for window room (backpressure) included.", 1e-9);
   SAC__GF(sac_actor_metrics__running, "sac_actor_running", "1 while the actor's loop runs.");

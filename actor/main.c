@@ -25,16 +25,22 @@ typedef struct {
   int metrics_port;
 } actor_main_cfg_t;
 
-#define OPT(k, t, f, d, lo, hi, h) {k, t, offsetof(actor_main_cfg_t, f), 0, d, lo, hi, h}
-#define STR(k, f, d, h) {k, SAC_CFG_STRING, offsetof(actor_main_cfg_t, f), sizeof(((actor_main_cfg_t *)0)->f), d, 1, 0, h}
+#define OPT(k, t, f, d, lo, hi, h)                                                                           \
+  { k, t, offsetof(actor_main_cfg_t, f), 0, d, lo, hi, h }
+#define STR(k, f, d, h)                                                                                      \
+  { k, SAC_CFG_STRING, offsetof(actor_main_cfg_t, f), sizeof(((actor_main_cfg_t *)0)->f), d, 1, 0, h }
 static const sac_cfg_opt_t k_opts[] = {
-    OPT("actor_id", SAC_CFG_INT64, actor_id, "0", 0, 4095, "this actor's id (unique per run; seeds its streams)"),
-    STR("env", a.env, "Pendulum-v1", "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
-    OPT("num_envs", SAC_CFG_INT, a.num_envs, "1", 1, 4096, "environments stepped together (batched inference)"),
+    OPT("actor_id", SAC_CFG_INT64, actor_id, "0", 0, 4095,
+        "this actor's id (unique per run; seeds its streams)"),
+    STR("env", a.env, "Pendulum-v1",
+        "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
+    OPT("num_envs", SAC_CFG_INT, a.num_envs, "1", 1, 4096,
+        "environments stepped together (batched inference)"),
     OPT("seed", SAC_CFG_INT64, a.seed, "1", 0, 9.2e18, "run seed (the same on every process of a run)"),
     OPT("learning_starts", SAC_CFG_INT64, a.learning_starts, "1000", 0, 1e15,
         "this actor's steps of uniform random actions"),
-    OPT("max_steps", SAC_CFG_INT64, a.max_steps, "0", 0, 1e15, "stop after this many steps (0: run until stopped)"),
+    OPT("max_steps", SAC_CFG_INT64, a.max_steps, "0", 0, 1e15,
+        "stop after this many steps (0: run until stopped)"),
     OPT("send_rows", SAC_CFG_INT, a.send_rows, "64", 1, 65536, "rows per transition batch"),
     OPT("send_ms", SAC_CFG_INT, a.send_ms, "20", 1, 60000, "send a partial batch when it is this old (ms)"),
     OPT("window", SAC_CFG_INT, a.window, "16", 1, 64, "unacknowledged batches per shard"),
@@ -43,7 +49,8 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("log_interval", SAC_CFG_INT, a.log_interval_s, "10", 0, 86400, "seconds between progress lines"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
-    STR("metrics_addr", metrics_addr, "0.0.0.0", "address the /metrics and /healthz endpoint binds (numeric)"),
+    STR("metrics_addr", metrics_addr, "0.0.0.0",
+        "address the /metrics and /healthz endpoint binds (numeric)"),
     OPT("metrics_port", SAC_CFG_INT, metrics_port, "9102", -1, 65535,
         "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"),
 };
@@ -92,7 +99,8 @@ int main(int argc, char **argv) {
   sac_metrics_t *metrics = NULL;
   sac_http_t *http = NULL;
   if (c.metrics_port >= 0 && (metrics = sac_metrics_new()) != NULL) {
-    if (sac_metrics_add_process(metrics) != 0 || sac_metrics_add_build_info(metrics, "sac-actor", SAC_VERSION) != 0 ||
+    if (sac_metrics_add_process(metrics) != 0 ||
+        sac_metrics_add_build_info(metrics, "sac-actor", SAC_VERSION) != 0 ||
         sac_actor_metrics_register(metrics, &st, c.a.actor_id, NULL) != 0)
       SAC_WARN("actor", "some metrics series are missing (out of memory)");
     http = sac_http_serve_metrics("actor", c.metrics_addr, c.metrics_port, metrics);
@@ -101,9 +109,10 @@ int main(int argc, char **argv) {
   sac_http_stop(&http);
   sac_metrics_destroy(&metrics);
   sac_net_ctx_destroy(&ctx);
-  SAC_INFO("actor", "actor %u done: %llu steps, %llu episodes, mean return %.1f, %llu batches sent", c.a.actor_id,
-           (unsigned long long)atomic_load(&st.env_steps), (unsigned long long)atomic_load(&st.episodes),
-           atomic_load(&st.mean_return), (unsigned long long)atomic_load(&st.batches_sent));
+  SAC_INFO("actor", "actor %u done: %llu steps, %llu episodes, mean return %.1f, %llu batches sent",
+           c.a.actor_id, (unsigned long long)atomic_load(&st.env_steps),
+           (unsigned long long)atomic_load(&st.episodes), atomic_load(&st.mean_return),
+           (unsigned long long)atomic_load(&st.batches_sent));
   if (rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EPLUGIN)
     return 2;
   return rc ? 1 : 0;

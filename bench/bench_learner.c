@@ -34,8 +34,10 @@ typedef struct {
   int graphs, recompute, profile;
 } bench_cfg_t;
 
-#define O_(k, t, f, d, lo, hi, h) {k, t, offsetof(bench_cfg_t, f), 0, d, lo, hi, h}
-#define S_(k, f, d, h) {k, SAC_CFG_STRING, offsetof(bench_cfg_t, f), sizeof(((bench_cfg_t *)0)->f), d, SAC_CFG_UNBOUNDED, h}
+#define O_(k, t, f, d, lo, hi, h)                                                                            \
+  { k, t, offsetof(bench_cfg_t, f), 0, d, lo, hi, h }
+#define S_(k, f, d, h)                                                                                       \
+  { k, SAC_CFG_STRING, offsetof(bench_cfg_t, f), sizeof(((bench_cfg_t *)0)->f), d, SAC_CFG_UNBOUNDED, h }
 static const sac_cfg_opt_t k_opts[] = {
     S_("preset", config, "cheetah", "standard configuration: cheetah, seed, pendulum, tiny (BENCHMARKS.md)"),
     S_("backend", backend, "cpu", "learner backend: cpu or cuda"),
@@ -52,7 +54,8 @@ static const sac_cfg_opt_t k_opts[] = {
     O_("hidden", SAC_CFG_INT, hidden, "0", 0, 1e6, "override hidden width"),
     O_("depth", SAC_CFG_INT, depth, "0", 0, 15, "override hidden layers"),
     O_("batch", SAC_CFG_INT, batch, "0", 0, 1e6, "override batch size"),
-    S_("precision", precision, "fp32", "GEMM precision where the backend has a choice: fp32, tf32, bf16, fp16"),
+    S_("precision", precision, "fp32",
+       "GEMM precision where the backend has a choice: fp32, tf32, bf16, fp16"),
     O_("graphs", SAC_CFG_BOOL, graphs, "true", 1, 0, "replay captured updates where the backend can (cuda)"),
     O_("recompute", SAC_CFG_BOOL, recompute, "false", 1, 0, "recompute activations in the backward"),
     O_("profile", SAC_CFG_BOOL, profile, "true", 1, 0,
@@ -83,10 +86,10 @@ static double update_flops(const sac_t *s) {
   double a_in = (double)ad->sizes[0] * ad->sizes[1] * ad->ensemble;
   double c_in = (double)cd->sizes[0] * cd->sizes[1] * cd->ensemble;
   double c_in_obs = (double)sac_hparams(s)->obs_dim * cd->sizes[1] * cd->ensemble;
-  double macs = a + c;               /* target: pi(s'), target critics on (s', a') */
-  macs += c + c + (c - c_in);        /* critic step: forward, weight grads, input grads above layer 1 */
-  macs += a + c + (c - c_in_obs);    /* actor step: pi(s), critics on (s, a~), input grads down to a~ */
-  macs += a + (a - a_in);            /* policy weight grads, input grads above layer 1 */
+  double macs = a + c;            /* target: pi(s'), target critics on (s', a') */
+  macs += c + c + (c - c_in);     /* critic step: forward, weight grads, input grads above layer 1 */
+  macs += a + c + (c - c_in_obs); /* actor step: pi(s), critics on (s, a~), input grads down to a~ */
+  macs += a + (a - a_in);         /* policy weight grads, input grads above layer 1 */
   return 2.0 * macs * sac_hparams(s)->batch;
 }
 
@@ -95,7 +98,8 @@ static double update_flops(const sac_t *s) {
  * by the row's magnitude). Returns the error. */
 static double sgemm_check(void) {
   enum { N = 256 };
-  float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N), *c = malloc(sizeof(float) * N * N);
+  float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N),
+        *c = malloc(sizeof(float) * N * N);
   sac_rng_t rng;
   sac_rng_init(&rng, 9, 9);
   for (int i = 0; i < N * N; i++)
@@ -121,7 +125,8 @@ typedef struct {
 
 /* One timed run: warmup, then `updates` updates each on a freshly sampled batch from a
  * 100k-row random buffer (as the peer does). */
-static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t *hp, run_t *out, double *flops) {
+static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t *hp, run_t *out,
+                    double *flops) {
   sac_t *s;
   int rc = sac_new(hp, be, &s);
   if (rc)
@@ -153,7 +158,8 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
       t0 = sac_clock_s();
     }
     double ts = sac_clock_s();
-    float *so = stage, *sa = so + (size_t)B * O, *sn = sa + (size_t)B * A, *sr = sn + (size_t)B * O, *st = sr + B;
+    float *so = stage, *sa = so + (size_t)B * O, *sn = sa + (size_t)B * A, *sr = sn + (size_t)B * O,
+          *st = sr + B;
     for (int k = 0; k < B; k++) {
       const float *r = buf + (size_t)sac_rng_below(&rng, N) * row;
       memcpy(so + (size_t)k * O, r, sizeof(float) * O);
@@ -193,8 +199,8 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
 static double run_peer(const bench_cfg_t *c, const sac_hparams_t *hp) {
   char cmd[1400];
   snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s %s %d %d %d %d %d %d %d 2>&1",
-           c->peer_python, c->peer_script, hp->obs_dim, hp->act_dim, hp->hidden, hp->depth, hp->batch, c->updates,
-           c->threads > 0 ? c->threads : 2);
+           c->peer_python, c->peer_script, hp->obs_dim, hp->act_dim, hp->hidden, hp->depth, hp->batch,
+           c->updates, c->threads > 0 ? c->threads : 2);
   FILE *p = popen(cmd, "r");
   if (!p)
     return NAN;
@@ -225,7 +231,9 @@ int main(int argc, char **argv) {
   struct {
     const char *name;
     int obs, act, hidden, depth, batch;
-  } std[] = {{"cheetah", 17, 6, 256, 2, 256}, {"seed", 17, 6, 256, 3, 256}, {"pendulum", 3, 1, 256, 2, 256},
+  } std[] = {{"cheetah", 17, 6, 256, 2, 256},
+             {"seed", 17, 6, 256, 3, 256},
+             {"pendulum", 3, 1, 256, 2, 256},
              {"tiny", 3, 1, 64, 3, 100}};
   int found = -1;
   for (int i = 0; i < 4; i++)
@@ -257,8 +265,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   double err = sgemm_check();
-  printf("OpenBLAS kernel %s: sgemm 256^3 max relative error %.2e against double (%s)\n", openblas_get_corename(),
-         err, err < 1e-5 ? "ok" : "WRONG");
+  printf("OpenBLAS kernel %s: sgemm 256^3 max relative error %.2e against double (%s)\n",
+         openblas_get_corename(), err, err < 1e-5 ? "ok" : "WRONG");
   if (!(err < 1e-5)) {
     fprintf(stderr, "sgemm computes wrong results with this kernel; not benchmarking\n");
     return 1;
@@ -267,7 +275,8 @@ int main(int argc, char **argv) {
   double *ups = calloc((size_t)c.runs, sizeof(double)), *peer = calloc((size_t)c.runs, sizeof(double));
   double flops = 0;
   int npeer = 0;
-  printf("preset %s: obs %d act %d hidden %dx%d batch %d, backend %s (%s%s%s), threads %d, %d runs of %d updates\n",
+  printf("preset %s: obs %d act %d hidden %dx%d batch %d, backend %s (%s%s%s), threads %d, %d runs of %d "
+         "updates\n",
          c.config, hp.obs_dim, hp.act_dim, hp.hidden, hp.depth, hp.batch, c.backend, c.precision,
          c.graphs && be->ops->graph_launch && !c.profile ? ", graphs" : "", c.recompute ? ", recompute" : "",
          c.threads, c.runs, c.updates);
@@ -313,8 +322,9 @@ int main(int argc, char **argv) {
    * for scripts to collect */
   double peak = NAN, launches = NAN, scale = NAN, skipped = NAN;
   if (be->ops->get_metric) {
-    static const char *const keys[] = {"device_peak_bytes", "device_used_bytes", "graph_launches", "loss_scale",
-                                       "skipped_steps", "degraded_gemms", "epilogue_fallbacks"};
+    static const char *const keys[] = {"device_peak_bytes", "device_used_bytes", "graph_launches",
+                                       "loss_scale",        "skipped_steps",     "degraded_gemms",
+                                       "epilogue_fallbacks"};
     double *dst[] = {&peak, NULL, &launches, &scale, &skipped, NULL, NULL};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
       double v;
@@ -328,8 +338,8 @@ int main(int argc, char **argv) {
   printf("bench-result preset=%s backend=%s precision=%s graphs=%d recompute=%d batch=%d hidden=%d depth=%d "
          "updates_per_s=%.1f ms_per_update=%.4f peak_device_mib=%.1f graph_launches=%.0f loss_scale=%g "
          "skipped=%.0f\n",
-         c.config, c.backend, c.precision, c.graphs && be->ops->graph_launch && !c.profile, c.recompute, hp.batch,
-         hp.hidden, hp.depth, m_ups, ms, peak / 1048576.0, launches, scale, skipped);
+         c.config, c.backend, c.precision, c.graphs && be->ops->graph_launch && !c.profile, c.recompute,
+         hp.batch, hp.hidden, hp.depth, m_ups, ms, peak / 1048576.0, launches, scale, skipped);
   if (!c.profile) {
     free(runs), free(ups), free(peer);
     sac_backend_destroy(&be);

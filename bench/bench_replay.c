@@ -272,33 +272,43 @@ int main(int argc, char **argv) {
     srate[r] = sample_rate(learner, 100000);
     sample_latency(lat_client, &p50[r], &p99[r], &pmax[r]);
     in_process(&yi[r], &ys[r]);
-    fprintf(stderr, "rep %d: ingest64 %.0f ingest256 %.0f sample %.0f p50 %.3f p99 %.3f max %.3f ms | in-process "
-            "insert %.0f sample %.0f\n", r + 1, r64[r], r256[r], srate[r], p50[r], p99[r], pmax[r], yi[r], ys[r]);
+    fprintf(stderr,
+            "rep %d: ingest64 %.0f ingest256 %.0f sample %.0f p50 %.3f p99 %.3f max %.3f ms | in-process "
+            "insert %.0f sample %.0f\n",
+            r + 1, r64[r], r256[r], srate[r], p50[r], p99[r], pmax[r], yi[r], ys[r]);
   }
   sac_wire_shard_info_t info;
   int have_info = sac_replay_client_info(learner, 0, 3000, &info) == 0;
-  double b32 = bytes_per_transition(0, 0), b16o = bytes_per_transition(1, 0), b16 = bytes_per_transition(1, 1);
+  double b32 = bytes_per_transition(0, 0), b16o = bytes_per_transition(1, 0),
+         b16 = bytes_per_transition(1, 1);
   double base = (OBS + ACT + 1 + 2) * 4.0;
   char host[256] = "?";
   gethostname(host, sizeof host);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  printf("sac-bench-replay: one sac-replay shard over loopback TCP, obs %d act %d, %.1f s per phase, median of %d "
-         "(host %s, %ld CPUs)\n", OBS, ACT, g_seconds, g_reps, host, ncpu);
+  printf("sac-bench-replay: one sac-replay shard over loopback TCP, obs %d act %d, %.1f s per phase, median "
+         "of %d "
+         "(host %s, %ld CPUs)\n",
+         OBS, ACT, g_seconds, g_reps, host, ncpu);
   printf("| measure | result | target |\n| --- | --- | --- |\n");
   printf("| ingest, batch 64 | %.0f transitions/s | >= 1,000,000 |\n", median(r64, g_reps));
   printf("| ingest, batch 256 | %.0f transitions/s | >= 1,000,000 |\n", median(r256, g_reps));
   printf("| sampling, batch 256, 4 in flight | %.0f transitions/s | >= 1,000,000 |\n", median(srate, g_reps));
-  printf("| sample request latency, batch 256, 1 in flight | p50 %.3f ms, p99 %.3f ms, max %.3f ms | p99 < 1 ms |\n",
+  printf("| sample request latency, batch 256, 1 in flight | p50 %.3f ms, p99 %.3f ms, max %.3f ms | p99 < 1 "
+         "ms |\n",
          median(p50, g_reps), median(p99, g_reps), median(pmax, g_reps));
-  printf("| yardstick: same shard in-process, insert (batch 256) | %.0f transitions/s | |\n", median(yi, g_reps));
-  printf("| yardstick: same shard in-process, sample (batch 256) | %.0f transitions/s | |\n", median(ys, g_reps));
+  printf("| yardstick: same shard in-process, insert (batch 256) | %.0f transitions/s | |\n",
+         median(yi, g_reps));
+  printf("| yardstick: same shard in-process, sample (batch 256) | %.0f transitions/s | |\n",
+         median(ys, g_reps));
   printf("| bytes/transition fp32 | %.1f (%.3f x %.0f) | <= 1.1 x |\n", b32, b32 / base, base);
   printf("| bytes/transition fp16 obs | %.1f (%.3f x %.0f) | |\n", b16o, b16o / base, base);
-  printf("| bytes/transition fp16 obs + actions | %.1f (%.3f x %.0f) | about 0.5 x |\n", b16, b16 / base, base);
+  printf("| bytes/transition fp16 obs + actions | %.1f (%.3f x %.0f) | about 0.5 x |\n", b16, b16 / base,
+         base);
   if (have_info)
-    printf("shard after the run: %llu transitions stored, %llu inserted, %llu sampled, %.1f bytes/transition\n",
-           (unsigned long long)info.size, (unsigned long long)info.inserted_total,
-           (unsigned long long)info.sampled_total, info.bytes_per_transition);
+    printf(
+        "shard after the run: %llu transitions stored, %llu inserted, %llu sampled, %.1f bytes/transition\n",
+        (unsigned long long)info.size, (unsigned long long)info.inserted_total,
+        (unsigned long long)info.sampled_total, info.bytes_per_transition);
   sac_replay_client_destroy(&actor);
   sac_replay_client_destroy(&learner);
   sac_replay_client_destroy(&lat_client);

@@ -21,7 +21,8 @@ typedef struct {
   int publishes, interval_us, obs, act, hidden, depth, port;
 } cfg_t;
 
-#define O_(k, f, d, lo, hi, h) {k, SAC_CFG_INT, offsetof(cfg_t, f), 0, d, lo, hi, h}
+#define O_(k, f, d, lo, hi, h)                                                                               \
+  { k, SAC_CFG_INT, offsetof(cfg_t, f), 0, d, lo, hi, h }
 static const sac_cfg_opt_t k_opts[] = {
     O_("publishes", publishes, "2000", 1, 1e7, "versions published"),
     O_("interval_us", interval_us, "2000", 0, 1e7, "time between publishes (us)"),
@@ -67,7 +68,8 @@ static int cmpd(const void *a, const void *b) {
 int main(int argc, char **argv) {
   int action;
   if (sac_config_load(k_opts, sizeof k_opts / sizeof k_opts[0], &g_cfg, argc, argv,
-                      "sac-bench-weights: weight broadcast latency, publish to applied, over TCP loopback", &action))
+                      "sac-bench-weights: weight broadcast latency, publish to applied, over TCP loopback",
+                      &action))
     return 2;
   if (action == SAC_CFG_EXIT_OK)
     return 0;

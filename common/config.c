@@ -197,8 +197,8 @@ bad:
   return SAC_ECONFIG;
 }
 
-int sac_config_set(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key,
-                   const char *value, const char *source) {
+int sac_config_set(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key, const char *value,
+                   const char *source) {
   assert(opts && target && key && value);
   if (!source)
     source = "sac_config_set";

@@ -50,8 +50,8 @@ enum { SAC_CFG_RUN = 0, SAC_CFG_EXIT_OK = 1 };
 int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int argc, char **argv,
                     const char *summary, int *action);
 /* Sets one key from text (as a command-line override would). 0, or SAC_ECONFIG. */
-int sac_config_set(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key,
-                   const char *value, const char *source);
+int sac_config_set(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key, const char *value,
+                   const char *source);
 /* Writes "key = value" lines, loadable as a config file. Returns 0 or SAC_EIO. */
 int sac_config_dump(const sac_cfg_opt_t *opts, size_t n_opts, const void *target, FILE *f);
 

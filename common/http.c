@@ -116,13 +116,13 @@ static void on_written(uv_write_t *req, int status) {
 }
 
 /* Sends one whole response and closes afterwards. body may be NULL when len is 0. */
-static void respond(conn_t *c, int code, const char *reason, const char *ctype, const char *extra, const char *body,
-                    size_t len, int head_only) {
+static void respond(conn_t *c, int code, const char *reason, const char *ctype, const char *extra,
+                    const char *body, size_t len, int head_only) {
   uv_read_stop((uv_stream_t *)&c->tcp);
   char hdr[512];
   int n = snprintf(hdr, sizeof hdr,
-                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n", code,
-                   reason, ctype, len, extra ? extra : "");
+                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                   code, reason, ctype, len, extra ? extra : "");
   if (n < 0 || (size_t)n >= sizeof hdr) {
     conn_close(c);
     return;
@@ -143,7 +143,8 @@ static void respond(conn_t *c, int code, const char *reason, const char *ctype, 
     conn_close(c);
 }
 
-static void respond_text(conn_t *c, int code, const char *reason, const char *text, const char *extra, int head_only) {
+static void respond_text(conn_t *c, int code, const char *reason, const char *text, const char *extra,
+                         int head_only) {
   respond(c, code, reason, "text/plain; charset=utf-8", extra, text, strlen(text), head_only);
 }
 
@@ -325,8 +326,8 @@ static void teardown(sac_http_t *h, int server_open, int wake_open) {
 
 int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_http_t **out) {
   *out = NULL;
-  if (cfg->port < 0 || cfg->port > 65535 || cfg->max_request_bytes < 64 || cfg->max_request_bytes > (1u << 24) ||
-      cfg->max_connections < 1 || cfg->timeout_ms < 1) {
+  if (cfg->port < 0 || cfg->port > 65535 || cfg->max_request_bytes < 64 ||
+      cfg->max_request_bytes > (1u << 24) || cfg->max_connections < 1 || cfg->timeout_ms < 1) {
     SAC_ERROR("http", "bad server settings (port %d, %zu request bytes, %d connections, %d ms)", cfg->port,
               cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms);
     return SAC_ECONFIG;
@@ -406,7 +407,8 @@ void sac_http_stop(sac_http_t **hp) {
   *hp = NULL;
 }
 
-sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int port, sac_metrics_t *metrics) {
+sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int port,
+                                   sac_metrics_t *metrics) {
   if (port < 0) {
     SAC_INFO(component, "metrics endpoint disabled (metrics_port < 0)");
     return NULL;
@@ -421,7 +423,8 @@ sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int 
   sac_http_t *h = NULL;
   int rc = sac_http_start(&c, metrics, &h);
   if (rc != 0) {
-    SAC_ERROR(component, "no metrics endpoint: cannot serve on %s port %d (%s)", addr, port, sac_strerror(rc));
+    SAC_ERROR(component, "no metrics endpoint: cannot serve on %s port %d (%s)", addr, port,
+              sac_strerror(rc));
     return NULL;
   }
   SAC_INFO(component, "metrics on http://%s%s%s:%d/metrics", strchr(addr, ':') ? "[" : "", addr,

@@ -21,7 +21,10 @@ void sac_log(sac_log_level_t level, const char *module, const char *fmt, ...)
 #define SAC_ERROR(mod, ...) sac_log(SAC_LOG_ERROR, mod, __VA_ARGS__)
 #define SAC_WARN(mod, ...) sac_log(SAC_LOG_WARN, mod, __VA_ARGS__)
 #define SAC_INFO(mod, ...) sac_log(SAC_LOG_INFO, mod, __VA_ARGS__)
-#define SAC_DEBUG(mod, ...) \
-  do { if (sac_log_get_level() >= SAC_LOG_DEBUG) sac_log(SAC_LOG_DEBUG, mod, __VA_ARGS__); } while (0)
+#define SAC_DEBUG(mod, ...)                                                                                  \
+  do {                                                                                                       \
+    if (sac_log_get_level() >= SAC_LOG_DEBUG)                                                                \
+      sac_log(SAC_LOG_DEBUG, mod, __VA_ARGS__);                                                              \
+  } while (0)
 
 #endif

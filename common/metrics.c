@@ -244,7 +244,8 @@ static char *render_labels(const char *const *labels, int histogram, const char 
   for (const char *const *l = labels; l && l[0]; l += 2, n++) {
     if (!l[1] || n >= SAC_METRICS_MAX_LABELS || !valid_name(l[0], 0) || strncmp(l[0], "__", 2) == 0 ||
         (histogram && strcmp(l[0], "le") == 0)) {
-      SAC_ERROR("metrics", "%s: bad label %s (name [a-zA-Z_][a-zA-Z0-9_]*, no __ prefix, at most %d, a value each)",
+      SAC_ERROR("metrics",
+                "%s: bad label %s (name [a-zA-Z_][a-zA-Z0-9_]*, no __ prefix, at most %d, a value each)",
                 metric, l[0], SAC_METRICS_MAX_LABELS);
       free(b.p);
       return NULL;
@@ -264,9 +265,9 @@ static char *render_labels(const char *const *labels, int histogram, const char 
 }
 
 /* Finds or adds the series; r->mu held. NULL on error (logged). */
-static sac_metric_t *series_locked(sac_metrics_t *r, sac_metric_type_t type, const char *name, const char *help,
-                                   const char *const *labels, const double *bounds, size_t nb, const void *owner,
-                                   int *existed) {
+static sac_metric_t *series_locked(sac_metrics_t *r, sac_metric_type_t type, const char *name,
+                                   const char *help, const char *const *labels, const double *bounds,
+                                   size_t nb, const void *owner, int *existed) {
   *existed = 0;
   if (!valid_name(name, 1) || (type == SAC_METRIC_COUNTER && !ends_with(name, "_total"))) {
     SAC_ERROR("metrics", "bad metric name \"%s\"%s", name ? name : "(null)",
@@ -298,7 +299,8 @@ static sac_metric_t *series_locked(sac_metrics_t *r, sac_metric_type_t type, con
     for (sac_metric_t *m = f->head; m; m = m->next)
       if (strcmp(m->labels, lab) == 0) {
         free(lab);
-        if (type == SAC_METRIC_HISTOGRAM && (m->nb != nb || memcmp(m->bounds, bounds, nb * sizeof *bounds) != 0)) {
+        if (type == SAC_METRIC_HISTOGRAM &&
+            (m->nb != nb || memcmp(m->bounds, bounds, nb * sizeof *bounds) != 0)) {
           SAC_ERROR("metrics", "%s registered again with other buckets", name);
           return NULL;
         }
@@ -363,30 +365,33 @@ static sac_metric_t *add(sac_metrics_t *r, sac_metric_type_t type, const char *n
   return m;
 }
 
-sac_metric_t *sac_metrics_counter(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                  const void *owner) {
+sac_metric_t *sac_metrics_counter(sac_metrics_t *r, const char *name, const char *help,
+                                  const char *const *labels, const void *owner) {
   return add(r, SAC_METRIC_COUNTER, name, help, labels, NULL, 0, NULL, NULL, 1.0, owner);
 }
 
-sac_metric_t *sac_metrics_gauge(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                const void *owner) {
+sac_metric_t *sac_metrics_gauge(sac_metrics_t *r, const char *name, const char *help,
+                                const char *const *labels, const void *owner) {
   return add(r, SAC_METRIC_GAUGE, name, help, labels, NULL, 0, NULL, NULL, 1.0, owner);
 }
 
-sac_metric_t *sac_metrics_histogram(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                    const double *bounds, size_t n, const void *owner) {
+sac_metric_t *sac_metrics_histogram(sac_metrics_t *r, const char *name, const char *help,
+                                    const char *const *labels, const double *bounds, size_t n,
+                                    const void *owner) {
   return add(r, SAC_METRIC_HISTOGRAM, name, help, labels, bounds, n, NULL, NULL, 1.0, owner);
 }
 
-sac_metric_t *sac_metrics_counter_read(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                       sac_metric_read_fn fn, const void *arg, double scale, const void *owner) {
+sac_metric_t *sac_metrics_counter_read(sac_metrics_t *r, const char *name, const char *help,
+                                       const char *const *labels, sac_metric_read_fn fn, const void *arg,
+                                       double scale, const void *owner) {
   if (!fn)
     return NULL;
   return add(r, SAC_METRIC_COUNTER, name, help, labels, NULL, 0, fn, arg, scale, owner);
 }
 
-sac_metric_t *sac_metrics_gauge_read(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                     sac_metric_read_fn fn, const void *arg, double scale, const void *owner) {
+sac_metric_t *sac_metrics_gauge_read(sac_metrics_t *r, const char *name, const char *help,
+                                     const char *const *labels, sac_metric_read_fn fn, const void *arg,
+                                     double scale, const void *owner) {
   if (!fn)
     return NULL;
   return add(r, SAC_METRIC_GAUGE, name, help, labels, NULL, 0, fn, arg, scale, owner);
@@ -483,7 +488,8 @@ static void atomic_add_double(_Atomic uint64_t *bits, double v) {
 }
 
 void sac_metric_add(sac_metric_t *m, double v) {
-  if (!m || m->fn || m->fam->type == SAC_METRIC_HISTOGRAM || isnan(v) || (m->fam->type == SAC_METRIC_COUNTER && v < 0))
+  if (!m || m->fn || m->fam->type == SAC_METRIC_HISTOGRAM || isnan(v) ||
+      (m->fam->type == SAC_METRIC_COUNTER && v < 0))
     return;
   atomic_add_double(&m->bits, v);
 }
@@ -522,8 +528,8 @@ double sac_metric_value(const sac_metric_t *m) {
 
 /* ---- rendering --------------------------------------------------------------------- */
 
-static void render_sample(buf_t *b, const char *name, const char *suffix, const char *labels, const char *extra,
-                          double v) {
+static void render_sample(buf_t *b, const char *name, const char *suffix, const char *labels,
+                          const char *extra, double v) {
   buf_str(b, name);
   buf_str(b, suffix);
   if (labels[0] || extra) {
@@ -552,7 +558,8 @@ static void render_histogram(buf_t *b, const family_t *f, sac_metric_t *m) {
     snprintf(le, sizeof le, "le=\"%s\"", i < m->nb ? v : "+Inf");
     render_sample(b, f->name, "_bucket", m->labels, le, (double)cum);
   }
-  render_sample(b, f->name, "_sum", m->labels, NULL, u2d(atomic_load_explicit(&m->sum_bits, memory_order_relaxed)));
+  render_sample(b, f->name, "_sum", m->labels, NULL,
+                u2d(atomic_load_explicit(&m->sum_bits, memory_order_relaxed)));
   render_sample(b, f->name, "_count", m->labels, NULL, (double)cum);
 }
 
@@ -639,7 +646,8 @@ static void proc_collect(void *user) {
      * majflt cmajflt utime(14) stime(15) cutime cstime priority nice num_threads(20)
      * itrealvalue starttime(22) vsize(23) rss(24) */
     if (rp &&
-        sscanf(rp + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %ld %*d %llu %llu %ld",
+        sscanf(rp + 1,
+               " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %ld %*d %llu %llu %ld",
                &ut, &st, &threads, &start, &vsize, &rss) == 6) {
       sac_metric_set(p->cpu, (double)(ut + st) / p->clk_tck);
       sac_metric_set(p->rss, (double)rss * p->page);
@@ -671,14 +679,16 @@ int sac_metrics_add_process(sac_metrics_t *r) {
   p->clk_tck = tck > 0 ? (double)tck : 100.0;
   p->page = page > 0 ? (double)page : 4096.0;
   p->btime = read_btime();
-  p->cpu = sac_metrics_counter(r, "process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", NULL,
-                               NULL);
-  p->rss = sac_metrics_gauge(r, "process_resident_memory_bytes", "Resident memory size in bytes.", NULL, NULL);
+  p->cpu = sac_metrics_counter(r, "process_cpu_seconds_total",
+                               "Total user and system CPU time spent in seconds.", NULL, NULL);
+  p->rss =
+      sac_metrics_gauge(r, "process_resident_memory_bytes", "Resident memory size in bytes.", NULL, NULL);
   p->vsz = sac_metrics_gauge(r, "process_virtual_memory_bytes", "Virtual memory size in bytes.", NULL, NULL);
   p->start = sac_metrics_gauge(r, "process_start_time_seconds",
                                "Start time of the process since unix epoch in seconds.", NULL, NULL);
   p->fds = sac_metrics_gauge(r, "process_open_fds", "Number of open file descriptors.", NULL, NULL);
-  p->max_fds = sac_metrics_gauge(r, "process_max_fds", "Maximum number of open file descriptors.", NULL, NULL);
+  p->max_fds =
+      sac_metrics_gauge(r, "process_max_fds", "Maximum number of open file descriptors.", NULL, NULL);
   p->threads = sac_metrics_gauge(r, "process_threads", "Number of OS threads in the process.", NULL, NULL);
   if (!p->cpu || !p->rss || !p->vsz || !p->start || !p->fds || !p->max_fds || !p->threads) {
     free(p);
@@ -688,8 +698,9 @@ int sac_metrics_add_process(sac_metrics_t *r) {
 }
 
 int sac_metrics_add_build_info(sac_metrics_t *r, const char *binary, const char *version) {
-  sac_metric_t *m = sac_metrics_gauge(r, "sac_build_info", "Which sacfleet program and version serves these metrics.",
-                                      (const char *const[]){"binary", binary, "version", version, NULL}, NULL);
+  sac_metric_t *m =
+      sac_metrics_gauge(r, "sac_build_info", "Which sacfleet program and version serves these metrics.",
+                        (const char *const[]){"binary", binary, "version", version, NULL}, NULL);
   if (!m)
     return SAC_ENOMEM;
   sac_metric_set(m, 1.0);

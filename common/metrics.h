@@ -55,20 +55,23 @@ void sac_metrics_destroy(sac_metrics_t **r);
  * (const char *[]){"reason", "too_big", NULL}; copied. Each returns the series, or NULL
  * (logged) for a bad name or label, a type clash, too many labels or no memory; r may be
  * NULL (then NULL, silently). */
-sac_metric_t *sac_metrics_counter(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                  const void *owner);
-sac_metric_t *sac_metrics_gauge(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                const void *owner);
+sac_metric_t *sac_metrics_counter(sac_metrics_t *r, const char *name, const char *help,
+                                  const char *const *labels, const void *owner);
+sac_metric_t *sac_metrics_gauge(sac_metrics_t *r, const char *name, const char *help,
+                                const char *const *labels, const void *owner);
 /* bounds: n (1..SAC_METRICS_MAX_BUCKETS) finite upper bounds, strictly increasing; the
  * +Inf bucket is implicit. Copied. */
-sac_metric_t *sac_metrics_histogram(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                    const double *bounds, size_t n, const void *owner);
+sac_metric_t *sac_metrics_histogram(sac_metrics_t *r, const char *name, const char *help,
+                                    const char *const *labels, const double *bounds, size_t n,
+                                    const void *owner);
 /* Series whose value is fn(arg) * scale at scrape time (arg is borrowed: it must stay
  * valid until the owner is forgotten or the registry destroyed). */
-sac_metric_t *sac_metrics_counter_read(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                       sac_metric_read_fn fn, const void *arg, double scale, const void *owner);
-sac_metric_t *sac_metrics_gauge_read(sac_metrics_t *r, const char *name, const char *help, const char *const *labels,
-                                     sac_metric_read_fn fn, const void *arg, double scale, const void *owner);
+sac_metric_t *sac_metrics_counter_read(sac_metrics_t *r, const char *name, const char *help,
+                                       const char *const *labels, sac_metric_read_fn fn, const void *arg,
+                                       double scale, const void *owner);
+sac_metric_t *sac_metrics_gauge_read(sac_metrics_t *r, const char *name, const char *help,
+                                     const char *const *labels, sac_metric_read_fn fn, const void *arg,
+                                     double scale, const void *owner);
 /* Read functions for the common cases: arg points to an atomic_uint_fast64_t, an
  * _Atomic double, or a plain (not atomic) double / uint64_t that only the scraping
  * thread's collector writes. */

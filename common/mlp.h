@@ -18,15 +18,16 @@
 typedef enum { SAC_ACT_NONE = 0, SAC_ACT_RELU = 1, SAC_ACT_TANH = 2 } sac_act_t;
 
 typedef struct {
-  int n_layers;                     /* number of linear layers (hidden layers + 1) */
+  int n_layers;                      /* number of linear layers (hidden layers + 1) */
   int sizes[SAC_MLP_MAX_LAYERS + 1]; /* sizes[0] = input, sizes[n_layers] = output */
-  sac_act_t hidden_act;             /* after every layer but the last */
-  int ensemble;                     /* K >= 1 */
+  sac_act_t hidden_act;              /* after every layer but the last */
+  int ensemble;                      /* K >= 1 */
 } sac_mlp_desc_t;
 
 /* Fills desc for in -> hidden x depth -> out, activation act, ensemble K.
  * Returns SAC_EINVAL for sizes < 1 or depth out of range. */
-int sac_mlp_desc_init(sac_mlp_desc_t *desc, int in, int hidden, int depth, int out, sac_act_t act, int ensemble);
+int sac_mlp_desc_init(sac_mlp_desc_t *desc, int in, int hidden, int depth, int out, sac_act_t act,
+                      int ensemble);
 size_t sac_mlp_param_count(const sac_mlp_desc_t *desc);
 /* Offsets (in floats) of layer l's first weight matrix and first bias vector. */
 size_t sac_mlp_weight_offset(const sac_mlp_desc_t *desc, int l);

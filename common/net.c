@@ -299,7 +299,8 @@ void sac_net_monitor_destroy(sac_net_monitor_t **mp) {
   *mp = NULL;
 }
 
-int sac_net_split_endpoints(const char *list, const char *list_name, char (*out)[256], size_t max, size_t *n) {
+int sac_net_split_endpoints(const char *list, const char *list_name, char (*out)[256], size_t max,
+                            size_t *n) {
   *n = 0;
   const char *p = list;
   for (;;) {

@@ -30,11 +30,17 @@ SAC_HD void sac_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_
     uint32_t lo0 = sac__mulhilo32(0xD2511F53u, c0, &hi0);
     uint32_t lo1 = sac__mulhilo32(0xCD9E8D57u, c2, &hi1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
 }
 
 /* Uniform in (0, 1]: never 0, so log() is safe. */

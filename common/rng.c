@@ -41,7 +41,9 @@ uint64_t sac_rng_u64(sac_rng_t *rng) {
   return (hi << 32) | sac_rng_u32(rng);
 }
 
-double sac_rng_uniform(sac_rng_t *rng) { return (double)(sac_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0); }
+double sac_rng_uniform(sac_rng_t *rng) {
+  return (double)(sac_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
 
 double sac_rng_uniform_range(sac_rng_t *rng, double lo, double hi) {
   return lo + (hi - lo) * sac_rng_uniform(rng);

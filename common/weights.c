@@ -35,8 +35,12 @@ sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint,
   /* the encoded size of the largest version number, computed once on zero weights */
   float *zeros = calloc(p->n_params, sizeof(float));
   sac_wire_msg_t m = {.type = SAC_WIRE_WEIGHTS};
-  m.u.weights = (sac_wire_weights_t){.version = UINT64_MAX, .dtype = SAC_WIRE_F32, .n_layers = (uint32_t)desc->n_layers,
-                                     .layers = p->layers, .data = zeros, .data_len = p->n_params * sizeof(float)};
+  m.u.weights = (sac_wire_weights_t){.version = UINT64_MAX,
+                                     .dtype = SAC_WIRE_F32,
+                                     .n_layers = (uint32_t)desc->n_layers,
+                                     .layers = p->layers,
+                                     .data = zeros,
+                                     .data_len = p->n_params * sizeof(float)};
   p->cap = zeros ? sac_wire_encoded_size(&m) + 64 : 0;
   free(zeros);
   p->buf = p->cap ? malloc(p->cap) : NULL;
@@ -56,8 +60,11 @@ sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint,
 
 int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *params) {
   sac_wire_msg_t m = {.type = SAC_WIRE_WEIGHTS};
-  m.u.weights = (sac_wire_weights_t){.version = version, .dtype = SAC_WIRE_F32,
-                                     .n_layers = (uint32_t)p->desc.n_layers, .layers = p->layers, .data = params,
+  m.u.weights = (sac_wire_weights_t){.version = version,
+                                     .dtype = SAC_WIRE_F32,
+                                     .n_layers = (uint32_t)p->desc.n_layers,
+                                     .layers = p->layers,
+                                     .data = params,
                                      .data_len = p->n_params * sizeof(float)};
   size_t len;
   int rc = sac_wire_encode(&m, p->buf, p->cap, &len);
@@ -189,7 +196,8 @@ int sac_weights_poll(sac_weights_sub_t *s) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(s->params[next][i])) {
       s->rejected++;
-      SAC_WARN("weights", "dropped weights version %llu: non-finite value", (unsigned long long)m.u.weights.version);
+      SAC_WARN("weights", "dropped weights version %llu: non-finite value",
+               (unsigned long long)m.u.weights.version);
       return 0;
     }
   s->cur = next;

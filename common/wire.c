@@ -22,8 +22,8 @@
 
 const char *sac_wire_reason_str(sac_wire_reason_t r) {
   switch (r) {
-#define SAC__WIRE_REASON_STR(name, msg) \
-  case SAC_WIRE_R_##name:               \
+#define SAC__WIRE_REASON_STR(name, msg)                                                                      \
+  case SAC_WIRE_R_##name:                                                                                    \
     return msg;
     SAC_WIRE_REASON_MAP(SAC__WIRE_REASON_STR)
 #undef SAC__WIRE_REASON_STR
@@ -33,9 +33,9 @@ const char *sac_wire_reason_str(sac_wire_reason_t r) {
 }
 
 const char *sac_wire_reason_name(sac_wire_reason_t r) {
-  static const char *names[] = {"none",      "too_big",   "malformed", "version",     "no_body", "unexpected",
-                                "dims", "length", "nonfinite", "rows",       "flag",    "env_id",
-                                "episode_ends", "tail", "index", "value", "frames", "window"};
+  static const char *names[] = {"none",         "too_big", "malformed", "version", "no_body", "unexpected",
+                                "dims",         "length",  "nonfinite", "rows",    "flag",    "env_id",
+                                "episode_ends", "tail",    "index",     "value",   "frames",  "window"};
   _Static_assert(sizeof names / sizeof names[0] == SAC_WIRE_R_COUNT, "reason names");
   if ((unsigned)r >= SAC_WIRE_R_COUNT)
     return "unknown";
@@ -115,10 +115,10 @@ static int all_01(const uint8_t *p, size_t n) {
   return bad == 0;
 }
 
-#define REJECT(code, why) \
-  do {                    \
-    *reason = (why);      \
-    return (code);        \
+#define REJECT(code, why)                                                                                    \
+  do {                                                                                                       \
+    *reason = (why);                                                                                         \
+    return (code);                                                                                           \
   } while (0)
 
 static uint32_t lim_max_rows(const sac_wire_limits_t *l) { return l->max_rows ? l->max_rows : 65536u; }
@@ -163,8 +163,8 @@ static env_slot_t *env_find(env_slot_t *t, uint32_t mask, uint32_t env, int inse
 
 /* ---------------------------------------------------------------- validation of views */
 
-static int check_transitions(sac_wire_decoder_t *d, const sac_wire_transitions_t *t, const sac_wire_limits_t *lim,
-                             sac_wire_reason_t *reason) {
+static int check_transitions(sac_wire_decoder_t *d, const sac_wire_transitions_t *t,
+                             const sac_wire_limits_t *lim, sac_wire_reason_t *reason) {
   if (t->n == 0 || t->n > lim_max_rows(lim))
     REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
   if (t->obs_dim == 0 || t->act_dim == 0 || t->obs_dim > 65536 || t->act_dim > 65536)
@@ -176,8 +176,8 @@ static int check_transitions(sac_wire_decoder_t *d, const sac_wire_transitions_t
   if (t->n_next > t->n || t->n_tail > t->n || t->n_episodes > t->n)
     REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
   if (!t->env_ids || !t->obs || !t->action || !t->reward || !t->terminated || !t->truncated ||
-      (t->n_next && (!t->next_obs_rows || !t->next_obs)) || (t->n_tail && (!t->tail_env_ids || !t->tail_obs)) ||
-      (t->n_episodes && !t->episodes))
+      (t->n_next && (!t->next_obs_rows || !t->next_obs)) ||
+      (t->n_tail && (!t->tail_env_ids || !t->tail_obs)) || (t->n_episodes && !t->episodes))
     REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
   const size_t n = t->n, od = t->obs_dim, ad = t->act_dim;
   uint32_t max_env = lim_max_env(lim);
@@ -303,7 +303,8 @@ static size_t dtype_size(sac_wire_dtype_t t) {
   return 0;
 }
 
-static int check_weights(const sac_wire_weights_t *w, const sac_wire_limits_t *lim, sac_wire_reason_t *reason) {
+static int check_weights(const sac_wire_weights_t *w, const sac_wire_limits_t *lim,
+                         sac_wire_reason_t *reason) {
   uint32_t max_layers = lim->max_layers ? lim->max_layers : 64u;
   uint32_t max_dim = lim->max_layer_dim ? lim->max_layer_dim : 65536u;
   size_t es = dtype_size(w->dtype);
@@ -643,8 +644,8 @@ static int build(const sac_wire_msg_t *m, proto_build_t *pb) {
     sac__transition_batch__init(p);
     size_t n = t->n, od = t->obs_dim, ad = t->act_dim;
     if ((n && (!t->env_ids || !t->obs || !t->action || !t->reward || !t->terminated || !t->truncated)) ||
-        (t->n_next && (!t->next_obs_rows || !t->next_obs)) || (t->n_tail && (!t->tail_env_ids || !t->tail_obs)) ||
-        (t->n_episodes && !t->episodes))
+        (t->n_next && (!t->next_obs_rows || !t->next_obs)) ||
+        (t->n_tail && (!t->tail_env_ids || !t->tail_obs)) || (t->n_episodes && !t->episodes))
       return SAC_EINVAL;
     p->actor_id = t->actor_id;
     p->seq = t->seq;
@@ -720,7 +721,8 @@ static int build(const sac_wire_msg_t *m, proto_build_t *pb) {
     Sac__SampleBatch *p = &pb->b.sb;
     sac__sample_batch__init(p);
     size_t n = b->n, od = b->obs_dim, ad = b->act_dim;
-    if (n && (!b->obs || !b->action || !b->reward || !b->terminated || !b->next_obs || !b->indices || !b->weights))
+    if (n &&
+        (!b->obs || !b->action || !b->reward || !b->terminated || !b->next_obs || !b->indices || !b->weights))
       return SAC_EINVAL;
     p->request_id = b->request_id;
     p->n = b->n;

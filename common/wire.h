@@ -27,8 +27,8 @@
 /* Index of a sampled transition, as carried in SampleBatch.indices and
  * PriorityUpdate.indices: shard (12 bits) | generation (20 bits) | slot (32 bits). The
  * generation lets a shard ignore an update to a slot that was overwritten since. */
-#define SAC_WIRE_INDEX(shard, gen, slot) \
-  (((uint64_t)(shard) & 0xFFFu) << 52 | ((uint64_t)(gen) & 0xFFFFFu) << 32 | (uint64_t)(uint32_t)(slot))
+#define SAC_WIRE_INDEX(shard, gen, slot)                                                                     \
+  (((uint64_t)(shard)&0xFFFu) << 52 | ((uint64_t)(gen)&0xFFFFFu) << 32 | (uint64_t)(uint32_t)(slot))
 #define SAC_WIRE_INDEX_SHARD(i) ((uint32_t)((i) >> 52) & 0xFFFu)
 #define SAC_WIRE_INDEX_GEN(i) ((uint32_t)((i) >> 32) & 0xFFFFFu)
 #define SAC_WIRE_INDEX_SLOT(i) ((uint32_t)(i))
@@ -37,24 +37,24 @@
 #define SAC_WIRE_STACK_REPEATED 64
 
 /* Why a message was rejected. One counter per reason in every server. */
-#define SAC_WIRE_REASON_MAP(X)                                                    \
-  X(NONE, "none")                                                                 \
-  X(TOO_BIG, "message larger than the maximum message size")                      \
-  X(MALFORMED, "not a decodable protobuf Envelope (random or truncated bytes)")   \
-  X(VERSION, "wrong protocol version")                                            \
-  X(NO_BODY, "envelope without a body")                                           \
-  X(UNEXPECTED, "message type not accepted on this endpoint")                     \
-  X(DIMS, "dimensions differ from the receiver's")                                \
-  X(LENGTH, "byte length does not match the declared dimensions")                 \
-  X(NONFINITE, "NaN or Inf where only finite values are allowed")                 \
-  X(ROWS, "row count zero or over the limit")                                     \
-  X(FLAG, "flag byte other than 0 or 1")                                          \
-  X(ENV_ID, "env id out of range")                                                \
-  X(EPISODE_ENDS, "next_obs rows do not match the terminated/truncated rows")     \
-  X(TAIL, "tail observations missing, duplicated or for an env not in the batch") \
-  X(INDEX, "sample index for another shard or out of range")                      \
-  X(VALUE, "field value out of range")                                            \
-  X(FRAMES, "wrong number of message frames")                                     \
+#define SAC_WIRE_REASON_MAP(X)                                                                               \
+  X(NONE, "none")                                                                                            \
+  X(TOO_BIG, "message larger than the maximum message size")                                                 \
+  X(MALFORMED, "not a decodable protobuf Envelope (random or truncated bytes)")                              \
+  X(VERSION, "wrong protocol version")                                                                       \
+  X(NO_BODY, "envelope without a body")                                                                      \
+  X(UNEXPECTED, "message type not accepted on this endpoint")                                                \
+  X(DIMS, "dimensions differ from the receiver's")                                                           \
+  X(LENGTH, "byte length does not match the declared dimensions")                                            \
+  X(NONFINITE, "NaN or Inf where only finite values are allowed")                                            \
+  X(ROWS, "row count zero or over the limit")                                                                \
+  X(FLAG, "flag byte other than 0 or 1")                                                                     \
+  X(ENV_ID, "env id out of range")                                                                           \
+  X(EPISODE_ENDS, "next_obs rows do not match the terminated/truncated rows")                                \
+  X(TAIL, "tail observations missing, duplicated or for an env not in the batch")                            \
+  X(INDEX, "sample index for another shard or out of range")                                                 \
+  X(VALUE, "field value out of range")                                                                       \
+  X(FRAMES, "wrong number of message frames")                                                                \
   X(WINDOW, "sequence number beyond the dedup window or zero")
 
 typedef enum {
@@ -229,7 +229,7 @@ typedef struct {
 } sac_wire_limits_t;
 
 #define SAC_WIRE_DEFAULT_MAX_MSG (4u << 20)
-#define SAC_WIRE_ACCEPT(t) (1u << ((unsigned)(t) & 31u))
+#define SAC_WIRE_ACCEPT(t) (1u << ((unsigned)(t)&31u))
 
 typedef struct sac_wire_decoder sac_wire_decoder_t;
 

@@ -13,7 +13,8 @@ int sac_backend_new(const char *name, int threads, sac_backend_t **out) {
 #ifdef SAC_HAVE_CUDA
     return sac_backend_cuda_new(0, out);
 #else
-    SAC_ERROR("backend", "backend \"cuda\" is not built in (configure with -DSAC_WITH_CUDA=ON where nvcc exists)");
+    SAC_ERROR("backend",
+              "backend \"cuda\" is not built in (configure with -DSAC_WITH_CUDA=ON where nvcc exists)");
     return SAC_EUNSUPPORTED;
 #endif
   }

@@ -35,7 +35,7 @@ typedef struct {
 typedef struct {
   int B, n_in, n_out, K;
   int shared;
-  int n_seg;          /* 1 or 2 (2 only when shared) */
+  int n_seg; /* 1 or 2 (2 only when shared) */
   sac_seg_t seg[2];
   const float *W, *b; /* K weight matrices (n_in, n_out) one after another; K biases */
   sac_act_t act;
@@ -77,24 +77,25 @@ typedef struct sac_backend_ops {
                      float *db, float *dX[2], const int ldx[2]);
   /* n standard normals into out: element i is normal (2*(i/2) + i%2) of Philox block
    * (i/2, stream, tag) under key (common/philox.h). Identical bits on every backend. */
-  void (*normal)(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream, uint32_t tag);
+  void (*normal)(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
+                 uint32_t tag);
   /* Tanh-Gaussian policy head. P (B, 2A) = (mu, raw log std); eps (B, A).
    * a (B, A, ld lda) = tanh(mu + exp(clamp(log std)) * eps);
    * logp (B) = sum_i [-eps^2/2 - log std - log(2 pi)/2 - 2 (log 2 - u - softplus(-2u))]. */
-  void (*head_fwd)(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, float *a, int lda,
-                   float *logp);
+  void (*head_fwd)(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, float *a,
+                   int lda, float *logp);
   /* Backward of head_fwd: from da (B, A, ld ldda; may be NULL = 0) and dlogp (B) to
    * dP (B, 2A). The clamp passes no gradient to log std outside [min, max]. */
-  void (*head_bwd)(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, const float *a,
-                   int lda, const float *da, int ldda, const float *dlogp, float *dP);
+  void (*head_bwd)(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
+                   const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP);
   /* y = r + gamma (1 - terminated) (min(qt1, qt2) - alpha logp_next); qt (B, 2). */
   void (*critic_target)(sac_backend_t *be, const sac_head_hp_t *h, const float *r, const float *term,
                         const float *qt, const float *logp_next, float *y);
   /* L = 1/2 mean w (q1 - y)^2 + 1/2 mean w (q2 - y)^2 (w = 1 where w is NULL);
    * dq (B, 2) = dL/dq; td (B) = |min(q1, q2) - y| (priorities); stats[0] = L,
    * stats[1] = mean q1. */
-  void (*critic_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *y, const float *w,
-                      float *dq, float *td, float *stats);
+  void (*critic_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *y,
+                      const float *w, float *dq, float *td, float *stats);
   /* L = mean(alpha logp - min(q1, q2)); dq (B, 2), dlogp (B); stats[0] = L,
    * stats[1] = -mean(logp) (the policy entropy estimate). */
   void (*actor_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp, float *dq,
@@ -102,8 +103,8 @@ typedef struct sac_backend_ops {
   /* L = -mean(log alpha (logp + target_entropy)); grad[0] = dL/dlog alpha; stats[0] = L. */
   void (*alpha_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *logp, float *grad, float *stats);
   /* (*t) += 1, then one bias-corrected Adam step (PyTorch's formula) over n parameters. */
-  void (*adam)(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n, const sac_adam_hp_t *hp,
-               float *t);
+  void (*adam)(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
+               const sac_adam_hp_t *hp, float *t);
   /* tgt = (1 - tau) tgt + tau src over n floats. */
   void (*polyak)(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau);
 

@@ -54,7 +54,8 @@ static void cpu_destroy(sac_backend_t *be) {
 #define SAC_VEC __attribute__((target_clones("avx2", "default")))
 
 /* y = act(y + b) row by row over (B, width) */
-SAC_VEC static void bias_act(float *restrict Y, int ldy, const float *restrict b, int B, int width, sac_act_t act) {
+SAC_VEC static void bias_act(float *restrict Y, int ldy, const float *restrict b, int B, int width,
+                             sac_act_t act) {
   for (int r = 0; r < B; r++) {
     float *restrict y = Y + (size_t)r * ldy;
     if (act == SAC_ACT_RELU) {
@@ -114,8 +115,8 @@ static void cpu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, i
   bias_act(Y, ldy, L->b, L->B, L->K * L->n_out, L->act);
 }
 
-static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy, float *dW,
-                           float *db, float *dX[2], const int ldx[2]) {
+static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                           float *dW, float *db, float *dX[2], const int ldx[2]) {
   (void)be;
   act_bwd_colsum(dY, Y, ldy, L->B, L->K * L->n_out, L->act, db);
   const size_t wsz = (size_t)L->n_in * L->n_out;
@@ -127,8 +128,8 @@ static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, 
       for (int s = 0; s < L->n_seg; s++) {
         int n = L->seg[s].n;
         if (dW)
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, L->n_out, L->B, 1.0f, L->seg[s].p, L->seg[s].ld,
-                      dYk, ldy, 0.0f, dW + k * wsz + (size_t)row * L->n_out, L->n_out);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, L->n_out, L->B, 1.0f, L->seg[s].p,
+                      L->seg[s].ld, dYk, ldy, 0.0f, dW + k * wsz + (size_t)row * L->n_out, L->n_out);
         if (dX && dX[s])
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L->B, n, L->n_out, 1.0f, dYk, ldy,
                       Wk + (size_t)row * L->n_out, L->n_out, k == 0 ? 0.0f : 1.0f, dX[s], ldx[s]);
@@ -139,8 +140,8 @@ static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, 
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L->n_in, L->n_out, L->B, 1.0f,
                     L->seg[0].p + (size_t)k * L->n_in, L->seg[0].ld, dYk, ldy, 0.0f, dW + k * wsz, L->n_out);
       if (dX && dX[0])
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L->B, L->n_in, L->n_out, 1.0f, dYk, ldy, Wk, L->n_out,
-                    0.0f, dX[0] + (size_t)k * L->n_in, ldx[0]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L->B, L->n_in, L->n_out, 1.0f, dYk, ldy, Wk,
+                    L->n_out, 0.0f, dX[0] + (size_t)k * L->n_in, ldx[0]);
     }
   }
 }
@@ -164,8 +165,8 @@ static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x));
 
 static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-static void cpu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, float *a,
-                         int lda, float *logp) {
+static void cpu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
+                         float *a, int lda, float *logp) {
   (void)be;
   const int A = h->A;
   for (int r = 0; r < h->B; r++) {
@@ -182,8 +183,8 @@ static void cpu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float 
   }
 }
 
-static void cpu_head_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, const float *a,
-                         int lda, const float *da, int ldda, const float *dlogp, float *dP) {
+static void cpu_head_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
+                         const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP) {
   (void)be;
   const int A = h->A;
   for (int r = 0; r < h->B; r++) {
@@ -232,8 +233,8 @@ static void cpu_critic_loss(sac_backend_t *be, const sac_head_hp_t *h, const flo
   stats[1] = (float)(qsum / h->B);
 }
 
-static void cpu_actor_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp, float *dq,
-                           float *dlogp, float *stats) {
+static void cpu_actor_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
+                           float *dq, float *dlogp, float *stats) {
   (void)be;
   const float alpha = expf(*h->log_alpha), invB = 1.0f / (float)h->B;
   double loss = 0.0, ent = 0.0;
@@ -261,8 +262,9 @@ static void cpu_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const floa
   stats[0] = -*h->log_alpha * mean;
 }
 
-SAC_VEC static void adam_loop(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-                              size_t n, float b1, float b2, float step, float sqrt_bc2, float eps) {
+SAC_VEC static void adam_loop(float *restrict p, const float *restrict g, float *restrict m,
+                              float *restrict v, size_t n, float b1, float b2, float step, float sqrt_bc2,
+                              float eps) {
   for (size_t i = 0; i < n; i++) {
     float mi = b1 * m[i] + (1.0f - b1) * g[i];
     float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];

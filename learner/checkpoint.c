@@ -32,7 +32,8 @@ int sac_checkpoint_save(sac_t *s, const char *path, const sac_ckpt_counters_t *c
   memset(&h, 0, sizeof h);
   memcpy(h.magic, "SACCKPT", 8);
   h.version = CKPT_VERSION;
-  h.obs_dim = hp->obs_dim, h.act_dim = hp->act_dim, h.hidden = hp->hidden, h.depth = hp->depth, h.batch = hp->batch;
+  h.obs_dim = hp->obs_dim, h.act_dim = hp->act_dim, h.hidden = hp->hidden, h.depth = hp->depth,
+  h.batch = hp->batch;
   h.n_params = sac_param_count(s);
   h.n_critic = sac_buffer_len(s, SAC_BUF_TARGET);
   h.step = sac_step(s);

@@ -17,7 +17,8 @@ typedef struct {
   double obs_scale;
 } export_cfg_t;
 
-#define S_(k, f, d, h) {k, SAC_CFG_STRING, offsetof(export_cfg_t, f), sizeof(((export_cfg_t *)0)->f), d, 1, 0, h}
+#define S_(k, f, d, h)                                                                                       \
+  { k, SAC_CFG_STRING, offsetof(export_cfg_t, f), sizeof(((export_cfg_t *)0)->f), d, 1, 0, h }
 static const sac_cfg_opt_t k_opts[] = {
     S_("policy", policy, "", "the policy file (a run directory's policy.bin)"),
     S_("out", out, ".", "directory for PREFIX.c and PREFIX.h"),
@@ -51,7 +52,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sac-export: %s\n", sac_strerror(rc));
     return rc == SAC_EINVAL ? 2 : 1;
   }
-  printf("wrote %s/%s.c and %s/%s.h (%s weights)\n", c.out, c.prefix, c.out, c.prefix, c.int8 ? "int8" : "fp32");
+  printf("wrote %s/%s.c and %s/%s.h (%s weights)\n", c.out, c.prefix, c.out, c.prefix,
+         c.int8 ? "int8" : "fp32");
   printf("int8 quantisation, action error against fp32 over %d random observations: max %.5f, mean %.6f\n",
          rep.samples, rep.max_abs_error, rep.mean_abs_error);
   return 0;

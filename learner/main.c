@@ -37,14 +37,20 @@ typedef struct {
   int metrics_port;
 } learner_cfg_t;
 
-#define OPT(k, t, f, d, lo, hi, h) {k, t, offsetof(learner_cfg_t, f), 0, d, lo, hi, h}
-#define STR(k, f, d, h) {k, SAC_CFG_STRING, offsetof(learner_cfg_t, f), sizeof(((learner_cfg_t *)0)->f), d, 1, 0, h}
+#define OPT(k, t, f, d, lo, hi, h)                                                                           \
+  { k, t, offsetof(learner_cfg_t, f), 0, d, lo, hi, h }
+#define STR(k, f, d, h)                                                                                      \
+  { k, SAC_CFG_STRING, offsetof(learner_cfg_t, f), sizeof(((learner_cfg_t *)0)->f), d, 1, 0, h }
 static const sac_cfg_opt_t k_opts[] = {
-    STR("mode", mode, "service", "service (distributed; embedded when --shards is empty) or local (one process, one loop)"),
-    STR("shards", shards, "", "comma-separated sample endpoints of remote replay shards (empty: embedded default)"),
-    STR("weights", weights, "", "endpoint to publish actor weights on (empty: inproc when embedded, "
-                                "tcp://*:5570 otherwise)"),
-    OPT("embedded_shards", SAC_CFG_INT, embedded_shards, "2", 1, 64, "replay shards hosted in the embedded default"),
+    STR("mode", mode, "service",
+        "service (distributed; embedded when --shards is empty) or local (one process, one loop)"),
+    STR("shards", shards, "",
+        "comma-separated sample endpoints of remote replay shards (empty: embedded default)"),
+    STR("weights", weights, "",
+        "endpoint to publish actor weights on (empty: inproc when embedded, "
+        "tcp://*:5570 otherwise)"),
+    OPT("embedded_shards", SAC_CFG_INT, embedded_shards, "2", 1, 64,
+        "replay shards hosted in the embedded default"),
     OPT("actors", SAC_CFG_INT, actors, "2", 1, 4096, "actor threads in the embedded default"),
     OPT("envs_per_actor", SAC_CFG_INT, envs_per_actor, "1", 1, 4096, "environments per embedded actor"),
     OPT("publish_every", SAC_CFG_INT, publish_every, "10", 1, 1000000, "updates between weight broadcasts"),
@@ -52,15 +58,18 @@ static const sac_cfg_opt_t k_opts[] = {
         "service: updates between evaluations (0: only at the end)"),
     OPT("prioritized", SAC_CFG_BOOL, prioritized, "false", 1, 0, "prioritised replay (embedded shards)"),
     OPT("per_alpha", SAC_CFG_DOUBLE, per_alpha, "0.6", 0, 10, "prioritised replay: priority exponent"),
-    OPT("per_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1, "prioritised replay: importance-sampling exponent"),
-    STR("env", t.env, "Pendulum-v1", "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
+    OPT("per_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1,
+        "prioritised replay: importance-sampling exponent"),
+    STR("env", t.env, "Pendulum-v1",
+        "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
     STR("backend", t.backend, "cpu", "compute backend: cpu or cuda"),
     OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024, "cpu backend threads (0 = all cores)"),
     OPT("total_steps", SAC_CFG_INT64, t.total_steps, "20000", 1, 1e15, "environment steps to train for"),
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
         "uniform random actions and no updates before this many steps"),
     OPT("updates_per_step", SAC_CFG_INT, t.updates_per_step, "1", 1, 1000, "updates per environment step"),
-    OPT("buffer_capacity", SAC_CFG_INT64, t.buffer_capacity, "1000000", 1, 1e12, "replay capacity (transitions)"),
+    OPT("buffer_capacity", SAC_CFG_INT64, t.buffer_capacity, "1000000", 1, 1e12,
+        "replay capacity (transitions)"),
     OPT("eval_interval", SAC_CFG_INT64, t.eval_interval, "5000", 0, 1e15,
         "local: environment steps between evaluations (0: only at the end)"),
     OPT("eval_episodes", SAC_CFG_INT, t.eval_episodes, "10", 1, 100000, "episodes per evaluation"),
@@ -91,7 +100,8 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("resume", resume, "", "a run directory to continue (use with --config DIR/config.txt)"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
-    STR("metrics_addr", metrics_addr, "0.0.0.0", "address the /metrics and /healthz endpoint binds (numeric)"),
+    STR("metrics_addr", metrics_addr, "0.0.0.0",
+        "address the /metrics and /healthz endpoint binds (numeric)"),
     OPT("metrics_port", SAC_CFG_INT, metrics_port, "9100", -1, 65535,
         "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"),
 };
@@ -140,8 +150,8 @@ static int run_service(const learner_cfg_t *c) {
     if (sac_rundir_reopen(&rd, c->resume, c->t.env) != 0)
       return 2;
     snprintf(lc.resume, sizeof lc.resume, "%s/checkpoint.bin", c->resume);
-  } else if (sac_rundir_open(&rd, c->run_dir, c->run_name, c->t.env, k_opts, sizeof k_opts / sizeof k_opts[0], c) !=
-             0) {
+  } else if (sac_rundir_open(&rd, c->run_dir, c->run_name, c->t.env, k_opts, sizeof k_opts / sizeof k_opts[0],
+                             c) != 0) {
     return 1;
   }
   lc.rundir = &rd;
@@ -154,19 +164,20 @@ static int run_service(const learner_cfg_t *c) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  SAC_INFO("learner", "training on %s for %lld steps (backend %s, seed %llu)", lc.env, (long long)lc.total_steps,
-           lc.backend, (unsigned long long)lc.seed);
+  SAC_INFO("learner", "training on %s for %lld steps (backend %s, seed %llu)", lc.env,
+           (long long)lc.total_steps, lc.backend, (unsigned long long)lc.seed);
   sac_learner_result_t res;
   int rc = sac_learner_run(&lc, &g_stop, &res);
   if (rc) {
     fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
     return rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
   }
-  printf("result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
-         "episodes  wall %.1f s  %.0f updates/s  %.0f steps/s  policy version %llu\n",
-         lc.env, (long long)res.env_steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
-         res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second, res.env_steps_per_second,
-         (unsigned long long)res.policy_version);
+  printf(
+      "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
+      "episodes  wall %.1f s  %.0f updates/s  %.0f steps/s  policy version %llu\n",
+      lc.env, (long long)res.env_steps, (long long)res.updates, (long long)res.episodes,
+      res.final_eval_return, res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second,
+      res.env_steps_per_second, (unsigned long long)res.policy_version);
   printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin, checkpoint.bin\n", rd.path);
   return 0;
 }
@@ -177,7 +188,8 @@ int main(int argc, char **argv) {
   sac_train_cfg_default(&c.t);
   int action;
   if (sac_config_load(k_opts, sizeof k_opts / sizeof k_opts[0], &c, argc, argv,
-                      "sac-learner: trains a Soft Actor-Critic agent and reports its evaluation return", &action))
+                      "sac-learner: trains a Soft Actor-Critic agent and reports its evaluation return",
+                      &action))
     return 2;
   if (action == SAC_CFG_EXIT_OK)
     return 0;
@@ -229,9 +241,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
     return rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
   }
-  printf("result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
-         "episodes  wall %.1f s  %.0f updates/s\n",
-         c.t.env, (long long)res.steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
-         res.best_eval_return, c.t.eval_episodes, res.wall_seconds, res.updates_per_second);
+  printf(
+      "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
+      "episodes  wall %.1f s  %.0f updates/s\n",
+      c.t.env, (long long)res.steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
+      res.best_eval_return, c.t.eval_episodes, res.wall_seconds, res.updates_per_second);
   return 0;
 }

@@ -60,9 +60,10 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
     char e[64];
     size_t j = 0;
     for (const char *p = env; *p && j < sizeof e - 1; p++)
-      e[j++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-'
-                          ? *p
-                          : '_');
+      e[j++] =
+          (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-'
+                     ? *p
+                     : '_');
     e[j] = '\0';
     snprintf(nm, sizeof nm, "%s-%s", when, e);
   }
@@ -105,8 +106,8 @@ int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env) {
     size_t i = rd->n;
     long long st, up;
     sac_stats_t *x = &rd->st[i];
-    if (sscanf(line, "%lf,%lld,%lld,%lf,%f,%f,%f,%f,%f,%f", &rd->wall_s[i], &st, &up, &rd->ret[i], &x->critic_loss,
-               &x->actor_loss, &x->alpha_loss, &x->alpha, &x->entropy, &x->mean_q) == 10) {
+    if (sscanf(line, "%lf,%lld,%lld,%lf,%f,%f,%f,%f,%f,%f", &rd->wall_s[i], &st, &up, &rd->ret[i],
+               &x->critic_loss, &x->actor_loss, &x->alpha_loss, &x->alpha, &x->entropy, &x->mean_q) == 10) {
       rd->steps[i] = st, rd->updates[i] = up;
       rd->n++;
     }
@@ -127,11 +128,13 @@ int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t 
   FILE *f = open_tmp(path, tmp, sizeof tmp);
   if (!f)
     return SAC_EIO;
-  fprintf(f, "wall_seconds,env_steps,updates,eval_return,critic_loss,actor_loss,alpha_loss,alpha,entropy,mean_q\n");
+  fprintf(
+      f,
+      "wall_seconds,env_steps,updates,eval_return,critic_loss,actor_loss,alpha_loss,alpha,entropy,mean_q\n");
   for (size_t i = 0; i < rd->n; i++)
     fprintf(f, "%.3f,%lld,%lld,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n", rd->wall_s[i], (long long)rd->steps[i],
-            (long long)rd->updates[i], rd->ret[i], rd->st[i].critic_loss, rd->st[i].actor_loss, rd->st[i].alpha_loss,
-            rd->st[i].alpha, rd->st[i].entropy, rd->st[i].mean_q);
+            (long long)rd->updates[i], rd->ret[i], rd->st[i].critic_loss, rd->st[i].actor_loss,
+            rd->st[i].alpha_loss, rd->st[i].alpha, rd->st[i].entropy, rd->st[i].mean_q);
   int rc = commit(f, tmp, path);
   snprintf(path, sizeof path, "%s/curve.svg", rd->path);
   return rc ? rc : sac_write_curve_svg(path, rd->title, rd->steps, rd->ret, rd->n);
@@ -160,7 +163,8 @@ int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *para
   return commit(f, tmp, path);
 }
 
-int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min, float *log_std_max) {
+int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min,
+                    float *log_std_max) {
   *params = NULL;
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -181,7 +185,8 @@ int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *
       goto out;
     d->sizes[l] = (int)s;
   }
-  if (fread(&act, 4, 1, f) != 1 || act > 2 || fread(log_std_min, 4, 1, f) != 1 || fread(log_std_max, 4, 1, f) != 1)
+  if (fread(&act, 4, 1, f) != 1 || act > 2 || fread(log_std_min, 4, 1, f) != 1 ||
+      fread(log_std_max, 4, 1, f) != 1)
     goto out;
   d->hidden_act = (sac_act_t)act;
   size_t n = sac_mlp_param_count(d);
@@ -203,7 +208,8 @@ out:
   return rc;
 }
 
-int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns, size_t n) {
+int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
+                        size_t n) {
   char tmp[1200];
   FILE *f = open_tmp(path, tmp, sizeof tmp);
   if (!f)
@@ -226,27 +232,38 @@ int sac_write_curve_svg(const char *path, const char *title, const int64_t *step
   ymin -= pad, ymax += pad;
 #define X(v) (L + (v) / xmax * (W - L - R))
 #define Y(v) (T + (ymax - (v)) / (ymax - ymin) * (H - T - Bm))
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
-             "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
-  fprintf(f, "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">%s: deterministic evaluation return</text>\n",
+  fprintf(
+      f,
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+      W, H);
+  fprintf(f,
+          "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">%s: deterministic evaluation "
+          "return</text>\n",
           W / 2, title);
   for (int k = 0; k <= 5; k++) { /* grid and tick labels */
     double yv = ymin + (ymax - ymin) * k / 5, xv = xmax * k / 5;
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, Y(yv), W - R, Y(yv));
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, Y(yv), W - R,
+            Y(yv));
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, Y(yv) + 4, yv);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", X(xv), T, X(xv), H - Bm);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", X(xv), T, X(xv),
+            H - Bm);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", X(xv), H - Bm + 18, xv);
   }
-  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">environment steps</text>\n", (L + W - R) / 2, H - 15);
-  fprintf(f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">return</text>\n",
-          (T + H - Bm) / 2, (T + H - Bm) / 2);
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">environment steps</text>\n", (L + W - R) / 2,
+          H - 15);
+  fprintf(
+      f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">return</text>\n",
+      (T + H - Bm) / 2, (T + H - Bm) / 2);
   fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
   for (size_t i = 0; i < n; i++)
     fprintf(f, "%.1f,%.1f ", X((double)steps[i]), Y(returns[i]));
   fprintf(f, "\"/>\n");
   for (size_t i = 0; i < n; i++)
-    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#1f77b4\"><title>%lld steps: %.1f</title></circle>\n",
-            X((double)steps[i]), Y(returns[i]), (long long)steps[i], returns[i]);
+    fprintf(
+        f,
+        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#1f77b4\"><title>%lld steps: %.1f</title></circle>\n",
+        X((double)steps[i]), Y(returns[i]), (long long)steps[i], returns[i]);
   fprintf(f, "</svg>\n");
 #undef X
 #undef Y

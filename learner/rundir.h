@@ -41,8 +41,10 @@ int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *para
                     float log_std_max);
 /* Loads policy.bin; *params is malloc'ed (caller frees). 0, SAC_EIO, SAC_EPROTO (not a
  * policy file or truncated), SAC_ENOMEM. */
-int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min, float *log_std_max);
+int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min,
+                    float *log_std_max);
 /* Writes the SVG learning curve of (steps, returns) to path. 0 or SAC_EIO. */
-int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns, size_t n);
+int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
+                        size_t n);
 
 #endif

@@ -34,22 +34,22 @@ struct sac {
   size_t n_actor, n_critic, n_params;
   /* flat buffers, layout [actor | critics | log alpha] */
   float *params, *grads, *m, *v;
-  float *target; /* critics' layout */
-  float *steps;  /* Adam step counters: critic, actor, alpha */
+  float *target;     /* critics' layout */
+  float *steps;      /* Adam step counters: critic, actor, alpha */
   mlp_acts_t aa, ca; /* hidden activations of the actor and of the critics */
   float *dbuf[2];
   /* The policy runs once per update over 2B rows, [s; s'] (the batch stores obs and
    * next_obs back to back): both forwards use the same actor parameters, and one GEMM
    * of 2B rows is cheaper than two of B. Rows [0, B) serve the actor loss and are the
    * ones back-propagated; rows [B, 2B) give a' for the critic target. */
-  float *obs2;               /* (2B, O) = [obs; next_obs] */
-  float *P, *dP;             /* actor head (2B, 2A); dP (B, 2A) */
-  float *eps2;               /* (2B, A) = [eps_pi; eps_next] */
-  float *a2, *da;            /* (2B, A) = [a~; a']; da (B, A) */
-  float *logp2;              /* (2B) = [log pi(a~|s); log pi(a'|s')] */
-  float *dlogp, *y, *td;     /* (B) */
-  float *q, *qt, *dq;                       /* (B, 2) */
-  float *stats;                             /* critic loss, mean q, actor loss, entropy, alpha loss */
+  float *obs2;           /* (2B, O) = [obs; next_obs] */
+  float *P, *dP;         /* actor head (2B, 2A); dP (B, 2A) */
+  float *eps2;           /* (2B, A) = [eps_pi; eps_next] */
+  float *a2, *da;        /* (2B, A) = [a~; a']; da (B, A) */
+  float *logp2;          /* (2B) = [log pi(a~|s); log pi(a'|s')] */
+  float *dlogp, *y, *td; /* (B) */
+  float *q, *qt, *dq;    /* (B, 2) */
+  float *stats;          /* critic loss, mean q, actor loss, entropy, alpha loss */
   sac_batch_t batch;
   sac_head_hp_t head, head2; /* B and 2B rows */
   uint32_t key[2];
@@ -146,8 +146,8 @@ static void mlp_fwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, int 
 
 /* Recompute: makes hidden layer m's activation present, re-running its segment of the
  * forward from the checkpoint below it (or from the input) over the forward's rows. */
-static void mlp_need(sac_t *s, const sac_mlp_desc_t *d, const float *params, const sac_seg_t *in, int n_in_seg,
-                     mlp_acts_t *ma, int m) {
+static void mlp_need(sac_t *s, const sac_mlp_desc_t *d, const float *params, const sac_seg_t *in,
+                     int n_in_seg, mlp_acts_t *ma, int m) {
   const int ck = ma->ck;
   if (!ck || m < 0 || m >= d->n_layers - 1 || m % ck == ck - 1 || ma->slot_layer[m % ck] == m)
     return;
@@ -186,9 +186,10 @@ static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, floa
 
 int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   *out = NULL;
-  if (hp->obs_dim < 1 || hp->act_dim < 1 || hp->hidden < 1 || hp->depth < 1 || hp->depth >= SAC_MLP_MAX_LAYERS ||
-      hp->batch < 1 || hp->policy_delay < 1 || !(hp->gamma >= 0.0f && hp->gamma <= 1.0f) ||
-      !(hp->tau > 0.0f && hp->tau <= 1.0f) || !(hp->init_alpha > 0.0f) || !(hp->log_std_min < hp->log_std_max)) {
+  if (hp->obs_dim < 1 || hp->act_dim < 1 || hp->hidden < 1 || hp->depth < 1 ||
+      hp->depth >= SAC_MLP_MAX_LAYERS || hp->batch < 1 || hp->policy_delay < 1 ||
+      !(hp->gamma >= 0.0f && hp->gamma <= 1.0f) || !(hp->tau > 0.0f && hp->tau <= 1.0f) ||
+      !(hp->init_alpha > 0.0f) || !(hp->log_std_min < hp->log_std_max)) {
     SAC_ERROR("sac", "invalid hyperparameters (obs %d act %d hidden %d depth %d batch %d)", hp->obs_dim,
               hp->act_dim, hp->hidden, hp->depth, hp->batch);
     return SAC_EINVAL;
@@ -208,10 +209,10 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   s->n_params = s->n_actor + s->n_critic + 1;
 
   int rc = 0;
-#define ALLOC(ptr, n)                                  \
-  do {                                                 \
-    if ((rc = be->ops->alloc(be, (n), &(ptr))) != 0) \
-      goto err;                                        \
+#define ALLOC(ptr, n)                                                                                        \
+  do {                                                                                                       \
+    if ((rc = be->ops->alloc(be, (n), &(ptr))) != 0)                                                         \
+      goto err;                                                                                              \
   } while (0)
   ALLOC(s->params, s->n_params);
   ALLOC(s->grads, s->n_params);
@@ -308,9 +309,32 @@ void sac_destroy(sac_t **sp) {
   if (!s)
     return;
   sac_backend_t *be = s->be;
-  float **bufs[] = {&s->params, &s->grads, &s->m, &s->v, &s->target, &s->steps, &s->dbuf[0], &s->dbuf[1],
-                    &s->obs2, &s->P, &s->dP, &s->eps2, &s->a2, &s->da, &s->logp2, &s->dlogp, &s->y, &s->td, &s->q, &s->qt, &s->dq, &s->stats, &s->batch.action,
-                    &s->batch.reward, &s->batch.terminated, &s->batch.weights};
+  float **bufs[] = {&s->params,
+                    &s->grads,
+                    &s->m,
+                    &s->v,
+                    &s->target,
+                    &s->steps,
+                    &s->dbuf[0],
+                    &s->dbuf[1],
+                    &s->obs2,
+                    &s->P,
+                    &s->dP,
+                    &s->eps2,
+                    &s->a2,
+                    &s->da,
+                    &s->logp2,
+                    &s->dlogp,
+                    &s->y,
+                    &s->td,
+                    &s->q,
+                    &s->qt,
+                    &s->dq,
+                    &s->stats,
+                    &s->batch.action,
+                    &s->batch.reward,
+                    &s->batch.terminated,
+                    &s->batch.weights};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (*bufs[i])
       be->ops->free(be, *bufs[i]);
@@ -412,8 +436,8 @@ static void update_ops(sac_t *s) {
     sac_compute_actor_grads(s);
     ops->adam(s->be, actor_params(s), s->grads, s->m, s->v, s->n_actor, &actor_hp, s->steps + 1);
     if (s->hp.autotune_alpha)
-      ops->adam(s->be, log_alpha(s), s->grads + s->n_params - 1, s->m + s->n_params - 1, s->v + s->n_params - 1, 1,
-                &alpha_hp, s->steps + 2);
+      ops->adam(s->be, log_alpha(s), s->grads + s->n_params - 1, s->m + s->n_params - 1,
+                s->v + s->n_params - 1, 1, &alpha_hp, s->steps + 2);
   }
   ops->polyak(s->be, s->target, critic_params(s), s->n_critic, s->hp.tau);
   if (ops->update_end)
@@ -464,9 +488,13 @@ int sac_stats(sac_t *s, sac_stats_t *out) {
   return 0;
 }
 
-int sac_td_errors(sac_t *s, float *out) { return s->be->ops->download(s->be, out, s->td, (size_t)s->hp.batch); }
+int sac_td_errors(sac_t *s, float *out) {
+  return s->be->ops->download(s->be, out, s->td, (size_t)s->hp.batch);
+}
 
-int sac_get_actor(sac_t *s, float *out) { return s->be->ops->download(s->be, out, actor_params(s), s->n_actor); }
+int sac_get_actor(sac_t *s, float *out) {
+  return s->be->ops->download(s->be, out, actor_params(s), s->n_actor);
+}
 
 static float *buffer(sac_t *s, int which) {
   switch (which) {

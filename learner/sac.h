@@ -24,10 +24,10 @@ typedef struct {
   int autotune_alpha;   /* 0: alpha stays at init_alpha */
   float target_entropy; /* NAN: -act_dim */
   float log_std_min, log_std_max;
-  int policy_delay;     /* actor and alpha update every policy_delay critic updates */
+  int policy_delay; /* actor and alpha update every policy_delay critic updates */
   uint64_t seed;
-  int recompute;        /* 1: keep every ~sqrt(depth)-th hidden activation and recompute the
-                           others in the backward (gradient checkpointing); same results */
+  int recompute; /* 1: keep every ~sqrt(depth)-th hidden activation and recompute the
+                    others in the backward (gradient checkpointing); same results */
 } sac_hparams_t;
 
 /* The defaults of DESIGN.md §5 (lr 3e-4, batch 256, 2 x 256, gamma 0.99, tau 0.005). */
@@ -93,10 +93,10 @@ void sac_set_noise_key(sac_t *s, const uint32_t key[2]);
 /* Where an update's time goes, filled when a profile is attached (the backend is
  * synchronised between phases, which costs a little on a GPU). Seconds, accumulated. */
 typedef struct {
-  double target;      /* a' ~ pi(s'), target critics, y */
-  double critic;      /* critic forward, loss, backward */
-  double actor;       /* policy forward, critics on (s, a~), backward through both */
-  double optimizer;   /* Adam (critics, actor, alpha) and Polyak */
+  double target;    /* a' ~ pi(s'), target critics, y */
+  double critic;    /* critic forward, loss, backward */
+  double actor;     /* policy forward, critics on (s, a~), backward through both */
+  double optimizer; /* Adam (critics, actor, alpha) and Polyak */
   int64_t updates;
 } sac_profile_t;
 /* Attaches (or with NULL detaches) a profile; the caller owns it. */

@@ -17,8 +17,8 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/weights.h"
-#include "learner/service_metrics.h"
 #include "learner/checkpoint.h"
+#include "learner/service_metrics.h"
 #include "learner/train_local.h"
 #include "replay/client.h"
 #include "replay/server.h"
@@ -46,8 +46,8 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
 }
 
 int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list) {
-  return sac_net_split_endpoints(list, "shard endpoint list", c->shard_sample_endpoints, SAC_LEARNER_MAX_SHARDS,
-                                 &c->n_shards);
+  return sac_net_split_endpoints(list, "shard endpoint list", c->shard_sample_endpoints,
+                                 SAC_LEARNER_MAX_SHARDS, &c->n_shards);
 }
 
 /* The in-process shards and actors of the embedded default. */
@@ -66,8 +66,8 @@ static void embedded_stop(embedded_t *em) {
     sac_replay_server_destroy(&em->shards[i]);
 }
 
-static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, sac_net_ctx_t *ctx, embedded_t *em,
-                          char (*sample_eps)[256], int64_t steps_done) {
+static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, sac_net_ctx_t *ctx,
+                          embedded_t *em, char (*sample_eps)[256], int64_t steps_done) {
   memset(em, 0, sizeof *em);
   const int S = c->embedded_shards, N = c->embedded_actors;
   if (S < 1 || S > SAC_LEARNER_MAX_SHARDS || N < 1) {
@@ -93,7 +93,8 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
     snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
     snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);
     if (c->rundir) { /* the replay is part of the run: a resumed run restores it */
-      int len = snprintf(sc.snapshot_path, sizeof sc.snapshot_path, "%.1000s/shard-%d.snap", c->rundir->path, i);
+      int len =
+          snprintf(sc.snapshot_path, sizeof sc.snapshot_path, "%.1000s/shard-%d.snap", c->rundir->path, i);
       if (len < 0 || (size_t)len >= sizeof sc.snapshot_path) {
         SAC_ERROR("learner", "run directory path too long for shard snapshots: %s", c->rundir->path);
         embedded_stop(em);
@@ -108,7 +109,8 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
     }
     em->n_shards++;
     snprintf(sample_eps[i], 256, "%s", sac_replay_server_sample_endpoint(em->shards[i]));
-    snprintf(ac.shard_endpoints[i], sizeof ac.shard_endpoints[i], "%s", sac_replay_server_insert_endpoint(em->shards[i]));
+    snprintf(ac.shard_endpoints[i], sizeof ac.shard_endpoints[i], "%s",
+             sac_replay_server_insert_endpoint(em->shards[i]));
   }
   ac.n_shards = (size_t)S;
   snprintf(ac.env, sizeof ac.env, "%s", c->env);
@@ -136,7 +138,8 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
     }
     em->n_actors++;
   }
-  SAC_INFO("learner", "embedded: %d shard(s), %d actor(s) x %d env(s) over inproc://", S, N, c->envs_per_actor);
+  SAC_INFO("learner", "embedded: %d shard(s), %d actor(s) x %d env(s) over inproc://", S, N,
+           c->envs_per_actor);
   return 0;
 }
 
@@ -155,7 +158,8 @@ static int64_t stored_steps(sac_replay_client_t *client, size_t n_shards, int64_
 /* Evaluates the current policy (copied into `actor`), keeps the final and best return
  * and adds the point to the run directory. 0 or a negative code. */
 static int evaluate_point(const sac_learner_cfg_t *cfg, sac_t *sac, const sac_hparams_t *hp, float *actor,
-                          double wall_s, int64_t steps, sac_learner_result_t *res, sac_stats_t *st, double *ret) {
+                          double wall_s, int64_t steps, sac_learner_result_t *res, sac_stats_t *st,
+                          double *ret) {
   int rc = sac_get_actor(sac, actor);
   if (rc == 0)
     rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, hp, cfg->eval_episodes, ret);
@@ -212,8 +216,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       SAC_ERROR("learner", "cannot resume from %s: %s", cfg->resume, sac_strerror(rc));
       goto out;
     }
-    SAC_INFO("learner", "resumed from %s: %llu updates, %llu environment steps, policy version %llu", cfg->resume,
-             (unsigned long long)ck.updates, (unsigned long long)ck.env_steps,
+    SAC_INFO("learner", "resumed from %s: %llu updates, %llu environment steps, policy version %llu",
+             cfg->resume, (unsigned long long)ck.updates, (unsigned long long)ck.env_steps,
              (unsigned long long)ck.policy_version);
   }
   actor = malloc(sizeof(float) * sac_actor_param_count(sac));
@@ -264,7 +268,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     goto out;
   if (cfg->rundir && !cfg->resume[0]) { /* where the curve starts: the untrained policy */
     double ret0;
-    if ((rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes, &ret0)) != 0)
+    if ((rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes,
+                           &ret0)) != 0)
       goto out;
     sac_stats_t st0 = {.alpha = hp.init_alpha};
     sac_rundir_add_eval(cfg->rundir, 0.0, 0, 0, ret0, &st0);
@@ -276,9 +281,11 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   int64_t steps = (int64_t)ck.env_steps, last_log_updates = res->updates, start_updates = res->updates;
   uint64_t version = ck.policy_version;
   sac_stats_t st = {0};
-  int64_t next_eval = cfg->eval_every > 0 ? (res->updates / cfg->eval_every + 1) * cfg->eval_every : INT64_MAX;
-  int64_t next_ckpt = cfg->checkpoint_every > 0 ? (res->updates / cfg->checkpoint_every + 1) * cfg->checkpoint_every
-                                                : INT64_MAX;
+  int64_t next_eval =
+      cfg->eval_every > 0 ? (res->updates / cfg->eval_every + 1) * cfg->eval_every : INT64_MAX;
+  int64_t next_ckpt = cfg->checkpoint_every > 0
+                          ? (res->updates / cfg->checkpoint_every + 1) * cfg->checkpoint_every
+                          : INT64_MAX;
   /* on a terminal the progress is one line redrawn in place; elsewhere (files, pipes,
    * containers, JSON logs) it is an ordinary log line */
   const int tty = isatty(STDERR_FILENO) && !sac_log_json_enabled();
@@ -312,8 +319,10 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       goto out;
     double u0 = sac_clock_s();
     const size_t B = (size_t)hp.batch, O = (size_t)hp.obs_dim, A = (size_t)hp.act_dim;
-    if ((rc = ops->upload(be, bb->obs, b.obs, B * O)) || (rc = ops->upload(be, bb->next_obs, b.next_obs, B * O)) ||
-        (rc = ops->upload(be, bb->action, b.action, B * A)) || (rc = ops->upload(be, bb->reward, b.reward, B)) ||
+    if ((rc = ops->upload(be, bb->obs, b.obs, B * O)) ||
+        (rc = ops->upload(be, bb->next_obs, b.next_obs, B * O)) ||
+        (rc = ops->upload(be, bb->action, b.action, B * A)) ||
+        (rc = ops->upload(be, bb->reward, b.reward, B)) ||
         (rc = ops->upload(be, bb->terminated, b.terminated, B)) ||
         (cfg->prioritized && (rc = ops->upload(be, bb->weights, b.weights, B))))
       goto out;
@@ -364,11 +373,12 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       if (em.n_actors)
         ret /= (double)em.n_actors;
       char line[512];
-      snprintf(line, sizeof line,
-               "steps %lld/%lld  updates %lld (%.0f/s)  actor return %.1f  alpha %.4f  q_loss %.4f  pi_loss %.4f  "
-               "entropy %.3f  version %llu  eta %.0fs",
-               (long long)steps, (long long)cfg->total_steps, (long long)res->updates, ups, ret, st.alpha,
-               st.critic_loss, st.actor_loss, st.entropy, (unsigned long long)version, eta);
+      snprintf(
+          line, sizeof line,
+          "steps %lld/%lld  updates %lld (%.0f/s)  actor return %.1f  alpha %.4f  q_loss %.4f  pi_loss %.4f  "
+          "entropy %.3f  version %llu  eta %.0fs",
+          (long long)steps, (long long)cfg->total_steps, (long long)res->updates, ups, ret, st.alpha,
+          st.critic_loss, st.actor_loss, st.entropy, (unsigned long long)version, eta);
       if (tty) { /* a status line redrawn in place; log lines go above it */
         fprintf(stderr, "\r\033[K%s", line);
         fflush(stderr);
@@ -396,7 +406,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   sac_weights_publish(pub, (uint64_t)res->updates, actor);
   if (cfg->rundir) {
     char path[1100];
-    sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, (uint64_t)res->updates, res->wall_seconds};
+    sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, (uint64_t)res->updates,
+                             res->wall_seconds};
     if (sac_checkpoint_save(sac, ckpt_path, &c) != 0)
       rc = SAC_EIO;
     snprintf(path, sizeof path, "%s/policy.bin", cfg->rundir->path);

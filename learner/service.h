@@ -19,7 +19,7 @@
 #define SAC_LEARNER_MAX_SHARDS 64
 
 typedef struct {
-  char env[256];     /* for dimensions and evaluation */
+  char env[256]; /* for dimensions and evaluation */
   char backend[16];
   int threads;
   uint64_t seed;
@@ -32,14 +32,14 @@ typedef struct {
   int eval_episodes;
   int log_interval_s;
   int quiet;
-  int prioritized;         /* prioritised replay (embedded shards; remote shards decide their own) */
+  int prioritized; /* prioritised replay (embedded shards; remote shards decide their own) */
   double per_alpha, per_beta;
   char weights_endpoint[256];
-  size_t n_shards;         /* 0: embedded */
+  size_t n_shards; /* 0: embedded */
   char shard_sample_endpoints[SAC_LEARNER_MAX_SHARDS][256];
   /* embedded */
   int embedded_shards, embedded_actors, envs_per_actor;
-  int64_t buffer_capacity; /* over all embedded shards */
+  int64_t buffer_capacity;  /* over all embedded shards */
   sac_rundir_t *rundir;     /* where evaluations, checkpoints and the final policy go (NULL: nowhere) */
   int64_t checkpoint_every; /* updates between checkpoints in the run directory (0: at the end only) */
   char resume[1024];        /* checkpoint to resume from ("": a new run) */

@@ -50,7 +50,8 @@ typedef struct {
 } sac_service_metrics_t;
 
 /* Registers the learner's own series (owned by the registry: they stay after the run). */
-static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metrics_t *r, const sac_learner_cfg_t *cfg) {
+static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metrics_t *r,
+                                            const sac_learner_cfg_t *cfg) {
   memset(m, 0, sizeof *m);
   m->r = r;
   m->shard_snapshots = cfg->rundir != NULL;
@@ -59,28 +60,34 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
   size_t nb;
   const double *b = sac_metrics_latency_buckets(&nb);
   m->updates = sac_metrics_counter(r, "sac_learner_updates_total", "SAC updates done.", NULL, NULL);
-  m->update_s =
-      sac_metrics_histogram(r, "sac_learner_update_duration_seconds",
-                            "Host time of one update: batch upload, update, priorities, publish.", NULL, b, nb, NULL);
+  m->update_s = sac_metrics_histogram(r, "sac_learner_update_duration_seconds",
+                                      "Host time of one update: batch upload, update, priorities, publish.",
+                                      NULL, b, nb, NULL);
   m->sample_wait_s =
       sac_metrics_histogram(r, "sac_learner_sample_wait_seconds",
                             "Time waiting for a sampled batch from the replay shards.", NULL, b, nb, NULL);
-  m->env_steps = sac_metrics_counter(r, "sac_learner_env_steps_total",
-                                     "Environment steps stored in the replay shards (the run's progress).", NULL, NULL);
-  m->target_steps =
-      sac_metrics_gauge(r, "sac_learner_target_env_steps", "Environment steps the run trains for.", NULL, NULL);
+  m->env_steps =
+      sac_metrics_counter(r, "sac_learner_env_steps_total",
+                          "Environment steps stored in the replay shards (the run's progress).", NULL, NULL);
+  m->target_steps = sac_metrics_gauge(r, "sac_learner_target_env_steps",
+                                      "Environment steps the run trains for.", NULL, NULL);
   m->version = sac_metrics_gauge(r, "sac_learner_policy_version",
-                                 "Version of the last published policy (the update count at publication).", NULL, NULL);
-  m->critic_loss = sac_metrics_gauge(r, "sac_learner_critic_loss", "Critic loss of the last update.", NULL, NULL);
-  m->actor_loss = sac_metrics_gauge(r, "sac_learner_actor_loss", "Actor (policy) loss of the last update.", NULL, NULL);
-  m->alpha_loss = sac_metrics_gauge(r, "sac_learner_alpha_loss", "Temperature loss of the last update.", NULL, NULL);
+                                 "Version of the last published policy (the update count at publication).",
+                                 NULL, NULL);
+  m->critic_loss =
+      sac_metrics_gauge(r, "sac_learner_critic_loss", "Critic loss of the last update.", NULL, NULL);
+  m->actor_loss =
+      sac_metrics_gauge(r, "sac_learner_actor_loss", "Actor (policy) loss of the last update.", NULL, NULL);
+  m->alpha_loss =
+      sac_metrics_gauge(r, "sac_learner_alpha_loss", "Temperature loss of the last update.", NULL, NULL);
   m->alpha = sac_metrics_gauge(r, "sac_learner_alpha", "Entropy temperature alpha.", NULL, NULL);
-  m->entropy =
-      sac_metrics_gauge(r, "sac_learner_policy_entropy", "Policy entropy estimate (-mean log pi).", NULL, NULL);
-  m->mean_q = sac_metrics_gauge(r, "sac_learner_mean_q", "Mean Q value of the last critic update.", NULL, NULL);
-  m->eval_return =
-      sac_metrics_gauge(r, "sac_learner_eval_return",
-                        "Mean return of the last deterministic evaluation (NaN before the first).", NULL, NULL);
+  m->entropy = sac_metrics_gauge(r, "sac_learner_policy_entropy", "Policy entropy estimate (-mean log pi).",
+                                 NULL, NULL);
+  m->mean_q =
+      sac_metrics_gauge(r, "sac_learner_mean_q", "Mean Q value of the last critic update.", NULL, NULL);
+  m->eval_return = sac_metrics_gauge(
+      r, "sac_learner_eval_return",
+      "Mean return of the last deterministic evaluation (NaN before the first).", NULL, NULL);
   sac_metric_set(m->target_steps, (double)cfg->total_steps);
   if (sac_metric_value(m->updates) == 0) { /* a first run: no statistics yet */
     sac_metric_t *nan_until_first[] = {m->critic_loss, m->actor_loss, m->alpha_loss, m->alpha,
@@ -144,7 +151,8 @@ static inline int sac_service_metrics__nvml(sac_service_metrics_t *m) {
   }
   sac_nvml__t *n = calloc(1, sizeof *n);
   int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-  int (*by_bus)(const char *, void **) = (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+  int (*by_bus)(const char *, void **) =
+      (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
   if (!n || !init || !by_bus || init() != 0) {
     SAC_INFO("learner", "metrics: no GPU utilisation (NVML unusable)");
     free(n);
@@ -164,8 +172,8 @@ static inline int sac_service_metrics__nvml(sac_service_metrics_t *m) {
                                     "GPU busy fraction over NVML's last sample period (0..1).", NULL, m);
   n->used = sac_metrics_gauge(m->r, "sac_learner_gpu_memory_used_bytes",
                               "Device memory in use on the learner's GPU (all processes).", NULL, m);
-  n->total =
-      sac_metrics_gauge(m->r, "sac_learner_gpu_memory_total_bytes", "Device memory of the learner's GPU.", NULL, m);
+  n->total = sac_metrics_gauge(m->r, "sac_learner_gpu_memory_total_bytes",
+                               "Device memory of the learner's GPU.", NULL, m);
   if (sac_metrics_collector(m->r, sac_nvml__collect, n, sac_nvml__free, m) != 0)
     return 0;
   SAC_INFO("learner", "metrics: GPU utilisation and memory from NVML (device %s)", bus);
@@ -198,9 +206,9 @@ static inline void sac_service_metrics__stale(void *user) {
 
 /* Once the backend exists and (embedded) the shards and actors run. Failures only cost
  * series (logged). */
-static inline void sac_service_metrics_attach(sac_service_metrics_t *m, sac_backend_t *be, const char *backend,
-                                              sac_replay_server_t *const *shards, size_t n_shards,
-                                              sac_actor_t *const *actors, size_t n_actors) {
+static inline void sac_service_metrics_attach(sac_service_metrics_t *m, sac_backend_t *be,
+                                              const char *backend, sac_replay_server_t *const *shards,
+                                              size_t n_shards, sac_actor_t *const *actors, size_t n_actors) {
   if (!m->r)
     return;
   m->be = be;
@@ -211,16 +219,17 @@ static inline void sac_service_metrics_attach(sac_service_metrics_t *m, sac_back
       m->loss_scale = sac_metrics_gauge(m->r, "sac_learner_loss_scale",
                                         "fp16 loss scale of the cuda backend (1 without fp16).", NULL, m);
     if (be->ops->get_metric(be, "skipped_steps", &v) == 0)
-      m->skipped = sac_metrics_counter(m->r, "sac_learner_skipped_steps_total",
-                                       "Updates whose optimizer steps were skipped (inf/NaN under fp16).", NULL, m);
+      m->skipped =
+          sac_metrics_counter(m->r, "sac_learner_skipped_steps_total",
+                              "Updates whose optimizer steps were skipped (inf/NaN under fp16).", NULL, m);
     if (be->ops->get_metric(be, "device_bytes", &v) == 0)
       m->backend_bytes = sac_metrics_gauge(m->r, "sac_learner_backend_device_bytes",
                                            "Device memory allocated by the learner's backend.", NULL, m);
     if (!nvml && be->ops->get_metric(be, "device_used_bytes", &v) == 0) {
       m->gpu_used = sac_metrics_gauge(m->r, "sac_learner_gpu_memory_used_bytes",
                                       "Device memory in use on the learner's GPU (all processes).", NULL, m);
-      m->gpu_total =
-          sac_metrics_gauge(m->r, "sac_learner_gpu_memory_total_bytes", "Device memory of the learner's GPU.", NULL, m);
+      m->gpu_total = sac_metrics_gauge(m->r, "sac_learner_gpu_memory_total_bytes",
+                                       "Device memory of the learner's GPU.", NULL, m);
     }
   }
   int rc = 0;

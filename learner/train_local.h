@@ -11,17 +11,17 @@
 typedef struct {
   char env[256];
   char backend[16];
-  int threads;           /* cpu backend threads, 0 = all cores */
-  int64_t total_steps;   /* environment steps */
+  int threads;             /* cpu backend threads, 0 = all cores */
+  int64_t total_steps;     /* environment steps */
   int64_t learning_starts; /* uniform random actions and no updates before this */
-  int updates_per_step;  /* update-to-data ratio */
+  int updates_per_step;    /* update-to-data ratio */
   int64_t buffer_capacity;
   int64_t eval_interval; /* environment steps between evaluations (0: only at the end) */
   int eval_episodes;
-  int64_t log_interval;  /* environment steps between progress lines (0: none) */
+  int64_t log_interval; /* environment steps between progress lines (0: none) */
   int quiet;
   uint64_t seed;
-  sac_hparams_t hp;      /* obs_dim / act_dim are taken from the environment */
+  sac_hparams_t hp; /* obs_dim / act_dim are taken from the environment */
 } sac_train_cfg_t;
 
 typedef struct {

@@ -85,9 +85,9 @@ static void *make_socket(sac_replay_client_t *c, const char *ep) {
 }
 
 sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg) {
-  if (cfg->n_shards == 0 || cfg->n_shards > SAC_WIRE_MAX_SHARDS || (!cfg->insert_endpoints && !cfg->sample_endpoints) ||
-      cfg->window == 0 || cfg->window > MAX_WINDOW || (cfg->sample_endpoints && cfg->batch_size == 0) ||
-      cfg->max_msg_bytes < 4096) {
+  if (cfg->n_shards == 0 || cfg->n_shards > SAC_WIRE_MAX_SHARDS ||
+      (!cfg->insert_endpoints && !cfg->sample_endpoints) || cfg->window == 0 || cfg->window > MAX_WINDOW ||
+      (cfg->sample_endpoints && cfg->batch_size == 0) || cfg->max_msg_bytes < 4096) {
     SAC_ERROR("replay-client", "invalid client configuration (shards 1..%u, window 1..%u, batch_size > 0)",
               SAC_WIRE_MAX_SHARDS, MAX_WINDOW);
     return NULL;
@@ -103,7 +103,8 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
   if (!c->cfg.resend_ms)
     c->cfg.resend_ms = 2000;
   if (!c->cfg.session)
-    c->cfg.session = sac_splitmix64(sac_wallclock_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c) | 1u;
+    c->cfg.session =
+        sac_splitmix64(sac_wallclock_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c) | 1u;
   memset(c->shard_map, 0xff, sizeof c->shard_map);
   c->n = cfg->n_shards;
   c->conns = calloc(c->n, sizeof *c->conns);
@@ -250,7 +251,8 @@ static void service_inserts(sac_replay_client_t *c) {
         break;
       sac_wire_msg_t m;
       sac_wire_reason_t why;
-      if (len >= c->rcap || sac_wire_decode(c->dec, c->rbuf, len, &c->lim, &m, &why) != 0 || m.type != SAC_WIRE_ACK) {
+      if (len >= c->rcap || sac_wire_decode(c->dec, c->rbuf, len, &c->lim, &m, &why) != 0 ||
+          m.type != SAC_WIRE_ACK) {
         c->st.rejected_replies++;
         continue;
       }
@@ -270,7 +272,8 @@ static void service_inserts(sac_replay_client_t *c) {
         continue;
       if (s->unsent) {
         send_slot(c, k, s);
-      } else if (now - s->sent_ns > ((uint64_t)c->cfg.resend_ms * 1000000ull << (s->resends < 5 ? s->resends : 5))) {
+      } else if (now - s->sent_ns >
+                 ((uint64_t)c->cfg.resend_ms * 1000000ull << (s->resends < 5 ? s->resends : 5))) {
         /* Timed resends back off (resend_ms, 2x, 4x ... 32x): a shard that holds inserts
          * back (its rate limiter parked it) reads nothing, and a resend every resend_ms
          * would only pile duplicates up in its queues. A reconnect resends at once. */
@@ -331,7 +334,8 @@ int sac_replay_client_flush(sac_replay_client_t *c, int timeout_ms) {
   }
 }
 
-int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_transitions_t *t, int timeout_ms) {
+int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_transitions_t *t,
+                             int timeout_ms) {
   if (!c->conns[0].ins)
     return SAC_ESTATE;
   size_t i = shard >= 0 ? (size_t)shard : c->rr_insert++ % c->n;
@@ -394,8 +398,8 @@ int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_t
 
 static void request(sac_replay_client_t *c, conn_t *k) {
   sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
-  m.u.sample_request = (sac_wire_sample_request_t){++c->request_id, c->cfg.batch_size, c->cfg.beta,
-                                                   c->cfg.sample_timeout_ms};
+  m.u.sample_request =
+      (sac_wire_sample_request_t){++c->request_id, c->cfg.batch_size, c->cfg.beta, c->cfg.sample_timeout_ms};
   unsigned char buf[64];
   size_t len = 0;
   if (sac_wire_encode(&m, buf, sizeof buf, &len) != 0)

@@ -30,15 +30,15 @@ typedef struct {
   const char *const *sample_endpoints; /* n_shards, or NULL for an inserting-only client */
   sac_net_ctx_t *ctx;                  /* shared context, or NULL for the client's own */
   uint32_t actor_id;
-  uint32_t window;          /* unacked batches per shard (1..64), default 16 */
-  uint32_t resend_ms;       /* resend unacked batches older than this, default 2000 */
-  uint32_t prefetch;        /* sample requests in flight per shard, default 2 */
-  uint32_t batch_size;      /* rows per sample request, default 256 */
-  float beta;               /* importance-sampling exponent sent with requests, default 0.4 */
+  uint32_t window;            /* unacked batches per shard (1..64), default 16 */
+  uint32_t resend_ms;         /* resend unacked batches older than this, default 2000 */
+  uint32_t prefetch;          /* sample requests in flight per shard, default 2 */
+  uint32_t batch_size;        /* rows per sample request, default 256 */
+  float beta;                 /* importance-sampling exponent sent with requests, default 0.4 */
   uint32_t sample_timeout_ms; /* how long a shard may hold a request, default 1000 */
-  size_t max_msg_bytes;     /* default 4 MiB */
-  uint32_t obs_dim, act_dim; /* expected in sample batches (0: any) */
-  uint64_t session;         /* 0: random */
+  size_t max_msg_bytes;       /* default 4 MiB */
+  uint32_t obs_dim, act_dim;  /* expected in sample batches (0: any) */
+  uint64_t session;           /* 0: random */
 } sac_replay_client_config_t;
 
 void sac_replay_client_config_default(sac_replay_client_config_t *c);
@@ -60,7 +60,8 @@ void sac_replay_client_destroy(sac_replay_client_t **c);
  * Returns 0 (sent or queued for sending), SAC_ETIMEOUT (window still full: nothing was
  * sent, try again), SAC_EINVAL (a batch that fails validation, with a log line),
  * SAC_ETOOBIG, SAC_ENOMEM. */
-int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_transitions_t *t, int timeout_ms);
+int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_transitions_t *t,
+                             int timeout_ms);
 /* Processes acks, reconnects and resends without blocking longer than timeout_ms. */
 int sac_replay_client_poll(sac_replay_client_t *c, int timeout_ms);
 /* Waits until every batch was acknowledged; 0 or SAC_ETIMEOUT. */

@@ -60,7 +60,8 @@ static const sac_cfg_opt_t k_opts[] = {
     {"sampler", SAC_CFG_STRING, O(sampler), 32, "uniform", SAC_CFG_UNBOUNDED, "uniform | prioritized"},
     {"alpha", SAC_CFG_DOUBLE, O(alpha), 0, "0.6", 0, 10, "prioritized: priority exponent"},
     {"priority_eps", SAC_CFG_DOUBLE, O(priority_eps), 0, "1e-6", 0, 1e6, "prioritized: added to priorities"},
-    {"min_size", SAC_CFG_INT64, O(min_size), 0, "1000", 1, 4294967294.0, "transitions before sampling starts"},
+    {"min_size", SAC_CFG_INT64, O(min_size), 0, "1000", 1, 4294967294.0,
+     "transitions before sampling starts"},
     {"samples_per_insert", SAC_CFG_DOUBLE, O(samples_per_insert), 0, "0", 0, 1e9,
      "sampled transitions allowed per inserted one (0: no ratio limit); batch x updates per step"},
     {"error_buffer", SAC_CFG_DOUBLE, O(error_buffer), 0, "0", 0, 1e18,
@@ -126,10 +127,11 @@ int main(int argc, char **argv) {
   opts_t o;
   memset(&o, 0, sizeof o);
   int action = SAC_CFG_RUN;
-  if (sac_config_load(k_opts, sizeof k_opts / sizeof k_opts[0], &o, argc, argv,
-                      "sac-replay: one replay shard (storage, samplers, rate limiter, snapshots) serving actors and "
-                      "learners over ZeroMQ.",
-                      &action) != 0)
+  if (sac_config_load(
+          k_opts, sizeof k_opts / sizeof k_opts[0], &o, argc, argv,
+          "sac-replay: one replay shard (storage, samplers, rate limiter, snapshots) serving actors and "
+          "learners over ZeroMQ.",
+          &action) != 0)
     return 2;
   if (action == SAC_CFG_EXIT_OK)
     return 0;
@@ -191,7 +193,8 @@ int main(int argc, char **argv) {
   sac_metrics_t *metrics = NULL;
   sac_http_t *http = NULL;
   if (o.metrics_port >= 0 && (metrics = sac_metrics_new()) != NULL) {
-    if (sac_metrics_add_process(metrics) != 0 || sac_metrics_add_build_info(metrics, "sac-replay", SAC_VERSION) != 0 ||
+    if (sac_metrics_add_process(metrics) != 0 ||
+        sac_metrics_add_build_info(metrics, "sac-replay", SAC_VERSION) != 0 ||
         sac_replay_metrics_register(metrics, srv, c.shard.shard_id, c.snapshot_path[0] != 0, NULL) != 0)
       SAC_WARN("replay", "some metrics series are missing (out of memory)");
     http = sac_http_serve_metrics("replay", o.metrics_addr, o.metrics_port, metrics);

@@ -106,8 +106,8 @@ int sac_replay_sample_uniform(const sac_replay_storage_t *st, sac_rng_t *rng, ui
 
 /* ------------------------------------------------------------------ prioritised */
 
-int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_replay_sumtree_t *t, sac_rng_t *rng,
-                                  uint32_t n, float beta, uint32_t *slots, float *weights) {
+int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_replay_sumtree_t *t,
+                                  sac_rng_t *rng, uint32_t n, float beta, uint32_t *slots, float *weights) {
   double total = t->total;
   uint64_t filled = sac_replay_storage_filled(st);
   if (st->size == 0 || !(total > 0.0) || filled == 0)
@@ -138,8 +138,8 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
   return 0;
 }
 
-int sac_replay_priority_set(const sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t slot, uint32_t gen,
-                            float p, double alpha, double eps) {
+int sac_replay_priority_set(const sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t slot,
+                            uint32_t gen, float p, double alpha, double eps) {
   if (slot >= st->cfg.capacity || !(st->flags[slot] & SAC_SLOT_READY) ||
       (sac_replay_storage_generation(st, slot) & 0xFFFFFu) != (gen & 0xFFFFFu))
     return 0;

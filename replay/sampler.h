@@ -39,12 +39,12 @@ int sac_replay_sample_uniform(const sac_replay_storage_t *st, sac_rng_t *rng, ui
 
 /* n slots drawn in proportion to the tree's leaves, stratified, with importance weights
  * for exponent beta. SAC_EAGAIN when the total priority is zero. */
-int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_replay_sumtree_t *t, sac_rng_t *rng,
-                                  uint32_t n, float beta, uint32_t *slots, float *weights);
+int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_replay_sumtree_t *t,
+                                  sac_rng_t *rng, uint32_t n, float beta, uint32_t *slots, float *weights);
 
 /* Applies priority p (finite, >= 0) to slot if its generation is still gen and it holds
  * a transition: leaf = (p + eps)^alpha. Returns 1 when applied, 0 when stale. */
-int sac_replay_priority_set(const sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t slot, uint32_t gen,
-                            float p, double alpha, double eps);
+int sac_replay_priority_set(const sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t slot,
+                            uint32_t gen, float p, double alpha, double eps);
 
 #endif

@@ -100,14 +100,15 @@ static int restore(sac_replay_server_t *s) {
   snprintf(aside, sizeof aside, "%s.bad-%lld", path, (long long)time(NULL));
   if (rename(path, aside) != 0)
     SAC_WARN("replay", "could not move the unusable snapshot %s aside", path);
-  SAC_WARN("replay", "snapshot %s unusable (%s): moved to %s, starting empty as asked", path, sac_strerror(rc),
-           aside);
+  SAC_WARN("replay", "snapshot %s unusable (%s): moved to %s, starting empty as asked", path,
+           sac_strerror(rc), aside);
   return 0;
 }
 
 /* ------------------------------------------------------------------ create / destroy */
 
-sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg, sac_net_ctx_t *ctx, int *err) {
+sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg, sac_net_ctx_t *ctx,
+                                           int *err) {
   int dummy;
   if (!err)
     err = &dummy;
@@ -115,7 +116,7 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
   if (cfg->insert_credit == 0 || cfg->insert_credit > 64 || cfg->max_pending_samples == 0 ||
       cfg->max_msg_bytes < 4096 || cfg->max_msg_bytes > (1u << 30)) {
     SAC_ERROR("replay", "invalid server configuration: insert_credit must be 1..64, max_pending_samples > 0, "
-              "max_msg_bytes 4 KiB..1 GiB");
+                        "max_msg_bytes 4 KiB..1 GiB");
     return NULL;
   }
   sac_replay_server_t *s = calloc(1, sizeof *s);
@@ -143,25 +144,23 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
     *err = SAC_ENOMEM;
     goto fail;
   }
-  s->ins_lim = (sac_wire_limits_t){.max_msg_bytes = cfg->max_msg_bytes,
-                                   .obs_dim = cfg->shard.obs_dim,
-                                   .act_dim = cfg->shard.act_dim,
-                                   .max_rows = cfg->shard.max_batch_rows,
-                                   .max_env_id = cfg->max_env_id,
-                                   .accept_mask = SAC_WIRE_ACCEPT(SAC_WIRE_TRANSITIONS) |
-                                                  SAC_WIRE_ACCEPT(SAC_WIRE_HELLO) |
-                                                  SAC_WIRE_ACCEPT(SAC_WIRE_HEARTBEAT) |
-                                                  SAC_WIRE_ACCEPT(SAC_WIRE_INFO_REQUEST)};
-  s->smp_lim = (sac_wire_limits_t){.max_msg_bytes = cfg->max_msg_bytes,
-                                   .obs_dim = cfg->shard.obs_dim,
-                                   .act_dim = cfg->shard.act_dim,
-                                   .max_rows = 1u << 20,
-                                   .max_env_id = cfg->max_env_id,
-                                   .accept_mask = SAC_WIRE_ACCEPT(SAC_WIRE_SAMPLE_REQUEST) |
-                                                  SAC_WIRE_ACCEPT(SAC_WIRE_PRIORITY_UPDATE) |
-                                                  SAC_WIRE_ACCEPT(SAC_WIRE_HELLO) |
-                                                  SAC_WIRE_ACCEPT(SAC_WIRE_HEARTBEAT) |
-                                                  SAC_WIRE_ACCEPT(SAC_WIRE_INFO_REQUEST)};
+  s->ins_lim = (sac_wire_limits_t){
+      .max_msg_bytes = cfg->max_msg_bytes,
+      .obs_dim = cfg->shard.obs_dim,
+      .act_dim = cfg->shard.act_dim,
+      .max_rows = cfg->shard.max_batch_rows,
+      .max_env_id = cfg->max_env_id,
+      .accept_mask = SAC_WIRE_ACCEPT(SAC_WIRE_TRANSITIONS) | SAC_WIRE_ACCEPT(SAC_WIRE_HELLO) |
+                     SAC_WIRE_ACCEPT(SAC_WIRE_HEARTBEAT) | SAC_WIRE_ACCEPT(SAC_WIRE_INFO_REQUEST)};
+  s->smp_lim = (sac_wire_limits_t){
+      .max_msg_bytes = cfg->max_msg_bytes,
+      .obs_dim = cfg->shard.obs_dim,
+      .act_dim = cfg->shard.act_dim,
+      .max_rows = 1u << 20,
+      .max_env_id = cfg->max_env_id,
+      .accept_mask = SAC_WIRE_ACCEPT(SAC_WIRE_SAMPLE_REQUEST) | SAC_WIRE_ACCEPT(SAC_WIRE_PRIORITY_UPDATE) |
+                     SAC_WIRE_ACCEPT(SAC_WIRE_HELLO) | SAC_WIRE_ACCEPT(SAC_WIRE_HEARTBEAT) |
+                     SAC_WIRE_ACCEPT(SAC_WIRE_INFO_REQUEST)};
   rc = restore(s);
   if (rc) {
     *err = rc;
@@ -193,8 +192,9 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
   sac_replay_shard_stats(s->shard, &s->st.shard);
   s->pub = s->st;
   SAC_INFO("replay", "shard %u serving inserts on %s and samples on %s (capacity %llu, obs %u, act %u, %s%s)",
-           cfg->shard.shard_id, s->ins_ep, s->smp_ep, (unsigned long long)cfg->shard.capacity, cfg->shard.obs_dim,
-           cfg->shard.act_dim, cfg->shard.sampler == SAC_REPLAY_PRIORITIZED ? "prioritized" : "uniform",
+           cfg->shard.shard_id, s->ins_ep, s->smp_ep, (unsigned long long)cfg->shard.capacity,
+           cfg->shard.obs_dim, cfg->shard.act_dim,
+           cfg->shard.sampler == SAC_REPLAY_PRIORITIZED ? "prioritized" : "uniform",
            cfg->shard.obs_f16 ? ", fp16 obs" : "");
   *err = 0;
   return s;
@@ -291,8 +291,8 @@ static void count_reject(sac_replay_server_t *s, sac_wire_reason_t why, const ch
     char peer[2 * 8 + 1] = {0};
     for (size_t i = 0; i < id_len && i < 8; i++)
       snprintf(peer + 2 * i, 3, "%02x", id[i]);
-    SAC_WARN("replay", "rejected a message on the %s endpoint from peer %s: %s (%s, %llu so far)", where, peer,
-             sac_wire_reason_str(why), sac_wire_reason_name(why), (unsigned long long)n);
+    SAC_WARN("replay", "rejected a message on the %s endpoint from peer %s: %s (%s, %llu so far)", where,
+             peer, sac_wire_reason_str(why), sac_wire_reason_name(why), (unsigned long long)n);
   }
 }
 
@@ -300,8 +300,8 @@ static void count_reject(sac_replay_server_t *s, sac_wire_reason_t why, const ch
 
 /* Receives [identity][payload] from a ROUTER. Returns 1 with a message, 0 when there is
  * none, -1 when a malformed multipart was consumed (and counted). */
-static int recv_routed(sac_replay_server_t *s, void *sock, unsigned char *id, size_t *id_len, unsigned char *buf,
-                       size_t *len, const char *where) {
+static int recv_routed(sac_replay_server_t *s, void *sock, unsigned char *id, size_t *id_len,
+                       unsigned char *buf, size_t *len, const char *where) {
   int more = 0;
   int rc = sac_net_recv(sock, id, ID_MAX, SAC_NET_DONTWAIT, id_len, &more);
   if (rc != 0)
@@ -410,8 +410,8 @@ static void send_sample_error(sac_replay_server_t *s, const unsigned char *id, s
   reply(s, s->smp, id, id_len, &m);
 }
 
-static void serve_sample(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint64_t rid, uint32_t n,
-                         float beta) {
+static void serve_sample(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint64_t rid,
+                         uint32_t n, float beta) {
   sac_replay_sample_t b;
   int rc = sac_replay_shard_sample(s->shard, n, beta, &b);
   if (rc) {
@@ -518,7 +518,8 @@ static void handle_sample(sac_replay_server_t *s) {
       return;
     }
     uint64_t now = sac_clock_ns();
-    uint32_t tmo = q->timeout_ms < s->cfg.max_sample_timeout_ms ? q->timeout_ms : s->cfg.max_sample_timeout_ms;
+    uint32_t tmo =
+        q->timeout_ms < s->cfg.max_sample_timeout_ms ? q->timeout_ms : s->cfg.max_sample_timeout_ms;
     pending_t *p = &s->pend[(s->pend_head + s->pend_count) % s->cfg.max_pending_samples];
     memcpy(p->id, id, id_len);
     p->id_len = id_len;
@@ -568,8 +569,8 @@ static void snapshot(sac_replay_server_t *s, const char *why) {
   s->st.last_snapshot_unix_ns = sac_wallclock_ns();
   s->st.last_snapshot_seconds = dt;
   s->st.last_snapshot_bytes = bytes;
-  SAC_INFO("replay", "%s snapshot: %llu transitions, %.1f MiB in %.3f s to %s", why, (unsigned long long)ss.size,
-           (double)bytes / 1048576.0, dt, s->cfg.snapshot_path);
+  SAC_INFO("replay", "%s snapshot: %llu transitions, %.1f MiB in %.3f s to %s", why,
+           (unsigned long long)ss.size, (double)bytes / 1048576.0, dt, s->cfg.snapshot_path);
 }
 
 static void publish(sac_replay_server_t *s) {

@@ -32,14 +32,14 @@
 
 typedef struct {
   sac_replay_shard_config_t shard;
-  char insert_endpoint[256];    /* e.g. tcp port 5560 on all interfaces, "inproc://replay-0-insert" */
-  char sample_endpoint[256];    /* e.g. tcp port 5561 on all interfaces */
-  size_t max_msg_bytes;         /* also ZMQ_MAXMSGSIZE (twice this: see REPLAY.md) */
-  uint32_t insert_credit;       /* batches each actor may keep unacknowledged (<= 64) */
-  uint32_t max_pending_samples; /* sample requests queued by the rate limiter */
+  char insert_endpoint[256];      /* e.g. tcp port 5560 on all interfaces, "inproc://replay-0-insert" */
+  char sample_endpoint[256];      /* e.g. tcp port 5561 on all interfaces */
+  size_t max_msg_bytes;           /* also ZMQ_MAXMSGSIZE (twice this: see REPLAY.md) */
+  uint32_t insert_credit;         /* batches each actor may keep unacknowledged (<= 64) */
+  uint32_t max_pending_samples;   /* sample requests queued by the rate limiter */
   uint32_t max_sample_timeout_ms; /* caps the timeout a request asks for */
   uint32_t max_env_id;
-  char snapshot_path[1024]; /* "" : no snapshots */
+  char snapshot_path[1024];   /* "" : no snapshots */
   double snapshot_interval_s; /* <= 0: only when stopping */
   int start_empty_on_bad_snapshot;
 } sac_replay_server_config_t;
@@ -54,9 +54,9 @@ typedef struct {
   sac_replay_shard_stats_t shard;
   uint64_t rejected_total[SAC_WIRE_R_COUNT]; /* per sac_wire_reason_t */
   uint64_t messages_total;
-  uint64_t insert_waits_total;   /* batches the rate limiter parked */
+  uint64_t insert_waits_total; /* batches the rate limiter parked */
   double insert_wait_seconds_total;
-  uint64_t sample_waits_total;   /* requests the rate limiter queued */
+  uint64_t sample_waits_total; /* requests the rate limiter queued */
   double sample_wait_seconds_total;
   uint64_t sample_timeouts_total; /* queued requests answered with a timeout */
   uint64_t sample_busy_total;     /* requests refused because the queue was full */
@@ -69,7 +69,7 @@ typedef struct {
   uint64_t last_snapshot_unix_ns;   /* 0: none yet (age = now - this) */
   double last_snapshot_seconds;     /* how long writing it took */
   uint64_t last_snapshot_bytes;
-  uint64_t restored_transitions;    /* restored from a snapshot at start */
+  uint64_t restored_transitions; /* restored from a snapshot at start */
 } sac_replay_stats_t;
 
 typedef struct sac_replay_server sac_replay_server_t;
@@ -78,7 +78,8 @@ typedef struct sac_replay_server sac_replay_server_t;
  * (the server makes its own) or shared (the server takes a reference). NULL on failure,
  * logged, with *err (when not NULL): SAC_ECONFIG (bad config or unusable snapshot),
  * SAC_ENET (cannot bind), SAC_ENOMEM. */
-sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg, sac_net_ctx_t *ctx, int *err);
+sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg, sac_net_ctx_t *ctx,
+                                           int *err);
 /* Endpoints actually bound (with the port chosen for "tcp://host:*"). */
 const char *sac_replay_server_insert_endpoint(const sac_replay_server_t *s);
 const char *sac_replay_server_sample_endpoint(const sac_replay_server_t *s);

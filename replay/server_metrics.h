@@ -97,35 +97,46 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
   SAC__G(capacity, "sac_replay_capacity", "Transitions the shard's ring holds.");
   SAC__C(inserted, "sac_replay_inserted_transitions_total", "Transitions inserted (duplicates not counted).");
   SAC__C(inserted_batches, "sac_replay_inserted_batches_total", "Transition batches inserted.");
-  SAC__C(duplicates, "sac_replay_duplicate_batches_total", "Resent batches dropped as duplicates (and acked).");
+  SAC__C(duplicates, "sac_replay_duplicate_batches_total",
+         "Resent batches dropped as duplicates (and acked).");
   SAC__C(sampled, "sac_replay_sampled_transitions_total", "Transitions sampled by learners.");
   SAC__C(sample_requests, "sac_replay_sample_batches_total", "Sample batches served to learners.");
   SAC__C(prio_updates, "sac_replay_priority_updates_total", "Priority updates applied.");
   for (int i = 1; i < SAC_WIRE_R_COUNT; i++) {
     const char *const LR[] = {"shard", id, "reason", sac_wire_reason_name((sac_wire_reason_t)i), NULL};
     ok &= (m->rejected[i] = sac_metrics_counter(r, "sac_replay_rejected_messages_total",
-                                                "Messages rejected by validation, by reason.", LR, owner)) != NULL;
+                                                "Messages rejected by validation, by reason.", LR, owner)) !=
+          NULL;
   }
   {
     const char *const LS[] = {"shard", id, "reason", "stale", NULL};
     const char *const LF[] = {"shard", id, "reason", "foreign", NULL};
     const char *h = "Priority updates skipped: stale (slot overwritten) or foreign (another shard's index).";
-    ok &= (m->prio_stale = sac_metrics_counter(r, "sac_replay_priority_updates_skipped_total", h, LS, owner)) != NULL;
-    ok &= (m->prio_foreign = sac_metrics_counter(r, "sac_replay_priority_updates_skipped_total", h, LF, owner)) != NULL;
+    ok &= (m->prio_stale =
+               sac_metrics_counter(r, "sac_replay_priority_updates_skipped_total", h, LS, owner)) != NULL;
+    ok &= (m->prio_foreign =
+               sac_metrics_counter(r, "sac_replay_priority_updates_skipped_total", h, LF, owner)) != NULL;
   }
   SAC__C(messages, "sac_replay_messages_total", "Messages received on both endpoints.");
   {
     const char *const LI[] = {"shard", id, "op", "insert", NULL};
     const char *const LP[] = {"shard", id, "op", "sample", NULL};
-    const char *hw = "Times the rate limiter held an insert batch (op=insert) or a sample request (op=sample) back.";
-    const char *hs = "Seconds inserts (op=insert) or sample requests (op=sample) spent held back by the rate limiter.";
-    ok &= (m->ins_waits = sac_metrics_counter(r, "sac_replay_rate_limiter_waits_total", hw, LI, owner)) != NULL;
-    ok &= (m->smp_waits = sac_metrics_counter(r, "sac_replay_rate_limiter_waits_total", hw, LP, owner)) != NULL;
-    ok &= (m->ins_wait_s = sac_metrics_counter(r, "sac_replay_rate_limiter_wait_seconds_total", hs, LI, owner)) != NULL;
-    ok &= (m->smp_wait_s = sac_metrics_counter(r, "sac_replay_rate_limiter_wait_seconds_total", hs, LP, owner)) != NULL;
+    const char *hw =
+        "Times the rate limiter held an insert batch (op=insert) or a sample request (op=sample) back.";
+    const char *hs =
+        "Seconds inserts (op=insert) or sample requests (op=sample) spent held back by the rate limiter.";
+    ok &=
+        (m->ins_waits = sac_metrics_counter(r, "sac_replay_rate_limiter_waits_total", hw, LI, owner)) != NULL;
+    ok &=
+        (m->smp_waits = sac_metrics_counter(r, "sac_replay_rate_limiter_waits_total", hw, LP, owner)) != NULL;
+    ok &= (m->ins_wait_s =
+               sac_metrics_counter(r, "sac_replay_rate_limiter_wait_seconds_total", hs, LI, owner)) != NULL;
+    ok &= (m->smp_wait_s =
+               sac_metrics_counter(r, "sac_replay_rate_limiter_wait_seconds_total", hs, LP, owner)) != NULL;
   }
   SAC__C(smp_timeouts, "sac_replay_sample_timeouts_total", "Queued sample requests answered with a timeout.");
-  SAC__C(smp_busy, "sac_replay_sample_busy_total", "Sample requests refused because the wait queue was full.");
+  SAC__C(smp_busy, "sac_replay_sample_busy_total",
+         "Sample requests refused because the wait queue was full.");
   SAC__C(dropped, "sac_replay_replies_dropped_total", "Replies to peers that were gone or not reading.");
   SAC__C(info, "sac_replay_info_requests_total", "ShardInfo requests answered.");
   SAC__G(pending, "sac_replay_pending_samples", "Sample requests queued by the rate limiter now.");
@@ -135,16 +146,20 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
   SAC__G(slot_bytes, "sac_replay_slot_size_bytes", "Storage bytes per ring slot.");
   SAC__G(spi, "sac_replay_rate_limiter_samples_per_insert",
          "Sampled transitions allowed per inserted one (0: no limit).");
-  SAC__G(can_insert, "sac_replay_rate_limiter_can_insert", "1 when the rate limiter lets inserts through now.");
-  SAC__G(can_sample, "sac_replay_rate_limiter_can_sample", "1 when the rate limiter lets samples through now.");
-  SAC__C(lost, "sac_replay_acked_batches_lost_total", "Acked batches lost by a restart from an older snapshot.");
+  SAC__G(can_insert, "sac_replay_rate_limiter_can_insert",
+         "1 when the rate limiter lets inserts through now.");
+  SAC__G(can_sample, "sac_replay_rate_limiter_can_sample",
+         "1 when the rate limiter lets samples through now.");
+  SAC__C(lost, "sac_replay_acked_batches_lost_total",
+         "Acked batches lost by a restart from an older snapshot.");
   SAC__G(restored, "sac_replay_restored_transitions", "Transitions restored from a snapshot at start.");
   if (snapshots) {
     SAC__C(snapshots, "sac_replay_snapshots_total", "Snapshots written.");
     SAC__C(snap_failures, "sac_replay_snapshot_failures_total", "Snapshots that failed.");
     SAC__G(snap_age, "sac_replay_snapshot_age_seconds",
            "Seconds since the last snapshot was written (since the server started when none yet).");
-    SAC__G(snap_seconds, "sac_replay_last_snapshot_duration_seconds", "How long writing the last snapshot took.");
+    SAC__G(snap_seconds, "sac_replay_last_snapshot_duration_seconds",
+           "How long writing the last snapshot took.");
     SAC__G(snap_bytes, "sac_replay_last_snapshot_size_bytes", "Payload size of the last snapshot.");
   }
 #undef SAC__C

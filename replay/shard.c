@@ -18,9 +18,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "common/snapshot.h"
 #include "replay/ratelimit.h"
 #include "replay/sampler.h"
-#include "common/snapshot.h"
 #include "replay/storage.h"
 
 typedef struct {
@@ -99,7 +99,7 @@ sac_replay_shard_t *sac_replay_shard_new(const sac_replay_shard_config_t *cfg, i
     return NULL;
   }
   sh->cfg = *cfg;
-  sac_replay_storage_config_t sc = {cfg->capacity, cfg->obs_dim, cfg->act_dim, cfg->obs_f16,
+  sac_replay_storage_config_t sc = {cfg->capacity, cfg->obs_dim,        cfg->act_dim,    cfg->obs_f16,
                                     cfg->act_f16,  cfg->max_batch_rows, cfg->max_streams};
   int rc = sac_replay_storage_init(&sh->st, &sc);
   if (rc) {
@@ -228,9 +228,10 @@ sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_t
       lost -= (a->bits >> i) & 1u;
     if (lost) {
       sh->acked_lost += lost;
-      SAC_WARN("replay", "actor %u: %llu acknowledged batches up to seq %llu are not in this shard "
-               "(restarted from an older snapshot)", t->actor_id, (unsigned long long)lost,
-               (unsigned long long)t->acked_through);
+      SAC_WARN("replay",
+               "actor %u: %llu acknowledged batches up to seq %llu are not in this shard "
+               "(restarted from an older snapshot)",
+               t->actor_id, (unsigned long long)lost, (unsigned long long)t->acked_through);
     }
     a->bits = d >= 64 ? 0 : a->bits >> d;
     a->last = t->acked_through;
@@ -299,8 +300,8 @@ int sac_replay_shard_sample(sac_replay_shard_t *sh, uint32_t n, float beta, sac_
     return rc;
   sac_replay_storage_gather(&sh->st, sh->slots, n, sh->obs, sh->act, sh->rew, sh->term, sh->next_obs);
   for (uint32_t i = 0; i < n; i++)
-    sh->indices[i] = SAC_WIRE_INDEX(sh->cfg.shard_id, sac_replay_storage_generation(&sh->st, sh->slots[i]),
-                                    sh->slots[i]);
+    sh->indices[i] =
+        SAC_WIRE_INDEX(sh->cfg.shard_id, sac_replay_storage_generation(&sh->st, sh->slots[i]), sh->slots[i]);
   *out = (sac_replay_sample_t){.n = n,
                                .obs_dim = sh->cfg.obs_dim,
                                .act_dim = sh->cfg.act_dim,
@@ -387,10 +388,34 @@ void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats
 /* ------------------------------------------------------------------ snapshots */
 
 enum meta {
-  M_VERSION, M_SHARD, M_CAPACITY, M_OBS_DIM, M_ACT_DIM, M_OBS_F16, M_ACT_F16, M_SAMPLER,
-  M_ALLOC, M_SIZE, M_ROWS, M_OBS_ONLY, M_TAILS, M_LIM_INS, M_LIM_SMP, M_LIM_DIFF,
-  M_N_ACTORS, M_N_STREAMS, M_MAX_LEAF, M_BATCHES, M_DUPS, M_SAMPLED, M_SAMPLE_BATCHES, M_PRIO,
-  M_PRIO_STALE, M_PRIO_FOREIGN, M_LOST, M_COUNT = 32
+  M_VERSION,
+  M_SHARD,
+  M_CAPACITY,
+  M_OBS_DIM,
+  M_ACT_DIM,
+  M_OBS_F16,
+  M_ACT_F16,
+  M_SAMPLER,
+  M_ALLOC,
+  M_SIZE,
+  M_ROWS,
+  M_OBS_ONLY,
+  M_TAILS,
+  M_LIM_INS,
+  M_LIM_SMP,
+  M_LIM_DIFF,
+  M_N_ACTORS,
+  M_N_STREAMS,
+  M_MAX_LEAF,
+  M_BATCHES,
+  M_DUPS,
+  M_SAMPLED,
+  M_SAMPLE_BATCHES,
+  M_PRIO,
+  M_PRIO_STALE,
+  M_PRIO_FOREIGN,
+  M_LOST,
+  M_COUNT = 32
 };
 #define PAYLOAD_VERSION 1u
 
@@ -550,21 +575,23 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
   }
   if (m[M_VERSION] != PAYLOAD_VERSION) {
     sac_snap_reader_close(&r);
-    SAC_ERROR("replay", "snapshot %s: payload version %llu, expected %u", path, (unsigned long long)m[M_VERSION],
-              PAYLOAD_VERSION);
+    SAC_ERROR("replay", "snapshot %s: payload version %llu, expected %u", path,
+              (unsigned long long)m[M_VERSION], PAYLOAD_VERSION);
     return SAC_EVERSION;
   }
-  if (m[M_CAPACITY] != sh->cfg.capacity || m[M_OBS_DIM] != sh->cfg.obs_dim || m[M_ACT_DIM] != sh->cfg.act_dim ||
-      m[M_OBS_F16] != (uint64_t)(sh->cfg.obs_f16 != 0) || m[M_ACT_F16] != (uint64_t)(sh->cfg.act_f16 != 0) ||
-      m[M_SAMPLER] != (uint64_t)sh->prioritized) {
+  if (m[M_CAPACITY] != sh->cfg.capacity || m[M_OBS_DIM] != sh->cfg.obs_dim ||
+      m[M_ACT_DIM] != sh->cfg.act_dim || m[M_OBS_F16] != (uint64_t)(sh->cfg.obs_f16 != 0) ||
+      m[M_ACT_F16] != (uint64_t)(sh->cfg.act_f16 != 0) || m[M_SAMPLER] != (uint64_t)sh->prioritized) {
     sac_snap_reader_close(&r);
-    SAC_ERROR("replay",
-              "snapshot %s was written by a shard with capacity %llu, obs %llu, act %llu, fp16 obs/act %llu/%llu, "
-              "sampler %s; this shard has %llu, %u, %u, %d/%d, %s",
-              path, (unsigned long long)m[M_CAPACITY], (unsigned long long)m[M_OBS_DIM],
-              (unsigned long long)m[M_ACT_DIM], (unsigned long long)m[M_OBS_F16], (unsigned long long)m[M_ACT_F16],
-              m[M_SAMPLER] ? "prioritized" : "uniform", (unsigned long long)sh->cfg.capacity, sh->cfg.obs_dim,
-              sh->cfg.act_dim, sh->cfg.obs_f16 != 0, sh->cfg.act_f16 != 0, sh->prioritized ? "prioritized" : "uniform");
+    SAC_ERROR(
+        "replay",
+        "snapshot %s was written by a shard with capacity %llu, obs %llu, act %llu, fp16 obs/act %llu/%llu, "
+        "sampler %s; this shard has %llu, %u, %u, %d/%d, %s",
+        path, (unsigned long long)m[M_CAPACITY], (unsigned long long)m[M_OBS_DIM],
+        (unsigned long long)m[M_ACT_DIM], (unsigned long long)m[M_OBS_F16], (unsigned long long)m[M_ACT_F16],
+        m[M_SAMPLER] ? "prioritized" : "uniform", (unsigned long long)sh->cfg.capacity, sh->cfg.obs_dim,
+        sh->cfg.act_dim, sh->cfg.obs_f16 != 0, sh->cfg.act_f16 != 0,
+        sh->prioritized ? "prioritized" : "uniform");
     return SAC_ECONFIG;
   }
   if (m[M_SHARD] != sh->cfg.shard_id)
@@ -579,13 +606,14 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
   st->alloc_count = alloc;
   st->cursor = alloc % sh->cfg.capacity;
   rc = SAC_EPROTO;
-  if (m[M_SIZE] > filled || m[M_N_ACTORS] > sh->cfg.max_actors || m[M_N_STREAMS] > (uint64_t)st->streams_mask + 1) {
+  if (m[M_SIZE] > filled || m[M_N_ACTORS] > sh->cfg.max_actors ||
+      m[M_N_STREAMS] > (uint64_t)st->streams_mask + 1) {
     why = "counts out of range";
     goto bad;
   }
   if (sac_snap_read(&r, st->obs, filled * st->obs_row) || sac_snap_read(&r, st->act, filled * st->act_row) ||
-      sac_snap_read(&r, st->reward, filled * sizeof(float)) || sac_snap_read(&r, st->next, filled * sizeof(uint32_t)) ||
-      sac_snap_read(&r, st->flags, filled) ||
+      sac_snap_read(&r, st->reward, filled * sizeof(float)) ||
+      sac_snap_read(&r, st->next, filled * sizeof(uint32_t)) || sac_snap_read(&r, st->flags, filled) ||
       (sh->prioritized && sac_snap_read(&r, sh->tree.leaf, filled * sizeof(float)))) {
     why = "payload shorter than its metadata says";
     goto bad;
@@ -654,7 +682,8 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
   return 0;
 bad:
   sac_snap_reader_close(&r);
-  SAC_ERROR("replay", "snapshot %s refused: %s; the shard is left empty", path, why ? why : "invalid content");
+  SAC_ERROR("replay", "snapshot %s refused: %s; the shard is left empty", path,
+            why ? why : "invalid content");
   sac_replay_storage_reset(st);
   memset(sh->actors, 0, ((size_t)sh->actors_mask + 1) * sizeof *sh->actors);
   sh->n_actors = 0;

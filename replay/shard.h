@@ -27,9 +27,9 @@ typedef struct {
   uint32_t obs_dim, act_dim;
   int obs_f16, act_f16;
   sac_replay_sampler_kind_t sampler;
-  double alpha;        /* prioritised: exponent on priorities */
-  double priority_eps; /* prioritised: added to |td| before ^alpha */
-  uint64_t min_size;   /* transitions before sampling starts */
+  double alpha;              /* prioritised: exponent on priorities */
+  double priority_eps;       /* prioritised: added to |td| before ^alpha */
+  uint64_t min_size;         /* transitions before sampling starts */
   double samples_per_insert; /* <= 0: no ratio */
   double error_buffer;       /* <= 0: automatic */
   uint32_t max_batch_rows;   /* rows per inserted batch */

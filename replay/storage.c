@@ -36,7 +36,8 @@ int sac_replay_storage_init(sac_replay_storage_t *st, const sac_replay_storage_c
   st->envmap = calloc(ne, sizeof *st->envmap);
   st->envmap_mask = ne - 1;
   st->row16 = malloc((size_t)cfg->obs_dim * 2);
-  if (!st->obs || !st->act || !st->reward || !st->next || !st->flags || !st->streams || !st->envmap || !st->row16) {
+  if (!st->obs || !st->act || !st->reward || !st->next || !st->flags || !st->streams || !st->envmap ||
+      !st->row16) {
     sac_replay_storage_close(st);
     return SAC_ENOMEM;
   }
@@ -196,8 +197,8 @@ static sac_replay_envmap_t *envmap_get(sac_replay_storage_t *st, uint32_t env, i
 int sac_replay_storage_insert(sac_replay_storage_t *st, uint32_t actor_id, const sac_wire_transitions_t *t,
                               uint32_t *stored) {
   *stored = 0;
-  if (t->obs_dim != st->cfg.obs_dim || t->act_dim != st->cfg.act_dim || t->n == 0 || t->n > st->cfg.max_rows ||
-      t->n_next > t->n || t->n_tail > t->n)
+  if (t->obs_dim != st->cfg.obs_dim || t->act_dim != st->cfg.act_dim || t->n == 0 ||
+      t->n > st->cfg.max_rows || t->n_next > t->n || t->n_tail > t->n)
     return SAC_EINVAL;
   const uint32_t od = st->cfg.obs_dim, ad = st->cfg.act_dim;
   const uint64_t budget = (uint64_t)t->n + t->n_next + t->n_tail;

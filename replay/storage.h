@@ -29,7 +29,7 @@
 typedef struct sac_replay_sumtree sac_replay_sumtree_t;
 
 typedef struct {
-  uint64_t capacity;  /* slots; 4 * max_rows <= capacity < 2^32 */
+  uint64_t capacity; /* slots; 4 * max_rows <= capacity < 2^32 */
   uint32_t obs_dim, act_dim;
   int obs_f16, act_f16;
   uint32_t max_rows;    /* rows per inserted batch */
@@ -60,7 +60,7 @@ typedef struct {
   uint32_t streams_mask;
   sac_replay_envmap_t *envmap; /* per-batch env -> open slot */
   uint32_t envmap_mask, stamp;
-  uint16_t *row16; /* one obs row in f16 for comparisons */
+  uint16_t *row16;            /* one obs row in f16 for comparisons */
   sac_replay_sumtree_t *tree; /* not owned; NULL for uniform sampling */
   /* counters */
   uint64_t rows_inserted, obs_only_slots, tails_reused;

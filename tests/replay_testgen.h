@@ -144,8 +144,8 @@ static inline const sac_wire_transitions_t *tg_next(tg_t *g) {
 
 /* 1 when the transition is consistent with the generator's encoding (see top); *why
  * names the first thing that is not. truncated rows must not be terminal. */
-static inline int tg_check(uint32_t obs_dim, uint32_t act_dim, const float *o, const float *a, float r, float term,
-                           const float *no, const char **why) {
+static inline int tg_check(uint32_t obs_dim, uint32_t act_dim, const float *o, const float *a, float r,
+                           float term, const float *no, const char **why) {
   *why = "";
   float step = o[1];
   if (no[0] != o[0] || no[2] != o[2] || (obs_dim > 3 && no[3] != o[3])) {

@@ -11,7 +11,8 @@
 
 /* out (B, K*n_out): the ensemble MLP of common/mlp.h's layout on input x (B, n_in0)
  * (already concatenated). */
-__attribute__((unused)) static void ref_mlp(const sac_mlp_desc_t *d, const double *params, const double *x, int B, double *out) {
+__attribute__((unused)) static void ref_mlp(const sac_mlp_desc_t *d, const double *params, const double *x,
+                                            int B, double *out) {
   int maxw = sac_mlp_max_width(d) * d->ensemble;
   double *cur = malloc(sizeof(double) * (size_t)B * maxw), *nxt = malloc(sizeof(double) * (size_t)B * maxw);
   const int K = d->ensemble;
@@ -52,8 +53,8 @@ __attribute__((unused)) static void ref_mlp(const sac_mlp_desc_t *d, const doubl
 __attribute__((unused)) static double ref_softplus(double x) { return x > 30 ? x : log1p(exp(x)); }
 
 /* Tanh-Gaussian head: P (B, 2A), eps (B, A) -> a (B, A), logp (B). */
-__attribute__((unused)) static void ref_head(const double *P, const double *eps, int B, int A, double lsmin, double lsmax, double *a,
-                     double *logp) {
+__attribute__((unused)) static void ref_head(const double *P, const double *eps, int B, int A, double lsmin,
+                                             double lsmax, double *a, double *logp) {
   for (int r = 0; r < B; r++) {
     double lp = 0;
     for (int i = 0; i < A; i++) {
@@ -69,7 +70,8 @@ __attribute__((unused)) static void ref_head(const double *P, const double *eps,
 }
 
 /* concat (B, O) and (B, A) into (B, O+A) */
-__attribute__((unused)) static void ref_concat(const double *x, int O, const double *y, int A, int B, double *out) {
+__attribute__((unused)) static void ref_concat(const double *x, int O, const double *y, int A, int B,
+                                               double *out) {
   for (int r = 0; r < B; r++) {
     memcpy(out + (size_t)r * (O + A), x + (size_t)r * O, sizeof(double) * O);
     memcpy(out + (size_t)r * (O + A) + O, y + (size_t)r * A, sizeof(double) * A);
@@ -85,8 +87,9 @@ typedef struct {
 } ref_sac_t;
 
 /* L_Q = 1/2 mean w (q1 - y)^2 + 1/2 mean w (q2 - y)^2 with the clipped double-Q target. */
-__attribute__((unused)) static double ref_critic_loss(const ref_sac_t *R, const double *actor, const double *critic, const double *target,
-                              double log_alpha) {
+__attribute__((unused)) static double ref_critic_loss(const ref_sac_t *R, const double *actor,
+                                                      const double *critic, const double *target,
+                                                      double log_alpha) {
   int B = R->B, O = R->O, A = R->A;
   double *P = malloc(sizeof(double) * B * 2 * A), *a2 = malloc(sizeof(double) * B * A);
   double *lp2 = malloc(sizeof(double) * B), *sa = malloc(sizeof(double) * B * (O + A));
@@ -108,8 +111,9 @@ __attribute__((unused)) static double ref_critic_loss(const ref_sac_t *R, const 
 }
 
 /* L_pi = mean(alpha logp - min(q1, q2)) at a~ = policy(obs, eps_pi); also mean logp. */
-__attribute__((unused)) static double ref_actor_loss(const ref_sac_t *R, const double *actor, const double *critic, double log_alpha,
-                             double *mean_logp) {
+__attribute__((unused)) static double ref_actor_loss(const ref_sac_t *R, const double *actor,
+                                                     const double *critic, double log_alpha,
+                                                     double *mean_logp) {
   int B = R->B, O = R->O, A = R->A;
   double *P = malloc(sizeof(double) * B * 2 * A), *a = malloc(sizeof(double) * B * A);
   double *lp = malloc(sizeof(double) * B), *sa = malloc(sizeof(double) * B * (O + A));
@@ -130,15 +134,15 @@ __attribute__((unused)) static double ref_actor_loss(const ref_sac_t *R, const d
 }
 
 /* Central finite difference of f over x[i] in double. */
-#define REF_FD(h, xi, expr_plus_minus, out)     \
-  do {                                          \
-    double _x0 = (xi);                          \
-    (xi) = _x0 + (h);                           \
-    double _fp = (expr_plus_minus);             \
-    (xi) = _x0 - (h);                           \
-    double _fm = (expr_plus_minus);             \
-    (xi) = _x0;                                 \
-    (out) = (_fp - _fm) / (2 * (h));            \
+#define REF_FD(h, xi, expr_plus_minus, out)                                                                  \
+  do {                                                                                                       \
+    double _x0 = (xi);                                                                                       \
+    (xi) = _x0 + (h);                                                                                        \
+    double _fp = (expr_plus_minus);                                                                          \
+    (xi) = _x0 - (h);                                                                                        \
+    double _fm = (expr_plus_minus);                                                                          \
+    (xi) = _x0;                                                                                              \
+    (out) = (_fp - _fm) / (2 * (h));                                                                         \
   } while (0)
 
 #endif

@@ -42,7 +42,7 @@ static void to_double(const float *f, double *d, size_t n) {
 }
 
 #define CHECK_GRAD(an, fd, what, idx)                                                                        \
-  cr_expect(fabs((double)(an) - (fd)) <= 2e-4 + 1e-3 * fabs(fd), "%s[%d]: analytic %.7g vs fd %.7g", what, \
+  cr_expect(fabs((double)(an) - (fd)) <= 2e-4 + 1e-3 * fabs(fd), "%s[%d]: analytic %.7g vs fd %.7g", what,   \
             (int)(idx), (double)(an), (double)(fd))
 
 /* J = sum G . layer(X) in double, for a shared 2-segment or non-shared layer. */
@@ -104,8 +104,15 @@ static void check_linear(int shared, sac_act_t act) {
   to_double(b, r.b, (size_t)K * n_out);
   to_double(dY, r.G, (size_t)B * K * n_out);
 
-  sac_linear_t L = {.B = B, .n_in = n_in, .n_out = n_out, .K = K, .shared = shared, .n_seg = shared ? 2 : 1,
-                    .W = W, .b = b, .act = act};
+  sac_linear_t L = {.B = B,
+                    .n_in = n_in,
+                    .n_out = n_out,
+                    .K = K,
+                    .shared = shared,
+                    .n_seg = shared ? 2 : 1,
+                    .W = W,
+                    .b = b,
+                    .act = act};
   L.seg[0] = (sac_seg_t){X1, w1, w1};
   if (shared)
     L.seg[1] = (sac_seg_t){X2, n2, n2};
@@ -175,7 +182,7 @@ Test(backend_cpu, policy_head_forward_and_backward) {
   float *P = dev((size_t)B * 2 * A), *eps = dev((size_t)B * A), *a = dev((size_t)B * A), *lp = dev(B);
   float *da = dev((size_t)B * A), *dl = dev(B), *dP = dev((size_t)B * 2 * A);
   fill(P, (size_t)B * 2 * A, -1.5, 1.5);
-  P[A] = -7.0f;    /* below log_std_min: clamped, no gradient */
+  P[A] = -7.0f;            /* below log_std_min: clamped, no gradient */
   P[2 * A + A + 1] = 3.0f; /* above log_std_max */
   P[4 * 2 * A] = 4.0f;     /* large u: the stable tanh correction must stay finite */
   fill(eps, (size_t)B * A, -2, 2);
@@ -214,7 +221,8 @@ Test(backend_cpu, policy_head_forward_and_backward) {
 Test(backend_cpu, critic_target_bootstraps_unless_terminated) {
   const int B = 4;
   float *r = dev(B), *term = dev(B), *qt = dev(2 * B), *lp = dev(B), *y = dev(B), *la = dev(1);
-  float rv[] = {1, -2, 0.5f, 3}, tv[] = {0, 1, 0, 1}, qv[] = {5, 4, -1, 2, 7, 9, 0, 0}, lv[] = {-1, 2, 0.5f, 1};
+  float rv[] = {1, -2, 0.5f, 3}, tv[] = {0, 1, 0, 1}, qv[] = {5, 4, -1, 2, 7, 9, 0, 0},
+        lv[] = {-1, 2, 0.5f, 1};
   memcpy(r, rv, sizeof rv), memcpy(term, tv, sizeof tv), memcpy(qt, qv, sizeof qv), memcpy(lp, lv, sizeof lv);
   la[0] = logf(0.2f);
   sac_head_hp_t h = {.B = B, .A = 1, .gamma = 0.9f, .log_alpha = la};
@@ -238,12 +246,15 @@ Test(backend_cpu, critic_loss_gradient_and_weights) {
   be->ops->critic_loss(be, &h, q, y, w, dq, td, st);
   double dq_d[10], y_d[5], w_d[5];
   to_double(q, dq_d, 2 * B), to_double(y, y_d, B), to_double(w, w_d, B);
-#define LQ() ({                                                                                      \
-    double _L = 0;                                                                                   \
-    for (int _i = 0; _i < B; _i++)                                                                      \
-      _L += 0.5 * w_d[_i] * ((dq_d[2 * _i] - y_d[_i]) * (dq_d[2 * _i] - y_d[_i]) +                        \
-                            (dq_d[2 * _i + 1] - y_d[_i]) * (dq_d[2 * _i + 1] - y_d[_i]));                \
-    _L / B; })
+#define LQ()                                                                                                 \
+  ({                                                                                                         \
+    double _L = 0;                                                                                           \
+    for (int _i = 0; _i < B; _i++)                                                                           \
+      _L += 0.5 * w_d[_i] *                                                                                  \
+            ((dq_d[2 * _i] - y_d[_i]) * (dq_d[2 * _i] - y_d[_i]) +                                           \
+             (dq_d[2 * _i + 1] - y_d[_i]) * (dq_d[2 * _i + 1] - y_d[_i]));                                   \
+    _L / B;                                                                                                  \
+  })
   cr_expect(fabs(st[0] - LQ()) < 1e-5 * (1 + fabs(LQ())));
   double fd;
   for (int i = 0; i < 2 * B; i++) {
@@ -260,18 +271,21 @@ Test(backend_cpu, critic_loss_gradient_and_weights) {
 
 Test(backend_cpu, actor_and_alpha_loss_gradients) {
   const int B = 5;
-  float *q = dev(2 * B), *lp = dev(B), *dq = dev(2 * B), *dl = dev(B), *st = dev(2), *la = dev(1), *g = dev(1);
+  float *q = dev(2 * B), *lp = dev(B), *dq = dev(2 * B), *dl = dev(B), *st = dev(2), *la = dev(1),
+        *g = dev(1);
   fill(q, 2 * B, -2, 2), fill(lp, B, -3, 1);
   la[0] = -0.7f;
   sac_head_hp_t h = {.B = B, .A = 2, .target_entropy = -2, .log_alpha = la};
   be->ops->actor_loss(be, &h, q, lp, dq, dl, st);
   double qd[10], ld[5], lad = la[0];
   to_double(q, qd, 2 * B), to_double(lp, ld, B);
-#define LPI() ({                                                         \
-    double _L = 0;                                                       \
-    for (int _i = 0; _i < B; _i++)                                          \
-      _L += exp(lad) * ld[_i] - fmin(qd[2 * _i], qd[2 * _i + 1]);           \
-    _L / B; })
+#define LPI()                                                                                                \
+  ({                                                                                                         \
+    double _L = 0;                                                                                           \
+    for (int _i = 0; _i < B; _i++)                                                                           \
+      _L += exp(lad) * ld[_i] - fmin(qd[2 * _i], qd[2 * _i + 1]);                                            \
+    _L / B;                                                                                                  \
+  })
   cr_expect(fabs(st[0] - LPI()) < 1e-5 * (1 + fabs(LPI())));
   double fd;
   for (int i = 0; i < 2 * B; i++) {
@@ -284,11 +298,13 @@ Test(backend_cpu, actor_and_alpha_loss_gradients) {
   }
 #undef LPI
   be->ops->alpha_loss(be, &h, lp, g, st);
-#define LA() ({                                                          \
-    double _L = 0;                                                       \
-    for (int _i = 0; _i < B; _i++)                                          \
-      _L += -lad * (ld[_i] + h.target_entropy);                           \
-    _L / B; })
+#define LA()                                                                                                 \
+  ({                                                                                                         \
+    double _L = 0;                                                                                           \
+    for (int _i = 0; _i < B; _i++)                                                                           \
+      _L += -lad * (ld[_i] + h.target_entropy);                                                              \
+    _L / B;                                                                                                  \
+  })
   REF_FD(1e-6, lad, LA(), fd);
   CHECK_GRAD(g[0], fd, "dlog_alpha", 0);
   cr_expect(fabs(st[0] - LA()) < 1e-5 * (1 + fabs(LA())));

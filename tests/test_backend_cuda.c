@@ -104,17 +104,17 @@ static double nerr(const float *a, const float *b, size_t n) {
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-#define EXPECT_CLOSE(what, prec, gpu_h, cpu_h, n, tol)                                                        \
-  do {                                                                                                    \
-    double e_ = nerr((gpu_h), (cpu_h), (n));                                                              \
+#define EXPECT_CLOSE(what, prec, gpu_h, cpu_h, n, tol)                                                       \
+  do {                                                                                                       \
+    double e_ = nerr((gpu_h), (cpu_h), (n));                                                                 \
     fprintf(stderr, "  %-44s %-5s err %.2e (tol %.0e)%s\n", (what), (prec), e_, (double)(tol),               \
-            e_ <= (tol) ? "" : "  FAIL");                                                                 \
-    cr_expect(e_ <= (tol), "%s (%s): normalised error %.3g > %.3g", (what), (prec), e_, (double)(tol));    \
+            e_ <= (tol) ? "" : "  FAIL");                                                                    \
+    cr_expect(e_ <= (tol), "%s (%s): normalised error %.3g > %.3g", (what), (prec), e_, (double)(tol));      \
   } while (0)
 
 /* gpu buffer vs cpu buffer */
-static void compare(const char *what, const char *prec, sac_backend_t *gpu, const float *gbuf, sac_backend_t *cpu,
-                    const float *cbuf, size_t n, double tol) {
+static void compare(const char *what, const char *prec, sac_backend_t *gpu, const float *gbuf,
+                    sac_backend_t *cpu, const float *cbuf, size_t n, double tol) {
   float *g = hcopy(gpu, gbuf, n), *c = hcopy(cpu, cbuf, n);
   EXPECT_CLOSE(what, prec, g, c, n, tol);
   free(g), free(c);
@@ -287,8 +287,13 @@ Test(backend_cuda, policy_head_forward_and_backward) {
     a[i] = balloc(bes[i], (size_t)B * A), lp[i] = balloc(bes[i], B);
     da[i] = bput(bes[i], hda, (size_t)B * A), dl[i] = bput(bes[i], hdl, B);
     dP[i] = balloc(bes[i], (size_t)B * 2 * A), la[i] = bput(bes[i], &lav, 1);
-    sac_head_hp_t h = {.B = B, .A = A, .gamma = 0.99f, .log_std_min = -5, .log_std_max = 2,
-                       .target_entropy = -6, .log_alpha = la[i]};
+    sac_head_hp_t h = {.B = B,
+                       .A = A,
+                       .gamma = 0.99f,
+                       .log_std_min = -5,
+                       .log_std_max = 2,
+                       .target_entropy = -6,
+                       .log_alpha = la[i]};
     bes[i]->ops->head_fwd(bes[i], &h, P[i], e[i], a[i], A, lp[i]);
     bes[i]->ops->head_bwd(bes[i], &h, P[i], e[i], a[i], A, da[i], A, dl[i], dP[i]);
   }
@@ -327,7 +332,8 @@ static void run_losses(const char *prec, float scale) {
   hq[2 * 7 + 1] = hq[2 * 7]; /* a tie: both sides pick q1 */
   float lav = -0.7f;
   sac_backend_t *bes[2] = {cpu, gpu};
-  float *q[2], *y[2], *w[2], *r[2], *lp[2], *qt[2], *t[2], *la[2], *dq[2], *td[2], *st[2], *dl[2], *g[2], *yo[2];
+  float *q[2], *y[2], *w[2], *r[2], *lp[2], *qt[2], *t[2], *la[2], *dq[2], *td[2], *st[2], *dl[2], *g[2],
+      *yo[2];
   for (int i = 0; i < 2; i++) {
     sac_backend_t *be = bes[i];
     q[i] = bput(be, hq, 2 * B), y[i] = bput(be, hy, B), w[i] = bput(be, hw, B), r[i] = bput(be, hr, B);
@@ -340,8 +346,13 @@ static void run_losses(const char *prec, float scale) {
   for (int variant = 0; variant < 4; variant++) {
     for (int i = 0; i < 2; i++) {
       sac_backend_t *be = bes[i];
-      sac_head_hp_t h = {.B = B, .A = 3, .gamma = 0.97f, .log_std_min = -5, .log_std_max = 2,
-                         .target_entropy = -3, .log_alpha = la[i]};
+      sac_head_hp_t h = {.B = B,
+                         .A = 3,
+                         .gamma = 0.97f,
+                         .log_std_min = -5,
+                         .log_std_max = 2,
+                         .target_entropy = -3,
+                         .log_alpha = la[i]};
       if (variant == 0)
         be->ops->critic_target(be, &h, r[i], t[i], qt[i], lp[i], yo[i]);
       else if (variant == 1)
@@ -351,7 +362,8 @@ static void run_losses(const char *prec, float scale) {
       else
         be->ops->actor_loss(be, &h, q[i], lp[i], dq[i], dl[i], st[i]);
     }
-    static const char *const names[] = {"critic_target", "critic_loss (weighted)", "critic_loss", "actor_loss"};
+    static const char *const names[] = {"critic_target", "critic_loss (weighted)", "critic_loss",
+                                        "actor_loss"};
     if (variant == 0) {
       snprintf(what, sizeof what, "%s: y", names[variant]);
       compare(what, prec, gpu, yo[1], cpu, yo[0], B, TOL_ELEM);
@@ -496,7 +508,8 @@ typedef struct {
 static void hbatch_init(hbatch_t *hb, int B, int O, int A) {
   hb->B = B, hb->O = O, hb->A = A;
   hb->obs = malloc(sizeof(float) * B * O), hb->nobs = malloc(sizeof(float) * B * O);
-  hb->act = malloc(sizeof(float) * B * A), hb->rew = malloc(sizeof(float) * B), hb->term = malloc(sizeof(float) * B);
+  hb->act = malloc(sizeof(float) * B * A), hb->rew = malloc(sizeof(float) * B),
+  hb->term = malloc(sizeof(float) * B);
 }
 static void hbatch_fill(hbatch_t *hb, sac_rng_t *rng, float reward_scale) {
   for (int i = 0; i < hb->B * hb->O; i++) {
@@ -510,7 +523,9 @@ static void hbatch_fill(hbatch_t *hb, sac_rng_t *rng, float reward_scale) {
     hb->term[i] = i % 7 == 0 ? 1.0f : 0.0f;
   }
 }
-static void hbatch_free(hbatch_t *hb) { free(hb->obs), free(hb->nobs), free(hb->act), free(hb->rew), free(hb->term); }
+static void hbatch_free(hbatch_t *hb) {
+  free(hb->obs), free(hb->nobs), free(hb->act), free(hb->rew), free(hb->term);
+}
 
 /* the batch into the sac's batch buffers: staged (pinned, copy stream) or uploaded */
 static void put_batch(sac_backend_t *be, sac_t *s, const hbatch_t *hb, int staged) {
@@ -587,8 +602,8 @@ Test(backend_cuda, update_parity_cpu_vs_cuda_fp32_100_updates) {
 }
 
 /* n updates on a fresh cuda backend with graphs on or off; returns the parameters */
-static float *cuda_run(const char *prec, int graphs, int n_updates, int recompute, int depth, int H, double *launches,
-                       double *dev_bytes) {
+static float *cuda_run(const char *prec, int graphs, int n_updates, int recompute, int depth, int H,
+                       double *launches, double *dev_bytes) {
   sac_backend_t *gpu = cuda_or_skip(prec);
   cr_assert_eq(gpu->ops->set_option(gpu, "graphs", graphs ? "1" : "0"), 0);
   const int O = 17, A = 6, B = 256;
@@ -626,8 +641,8 @@ Test(backend_cuda, graph_replay_equals_eager) {
   float *pg = cuda_run("fp32", 1, 30, 0, 2, 256, &lg, NULL);
   float *pe = cuda_run("fp32", 0, 30, 0, 2, 256, &le, NULL);
   size_t n = cheetah_params();
-  fprintf(stderr, "  graph launches %.0f (graphs on) / %.0f (off); params bitwise equal: %s, err %.2e\n", lg, le,
-          memcmp(pg, pe, n * sizeof(float)) ? "no" : "yes", nerr(pg, pe, n));
+  fprintf(stderr, "  graph launches %.0f (graphs on) / %.0f (off); params bitwise equal: %s, err %.2e\n", lg,
+          le, memcmp(pg, pe, n * sizeof(float)) ? "no" : "yes", nerr(pg, pe, n));
   cr_expect_geq(lg, 25, "the whole update was captured and replayed (%g launches)", lg);
   cr_expect_eq(le, 0);
   cr_expect_eq(memcmp(pg, pe, n * sizeof(float)), 0, "graph replay gives the eager results bit for bit");
@@ -750,8 +765,10 @@ Test(backend_cuda, device_memory_flat_over_10000_updates) {
   cr_assert_eq(gpu->ops->sync(gpu), 0);
   double calls1 = metric(gpu, "alloc_calls"), bytes1 = metric(gpu, "device_bytes");
   double used1 = metric(gpu, "device_used_bytes"), launches1 = metric(gpu, "graph_launches");
-  fprintf(stderr, "  10000 updates: allocations %g -> %g, backend bytes %.0f -> %.0f, device used %.0f -> %.0f, "
-                  "graph launches %.0f\n", calls0, calls1, bytes0, bytes1, used0, used1, launches1 - launches0);
+  fprintf(stderr,
+          "  10000 updates: allocations %g -> %g, backend bytes %.0f -> %.0f, device used %.0f -> %.0f, "
+          "graph launches %.0f\n",
+          calls0, calls1, bytes0, bytes1, used0, used1, launches1 - launches0);
   cr_expect_eq(calls1, calls0, "no allocation after warm-up");
   cr_expect_eq(bytes1, bytes0);
   cr_expect_eq(used1, used0, "device memory in use is flat");

@@ -149,12 +149,25 @@ static int json_string(const char **p, char *out, size_t cap) {
     if (c == '\\') {
       c = (unsigned char)*s++;
       switch (c) {
-      case '"': case '\\': case '/': break;
-      case 'b': c = '\b'; break;
-      case 'f': c = '\f'; break;
-      case 'n': c = '\n'; break;
-      case 'r': c = '\r'; break;
-      case 't': c = '\t'; break;
+      case '"':
+      case '\\':
+      case '/':
+        break;
+      case 'b':
+        c = '\b';
+        break;
+      case 'f':
+        c = '\f';
+        break;
+      case 'n':
+        c = '\n';
+        break;
+      case 'r':
+        c = '\r';
+        break;
+      case 't':
+        c = '\t';
+        break;
       case 'u': {
         unsigned v;
         char hex[5] = {0};
@@ -353,8 +366,9 @@ static int same_positions(uint64_t seed_a, uint64_t stream_a, uint64_t seed_b, u
 Test(rng, streams_and_seeds_differ) {
   /* Independent 32-bit words agree with probability 2^-32 per position: 4096 positions
    * give ~1e-6 expected matches, so even 2 would mean correlated streams. */
-  const uint64_t streams[] = {SAC_STREAM_LEARNER, SAC_STREAM_EVAL, SAC_STREAM_ACTOR(0), SAC_STREAM_ACTOR(1),
-                              SAC_STREAM_ENV(0, 0), SAC_STREAM_ENV(0, 1), SAC_STREAM_ENV(1, 0), 0};
+  const uint64_t streams[] = {
+      SAC_STREAM_LEARNER,   SAC_STREAM_EVAL,      SAC_STREAM_ACTOR(0),  SAC_STREAM_ACTOR(1),
+      SAC_STREAM_ENV(0, 0), SAC_STREAM_ENV(0, 1), SAC_STREAM_ENV(1, 0), 0};
   const size_t n = sizeof streams / sizeof streams[0];
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < i; j++)

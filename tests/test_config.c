@@ -420,8 +420,8 @@ Test(config, env_unknown_and_bad) {
 Test(config, env_allow_list) {
   setenv("SAC_LOG_LEVEL", "info", 1);
   setenv("SAC_LOG_JSON", "0", 1);
-  setenv("SAC_CONFIG", "", 1); /* empty: no file */
-  setenv("SACX_OTHER", "1", 1);   /* not under SAC_ */
+  setenv("SAC_CONFIG", "", 1);  /* empty: no file */
+  setenv("SACX_OTHER", "1", 1); /* not under SAC_ */
   cfg_t c;
   expect_ok(&c, NOARGS);
   cr_assert_eq(c.batch, 256);
@@ -524,15 +524,38 @@ Test(config, help) {
   char *out = cap_end(&cap);
   cr_assert_eq(rc, 0);
   cr_assert_eq(action, SAC_CFG_EXIT_OK);
-  const char *must[] = {"Usage: sac-test", "A test program.", "--config",
-                        "batch_size", "int", "256", "minibatch size", "SAC_BATCH_SIZE",
-                        "replay.capacity", "int64", "SAC_REPLAY_CAPACITY", "1000000",
-                        "lr", "float", "3e-4", "learning rate",
-                        "verbose", "bool", "--no-KEY", "SAC_VERBOSE",
-                        "name", "string", "pendulum", "SAC_NAME", "15 characters",
-                        "log-every", "SAC_LOG_EVERY",
-                        "learner.alpha", "SAC_LEARNER_ALPHA", "entropy weight",
-                        "no_default", "SAC_NO_DEFAULT",
+  const char *must[] = {"Usage: sac-test",
+                        "A test program.",
+                        "--config",
+                        "batch_size",
+                        "int",
+                        "256",
+                        "minibatch size",
+                        "SAC_BATCH_SIZE",
+                        "replay.capacity",
+                        "int64",
+                        "SAC_REPLAY_CAPACITY",
+                        "1000000",
+                        "lr",
+                        "float",
+                        "3e-4",
+                        "learning rate",
+                        "verbose",
+                        "bool",
+                        "--no-KEY",
+                        "SAC_VERBOSE",
+                        "name",
+                        "string",
+                        "pendulum",
+                        "SAC_NAME",
+                        "15 characters",
+                        "log-every",
+                        "SAC_LOG_EVERY",
+                        "learner.alpha",
+                        "SAC_LEARNER_ALPHA",
+                        "entropy weight",
+                        "no_default",
+                        "SAC_NO_DEFAULT",
                         "[1, 65536]"};
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_assert_not_null(strstr(out, must[i]), "--help lacks '%s':\n%s", must[i], out);
@@ -608,7 +631,7 @@ Test(config, dump_round_trip) {
   memset(&b, 0, sizeof b);
   a.i = -2147483647 - 1;
   a.big = INT64_MAX;
-  a.d = 0.1 + 0.2; /* not exactly representable in few digits */
+  a.d = 0.1 + 0.2;                  /* not exactly representable in few digits */
   a.tiny = 4.9406564584124654e-324; /* the smallest denormal */
   a.neg = -1.0 / 3.0;
   a.b = 1;

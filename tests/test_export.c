@@ -15,7 +15,8 @@
 static const char *k_main =
     "#include <stdio.h>\n#include \"pol.h\"\nint main(void) {\n  float o[POL_OBS_DIM], a[POL_ACT_DIM];\n"
     "  for (;;) {\n    for (int i = 0; i < POL_OBS_DIM; i++) if (scanf(\"%f\", &o[i]) != 1) return 0;\n"
-    "    pol_act(o, a);\n    for (int i = 0; i < POL_ACT_DIM; i++) printf(\"%.9g \", a[i]);\n    printf(\"\\n\");\n  }\n}\n";
+    "    pol_act(o, a);\n    for (int i = 0; i < POL_ACT_DIM; i++) printf(\"%.9g \", a[i]);\n    "
+    "printf(\"\\n\");\n  }\n}\n";
 
 static void check(int int8) {
   sac_backend_t *be;
@@ -69,7 +70,8 @@ static void check(int int8) {
     }
   pclose(out);
   if (int8) /* the exporter's own report bounds the compiled program's error (same arithmetic) */
-    cr_expect(worst <= rep.max_abs_error + 1e-6, "int8 error %g above the reported %g", worst, rep.max_abs_error);
+    cr_expect(worst <= rep.max_abs_error + 1e-6, "int8 error %g above the reported %g", worst,
+              rep.max_abs_error);
   else /* fp32: the same math in another summation order, ~1e-6 */
     cr_expect(worst < 1e-5, "fp32 export differs by %g", worst);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

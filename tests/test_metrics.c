@@ -45,7 +45,8 @@ Test(metrics, renders_the_exposition_format_exactly) {
   sac_metric_t *c = sac_metrics_counter(r, "jobs_total", "Jobs done.", NULL, NULL);
   sac_metric_t *g =
       sac_metrics_gauge(r, "temp_celsius", "Temperature.", (const char *const[]){"room", "a", NULL}, NULL);
-  sac_metric_t *g2 = sac_metrics_gauge(r, "temp_celsius", "ignored", (const char *const[]){"room", "b", NULL}, NULL);
+  sac_metric_t *g2 =
+      sac_metrics_gauge(r, "temp_celsius", "ignored", (const char *const[]){"room", "b", NULL}, NULL);
   const double bounds[] = {0.1, 1};
   sac_metric_t *h = sac_metrics_histogram(r, "lat_seconds", "Latency.", NULL, bounds, 2, NULL);
   cr_assert(c && g && g2 && h);
@@ -60,21 +61,20 @@ Test(metrics, renders_the_exposition_format_exactly) {
   sac_metric_observe(h, 4.0);
   sac_metric_observe(h, NAN); /* ignored */
   char *text = render(r);
-  const char *want =
-      "# HELP jobs_total Jobs done.\n"
-      "# TYPE jobs_total counter\n"
-      "jobs_total 4\n"
-      "# HELP temp_celsius Temperature.\n"
-      "# TYPE temp_celsius gauge\n"
-      "temp_celsius{room=\"a\"} -1.5\n"
-      "temp_celsius{room=\"b\"} 1e+21\n"
-      "# HELP lat_seconds Latency.\n"
-      "# TYPE lat_seconds histogram\n"
-      "lat_seconds_bucket{le=\"0.1\"} 1\n"
-      "lat_seconds_bucket{le=\"1\"} 3\n"
-      "lat_seconds_bucket{le=\"+Inf\"} 4\n"
-      "lat_seconds_sum 5.5625\n"
-      "lat_seconds_count 4\n";
+  const char *want = "# HELP jobs_total Jobs done.\n"
+                     "# TYPE jobs_total counter\n"
+                     "jobs_total 4\n"
+                     "# HELP temp_celsius Temperature.\n"
+                     "# TYPE temp_celsius gauge\n"
+                     "temp_celsius{room=\"a\"} -1.5\n"
+                     "temp_celsius{room=\"b\"} 1e+21\n"
+                     "# HELP lat_seconds Latency.\n"
+                     "# TYPE lat_seconds histogram\n"
+                     "lat_seconds_bucket{le=\"0.1\"} 1\n"
+                     "lat_seconds_bucket{le=\"1\"} 3\n"
+                     "lat_seconds_bucket{le=\"+Inf\"} 4\n"
+                     "lat_seconds_sum 5.5625\n"
+                     "lat_seconds_count 4\n";
   cr_expect_str_eq(text, want);
   cr_expect_eq(sac_metric_value(h), 4.0);
   cr_expect_eq(sac_metric_value(c), 4.0);
@@ -91,8 +91,8 @@ Test(metrics, histogram_buckets_are_cumulative_with_labels) {
   cr_assert_gt(nb, 10);
   for (size_t i = 1; i < nb; i++)
     cr_assert_gt(b[i], b[i - 1]);
-  sac_metric_t *h =
-      sac_metrics_histogram(r, "op_duration_seconds", "Op time.", (const char *const[]){"op", "x", NULL}, b, nb, NULL);
+  sac_metric_t *h = sac_metrics_histogram(r, "op_duration_seconds", "Op time.",
+                                          (const char *const[]){"op", "x", NULL}, b, nb, NULL);
   cr_assert_not_null(h);
   /* one observation per bucket boundary, one above the last */
   for (size_t i = 0; i < nb; i++)
@@ -138,10 +138,9 @@ Test(metrics, escapes_label_values_and_help) {
   cr_assert_not_null(g);
   sac_metric_set(g, 2);
   char *text = render(r);
-  cr_expect_str_eq(text,
-                   "# HELP x line one\\nback\\\\slash \"quoted\"\n"
-                   "# TYPE x gauge\n"
-                   "x{path=\"C:\\\\dir\\n\\\"q\\\"\",b=\"\"} 2\n");
+  cr_expect_str_eq(text, "# HELP x line one\\nback\\\\slash \"quoted\"\n"
+                         "# TYPE x gauge\n"
+                         "x{path=\"C:\\\\dir\\n\\\"q\\\"\",b=\"\"} 2\n");
   free(text);
   sac_metrics_destroy(&r);
 }
@@ -223,20 +222,21 @@ Test(metrics, read_series_collectors_and_forget) {
   atomic_store(&ns, 2500000000u);
   double v = 21;
   int owner_a, owner_b, freed = 0;
-  cr_assert_not_null(sac_metrics_counter_read(r, "wait_seconds_total", "Wait.", NULL, sac_metric_read_atomic_u64, &ns,
-                                              1e-9, &owner_a));
+  cr_assert_not_null(sac_metrics_counter_read(r, "wait_seconds_total", "Wait.", NULL,
+                                              sac_metric_read_atomic_u64, &ns, 1e-9, &owner_a));
   cr_assert_not_null(sac_metrics_gauge_read(r, "answer", "Answer.", NULL, read_twice, &v, 1.0, &owner_b));
   coll_t c = {0, sac_metrics_gauge(r, "scrapes", "Scrapes.", NULL, &owner_a), &freed};
   cr_assert_eq(sac_metrics_collector(r, collect, &c, coll_free, &owner_a), 0);
   char *text = render(r);
-  cr_expect(
-      strstr(text, "\nwait_seconds_total 2.5\n") && strstr(text, "\nanswer 42\n") && strstr(text, "\nscrapes 1\n"),
-      "%s", text);
+  cr_expect(strstr(text, "\nwait_seconds_total 2.5\n") && strstr(text, "\nanswer 42\n") &&
+                strstr(text, "\nscrapes 1\n"),
+            "%s", text);
   free(text);
   atomic_store(&ns, 3000000000u);
   v = 0.5;
   text = render(r);
-  cr_expect(strstr(text, "\nwait_seconds_total 3\n") && strstr(text, "\nanswer 1\n") && strstr(text, "\nscrapes 2\n"),
+  cr_expect(strstr(text, "\nwait_seconds_total 3\n") && strstr(text, "\nanswer 1\n") &&
+                strstr(text, "\nscrapes 2\n"),
             "%s", text);
   free(text);
   sac_metrics_forget(r, &owner_a);
@@ -421,10 +421,12 @@ static void stop_server(void) {
 Test(http, serves_metrics_healthz_and_errors, .timeout = 60) {
   start_server(64, 5000);
   int port = sac_http_port(g_http);
-  cr_assert_gt(exchange(port, REQ("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n"), g_resp, sizeof g_resp),
-               0);
+  cr_assert_gt(
+      exchange(port, REQ("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n"), g_resp, sizeof g_resp),
+      0);
   cr_expect_eq(status_of(g_resp), 200, "%s", g_resp);
-  cr_expect(strstr(g_resp, "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n") != NULL, "%s", g_resp);
+  cr_expect(strstr(g_resp, "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n") != NULL, "%s",
+            g_resp);
   cr_expect(strstr(g_resp, "\r\nConnection: close\r\n") != NULL);
   char *text = render(g_reg);
   cr_expect_str_eq(body_of(g_resp), text);
@@ -678,9 +680,8 @@ Test(metrics, exported_series_pass_promtool, .timeout = 60) {
   unlink(snap);
   if (system("command -v promtool >/dev/null 2>&1") != 0) {
     unlink(path);
-    cr_skip_test(
-        "promtool not installed (Debian package prometheus; scripts/install-deps.sh installs it): "
-        "promtool check skipped");
+    cr_skip_test("promtool not installed (Debian package prometheus; scripts/install-deps.sh installs it): "
+                 "promtool check skipped");
   }
   char cmd[512], out[8192] = "";
   snprintf(cmd, sizeof cmd, "promtool check metrics < %s 2>&1", path);

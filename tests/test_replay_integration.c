@@ -162,8 +162,8 @@ static sac_replay_client_t *client(size_t n, const char *const *ins, const char 
 static void check_batch(const sac_replay_batch_t *b) {
   for (uint32_t i = 0; i < b->n; i++) {
     const char *why;
-    cr_assert(tg_check(5, 2, b->obs + i * 5, b->action + i * 2, b->reward[i], b->terminated[i], b->next_obs + i * 5,
-                       &why),
+    cr_assert(tg_check(5, 2, b->obs + i * 5, b->action + i * 2, b->reward[i], b->terminated[i],
+                       b->next_obs + i * 5, &why),
               "sampled row %u of shard %u: %s", i, b->shard_id, why);
   }
 }
@@ -172,12 +172,26 @@ TestSuite(replay_integration, .init = setup, .fini = teardown, .timeout = 100);
 
 Test(replay_integration, two_actors_two_shards_one_learner) {
   shard_t sh[2];
-  const char *a0[] = {"--shard_id=0", "--insert_endpoint=tcp://127.0.0.1:*", "--sample_endpoint=tcp://127.0.0.1:*",
-                      "--capacity=20000", "--obs_dim=5", "--act_dim=2", "--min_size=100",
-                      "--sampler=prioritized", "--max_msg_bytes=1048576", NULL};
-  const char *a1[] = {"--shard_id=1", "--insert_endpoint=tcp://127.0.0.1:*", "--sample_endpoint=tcp://127.0.0.1:*",
-                      "--capacity=20000", "--obs_dim=5", "--act_dim=2", "--min_size=100",
-                      "--sampler=prioritized", "--max_msg_bytes=1048576", NULL};
+  const char *a0[] = {"--shard_id=0",
+                      "--insert_endpoint=tcp://127.0.0.1:*",
+                      "--sample_endpoint=tcp://127.0.0.1:*",
+                      "--capacity=20000",
+                      "--obs_dim=5",
+                      "--act_dim=2",
+                      "--min_size=100",
+                      "--sampler=prioritized",
+                      "--max_msg_bytes=1048576",
+                      NULL};
+  const char *a1[] = {"--shard_id=1",
+                      "--insert_endpoint=tcp://127.0.0.1:*",
+                      "--sample_endpoint=tcp://127.0.0.1:*",
+                      "--capacity=20000",
+                      "--obs_dim=5",
+                      "--act_dim=2",
+                      "--min_size=100",
+                      "--sampler=prioritized",
+                      "--max_msg_bytes=1048576",
+                      NULL};
   spawn(&sh[0], "s0", a0);
   spawn(&sh[1], "s1", a1);
   const char *ins[2] = {sh[0].ins, sh[1].ins}, *smp[2] = {sh[0].smp, sh[1].smp};
@@ -246,9 +260,15 @@ Test(replay_integration, kill9_after_snapshot_then_restart) {
   char snap[400], snap_arg[450];
   snprintf(snap, sizeof snap, "%s/shard.snap", g_dir);
   snprintf(snap_arg, sizeof snap_arg, "--snapshot_path=%s", snap);
-  const char *args[] = {"--insert_endpoint=tcp://127.0.0.1:*", "--sample_endpoint=tcp://127.0.0.1:*",
-                        "--capacity=50000", "--obs_dim=5", "--act_dim=2", "--min_size=10",
-                        "--snapshot_interval_s=0", snap_arg, NULL};
+  const char *args[] = {"--insert_endpoint=tcp://127.0.0.1:*",
+                        "--sample_endpoint=tcp://127.0.0.1:*",
+                        "--capacity=50000",
+                        "--obs_dim=5",
+                        "--act_dim=2",
+                        "--min_size=10",
+                        "--snapshot_interval_s=0",
+                        snap_arg,
+                        NULL};
   shard_t s;
   spawn(&s, "k9", args);
   const char *ins[1] = {s.ins}, *smp[1] = {s.smp};
@@ -281,8 +301,9 @@ Test(replay_integration, kill9_after_snapshot_then_restart) {
   char ins_arg[340], smp_arg[340];
   snprintf(ins_arg, sizeof ins_arg, "--insert_endpoint=%s", s.ins);
   snprintf(smp_arg, sizeof smp_arg, "--sample_endpoint=%s", s.smp);
-  const char *args2[] = {ins_arg, smp_arg, "--capacity=50000", "--obs_dim=5", "--act_dim=2", "--min_size=10",
-                         "--snapshot_interval_s=0", snap_arg, NULL};
+  const char *args2[] = {ins_arg,       smp_arg,         "--capacity=50000",        "--obs_dim=5",
+                         "--act_dim=2", "--min_size=10", "--snapshot_interval_s=0", snap_arg,
+                         NULL};
   shard_t s2;
   spawn(&s2, "k9b", args2);
   cr_assert_eq(sac_replay_client_flush(actor, 15000), 0, "the window was resent after the reconnect");
@@ -320,9 +341,15 @@ static void send_raw(void *sock, const void *buf, size_t len) {
 }
 
 Test(replay_integration, bad_input_against_a_live_shard) {
-  const char *args[] = {"--insert_endpoint=tcp://127.0.0.1:*", "--sample_endpoint=tcp://127.0.0.1:*",
-                        "--capacity=20000", "--obs_dim=5", "--act_dim=2", "--min_size=10",
-                        "--max_msg_bytes=65536", "--sampler=prioritized", NULL};
+  const char *args[] = {"--insert_endpoint=tcp://127.0.0.1:*",
+                        "--sample_endpoint=tcp://127.0.0.1:*",
+                        "--capacity=20000",
+                        "--obs_dim=5",
+                        "--act_dim=2",
+                        "--min_size=10",
+                        "--max_msg_bytes=65536",
+                        "--sampler=prioritized",
+                        NULL};
   shard_t s;
   spawn(&s, "bad", args);
   const char *ins[1] = {s.ins}, *smp[1] = {s.smp};
@@ -453,8 +480,8 @@ Test(replay_integration, bad_input_against_a_live_shard) {
     cr_assert_eq(sac_replay_client_info(actor, 0, 3000, &info), 0);
     if (info.rejected_total >= (uint64_t)sent_bad)
       break;
-    cr_assert_lt(sac_clock_ns(), end, "only %llu of %d bad messages counted", (unsigned long long)info.rejected_total,
-                 sent_bad);
+    cr_assert_lt(sac_clock_ns(), end, "only %llu of %d bad messages counted",
+                 (unsigned long long)info.rejected_total, sent_bad);
     sac_sleep_ns(50000000);
   }
   cr_assert_eq(info.rejected_total, (uint64_t)sent_bad, "each bad message counted once");

@@ -196,8 +196,8 @@ Test(replay_ratelimit, inserts_wait_for_samples_backpressure) {
   cr_assert_eq(sac_replay_client_flush(actor, 5000), 0, "parked batches were stored once sampling caught up");
   sac_replay_server_stats(srv, &st);
   cr_assert_gt(st.insert_wait_seconds_total, 0.0);
-  cr_log_info("limiter diff %.0f in [%.0f, %.0f], size %llu", st.shard.limiter_diff, st.shard.limiter_min_diff,
-              st.shard.limiter_max_diff, (unsigned long long)st.shard.size);
+  cr_log_info("limiter diff %.0f in [%.0f, %.0f], size %llu", st.shard.limiter_diff,
+              st.shard.limiter_min_diff, st.shard.limiter_max_diff, (unsigned long long)st.shard.size);
   sac_replay_client_destroy(&actor);
   sac_replay_client_destroy(&learner);
   sac_replay_server_destroy(&srv);

@@ -176,8 +176,9 @@ Test(replay_sampler, uniform_skips_observation_only_slots) {
     cr_assert_eq(sac_replay_shard_sample(sh, 512, 0.0f, &s), 0);
     for (uint32_t i = 0; i < s.n; i++) {
       const char *why;
-      cr_assert(tg_check(4, 1, s.obs + i * 4, s.action + i, s.reward[i], s.terminated[i], s.next_obs + i * 4, &why),
-                "%s", why);
+      cr_assert(
+          tg_check(4, 1, s.obs + i * 4, s.action + i, s.reward[i], s.terminated[i], s.next_obs + i * 4, &why),
+          "%s", why);
     }
   }
   sac_replay_shard_destroy(&sh);

@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/snapshot.h"
 #include "replay/server.h"
 #include "replay/shard.h"
-#include "common/snapshot.h"
 #include "tests/replay_testgen.h"
 
 static char g_dir[256];

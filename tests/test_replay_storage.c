@@ -28,10 +28,12 @@ static uint64_t check_all(const sac_replay_storage_t *st, const tg_t *g) {
     ready++;
     sac_replay_storage_gather(st, &s, 1, o, a, &r, &t, no);
     const char *why;
-    cr_assert(tg_check(od, ad, o, a, r, t, no, &why), "slot %u: %s (obs step %g next %g)", s, why, o[1], no[1]);
+    cr_assert(tg_check(od, ad, o, a, r, t, no, &why), "slot %u: %s (obs step %g next %g)", s, why, o[1],
+              no[1]);
     uint32_t e = (uint32_t)o[0], step = (uint32_t)o[1], ep = (uint32_t)o[2];
     int ends = step + 1 == tg_ep_len(g, e, ep);
-    cr_assert_eq(t, (ends && ep % 2 == 0) ? 1.0f : 0.0f, "terminated flag of env %u ep %u step %u", e, ep, step);
+    cr_assert_eq(t, (ends && ep % 2 == 0) ? 1.0f : 0.0f, "terminated flag of env %u ep %u step %u", e, ep,
+                 step);
     int trunc = (st->flags[s] & SAC_SLOT_TRUNC) != 0;
     cr_assert_eq(trunc, ends && ep % 2 == 1, "truncated flag");
   }
@@ -81,10 +83,23 @@ Test(replay_storage, truncation_bootstraps_from_final_obs) {
   float next_obs[4] = {0, 2, 0, 0};
   uint32_t tail_env[1] = {0};
   float tail_obs[4] = {0, 1, 1, 0};
-  sac_wire_transitions_t t = {.actor_id = 1, .seq = 1, .n = 3, .obs_dim = 4, .act_dim = 1, .env_ids = env,
-                              .obs = obs, .action = act, .reward = rew, .terminated = term, .truncated = trunc,
-                              .n_next = 1, .next_obs_rows = next_rows, .next_obs = next_obs, .n_tail = 1,
-                              .tail_env_ids = tail_env, .tail_obs = tail_obs};
+  sac_wire_transitions_t t = {.actor_id = 1,
+                              .seq = 1,
+                              .n = 3,
+                              .obs_dim = 4,
+                              .act_dim = 1,
+                              .env_ids = env,
+                              .obs = obs,
+                              .action = act,
+                              .reward = rew,
+                              .terminated = term,
+                              .truncated = trunc,
+                              .n_next = 1,
+                              .next_obs_rows = next_rows,
+                              .next_obs = next_obs,
+                              .n_tail = 1,
+                              .tail_env_ids = tail_env,
+                              .tail_obs = tail_obs};
   uint32_t stored;
   cr_assert_eq(sac_replay_storage_insert(&st, 1, &t, &stored), 0);
   cr_assert_eq(st.size, 3);
@@ -126,9 +141,20 @@ Test(replay_storage, tail_mismatch_takes_a_new_slot) {
   float obs[2] = {1, 1}, act[1] = {0}, rew[1] = {0}, tail[2] = {2, 2};
   uint8_t z[1] = {0};
   uint32_t tail_env[1] = {5};
-  sac_wire_transitions_t t = {.actor_id = 3, .seq = 1, .n = 1, .obs_dim = 2, .act_dim = 1, .env_ids = env,
-                              .obs = obs, .action = act, .reward = rew, .terminated = z, .truncated = z,
-                              .n_tail = 1, .tail_env_ids = tail_env, .tail_obs = tail};
+  sac_wire_transitions_t t = {.actor_id = 3,
+                              .seq = 1,
+                              .n = 1,
+                              .obs_dim = 2,
+                              .act_dim = 1,
+                              .env_ids = env,
+                              .obs = obs,
+                              .action = act,
+                              .reward = rew,
+                              .terminated = z,
+                              .truncated = z,
+                              .n_tail = 1,
+                              .tail_env_ids = tail_env,
+                              .tail_obs = tail};
   uint32_t stored;
   cr_assert_eq(sac_replay_storage_insert(&st, 3, &t, &stored), 0);
   cr_assert_eq(st.alloc_count, 2);
@@ -193,7 +219,8 @@ Test(replay_storage, fp16_storage_and_bytes_per_transition) {
   double bpt32 = sac_replay_storage_bytes_per_transition(&a, 0);
   double bpt16 = sac_replay_storage_bytes_per_transition(&h, 0);
   double info = (17 + 6 + 1 + 2) * 4.0; /* obs + act + reward + 2 flags, as BENCHMARKS.md counts */
-  cr_log_info("bytes/transition fp32 %.1f (%.3f x), fp16 %.1f (%.3f x)", bpt32, bpt32 / info, bpt16, bpt16 / info);
+  cr_log_info("bytes/transition fp32 %.1f (%.3f x), fp16 %.1f (%.3f x)", bpt32, bpt32 / info, bpt16,
+              bpt16 / info);
   cr_assert_leq(bpt32, 1.1 * info, "fp32 %.1f bytes per transition over 1.1 x %.0f", bpt32, info);
   cr_assert_leq(bpt16, 0.6 * info, "fp16 %.1f bytes per transition is not about half of %.0f", bpt16, info);
   cr_assert_eq(sac_wire_f16_to_f32(sac_wire_f32_to_f16(1.5f, 1)), 1.5f);
@@ -217,7 +244,8 @@ Test(replay_storage, bad_config_and_bad_batches_are_refused) {
   tg_t g;
   tg_init(&g, 1, 2, 3, 1, 5, 2);
   uint32_t stored = 9;
-  cr_assert_eq(sac_replay_storage_insert(&st, 1, tg_next(&g), &stored), SAC_EINVAL, "obs dim 3 into a dim 4 ring");
+  cr_assert_eq(sac_replay_storage_insert(&st, 1, tg_next(&g), &stored), SAC_EINVAL,
+               "obs dim 3 into a dim 4 ring");
   cr_assert_eq(stored, 0);
   cr_assert_eq(st.alloc_count, 0);
   sac_replay_storage_close(&st);
@@ -279,13 +307,21 @@ Test(replay_storage, hot_paths_do_not_allocate) {
     sac_replay_sample_t s;
     cr_assert_eq(sac_replay_shard_sample(sh, 256, 0.4f, &s), 0);
     sac_wire_msg_t o = {.type = SAC_WIRE_SAMPLE_BATCH};
-    o.u.sample_batch = (sac_wire_sample_batch_t){.n = s.n, .obs_dim = 17, .act_dim = 6, .obs = s.obs,
-                                                 .action = s.action, .reward = s.reward,
-                                                 .terminated = s.terminated, .next_obs = s.next_obs,
-                                                 .indices = s.indices, .weights = s.weights, .error = ""};
+    o.u.sample_batch = (sac_wire_sample_batch_t){.n = s.n,
+                                                 .obs_dim = 17,
+                                                 .act_dim = 6,
+                                                 .obs = s.obs,
+                                                 .action = s.action,
+                                                 .reward = s.reward,
+                                                 .terminated = s.terminated,
+                                                 .next_obs = s.next_obs,
+                                                 .indices = s.indices,
+                                                 .weights = s.weights,
+                                                 .error = ""};
     cr_assert_eq(sac_wire_encode(&o, buf, 1 << 20, &len), 0);
     cr_assert_eq(sac_wire_decode(dec, buf, len, &lim, &d, NULL), 0);
-    sac_replay_shard_update_priorities(sh, s.n, d.u.sample_batch.indices, d.u.sample_batch.weights, NULL, NULL, NULL);
+    sac_replay_shard_update_priorities(sh, s.n, d.u.sample_batch.indices, d.u.sample_batch.weights, NULL,
+                                       NULL, NULL);
   }
   g_counting = 0;
   cr_assert_eq(g_allocs, 0, "%ld allocations on the insert/sample path", g_allocs);

@@ -17,7 +17,7 @@
 #include "sac_ref.h"
 
 #define CHECK_GRAD(an, fd, what, idx)                                                                        \
-  cr_expect(fabs((double)(an) - (fd)) <= 2e-4 + 1e-3 * fabs(fd), "%s[%d]: analytic %.7g vs fd %.7g", what, \
+  cr_expect(fabs((double)(an) - (fd)) <= 2e-4 + 1e-3 * fabs(fd), "%s[%d]: analytic %.7g vs fd %.7g", what,   \
             (int)(idx), (double)(an), (double)(fd))
 
 typedef struct {
@@ -98,10 +98,22 @@ static void fixture_snapshot(fixture_t *f) {
   f->eps_pi = dcopy(e, (size_t)B * A);
   free(e);
   const sac_hparams_t *hp = sac_hparams(f->sac);
-  f->R = (ref_sac_t){.B = B, .O = O, .A = A, .gamma = hp->gamma, .lsmin = hp->log_std_min,
-                     .lsmax = hp->log_std_max, .target_entropy = hp->target_entropy,
-                     .ad = sac_actor_desc(f->sac), .cd = sac_critic_desc(f->sac), .obs = f->obs, .act = f->act,
-                     .rew = f->rew, .term = f->term, .nobs = f->nobs, .w = f->w, .eps_next = f->eps_next,
+  f->R = (ref_sac_t){.B = B,
+                     .O = O,
+                     .A = A,
+                     .gamma = hp->gamma,
+                     .lsmin = hp->log_std_min,
+                     .lsmax = hp->log_std_max,
+                     .target_entropy = hp->target_entropy,
+                     .ad = sac_actor_desc(f->sac),
+                     .cd = sac_critic_desc(f->sac),
+                     .obs = f->obs,
+                     .act = f->act,
+                     .rew = f->rew,
+                     .term = f->term,
+                     .nobs = f->nobs,
+                     .w = f->w,
+                     .eps_next = f->eps_next,
                      .eps_pi = f->eps_pi};
 }
 
@@ -123,7 +135,8 @@ static void check_critic_loss_gradient(int with_weights) {
   sac_stats_t st;
   sac_stats(f.sac, &st);
   double L = ref_critic_loss(&f.R, actor, critic, f.dtarget, la);
-  cr_expect(fabs(st.critic_loss - L) < 1e-5 * (1 + fabs(L)), "critic loss %g vs reference %g", st.critic_loss, L);
+  cr_expect(fabs(st.critic_loss - L) < 1e-5 * (1 + fabs(L)), "critic loss %g vs reference %g", st.critic_loss,
+            L);
   double fd;
   for (size_t i = 0; i < f.nc; i++) {
     REF_FD(1e-6, critic[i], ref_critic_loss(&f.R, actor, critic, f.dtarget, la), fd);
@@ -146,7 +159,8 @@ Test(sac, actor_and_alpha_loss_gradients_match_finite_differences) {
   sac_stats(f.sac, &st);
   double mean_logp;
   double L = ref_actor_loss(&f.R, actor, critic, la, &mean_logp);
-  cr_expect(fabs(st.actor_loss - L) < 1e-5 * (1 + fabs(L)), "actor loss %g vs reference %g", st.actor_loss, L);
+  cr_expect(fabs(st.actor_loss - L) < 1e-5 * (1 + fabs(L)), "actor loss %g vs reference %g", st.actor_loss,
+            L);
   cr_expect(fabs(st.entropy + mean_logp) < 1e-5 * (1 + fabs(mean_logp)));
   double fd;
   for (size_t i = 0; i < f.na; i++) {

@@ -44,7 +44,8 @@ static void expect_reject(size_t len, const sac_wire_limits_t *lim, int code, sa
                sac_wire_reason_name(reason));
 }
 
-static const sac_wire_limits_t k_lim = {.max_msg_bytes = 1 << 20, .obs_dim = 5, .act_dim = 2, .max_rows = 512};
+static const sac_wire_limits_t k_lim = {
+    .max_msg_bytes = 1 << 20, .obs_dim = 5, .act_dim = 2, .max_rows = 512};
 
 /* ------------------------------------------------------------------ round trips */
 
@@ -92,8 +93,8 @@ Test(wire, other_messages_round_trip) {
   sac_wire_msg_t m, d;
   sac_wire_reason_t why;
   m = (sac_wire_msg_t){.type = SAC_WIRE_ACK};
-  m.u.ack = (sac_wire_ack_t){.acked_seq = 5, .seq = 6, .credit = 3, .stored = 64, .shard_id = 2, .duplicate = 1,
-                             .error = "x"};
+  m.u.ack = (sac_wire_ack_t){
+      .acked_seq = 5, .seq = 6, .credit = 3, .stored = 64, .shard_id = 2, .duplicate = 1, .error = "x"};
   cr_assert_eq(dec(enc(&m), NULL, &d, &why), 0);
   cr_assert_eq(d.u.ack.acked_seq, 5);
   cr_assert_eq(d.u.ack.seq, 6);
@@ -114,9 +115,19 @@ Test(wire, other_messages_round_trip) {
     act[i] = (float)-i;
   uint64_t idx[2] = {SAC_WIRE_INDEX(7, 3, 100), SAC_WIRE_INDEX(7, 0xFFFFF, 0xFFFFFFFFu)};
   m = (sac_wire_msg_t){.type = SAC_WIRE_SAMPLE_BATCH};
-  m.u.sample_batch = (sac_wire_sample_batch_t){.request_id = 42, .n = 2, .obs_dim = 5, .act_dim = 2, .shard_id = 7,
-                                               .obs = obs, .action = act, .reward = rew, .terminated = term,
-                                               .next_obs = obs, .indices = idx, .weights = w, .error = ""};
+  m.u.sample_batch = (sac_wire_sample_batch_t){.request_id = 42,
+                                               .n = 2,
+                                               .obs_dim = 5,
+                                               .act_dim = 2,
+                                               .shard_id = 7,
+                                               .obs = obs,
+                                               .action = act,
+                                               .reward = rew,
+                                               .terminated = term,
+                                               .next_obs = obs,
+                                               .indices = idx,
+                                               .weights = w,
+                                               .error = ""};
   cr_assert_eq(dec(enc(&m), &k_lim, &d, &why), 0, "%s", sac_wire_reason_name(why));
   cr_assert_eq(d.u.sample_batch.indices[1], idx[1]);
   cr_assert_eq(SAC_WIRE_INDEX_SHARD(d.u.sample_batch.indices[1]), 7);
@@ -151,7 +162,8 @@ Test(wire, other_messages_round_trip) {
   cr_assert_eq(d.u.heartbeat_time_ns, 99);
 
   m = (sac_wire_msg_t){.type = SAC_WIRE_SHARD_INFO};
-  m.u.shard_info = (sac_wire_shard_info_t){.shard_id = 1, .size = 10, .capacity = 20, .bytes_per_transition = 101.5};
+  m.u.shard_info =
+      (sac_wire_shard_info_t){.shard_id = 1, .size = 10, .capacity = 20, .bytes_per_transition = 101.5};
   cr_assert_eq(dec(enc(&m), NULL, &d, &why), 0);
   cr_assert_eq(d.u.shard_info.bytes_per_transition, 101.5);
 
@@ -279,7 +291,8 @@ Test(wire, transition_batch_bad_fields) {
   sac_wire_msg_t d;
   sac_wire_reason_t why;
   raw_batch(&t, 4);
-  cr_assert_eq(dec(pack_batch(&t), &k_lim, &d, &why), 0, "the base case is valid: %s", sac_wire_reason_name(why));
+  cr_assert_eq(dec(pack_batch(&t), &k_lim, &d, &why), 0, "the base case is valid: %s",
+               sac_wire_reason_name(why));
 
   raw_batch(&t, 4);
   t.obs_dim = 6;
@@ -350,7 +363,8 @@ Test(wire, transition_batch_bad_fields) {
   raw_batch(&t, 4);
   t.next_obs_rows = (ProtobufCBinaryData){4, (uint8_t *)&r_rows[2]};
   t.next_obs = (ProtobufCBinaryData){20, (uint8_t *)r_next};
-  expect_reject(pack_batch(&t), &k_lim, SAC_EINVAL, SAC_WIRE_R_EPISODE_ENDS, "next_obs for a row that did not end");
+  expect_reject(pack_batch(&t), &k_lim, SAC_EINVAL, SAC_WIRE_R_EPISODE_ENDS,
+                "next_obs for a row that did not end");
   raw_batch(&t, 4);
   r_term[1] = r_trunc[2] = 1;
   uint32_t unsorted[2] = {2, 1};
@@ -362,7 +376,8 @@ Test(wire, transition_batch_bad_fields) {
   expect_reject(pack_batch(&t), &k_lim, SAC_EINVAL, SAC_WIRE_R_EPISODE_ENDS, "next_obs rows out of order");
   unsorted[0] = 1;
   unsorted[1] = 2;
-  cr_assert_eq(dec(pack_batch(&t), &k_lim, &d, &why), 0, "sorted, it is valid: %s", sac_wire_reason_name(why));
+  cr_assert_eq(dec(pack_batch(&t), &k_lim, &d, &why), 0, "sorted, it is valid: %s",
+               sac_wire_reason_name(why));
   raw_batch(&t, 4);
   t.next_obs_rows = (ProtobufCBinaryData){4, (uint8_t *)&r_rows[0]};
   r_term[0] = 1;
@@ -447,9 +462,18 @@ Test(wire, requests_priorities_weights_bad_fields) {
   float obs[5] = {0}, act[2] = {0}, one[1] = {1}, half[1] = {0.5f};
   uint64_t ix[1] = {SAC_WIRE_INDEX(3, 0, 0)};
   m = (sac_wire_msg_t){.type = SAC_WIRE_SAMPLE_BATCH};
-  m.u.sample_batch = (sac_wire_sample_batch_t){.n = 1, .obs_dim = 5, .act_dim = 2, .shard_id = 2, .obs = obs,
-                                               .action = act, .reward = one, .terminated = one, .next_obs = obs,
-                                               .indices = ix, .weights = one, .error = ""};
+  m.u.sample_batch = (sac_wire_sample_batch_t){.n = 1,
+                                               .obs_dim = 5,
+                                               .act_dim = 2,
+                                               .shard_id = 2,
+                                               .obs = obs,
+                                               .action = act,
+                                               .reward = one,
+                                               .terminated = one,
+                                               .next_obs = obs,
+                                               .indices = ix,
+                                               .weights = one,
+                                               .error = ""};
   expect_reject(enc(&m), &k_lim, SAC_EINVAL, SAC_WIRE_R_INDEX, "index of another shard");
   m.u.sample_batch.shard_id = 3;
   m.u.sample_batch.terminated = half;
