@@ -1,0 +1,323 @@
+/* MuJoCo locomotion environments as a sacfleet environment plugin (common/env_plugin.h):
+ * HalfCheetah-v4, Hopper-v4, Walker2d-v4 and Ant-v4 with Gymnasium's v4 definitions
+ * (gymnasium/envs/mujoco/<name>_v4.py, default constructor arguments): the same observation
+ * layout, reward terms, healthy ranges and termination, frame skip, reset noise and a
+ * 1000-step time limit (enforced by the sacfleet loader, reported as truncation).
+ *
+ * It is not a renderer and not a copy of the models: the XML is read at create time from
+ * a path, in this order: the model=PATH argument; $SAC_MUJOCO_ASSETS/<file>.xml; the
+ * Gymnasium assets folder found when this library was configured (SAC_MUJOCO_ASSETS_DIR).
+ *
+ * ARGS (after the library path in "plugin:PATH/libsac_env_mujoco.so:ARGS"):
+ *   ENV_ID[,model=PATH.xml][,max_steps=N]     e.g. "Hopper-v4" or "Ant-v4,max_steps=500"
+ *
+ * Stepping allocates nothing: mj_step works in the mjData arena made at create time.
+ * Each handle owns its mjModel and mjData and there is no mutable global state besides
+ * the lock around model loading, so handles may be created and stepped from different
+ * threads. Gymnasium calls mj_rnePostConstraint after stepping; that only fills
+ * cacc/cfrc_int/cfrc_ext, which none of these v4 tasks (Ant with its default
+ * use_contact_forces=False) reads and mj_step recomputes, so it is skipped. The action
+ * is given to MuJoCo as is (MuJoCo clamps ctrl to ctrlrange) and the control cost uses it
+ * unclipped, as Gymnasium does. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mujoco/mujoco.h>
+
+#include "common/env_plugin.h"
+
+#ifndef SAC_MUJOCO_ASSETS_DIR
+#define SAC_MUJOCO_ASSETS_DIR ""
+#endif
+
+typedef enum { TASK_HALF_CHEETAH, TASK_HOPPER, TASK_WALKER2D, TASK_ANT } task_kind_t;
+
+typedef struct {
+  const char *id;
+  const char *xml; /* file name in Gymnasium's assets folder */
+  task_kind_t kind;
+  int frame_skip;
+  int obs_dim;
+  int nq, nv, nu; /* expected model sizes, checked at load */
+  double ctrl_cost_weight;
+  double reset_noise_scale;
+  int normal_qvel_noise; /* qvel noise: scale * N(0, 1) (1) or U(-scale, scale) (0) */
+} task_t;
+
+static const task_t k_tasks[] = {
+    {"HalfCheetah-v4", "half_cheetah.xml", TASK_HALF_CHEETAH, 5, 17, 9, 9, 6, 0.1, 0.1, 1},
+    {"Hopper-v4", "hopper.xml", TASK_HOPPER, 4, 11, 6, 6, 3, 1e-3, 5e-3, 0},
+    {"Walker2d-v4", "walker2d.xml", TASK_WALKER2D, 4, 17, 9, 9, 6, 1e-3, 5e-3, 0},
+    {"Ant-v4", "ant.xml", TASK_ANT, 5, 27, 15, 14, 8, 0.5, 0.1, 1},
+};
+
+/* The XML parser of libmujoco 2.2 is not documented as thread-safe; actors may create
+ * environments from several threads at once, so loads are serialised. */
+static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct {
+  const task_t *task;
+  mjModel *m;
+  mjData *d;
+  int torso; /* body id of "torso" (Ant's reward reads its xpos) */
+  double dt; /* timestep * frame_skip */
+  uint64_t rng;
+} mj_env_t;
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1). */
+static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+/* Standard normal (Box-Muller; one draw per call keeps the stream simple). */
+static double normal(uint64_t *s) {
+  double u1 = 1.0 - uniform01(s); /* (0, 1] */
+  double u2 = uniform01(s);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static double clip(double x, double lo, double hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+static void get_obs(const mj_env_t *e, float *obs) {
+  const mjModel *m = e->m;
+  const mjData *d = e->d;
+  int skip = e->task->kind == TASK_ANT ? 2 : 1; /* x (and y for Ant) are excluded */
+  int clip_qvel = e->task->kind == TASK_HOPPER || e->task->kind == TASK_WALKER2D;
+  int k = 0;
+  for (int i = skip; i < m->nq; i++)
+    obs[k++] = (float)d->qpos[i];
+  for (int i = 0; i < m->nv; i++)
+    obs[k++] = (float)(clip_qvel ? clip(d->qvel[i], -10.0, 10.0) : d->qvel[i]);
+}
+
+static int is_healthy(const mj_env_t *e) {
+  const mjModel *m = e->m;
+  const mjData *d = e->d;
+  switch (e->task->kind) {
+  case TASK_HALF_CHEETAH:
+    return 1;
+  case TASK_HOPPER: {
+    /* state_vector()[2:] in (-100, 100), z > 0.7, angle in (-0.2, 0.2) */
+    for (int i = 2; i < m->nq; i++)
+      if (!(d->qpos[i] > -100.0 && d->qpos[i] < 100.0))
+        return 0;
+    for (int i = 0; i < m->nv; i++)
+      if (!(d->qvel[i] > -100.0 && d->qvel[i] < 100.0))
+        return 0;
+    return d->qpos[1] > 0.7 && d->qpos[2] > -0.2 && d->qpos[2] < 0.2;
+  }
+  case TASK_WALKER2D:
+    return d->qpos[1] > 0.8 && d->qpos[1] < 2.0 && d->qpos[2] > -1.0 && d->qpos[2] < 1.0;
+  case TASK_ANT:
+    for (int i = 0; i < m->nq; i++)
+      if (!isfinite(d->qpos[i]))
+        return 0;
+    for (int i = 0; i < m->nv; i++)
+      if (!isfinite(d->qvel[i]))
+        return 0;
+    return d->qpos[2] >= 0.2 && d->qpos[2] <= 1.0;
+  }
+  return 1;
+}
+
+/* Parses "ENV_ID[,model=PATH][,max_steps=N]"; returns 0, or -1 with a reason in err. */
+static int parse_args(const char *args, const task_t **task, char *model, size_t model_len, int *max_steps,
+                      char *err, size_t err_len) {
+  size_t id_len = strcspn(args, ",");
+  *task = NULL;
+  for (size_t i = 0; i < sizeof k_tasks / sizeof k_tasks[0]; i++)
+    if (strlen(k_tasks[i].id) == id_len && strncmp(args, k_tasks[i].id, id_len) == 0)
+      *task = &k_tasks[i];
+  if (!*task) {
+    snprintf(err, err_len,
+             "unknown MuJoCo environment '%.*s' (known: HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4)",
+             (int)id_len, args);
+    return -1;
+  }
+  const char *s = args + id_len;
+  while (*s == ',') {
+    s++;
+    size_t len = strcspn(s, ",");
+    if (strncmp(s, "model=", 6) == 0 && len > 6) {
+      if (len - 6 >= model_len) {
+        snprintf(err, err_len, "model path too long");
+        return -1;
+      }
+      memcpy(model, s + 6, len - 6);
+      model[len - 6] = '\0';
+    } else if (strncmp(s, "max_steps=", 10) == 0) {
+      char buf[32], *rest = NULL;
+      snprintf(buf, sizeof buf, "%.*s", (int)(len - 10), s + 10);
+      long n = strtol(buf, &rest, 10);
+      if (rest == buf || *rest || n < 0 || n > 100000000) {
+        snprintf(err, err_len, "max_steps must be an integer in [0, 100000000], got '%s'", buf);
+        return -1;
+      }
+      *max_steps = (int)n;
+    } else {
+      snprintf(err, err_len, "unknown argument '%.*s' (known: model=PATH, max_steps=N)", (int)len, s);
+      return -1;
+    }
+    s += len;
+  }
+  return 0;
+}
+
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_abi_version(void) { return SAC_ENV_PLUGIN_ABI_VERSION; }
+
+SAC_ENV_PLUGIN_EXPORT void sac_env_plugin_destroy(void *handle) {
+  mj_env_t *e = handle;
+  if (!e)
+    return;
+  if (e->d)
+    mj_deleteData(e->d);
+  if (e->m)
+    mj_deleteModel(e->m);
+  free(e);
+}
+
+SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plugin_spec_t *spec, char *err,
+                                                  size_t err_len) {
+  const task_t *task = NULL;
+  char model[4096] = "";
+  int max_steps = 1000;
+  if (parse_args(args, &task, model, sizeof model, &max_steps, err, err_len) != 0)
+    return NULL;
+  if (!model[0]) {
+    const char *dir = getenv("SAC_MUJOCO_ASSETS");
+    if (!dir || !*dir)
+      dir = SAC_MUJOCO_ASSETS_DIR;
+    if (!*dir) {
+      snprintf(err, err_len,
+               "%s: no model file: pass model=PATH/%s, set SAC_MUJOCO_ASSETS to Gymnasium's "
+               "envs/mujoco/assets folder, or install gymnasium and reconfigure",
+               task->id, task->xml);
+      return NULL;
+    }
+    snprintf(model, sizeof model, "%s/%s", dir, task->xml);
+  }
+  mj_env_t *e = calloc(1, sizeof *e);
+  if (!e) {
+    snprintf(err, err_len, "out of memory");
+    return NULL;
+  }
+  e->task = task;
+  char load_err[512] = "";
+  pthread_mutex_lock(&g_load_lock);
+  e->m = mj_loadXML(model, NULL, load_err, sizeof load_err);
+  pthread_mutex_unlock(&g_load_lock);
+  if (!e->m) {
+    snprintf(err, err_len, "%s: cannot load model '%s': %s", task->id, model, load_err);
+    goto err;
+  }
+  if (e->m->nq != task->nq || e->m->nv != task->nv || e->m->nu != task->nu) {
+    snprintf(err, err_len, "%s: model '%s' has nq=%d nv=%d nu=%d, expected %d %d %d", task->id, model,
+             e->m->nq, e->m->nv, e->m->nu, task->nq, task->nv, task->nu);
+    goto err;
+  }
+  e->d = mj_makeData(e->m);
+  if (!e->d) {
+    snprintf(err, err_len, "%s: mj_makeData failed", task->id);
+    goto err;
+  }
+  e->torso = mj_name2id(e->m, mjOBJ_BODY, "torso");
+  if (task->kind == TASK_ANT && e->torso < 0) {
+    snprintf(err, err_len, "%s: model '%s' has no body 'torso'", task->id, model);
+    goto err;
+  }
+  e->dt = e->m->opt.timestep * task->frame_skip;
+  snprintf(spec->name, sizeof spec->name, "%s", task->id);
+  spec->obs_dim = task->obs_dim;
+  spec->act_dim = task->nu;
+  for (int i = 0; i < task->nu; i++) {
+    spec->act_low[i] = (float)e->m->actuator_ctrlrange[2 * i];
+    spec->act_high[i] = (float)e->m->actuator_ctrlrange[2 * i + 1];
+    if (!(spec->act_low[i] < spec->act_high[i])) {
+      snprintf(err, err_len, "%s: actuator %d has no control range", task->id, i);
+      goto err;
+    }
+  }
+  spec->max_episode_steps = max_steps;
+  return e;
+err:
+  sac_env_plugin_destroy(e);
+  return NULL;
+}
+
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_reset(void *handle, uint64_t seed, float *obs) {
+  mj_env_t *e = handle;
+  const mjModel *m = e->m;
+  mjData *d = e->d;
+  double s = e->task->reset_noise_scale;
+  e->rng = seed;
+  mj_resetData(m, d);
+  for (int i = 0; i < m->nq; i++)
+    d->qpos[i] = m->qpos0[i] + (-s + 2.0 * s * uniform01(&e->rng));
+  for (int i = 0; i < m->nv; i++)
+    d->qvel[i] = e->task->normal_qvel_noise ? s * normal(&e->rng) : -s + 2.0 * s * uniform01(&e->rng);
+  mj_forward(m, d);
+  get_obs(e, obs);
+  return 0;
+}
+
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_step(void *handle, const float *action, float *obs, float *reward,
+                                              int *terminated) {
+  mj_env_t *e = handle;
+  const mjModel *m = e->m;
+  mjData *d = e->d;
+  const task_t *t = e->task;
+  double ctrl_cost = 0.0;
+  for (int i = 0; i < m->nu; i++) {
+    d->ctrl[i] = action[i];
+    ctrl_cost += (double)action[i] * action[i];
+  }
+  ctrl_cost *= t->ctrl_cost_weight;
+  int ant = t->kind == TASK_ANT;
+  double x_before = ant ? d->xpos[3 * e->torso] : d->qpos[0];
+  for (int k = 0; k < t->frame_skip; k++)
+    mj_step(m, d);
+  double x_after = ant ? d->xpos[3 * e->torso] : d->qpos[0];
+  double r = (x_after - x_before) / e->dt - ctrl_cost;
+  int healthy = is_healthy(e);
+  if (t->kind != TASK_HALF_CHEETAH)
+    r += 1.0; /* healthy_reward: terminate_when_unhealthy makes it 1 on every step */
+  *terminated = !healthy;
+  get_obs(e, obs);
+  /* A diverged simulation must not feed NaN into the replay buffer: end the episode. */
+  int finite = isfinite(r);
+  for (int i = 0; i < t->obs_dim; i++)
+    if (!isfinite(obs[i])) {
+      obs[i] = 0.0f;
+      finite = 0;
+    }
+  if (!finite) {
+    r = 0.0;
+    *terminated = 1;
+  }
+  *reward = (float)r;
+  return 0;
+}
+
+/* Test hook (tests/test_mujoco.c), the equivalent of Gymnasium's env.unwrapped.set_state:
+ * sets qpos (nq) and qvel (nv), runs mj_forward and writes the observation. Returns 0, or
+ * -1 when nq or nv do not match the model. */
+SAC_ENV_PLUGIN_EXPORT int sac_env_mujoco_set_state(void *handle, const double *qpos, int nq,
+                                                   const double *qvel, int nv, float *obs) {
+  mj_env_t *e = handle;
+  if (nq != e->m->nq || nv != e->m->nv)
+    return -1;
+  memcpy(e->d->qpos, qpos, sizeof(double) * (size_t)nq);
+  memcpy(e->d->qvel, qvel, sizeof(double) * (size_t)nv);
+  mj_forward(e->m, e->d);
+  get_obs(e, obs);
+  return 0;
+}
