@@ -190,6 +190,11 @@ int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *
     goto out;
   d->hidden_act = (sac_act_t)act;
   size_t n = sac_mlp_param_count(d);
+  /* the header's shapes must match the file's size before anything is allocated for them */
+  long here = ftell(f);
+  if (here < 0 || fseek(f, 0, SEEK_END) != 0 || ftell(f) - here != (long)(n * sizeof(float)) ||
+      fseek(f, here, SEEK_SET) != 0)
+    goto out;
   *params = malloc(n * sizeof(float));
   if (!*params) {
     rc = SAC_ENOMEM;

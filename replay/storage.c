@@ -24,10 +24,10 @@ int sac_replay_storage_init(sac_replay_storage_t *st, const sac_replay_storage_c
   st->obs_row = (size_t)cfg->obs_dim * (cfg->obs_f16 ? 2 : 4);
   st->act_row = (size_t)cfg->act_dim * (cfg->act_f16 ? 2 : 4);
   size_t cap = (size_t)cfg->capacity;
-  st->obs = malloc(cap * st->obs_row);
-  st->act = malloc(cap * st->act_row);
-  st->reward = malloc(cap * sizeof *st->reward);
-  st->next = malloc(cap * sizeof *st->next);
+  st->obs = calloc(cap, st->obs_row);
+  st->act = calloc(cap, st->act_row);
+  st->reward = calloc(cap, sizeof *st->reward);
+  st->next = calloc(cap, sizeof *st->next);
   st->flags = calloc(cap, 1);
   uint32_t ns = pow2_at_least(cfg->max_streams);
   st->streams = calloc(ns, sizeof *st->streams);

@@ -1,0 +1,183 @@
+# shellcheck shell=bash
+# Helpers of the fault-injection and load tests in tests/fault/ (sourced after
+# tests/dist/lib.sh, which owns process start/stop, PIDs, ports, bounded waits and the
+# cleanup trap). What this file adds: reading a process's Prometheus /metrics (also inside
+# a network namespace), the part of a log written since a process's latest start,
+# millisecond clocks, histogram quantiles, and a small namespace topology for cutting the
+# network between two processes. Every wait is bounded; every namespace and interface
+# made here is registered with on_cleanup and removed at exit.
+
+# now_ms: wall clock in milliseconds (bash's EPOCHREALTIME, no fork).
+now_ms() {
+  local t=${EPOCHREALTIME/./}
+  printf '%s' $((t / 1000))
+}
+# secs_since MS: seconds (one decimal) since a now_ms value.
+secs_since() { awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
+
+# FAULT_NS[NAME]: the network namespace a process runs in (unset: the host's).
+declare -A FAULT_NS=()
+# nsexec NAME cmd...: cmd in NAME's namespace.
+nsexec() {
+  local n=$1
+  shift
+  if [[ -n "${FAULT_NS[$n]:-}" ]]; then ip netns exec "${FAULT_NS[$n]}" "$@"; else "$@"; fi
+}
+
+# since_start NAME: the lines of NAME's log written by its latest start (lib.sh's start
+# appends a "--- start NAME" line before each).
+since_start() { tac "$T/$1.log" 2>/dev/null | sed '/^--- start /q' | tac; }
+
+# metrics_port NAME: the /metrics port NAME's latest start logged (empty before).
+metrics_port() {
+  since_start "$1" | sed -n 's|.*metrics on http://.*:\([0-9][0-9]*\)/metrics.*|\1|p' | tail -n 1
+}
+
+# scrape NAME: NAME's /metrics text (2 s bound; empty when it does not answer).
+scrape() {
+  local p
+  p=$(metrics_port "$1")
+  [[ -n "$p" ]] || return 1
+  nsexec "$1" curl -s --max-time 2 "http://127.0.0.1:$p/metrics" 2>/dev/null
+}
+
+# mval SERIES [LABEL_SUBSTRING] < metrics text: the sum of SERIES's samples (whose label
+# set contains LABEL_SUBSTRING, when given); empty when there is none.
+mval() {
+  awk -v s="$1" -v l="${2:-}" '
+    /^#/ { next }
+    {
+      name = $1; labels = ""
+      i = index(name, "{")
+      if (i > 0) { labels = substr(name, i); name = substr(name, 1, i - 1) }
+      if (name != s || (l != "" && index(labels, l) == 0)) next
+      v += $NF; n++
+    }
+    END { if (n) printf "%.17g\n", v }'
+}
+
+# metric NAME SERIES [LABEL_SUBSTRING]: scrape NAME and print one series (empty on failure).
+metric() {
+  local text
+  text=$(scrape "$1") || return 0
+  mval "$2" "${3:-}" <<<"$text"
+}
+
+# hist_buckets SERIES < metrics text: "le cumulative_count" lines of a histogram, summed
+# over label sets, sorted by le (+Inf last).
+hist_buckets() {
+  awk -v s="$1_bucket" '
+    /^#/ { next }
+    index($1, s "{") == 1 {
+      match($1, /le="[^"]*"/)
+      le = substr($1, RSTART + 4, RLENGTH - 5)
+      c[le] += $NF
+    }
+    END { for (k in c) print (k == "+Inf" ? "inf" : k), c[k] }' | sort -g
+}
+
+# hist_quantile Q BEFORE_FILE AFTER_FILE: the Q-quantile (seconds) of the observations
+# between two hist_buckets outputs, interpolated linearly inside the bucket as
+# Prometheus's histogram_quantile does; "n/a" with no observations. Prints "q count".
+hist_quantile() {
+  awk -v q="$1" '
+    FILENAME == ARGV[1] { b[$1] = $2; next }
+    { n++; le[n] = $1; c[n] = $2 - (($1 in b) ? b[$1] : 0) }
+    END {
+      total = c[n]
+      if (n == 0 || total <= 0) { print "n/a 0"; exit }
+      rank = q * total; prev = 0; lo = 0
+      for (i = 1; i <= n; i++) {
+        if (c[i] >= rank) {
+          if (le[i] == "inf") { printf ">%s %d\n", lo, total; exit }
+          w = c[i] - prev
+          printf "%.6g %d\n", (w > 0 ? lo + (le[i] - lo) * (rank - prev) / w : le[i]), total
+          exit
+        }
+        prev = c[i]; lo = le[i]
+      }
+    }' "$2" "$3"
+}
+
+# ---------------------------------------------------------------- namespaces
+# A topology for the network cut, all inside namespaces this test creates:
+#   hub namespace: a bridge; a veth leg to the host namespace (host side
+#   $FNET.1/24, an interface of this test's own) and one to each namespace added with
+#   fault_ns_host; fault_ns_link joins two namespaces by a veth pair of their own
+#   (10.(233).X.1/30 and .2/30), the link the test cuts.
+# Addresses are picked so that no route of the host covers them; nothing is routed or
+# forwarded: each namespace reaches the host leg and the others on one L2 segment.
+FAULT_P=""
+FNET=""
+FLINK=""
+declare -a FAULT_NSES=()
+FAULT_HOSTLEG=""
+
+fault_ns_teardown() {
+  local ns
+  [[ -n "$FAULT_HOSTLEG" ]] && ip link del "$FAULT_HOSTLEG" 2>/dev/null
+  for ns in "${FAULT_NSES[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  for ns in "${FAULT_NSES[@]}"; do
+    grep -q "^$ns\b" <<<"$(ip netns list 2>/dev/null)" && echo "warning: namespace $ns still present"
+  done
+  [[ -n "$FAULT_HOSTLEG" ]] && ip link show "$FAULT_HOSTLEG" >/dev/null 2>&1 &&
+    echo "warning: interface $FAULT_HOSTLEG still present"
+  return 0
+}
+
+# fault_ns_setup: returns non-zero (with FAULT_NS_WHY set) where namespaces, veth pairs
+# or bridges cannot be made (not root, no iproute2, a restricted container).
+FAULT_NS_WHY=""
+fault_ns_setup() {
+  local x i
+  [[ $(id -u) == 0 ]] || { FAULT_NS_WHY="needs root to create network namespaces"; return 1; }
+  command -v ip >/dev/null || { FAULT_NS_WHY="needs iproute2 (ip)"; return 1; }
+  FAULT_P="sff$$"
+  # a /24 in 10.232.0.0/16 and a /30 block in 10.233.0.0/16 that nothing on the host uses
+  # (output captured first: with pipefail, "cmd | grep -q" can fail on a match when cmd
+  # gets SIGPIPE)
+  local used
+  used=$(ip -4 route show table all 2>/dev/null; ip -4 addr show 2>/dev/null)
+  for ((i = 0; i < 50; i++)); do
+    x=$((RANDOM % 250 + 1))
+    grep -qE "(^|[^0-9])10\.23[23]\.$x\." <<<"$used" && continue
+    FNET="10.232.$x" FLINK="10.233.$x"
+    break
+  done
+  [[ -n "$FNET" ]] || { FAULT_NS_WHY="no free 10.232.x.0/24"; return 1; }
+  on_cleanup fault_ns_teardown
+  ip netns add "${FAULT_P}hub" 2>"$T/ip.err" || { FAULT_NS_WHY="cannot create a namespace: $(cat "$T/ip.err")"; return 1; }
+  FAULT_NSES+=("${FAULT_P}hub")
+  ip -n "${FAULT_P}hub" link set lo up
+  ip -n "${FAULT_P}hub" link add br0 type bridge 2>"$T/ip.err" ||
+    { FAULT_NS_WHY="cannot create a bridge: $(cat "$T/ip.err")"; return 1; }
+  ip -n "${FAULT_P}hub" link set br0 up || return 1
+  ip link add "${FAULT_P}h" type veth peer name hostleg netns "${FAULT_P}hub" 2>"$T/ip.err" ||
+    { FAULT_NS_WHY="cannot create a veth pair: $(cat "$T/ip.err")"; return 1; }
+  FAULT_HOSTLEG="${FAULT_P}h"
+  ip -n "${FAULT_P}hub" link set hostleg master br0 && ip -n "${FAULT_P}hub" link set hostleg up &&
+    ip addr add "$FNET.1/24" dev "$FAULT_HOSTLEG" && ip link set "$FAULT_HOSTLEG" up ||
+    { FAULT_NS_WHY="cannot configure the host leg"; return 1; }
+  return 0
+}
+
+# fault_ns_host NAME INDEX: namespace ${FAULT_P}NAME with eth0 = $FNET.INDEX/24 on the hub.
+fault_ns_host() {
+  local ns="${FAULT_P}$1"
+  ip netns add "$ns" 2>"$T/ip.err" || fail "ip netns add $ns: $(cat "$T/ip.err")"
+  FAULT_NSES+=("$ns")
+  ip -n "$ns" link set lo up
+  ip -n "${FAULT_P}hub" link add "v$2" type veth peer name eth0 netns "$ns" 2>"$T/ip.err" ||
+    fail "veth for $ns: $(cat "$T/ip.err")"
+  ip -n "${FAULT_P}hub" link set "v$2" master br0 && ip -n "${FAULT_P}hub" link set "v$2" up &&
+    ip -n "$ns" addr add "$FNET.$2/24" dev eth0 && ip -n "$ns" link set eth0 up || fail "configure $ns"
+}
+
+# fault_ns_link A B: a veth pair "cut" between namespaces ${FAULT_P}A ($FLINK.1/30) and
+# ${FAULT_P}B ($FLINK.2/30).
+fault_ns_link() {
+  local a="${FAULT_P}$1" b="${FAULT_P}$2"
+  ip -n "$a" link add cut type veth peer name cut netns "$b" 2>"$T/ip.err" || fail "cut link: $(cat "$T/ip.err")"
+  ip -n "$a" addr add "$FLINK.1/30" dev cut && ip -n "$b" addr add "$FLINK.2/30" dev cut &&
+    ip -n "$a" link set cut up && ip -n "$b" link set cut up || fail "configure the cut link"
+}
