@@ -72,14 +72,8 @@ int main(int argc, char **argv) {
     return 2;
   if (action == SAC_CFG_EXIT_OK)
     return 0;
-  sac_log_level_t lvl;
-  if (sac_log_parse_level(c.log_level, &lvl)) {
-    SAC_ERROR("actor", "log_level \"%s\" is not one of error, warn, info, debug", c.log_level);
+  if (sac_log_configure(c.log_level, c.log_json, "actor"))
     return 2;
-  }
-  sac_log_set_level(lvl);
-  if (c.log_json)
-    sac_log_set_json(1);
   c.a.actor_id = (uint32_t)c.actor_id;
   if (sac_actor_set_shards(&c.a, c.shards))
     return 2;

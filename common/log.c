@@ -44,6 +44,18 @@ sac_log_level_t sac_log_get_level(void) {
 }
 
 void sac_log_set_json(int on) { atomic_store(&g_json, on ? 1 : 0); }
+int sac_log_configure(const char *level, int json, const char *module) {
+  sac_log_level_t lvl;
+  if (sac_log_parse_level(level, &lvl)) {
+    sac_log(SAC_LOG_ERROR, module, "log_level \"%s\" is not one of error, warn, info, debug", level);
+    return SAC_ECONFIG;
+  }
+  sac_log_set_level(lvl);
+  if (json)
+    sac_log_set_json(1);
+  return 0;
+}
+
 int sac_log_json_enabled(void) { return atomic_load(&g_json); }
 
 /* SAC_LOG_JSON=1 (or true/yes/on) turns JSON mode on before any option is parsed. */

@@ -13,6 +13,10 @@ sac_log_level_t sac_log_get_level(void);
 int sac_log_parse_level(const char *s, sac_log_level_t *out);
 /* JSON-lines mode on (1) or off (0). */
 void sac_log_set_json(int on);
+/* What every binary does with its log_level and log_json options: sets both, or logs
+ * (as `module`) why the level is not one of error, warn, info, debug and returns
+ * SAC_ECONFIG. */
+int sac_log_configure(const char *level, int json, const char *module);
 int sac_log_json_enabled(void);
 
 void sac_log(sac_log_level_t level, const char *module, const char *fmt, ...)

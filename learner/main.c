@@ -193,14 +193,8 @@ int main(int argc, char **argv) {
     return 2;
   if (action == SAC_CFG_EXIT_OK)
     return 0;
-  sac_log_level_t lvl;
-  if (sac_log_parse_level(c.log_level, &lvl)) {
-    SAC_ERROR("learner", "log_level \"%s\" is not one of error, warn, info, debug", c.log_level);
+  if (sac_log_configure(c.log_level, c.log_json, "learner"))
     return 2;
-  }
-  sac_log_set_level(lvl);
-  if (c.log_json)
-    sac_log_set_json(1);
   if (c.metrics_port >= 0 && (g_metrics = sac_metrics_new()) != NULL) {
     if (sac_metrics_add_process(g_metrics) != 0 ||
         sac_metrics_add_build_info(g_metrics, "sac-learner", SAC_VERSION) != 0)
