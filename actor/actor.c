@@ -14,6 +14,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/mlp.h"
 #include "common/rng.h"
 #include "common/weights.h"
@@ -33,6 +34,7 @@ void sac_actor_cfg_default(sac_actor_cfg_t *c) {
   c->log_std_max = 2.0f;
   strcpy(c->weights_endpoint, "tcp://127.0.0.1:5570");
   c->log_interval_s = 10;
+  c->weights_wait_ms = 2000;
 }
 
 int sac_actor_set_shards(sac_actor_cfg_t *c, const char *list) {
@@ -120,6 +122,33 @@ static void builder_view(builder_t *b, const float *cur_obs, sac_wire_transition
   t->episodes = b->eps;
 }
 
+/* Takes the newest weights if any arrived (1), growing the inference scratch when the
+ * policy's shape grows. 0: nothing new; SAC_ENOMEM. Called between steps and while the
+ * actor waits for room in its send window, so that it acts on new weights at once. */
+static int take_weights(sac_weights_sub_t *wsub, int E, int A, float **scratch, size_t *scratch_cap,
+                        sac_actor_stats_t *st) {
+  int w = sac_weights_poll(wsub);
+  atomic_store(&st->weights_rejected, sac_weights_rejected(wsub));
+  if (w != 1)
+    return 0;
+  const sac_mlp_desc_t *d = sac_weights_desc(wsub);
+  size_t need = (size_t)E * (2 * A + 2 * sac_mlp_max_width(d));
+  if (need > *scratch_cap) { /* only when the policy's shape grows */
+    float *s2 = realloc(*scratch, need * sizeof(float));
+    if (!s2)
+      return SAC_ENOMEM;
+    *scratch = s2, *scratch_cap = need;
+  }
+  atomic_store(&st->weights_version, sac_weights_version(wsub));
+  atomic_fetch_add(&st->weights_updates, 1);
+  return 1;
+}
+
+static void on_ack(void *arg, double seconds) {
+  sac_actor_stats_t *st = arg;
+  sac_metric_observe(atomic_load(&st->insert_latency), seconds);
+}
+
 static void scale_action(const sac_env_spec_t *sp, const float *a, float *env_a) {
   for (int i = 0; i < sp->act_dim; i++)
     env_a[i] = sp->act_low[i] + 0.5f * (a[i] + 1.0f) * (sp->act_high[i] - sp->act_low[i]);
@@ -168,6 +197,8 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
   cc.ctx = cfg->ctx;
   cc.actor_id = cfg->actor_id;
   cc.window = (uint32_t)cfg->window;
+  cc.on_ack = on_ack;
+  cc.on_ack_arg = st;
   client = wsub ? sac_replay_client_new(&cc) : NULL;
   if (!wsub || !client) {
     rc = SAC_ENET;
@@ -178,8 +209,32 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
   if (rc)
     goto out;
 
+  /* Wait (bounded, stoppable) for the first weights. If they are already trained
+   * (version > 0: this actor joins, or rejoins after a restart, a run in progress), it
+   * skips the random warm-up: a restarted actor would otherwise queue learning_starts
+   * steps of random actions, and the same ones as its previous life (its streams are a
+   * function of seed and actor id), ahead of everyone's data. Its action noise then
+   * also comes from a stream keyed by that version, so it does not repeat them either. */
+  uint64_t first_version = 0;
+  int joined_trained = 0;
+  for (uint64_t t_w = sac_clock_ns(); !(stop && atomic_load(stop));) {
+    int w = take_weights(wsub, E, A, &scratch, &scratch_cap, st);
+    if (w < 0) {
+      rc = w;
+      goto out;
+    }
+    if (w == 1 || sac_clock_ns() - t_w >= (uint64_t)cfg->weights_wait_ms * 1000000ull)
+      break;
+    sac_sleep_ns(5000000ull);
+  }
+  if (sac_weights_params(wsub) && (first_version = sac_weights_version(wsub)) > 0) {
+    joined_trained = 1;
+    SAC_INFO("actor", "actor %u: joined a run in progress (policy v%llu): acting on it from the first step",
+             cfg->actor_id, (unsigned long long)first_version);
+  }
   sac_rng_t rng;
-  sac_rng_init(&rng, cfg->seed, SAC_STREAM_ACTOR(cfg->actor_id));
+  sac_rng_init(&rng, joined_trained ? sac_splitmix64(cfg->seed ^ sac_splitmix64(first_version)) : cfg->seed,
+               SAC_STREAM_ACTOR(cfg->actor_id));
   sac_policy_cfg_t pc = {cfg->log_std_min, cfg->log_std_max};
   int64_t steps = 0;
   double t_log = sac_clock_s();
@@ -187,24 +242,11 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
            cfg->n_shards, cfg->weights_endpoint);
   while (!(stop && atomic_load(stop)) && (cfg->max_steps <= 0 || steps < cfg->max_steps)) {
     /* newest weights, between steps */
-    int w = sac_weights_poll(wsub);
-    if (w == 1) {
-      const sac_mlp_desc_t *d = sac_weights_desc(wsub);
-      size_t need = (size_t)E * (2 * A + 2 * sac_mlp_max_width(d));
-      if (need > scratch_cap) { /* only when the policy's shape grows */
-        float *s2 = realloc(scratch, need * sizeof(float));
-        if (!s2) {
-          rc = SAC_ENOMEM;
-          goto out;
-        }
-        scratch = s2, scratch_cap = need;
-      }
-      atomic_store(&st->weights_version, sac_weights_version(wsub));
-      atomic_fetch_add(&st->weights_updates, 1);
-    }
-    atomic_store(&st->weights_rejected, sac_weights_rejected(wsub));
+    if ((rc = take_weights(wsub, E, A, &scratch, &scratch_cap, st)) < 0)
+      goto out;
+    rc = 0;
     const float *params = sac_weights_params(wsub);
-    int learned = steps >= cfg->learning_starts && params;
+    int learned = (steps >= cfg->learning_starts || joined_trained) && params;
     if (learned) {
       sac_policy_act(sac_weights_desc(wsub), params, &pc, obs, E, 0, &rng, a, scratch);
       atomic_fetch_add(&st->policy_steps, (uint64_t)E);
@@ -264,11 +306,20 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
       uint64_t w0 = sac_clock_ns();
       for (;;) { /* backpressure: wait for room, but stay stoppable */
         rc = sac_replay_client_insert(client, -1, &t, 100);
+        /* counted as it accrues, so an actor held back for minutes shows it */
+        uint64_t w1 = sac_clock_ns();
+        atomic_fetch_add(&st->send_wait_ns, w1 - w0);
+        w0 = w1;
         if (rc != SAC_ETIMEOUT || (stop && atomic_load(stop)))
           break;
         atomic_fetch_add(&st->insert_waits, 1);
+        /* new weights are taken while waiting; the batch keeps the version it was made with */
+        int w = take_weights(wsub, E, A, &scratch, &scratch_cap, st);
+        if (w < 0) {
+          rc = w;
+          goto out;
+        }
       }
-      atomic_fetch_add(&st->send_wait_ns, sac_clock_ns() - w0);
       if (rc == SAC_ETIMEOUT) { /* stopping with the batch unsent */
         rc = 0;
         break;

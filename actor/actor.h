@@ -1,11 +1,11 @@
 /* The actor: E environments stepped together, batched inference through the local
  * policy copy (common/mlp.h), exploration by sampling the tanh-Gaussian policy, uniform
  * random actions for the first learning_starts steps (and until the first weights
- * arrive), transitions sent in batches bounded by rows and age to the replay shards
- * through the replay client (acks, bounded window, resend), each batch tagged with the
- * policy version that produced it. Weights arrive on a conflating SUB socket and are
- * taken between steps. When the shards push back (full window), the actor waits:
- * that is the backpressure that keeps memory bounded.
+ * arrive; skipped when the first weights are already trained, version > 0: an actor
+ * joining or rejoining a run in progress), transitions sent in batches bounded by rows and age to the replay
+ * shards through the replay client (acks, bounded window, resend), each batch tagged with the policy version
+ * that produced it. Weights arrive on a conflating SUB socket and are taken between steps. When the shards
+ * push back (full window), the actor waits: that is the backpressure that keeps memory bounded.
  *
  * sac_actor_run runs on the caller's thread until *stop, max_steps, or a fatal error;
  * sac_actor_start runs it on a thread. Statistics are atomics, readable from any
@@ -36,6 +36,7 @@ typedef struct {
   char shard_endpoints[SAC_ACTOR_MAX_SHARDS][256]; /* insert endpoints */
   sac_net_ctx_t *ctx;                              /* shared context (inproc), or NULL */
   int log_interval_s;                              /* progress lines (0: none) */
+  int weights_wait_ms; /* at start, wait up to this long for the first weights (0: none) */
 } sac_actor_cfg_t;
 
 void sac_actor_cfg_default(sac_actor_cfg_t *c);
@@ -48,6 +49,9 @@ typedef struct {
   atomic_uint_fast64_t policy_steps;       /* steps taken with the learned policy */
   _Atomic double last_return, mean_return; /* mean over the last 20 episodes */
   _Atomic double last_length;
+  /* histogram of send -> ack seconds (common/metrics.h), set by whoever exports the
+   * stats (actor_metrics.h); NULL: not recorded */
+  _Atomic(struct sac_metric *) insert_latency;
   atomic_int running;
 } sac_actor_stats_t;
 

@@ -8,6 +8,7 @@
 
 #include "actor/actor.h"
 #include "actor/actor_metrics.h"
+#include "common/auth.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/http.h"
@@ -23,6 +24,7 @@ typedef struct {
   int log_json;
   char metrics_addr[64];
   int metrics_port;
+  char curve_key[1024], curve_server_key[1024];
 } actor_main_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h)                                                                           \
@@ -38,7 +40,9 @@ static const sac_cfg_opt_t k_opts[] = {
         "environments stepped together (batched inference)"),
     OPT("seed", SAC_CFG_INT64, a.seed, "1", 0, 9.2e18, "run seed (the same on every process of a run)"),
     OPT("learning_starts", SAC_CFG_INT64, a.learning_starts, "1000", 0, 1e15,
-        "this actor's steps of uniform random actions"),
+        "this actor's steps of uniform random actions (skipped when the first weights are already trained)"),
+    OPT("weights_wait_ms", SAC_CFG_INT, a.weights_wait_ms, "2000", 0, 600000,
+        "at start, wait up to this long for the learner's weights before the first step"),
     OPT("max_steps", SAC_CFG_INT64, a.max_steps, "0", 0, 1e15,
         "stop after this many steps (0: run until stopped)"),
     OPT("send_rows", SAC_CFG_INT, a.send_rows, "64", 1, 65536, "rows per transition batch"),
@@ -53,6 +57,12 @@ static const sac_cfg_opt_t k_opts[] = {
         "address the /metrics and /healthz endpoint binds (numeric)"),
     OPT("metrics_port", SAC_CFG_INT, metrics_port, "9102", -1, 65535,
         "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"),
+    STR("curve_key", curve_key, "",
+        "CurveZMQ: this actor's key pair, a NAME.key file from sac-keygen (empty: no CURVE; "
+        "docs/RELIABILITY.md)"),
+    STR("curve_server_key", curve_server_key, "",
+        "CurveZMQ: the servers' (learner's and shards') public key, a NAME.pub file; required with "
+        "curve_key"),
 };
 
 static atomic_int g_stop;
@@ -77,10 +87,18 @@ int main(int argc, char **argv) {
   c.a.actor_id = (uint32_t)c.actor_id;
   if (sac_actor_set_shards(&c.a, c.shards))
     return 2;
-  /* the weights subscriber needs a context (it does not make its own): one for the process */
+  /* the weights subscriber needs a context (it does not make its own): one for the process,
+   * with CurveZMQ on it when configured (docs/RELIABILITY.md) */
+  sac_net_curve_t curve;
+  if (sac_auth_configure(c.curve_key, c.curve_server_key, "", SAC_AUTH_CONNECTS, &curve))
+    return 2;
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
-  if (!ctx)
+  int err = ctx ? sac_net_ctx_set_curve(ctx, &curve) : SAC_ENOMEM;
+  sac_net_curve_clear(&curve);
+  if (err) {
+    sac_net_ctx_destroy(&ctx);
     return 1;
+  }
   c.a.ctx = ctx;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -95,7 +113,8 @@ int main(int argc, char **argv) {
   if (c.metrics_port >= 0 && (metrics = sac_metrics_new()) != NULL) {
     if (sac_metrics_add_process(metrics) != 0 ||
         sac_metrics_add_build_info(metrics, "sac-actor", SAC_VERSION) != 0 ||
-        sac_actor_metrics_register(metrics, &st, c.a.actor_id, NULL) != 0)
+        sac_actor_metrics_register(metrics, &st, c.a.actor_id, NULL) != 0 ||
+        sac_actor_metrics_add_insert_latency(metrics, &st, c.a.actor_id, NULL) != 0)
       SAC_WARN("actor", "some metrics series are missing (out of memory)");
     http = sac_http_serve_metrics("actor", c.metrics_addr, c.metrics_port, metrics);
   }

@@ -9,12 +9,17 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 
 struct sac_net_ctx {
   void *zctx;
   atomic_int refs;
+  /* CURVE (sac_net_ctx_set_curve): set before the context's first socket, read after */
+  int curve;
+  char public_key[41], secret_key[41], server_key[41];
+  sac_auth_t *auth; /* the ZAP handler, stopped before the context terminates */
 };
 
 int sac_net_err(int e) {
@@ -77,12 +82,62 @@ void sac_net_ctx_destroy(sac_net_ctx_t **cp) {
   *cp = NULL;
   if (atomic_fetch_sub(&c->refs, 1) != 1)
     return;
+  sac_auth_stop(&c->auth); /* its socket would keep zmq_ctx_term waiting */
   while (zmq_ctx_term(c->zctx) != 0 && zmq_errno() == EINTR)
     ;
+  memset(c->secret_key, 0, sizeof c->secret_key);
   free(c);
 }
 
 void *sac_net_ctx_raw(sac_net_ctx_t *c) { return c->zctx; }
+
+static int z85_key_ok(const char *k) {
+  uint8_t bin[32];
+  return strlen(k) == 40 && zmq_z85_decode(bin, k) != NULL;
+}
+
+int sac_net_ctx_set_curve(sac_net_ctx_t *c, const sac_net_curve_t *curve) {
+  if (!curve || !curve->public_key[0])
+    return 0;
+  if (c->curve) {
+    SAC_ERROR("net", "CURVE is already set on this context");
+    return SAC_ESTATE;
+  }
+  if (!zmq_has("curve")) {
+    SAC_ERROR("net", "this libzmq was built without CURVE support");
+    return SAC_EUNSUPPORTED;
+  }
+  if (!z85_key_ok(curve->public_key) || !z85_key_ok(curve->secret_key) ||
+      (curve->server_key[0] && !z85_key_ok(curve->server_key))) {
+    SAC_ERROR("net", "CURVE keys must be 40 Z85 characters");
+    return SAC_EINVAL;
+  }
+  if (curve->allow && !(c->auth = sac_auth_start(c->zctx, curve->allow)))
+    return SAC_ENET;
+  memcpy(c->public_key, curve->public_key, sizeof c->public_key);
+  memcpy(c->secret_key, curve->secret_key, sizeof c->secret_key);
+  memcpy(c->server_key, curve->server_key, sizeof c->server_key);
+  c->curve = 1;
+  SAC_INFO("net", "CURVE on: public key %.8s..., %s, %s", c->public_key,
+           c->server_key[0] ? "server key set" : "no server key (cannot connect over tcp)",
+           curve->allow ? "binding sockets admit the allow-list's keys" : "no allow-list");
+  return 0;
+}
+
+int sac_net_ctx_curve(const sac_net_ctx_t *c) { return c->curve; }
+
+void sac_net_ctx_auth_counts(const sac_net_ctx_t *c, uint64_t *accepted, uint64_t *denied) {
+  *accepted = *denied = 0;
+  if (c->auth)
+    sac_auth_counts(c->auth, accepted, denied);
+}
+
+void sac_net_curve_clear(sac_net_curve_t *curve) {
+  if (!curve)
+    return;
+  sac_auth_allow_destroy(&curve->allow);
+  memset(curve, 0, sizeof *curve);
+}
 
 void sac_net_opts_default(sac_net_opts_t *o) {
   memset(o, 0, sizeof *o);
@@ -134,6 +189,12 @@ void *sac_net_socket(sac_net_ctx_t *c, sac_net_type_t type, const sac_net_opts_t
     if (!rc && o->heartbeat_timeout_ms > 0)
       rc = setopt_int(s, ZMQ_HEARTBEAT_TIMEOUT, o->heartbeat_timeout_ms, "ZMQ_HEARTBEAT_TIMEOUT");
   }
+  /* CURVE: the key pair now (client role by default); bind makes it a server */
+  if (!rc && c->curve &&
+      (SAC_ZCHK(zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, c->public_key, 40)) < 0 ||
+       SAC_ZCHK(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, c->secret_key, 40)) < 0 ||
+       (c->server_key[0] && SAC_ZCHK(zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, c->server_key, 40)) < 0)))
+    rc = SAC_ENET;
   if (rc) {
     zmq_close(s);
     return NULL;
@@ -141,7 +202,17 @@ void *sac_net_socket(sac_net_ctx_t *c, sac_net_type_t type, const sac_net_opts_t
   return s;
 }
 
+/* The socket carries CURVE keys (its context has CURVE) and endpoint is not inproc://. */
+static int curve_applies(void *s, const char *endpoint) {
+  int mech = 0;
+  size_t len = sizeof mech;
+  return strncmp(endpoint, "inproc://", 9) != 0 && zmq_getsockopt(s, ZMQ_MECHANISM, &mech, &len) == 0 &&
+         mech == ZMQ_CURVE;
+}
+
 int sac_net_bind(void *s, const char *endpoint, char *bound, size_t cap) {
+  if (curve_applies(s, endpoint) && setopt_int(s, ZMQ_CURVE_SERVER, 1, "ZMQ_CURVE_SERVER") != 0)
+    return SAC_ENET;
   if (zmq_bind(s, endpoint) != 0) {
     SAC_ERROR("net", "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
     return SAC_ENET;
@@ -157,6 +228,18 @@ int sac_net_bind(void *s, const char *endpoint, char *bound, size_t cap) {
 }
 
 int sac_net_connect(void *s, const char *endpoint) {
+  if (curve_applies(s, endpoint)) {
+    uint8_t key[32] = {0}, any = 0;
+    size_t len = sizeof key;
+    if (SAC_ZCHK(zmq_getsockopt(s, ZMQ_CURVE_SERVERKEY, key, &len)) < 0)
+      return SAC_ENET;
+    for (size_t i = 0; i < sizeof key; i++)
+      any |= key[i];
+    if (!any) {
+      SAC_ERROR("net", "cannot connect to %s with CURVE: no server public key (curve_server_key)", endpoint);
+      return SAC_ECONFIG;
+    }
+  }
   if (zmq_connect(s, endpoint) != 0) {
     SAC_ERROR("net", "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
     return SAC_ENET;

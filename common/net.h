@@ -2,8 +2,9 @@
  * learner/ and actor/: a reference-counted context that several components can share
  * (the embedded default runs shards, actors and the learner in one process over
  * inproc://, which needs one context), socket creation with the options every
- * sacfleet socket sets (ZMQ_MAXMSGSIZE, linger, reconnect interval, high-water marks),
- * checked send/recv/poll wrappers, and a connect/disconnect monitor. Sockets are plain
+ * sacfleet socket sets (ZMQ_MAXMSGSIZE, linger, reconnect interval, high-water marks,
+ * CurveZMQ when the context has it), checked send/recv/poll wrappers, and a
+ * connect/disconnect monitor. Sockets are plain
  * `void *` handles. Every ZeroMQ call goes through SAC_ZCHK, which logs the failed
  * statement with file and line (except the expected EAGAIN/EINTR) and maps errno to a
  * SAC_E* code. This is not a message codec (see wire.h) and it has no event loop.
@@ -26,6 +27,32 @@ sac_net_ctx_t *sac_net_ctx_ref(sac_net_ctx_t *c);
 void sac_net_ctx_destroy(sac_net_ctx_t **c);
 /* The raw zmq context (void *), for code that must call zmq directly. */
 void *sac_net_ctx_raw(sac_net_ctx_t *c);
+
+/* CurveZMQ security of a context (docs/RELIABILITY.md, "Authentication and encryption";
+ * common/auth.h reads the keys). Once set, every socket made from the context with
+ * sac_net_socket carries this process's key pair, and its role follows what it does:
+ * sac_net_bind makes it a CURVE server, sac_net_connect a CURVE client of server_key.
+ * inproc:// endpoints are left alone (libzmq runs no security handshake on inproc), so
+ * the learner's embedded shards and actors are unaffected. A socket either binds or
+ * connects, never both. With allow set, a ZAP handler thread (common/auth.h) admits only
+ * the listed client keys; without it, any client that completes the handshake. */
+typedef struct sac_auth_allow sac_auth_allow_t;
+typedef struct {
+  char public_key[41], secret_key[41]; /* this process's key pair, Z85 ("": CURVE off) */
+  char server_key[41];                 /* public key of the servers it connects to, Z85 ("": none) */
+  sac_auth_allow_t *allow;             /* client keys its binding sockets accept (NULL: any) */
+} sac_net_curve_t;
+/* Sets CURVE on c, before any socket of c is made; copies curve (allow included) and
+ * starts the ZAP handler when allow is set. An empty public_key is a no-op. 0,
+ * SAC_ESTATE (already set), SAC_EUNSUPPORTED (libzmq without CURVE), SAC_EINVAL (a key
+ * that is not 40 Z85 characters), SAC_ENET (the ZAP handler did not start); logged. */
+int sac_net_ctx_set_curve(sac_net_ctx_t *c, const sac_net_curve_t *curve);
+/* 1 when CURVE is set on c. */
+int sac_net_ctx_curve(const sac_net_ctx_t *c);
+/* The ZAP handler's counts on c (0 without one). */
+void sac_net_ctx_auth_counts(const sac_net_ctx_t *c, uint64_t *accepted, uint64_t *denied);
+/* Frees curve->allow and wipes the keys; idempotent. */
+void sac_net_curve_clear(sac_net_curve_t *curve);
 
 typedef enum {
   SAC_NET_PAIR = 0,
@@ -57,10 +84,14 @@ void sac_net_opts_default(sac_net_opts_t *o);
 
 /* A socket of type with options o (NULL: defaults). NULL on failure (logged). */
 void *sac_net_socket(sac_net_ctx_t *c, sac_net_type_t type, const sac_net_opts_t *o);
-/* Binds; writes the endpoint actually bound (ZMQ_LAST_ENDPOINT, e.g. the port chosen for
+/* Binds (as a CURVE server in a context with CURVE, unless inproc://); writes the
+ * endpoint actually bound (ZMQ_LAST_ENDPOINT, e.g. the port chosen for
  * "tcp://127.0.0.1:*") into bound[cap] when bound is not NULL. 0 or SAC_ENET. */
 int sac_net_bind(void *s, const char *endpoint, char *bound, size_t cap);
-/* Connects (asynchronous in ZeroMQ: success says nothing about the peer). 0 or SAC_ENET. */
+/* Connects (asynchronous in ZeroMQ: success says nothing about the peer; a CURVE
+ * handshake the server refuses is retried every reconnect interval and never delivers a
+ * message). 0, SAC_ENET, or SAC_ECONFIG: a CURVE context without a server key asked to
+ * connect to anything but inproc://. */
 int sac_net_connect(void *s, const char *endpoint);
 /* Closes the socket and nulls *s; idempotent. */
 void sac_net_close(void **s);

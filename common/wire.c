@@ -33,9 +33,10 @@ const char *sac_wire_reason_str(sac_wire_reason_t r) {
 }
 
 const char *sac_wire_reason_name(sac_wire_reason_t r) {
-  static const char *names[] = {"none",         "too_big", "malformed", "version", "no_body", "unexpected",
-                                "dims",         "length",  "nonfinite", "rows",    "flag",    "env_id",
-                                "episode_ends", "tail",    "index",     "value",   "frames",  "window"};
+  static const char *names[] = {"none",       "too_big", "malformed",    "version",   "no_body",
+                                "unexpected", "dims",    "length",       "nonfinite", "rows",
+                                "flag",       "env_id",  "episode_ends", "tail",      "index",
+                                "value",      "frames",  "window",       "session",   "busy"};
   _Static_assert(sizeof names / sizeof names[0] == SAC_WIRE_R_COUNT, "reason names");
   if ((unsigned)r >= SAC_WIRE_R_COUNT)
     return "unknown";

@@ -55,7 +55,9 @@
   X(INDEX, "sample index for another shard or out of range")                                                 \
   X(VALUE, "field value out of range")                                                                       \
   X(FRAMES, "wrong number of message frames")                                                                \
-  X(WINDOW, "sequence number beyond the dedup window or zero")
+  X(WINDOW, "sequence number beyond the dedup window or zero")                                               \
+  X(SESSION, "batch of a superseded client session (a newer client with this actor id has sent)")            \
+  X(BUSY, "shard busy: its queue of held inserts is full; resend later")
 
 typedef enum {
 #define SAC__WIRE_REASON_ENUM(name, msg) SAC_WIRE_R_##name,

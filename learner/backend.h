@@ -133,6 +133,9 @@ typedef struct sac_backend_ops {
    * SAC_ENOTFOUND. Setup time only: not between graph_begin and graph_end. */
   int (*set_option)(sac_backend_t *be, const char *key, const char *value);
   int (*get_metric)(sac_backend_t *be, const char *key, double *out);
+  /* The device stream the ops are enqueued on (a cudaStream_t), for a collective that
+   * must run in order with them (learner/collective.h, nccl). Cannot fail. */
+  void *(*native_stream)(sac_backend_t *be);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4

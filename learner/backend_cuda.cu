@@ -1410,6 +1410,8 @@ static void cu_destroy(sac_backend_t *be) {
   free(be);
 }
 
+static void *cu_native_stream(sac_backend_t *be) { return (void *)((cu_t *)be->impl)->stream; }
+
 static const sac_backend_ops_t k_cuda_ops = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -1437,6 +1439,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .stage_commit = cu_stage_commit,
     .set_option = cu_set_option,
     .get_metric = cu_get_metric,
+    .native_stream = cu_native_stream,
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a

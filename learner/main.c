@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/auth.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/http.h"
@@ -35,6 +36,9 @@ typedef struct {
   int64_t checkpoint_every;
   char metrics_addr[64];
   int metrics_port;
+  char curve_key[1024], curve_server_key[1024], curve_allow[1024];
+  int dp_rank, dp_size, dp_timeout_ms, dp_connect_timeout_ms; /* data-parallel (learner/dp.h) */
+  char dp_coord[256], dp_collective[16];
 } learner_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h)                                                                           \
@@ -100,10 +104,35 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("resume", resume, "", "a run directory to continue (use with --config DIR/config.txt)"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
-    STR("metrics_addr", metrics_addr, "0.0.0.0",
-        "address the /metrics and /healthz endpoint binds (numeric)"),
+    STR("metrics_addr", metrics_addr, "",
+        "address the /metrics and /healthz endpoint binds (numeric; empty: 127.0.0.1 in the embedded default "
+        "and --mode local, 0.0.0.0 with --shards)"),
     OPT("metrics_port", SAC_CFG_INT, metrics_port, "9100", -1, 65535,
         "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"),
+    STR("curve_key", curve_key, "",
+        "CurveZMQ: the learner's key pair, a NAME.key file from sac-keygen (empty: no CURVE; "
+        "docs/RELIABILITY.md)"),
+    STR("curve_server_key", curve_server_key, "",
+        "CurveZMQ: the replay shards' public key, a NAME.pub file; required with curve_key and --shards"),
+    STR("curve_allow", curve_allow, "",
+        "CurveZMQ: file of the actors' public keys allowed to receive weights; required with curve_key "
+        "when the weights endpoint is not inproc"),
+    OPT("dp_size", SAC_CFG_INT, dp_size, "1", 1, 256,
+        "data-parallel: learners in lock-step, averaging gradients (1: off; needs --shards; "
+        "docs/LEARNER.md)"),
+    OPT("dp_rank", SAC_CFG_INT, dp_rank, "0", 0, 255,
+        "data-parallel: this learner's rank in [0, dp_size); rank 0 publishes weights, evaluates, "
+        "checkpoints"),
+    STR("dp_coord", dp_coord, "tcp://127.0.0.1:9300",
+        "data-parallel: coordinator endpoint; rank 0 binds it (e.g. tcp://*:9300), the others connect to it"),
+    STR("dp_collective", dp_collective, "auto",
+        "data-parallel: gradient all-reduce: zmq (CPU, TCP), nccl (cuda backend), auto (nccl on cuda where "
+        "built)"),
+    OPT("dp_timeout_ms", SAC_CFG_INT, dp_timeout_ms, "30000", 100, 3600000,
+        "data-parallel: a rank that does not answer a collective within this is taken as dead (all ranks "
+        "exit)"),
+    OPT("dp_connect_timeout_ms", SAC_CFG_INT, dp_connect_timeout_ms, "120000", 100, 86400000,
+        "data-parallel: how long rank 0 waits at start for every rank (and the ranks for rank 0)"),
 };
 
 static atomic_int g_stop;
@@ -145,8 +174,23 @@ static int run_service(const learner_cfg_t *c) {
   lc.envs_per_actor = c->envs_per_actor;
   if (c->shards[0] && sac_learner_set_shards(&lc, c->shards))
     return 2;
+  const char *w = c->weights[0] ? c->weights : (lc.n_shards ? "tcp://*:5570" : "inproc://sacfleet-weights");
+  /* CurveZMQ (docs/RELIABILITY.md): the weights PUB binds, the shard DEALERs connect;
+   * the embedded default's inproc sockets need none */
+  static sac_net_curve_t curve;
+  unsigned roles =
+      (strncmp(w, "inproc://", 9) != 0 ? SAC_AUTH_BINDS : 0) | (lc.n_shards ? SAC_AUTH_CONNECTS : 0);
+  if (sac_auth_configure(c->curve_key, c->curve_server_key, c->curve_allow, roles, &curve) != 0)
+    return 2;
+  lc.curve = &curve;
   static sac_rundir_t rd; /* large: keep it off the stack */
-  if (c->resume[0]) {
+  /* data-parallel: rank 0 owns the run directory (and the checkpoint every rank resumes from) */
+  const int dp_follower = c->dp_size > 1 && c->dp_rank > 0;
+  if (dp_follower) {
+    if (c->resume[0])
+      SAC_INFO("learner", "data-parallel rank %d: --resume is rank 0's; this rank takes rank 0's state",
+               c->dp_rank);
+  } else if (c->resume[0]) {
     if (sac_rundir_reopen(&rd, c->resume, c->t.env) != 0)
       return 2;
     snprintf(lc.resume, sizeof lc.resume, "%s/checkpoint.bin", c->resume);
@@ -154,10 +198,15 @@ static int run_service(const learner_cfg_t *c) {
                              c) != 0) {
     return 1;
   }
-  lc.rundir = &rd;
+  lc.rundir = dp_follower ? NULL : &rd;
   lc.metrics = g_metrics;
   lc.checkpoint_every = c->checkpoint_every;
-  const char *w = c->weights[0] ? c->weights : (lc.n_shards ? "tcp://*:5570" : "inproc://sacfleet-weights");
+  lc.dp.rank = c->dp_rank;
+  lc.dp.size = c->dp_size;
+  snprintf(lc.dp.coord, sizeof lc.dp.coord, "%s", c->dp_coord);
+  snprintf(lc.dp.collective, sizeof lc.dp.collective, "%s", c->dp_collective);
+  lc.dp.timeout_ms = c->dp_timeout_ms;
+  lc.dp.connect_timeout_ms = c->dp_connect_timeout_ms;
   snprintf(lc.weights_endpoint, sizeof lc.weights_endpoint, "%s", w);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -168,9 +217,17 @@ static int run_service(const learner_cfg_t *c) {
            (long long)lc.total_steps, lc.backend, (unsigned long long)lc.seed);
   sac_learner_result_t res;
   int rc = sac_learner_run(&lc, &g_stop, &res);
+  sac_net_curve_clear(&curve);
   if (rc) {
     fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
     return rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
+  }
+  if (dp_follower) { /* no evaluation and no run directory here: rank 0 has them */
+    printf("result: data-parallel rank %d of %d: env %s  steps %lld  updates %lld  wall %.1f s  %.0f "
+           "updates/s\n",
+           c->dp_rank, c->dp_size, lc.env, (long long)res.env_steps, (long long)res.updates, res.wall_seconds,
+           res.updates_per_second);
+    return 0;
   }
   printf(
       "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
@@ -195,9 +252,14 @@ int main(int argc, char **argv) {
     return 0;
   if (sac_log_configure(c.log_level, c.log_json, "learner"))
     return 2;
+  /* metrics on loopback unless the learner is part of a cluster (--shards) or told otherwise */
+  if (!c.metrics_addr[0])
+    snprintf(c.metrics_addr, sizeof c.metrics_addr, "%s",
+             strcmp(c.mode, "service") == 0 && c.shards[0] ? "0.0.0.0" : "127.0.0.1");
   if (c.metrics_port >= 0 && (g_metrics = sac_metrics_new()) != NULL) {
     if (sac_metrics_add_process(g_metrics) != 0 ||
-        sac_metrics_add_build_info(g_metrics, "sac-learner", SAC_VERSION) != 0)
+        sac_metrics_add_build_info(g_metrics, "sac-learner", SAC_VERSION) != 0 ||
+        sac_auth_metrics_register(g_metrics) != 0)
       SAC_WARN("learner", "some metrics series are missing (out of memory)");
     g_http = sac_http_serve_metrics("learner", c.metrics_addr, c.metrics_port, g_metrics);
     atexit(metrics_stop);
@@ -217,12 +279,20 @@ int main(int argc, char **argv) {
   hp->log_std_min = (float)c.log_std_min;
   hp->log_std_max = (float)c.log_std_max;
   hp->policy_delay = c.policy_delay;
+  if (c.dp_size > 1 && (c.dp_rank >= c.dp_size || strcmp(c.mode, "service") != 0 || !c.shards[0])) {
+    SAC_ERROR("learner",
+              "data-parallel: dp_rank (%d) must be below dp_size (%d), with --mode service and --shards",
+              c.dp_rank, c.dp_size);
+    return 2;
+  }
   if (strcmp(c.mode, "service") == 0)
     return run_service(&c);
   if (strcmp(c.mode, "local") != 0) {
     SAC_ERROR("learner", "mode \"%s\" is not one of service, local", c.mode);
     return 2;
   }
+  if (c.curve_key[0] || c.curve_server_key[0] || c.curve_allow[0])
+    SAC_WARN("learner", "the curve_* options are not used by --mode local (it opens no ZeroMQ socket)");
   if (c.t.learning_starts >= c.t.total_steps)
     SAC_WARN("learner", "learning_starts (%lld) >= total_steps (%lld): no update will run",
              (long long)c.t.learning_starts, (long long)c.t.total_steps);

@@ -58,8 +58,10 @@ struct sac {
   double prof_t;
   /* graph capture (backends with graph_launch), per phase: 1 = the update that also
    * steps the actor (step % policy_delay == 0), 0 = critic only */
-  int eager_runs[2]; /* eager updates so far (capture waits for two: lazy initialisation) */
-  int graph_ok[2];   /* a graph of this phase is captured and launchable */
+  int eager_runs[2];    /* eager updates so far (capture waits for two: lazy initialisation) */
+  int graph_ok[2];      /* a graph of this phase is captured and launchable */
+  sac_grad_hook_t hook; /* data-parallel gradient averaging (NULL: none) */
+  void *hook_user;
 };
 
 static double g_discard;
@@ -418,8 +420,30 @@ void sac_compute_actor_grads(sac_t *s) {
   lap(s, PROF(actor));
 }
 
-/* The ops of one update, enqueued on the backend (or recorded into a graph). */
-static void update_ops(sac_t *s) {
+void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user) {
+  s->hook = fn;
+  s->hook_user = user;
+  s->graph_ok[0] = s->graph_ok[1] = 0;
+}
+
+/* The hook on the critics' gradients, or on the actor's (and log alpha's). */
+static int grad_hook(sac_t *s, int phase) {
+  float *segs[2];
+  size_t ns[2];
+  int k = 1;
+  if (phase == SAC_GRAD_CRITIC) {
+    segs[0] = s->grads + s->n_actor, ns[0] = s->n_critic;
+  } else {
+    segs[0] = s->grads, ns[0] = s->n_actor;
+    if (s->hp.autotune_alpha)
+      segs[1] = s->grads + s->n_params - 1, ns[1] = 1, k = 2;
+  }
+  return s->hook(s->hook_user, phase, segs, ns, k);
+}
+
+/* The ops of one update, enqueued on the backend (or recorded into a graph). 0, or a
+ * hook's error (the update stopped there). */
+static int update_ops(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   sac_adam_hp_t critic_hp = {s->hp.lr_critic, 0.9f, 0.999f, 1e-8f};
   sac_adam_hp_t actor_hp = {s->hp.lr_actor, 0.9f, 0.999f, 1e-8f};
@@ -427,13 +451,18 @@ static void update_ops(sac_t *s) {
 
   if (s->prof)
     s->prof_t = sac_clock_s();
+  int rc;
   sac_forward_policy(s);
   sac_compute_critic_grads(s);
+  if (s->hook && (rc = grad_hook(s, SAC_GRAD_CRITIC)) != 0)
+    return rc;
   ops->adam(s->be, critic_params(s), s->grads + s->n_actor, s->m + s->n_actor, s->v + s->n_actor, s->n_critic,
             &critic_hp, s->steps + 0);
   lap(s, PROF(optimizer));
   if (s->step % (uint64_t)s->hp.policy_delay == 0) {
     sac_compute_actor_grads(s);
+    if (s->hook && (rc = grad_hook(s, SAC_GRAD_ACTOR)) != 0)
+      return rc;
     ops->adam(s->be, actor_params(s), s->grads, s->m, s->v, s->n_actor, &actor_hp, s->steps + 1);
     if (s->hp.autotune_alpha)
       ops->adam(s->be, log_alpha(s), s->grads + s->n_params - 1, s->m + s->n_params - 1,
@@ -445,31 +474,35 @@ static void update_ops(sac_t *s) {
   lap(s, PROF(optimizer));
   if (s->prof)
     s->prof->updates++;
+  return 0;
 }
 
 /* After two eager updates of a phase, a backend that can (graph_launch) records the
  * whole update once as a graph and replays it; the noise stream follows the step through
  * graph_launch. The eager path stays for profiling and wherever capture is refused. */
-void sac_update(sac_t *s) {
+int sac_update(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int g = s->step % (uint64_t)s->hp.policy_delay == 0;
-  if (ops->graph_launch && !s->prof && s->eager_runs[g] >= 2) {
+  if (ops->graph_launch && !s->prof && !s->hook && s->eager_runs[g] >= 2) {
     if (!s->graph_ok[g] && ops->graph_begin(s->be, g, s->step) == 0) {
-      update_ops(s);
+      update_ops(s); /* no hook: cannot fail */
       s->graph_ok[g] = ops->graph_end(s->be, g) == 0;
     }
     if (s->graph_ok[g]) {
       if (ops->graph_launch(s->be, g, s->step) == 0) {
         s->step++;
-        return;
+        return 0;
       }
       s->graph_ok[g] = 0;
     }
   }
-  update_ops(s);
+  int rc = update_ops(s);
+  if (rc)
+    return rc;
   if (s->eager_runs[g] < 2)
     s->eager_runs[g]++;
   s->step++;
+  return 0;
 }
 
 int sac_stats(sac_t *s, sac_stats_t *out) {

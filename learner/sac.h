@@ -65,8 +65,23 @@ sac_batch_t *sac_batch(sac_t *s);
 uint64_t sac_step(const sac_t *s);
 
 /* One SAC update on the current batch: critic step, then (every policy_delay) actor and
- * alpha steps, then Polyak. Enqueued on the backend; cannot fail. */
-void sac_update(sac_t *s);
+ * alpha steps, then Polyak. Enqueued on the backend. Without a gradient hook it cannot
+ * fail (returns 0); with one it returns the hook's error, and the update stopped at that
+ * hook: the state is then partly updated and the learner must not go on with it. */
+int sac_update(sac_t *s);
+
+/* Gradient hook (data-parallel learners, learner/dp.h, average their gradients across
+ * ranks here). Called on the caller's thread inside sac_update, after a gradient is
+ * computed and before its Adam step: phase SAC_GRAD_CRITIC with one segment (the
+ * critics' gradients), phase SAC_GRAD_ACTOR with the actor's gradients and, when
+ * autotune_alpha, log alpha's (1 float) as a second segment. Segments are backend
+ * memory, to be changed in place; the backend's ops enqueued before may still be
+ * running (sync first to read them on the host). Returns 0 or a negative code.
+ * With a hook set, updates run eagerly (no graph capture): a hook runs on the host
+ * between ops. NULL removes it. Setup time only. */
+enum { SAC_GRAD_CRITIC = 0, SAC_GRAD_ACTOR = 1 };
+typedef int (*sac_grad_hook_t)(void *user, int phase, float *const *segs, const size_t *ns, int n_segs);
+void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user);
 /* Copies the last update's statistics to the host (waits for the backend). */
 int sac_stats(sac_t *s, sac_stats_t *out);
 /* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. */

@@ -43,6 +43,7 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   c->embedded_actors = 2;
   c->envs_per_actor = 1;
   c->buffer_capacity = 1000000;
+  sac_dp_cfg_default(&c->dp);
 }
 
 int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list) {
@@ -144,12 +145,16 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
 }
 
 /* Environment steps stored so far: the sum of the shards' inserted totals. */
+/* Environment steps stored in the shards: the sum of their inserted_total, from the
+ * newest ShardInfo each has sent (asked for every 200 ms, never waited for: a stopped
+ * or unreachable shard must not slow the update loop; its last figure counts until it
+ * answers again). Never goes down. */
 static int64_t stored_steps(sac_replay_client_t *client, size_t n_shards, int64_t last) {
   int64_t sum = 0;
   for (size_t i = 0; i < n_shards; i++) {
     sac_wire_shard_info_t info;
-    if (sac_replay_client_info(client, i, 500, &info) != 0)
-      return last; /* a shard not answering: keep the last figure */
+    if (sac_replay_client_info_cached(client, i, 200, &info, NULL) != 0)
+      return last; /* a shard has not answered yet: keep the last figure */
     sum += (int64_t)info.inserted_total;
   }
   return sum > last ? sum : last;
@@ -175,6 +180,87 @@ static int evaluate_point(const sac_learner_cfg_t *cfg, sac_t *sac, const sac_hp
   return 0;
 }
 
+/* ---- data-parallel learners (learner/dp.h, docs/LEARNER.md) ---- */
+
+/* The fields every rank must agree on, as dp.h's canonical "key = value" lines. */
+static int dp_canon(const sac_learner_cfg_t *c, const sac_hparams_t *hp, char *b, size_t cap) {
+  int rc = 0;
+  b[0] = '\0';
+#define F(key, fmt, val) rc = rc ? rc : sac_dp_describe(b, cap, key, fmt, val)
+  F("env", "%s", c->env);
+  F("backend", "%s", c->backend);
+  F("obs_dim", "%d", hp->obs_dim);
+  F("act_dim", "%d", hp->act_dim);
+  F("hidden", "%d", hp->hidden);
+  F("depth", "%d", hp->depth);
+  F("batch_size", "%d", hp->batch);
+  F("gamma", "%.9g", hp->gamma);
+  F("tau", "%.9g", hp->tau);
+  F("lr_actor", "%.9g", hp->lr_actor);
+  F("lr_critic", "%.9g", hp->lr_critic);
+  F("lr_alpha", "%.9g", hp->lr_alpha);
+  F("init_alpha", "%.9g", hp->init_alpha);
+  F("autotune_alpha", "%d", hp->autotune_alpha);
+  F("target_entropy", "%.9g", hp->target_entropy);
+  F("log_std_min", "%.9g", hp->log_std_min);
+  F("log_std_max", "%.9g", hp->log_std_max);
+  F("policy_delay", "%d", hp->policy_delay);
+  F("recompute", "%d", hp->recompute);
+  F("seed", "%llu", (unsigned long long)c->seed);
+  F("updates_per_step", "%d", c->updates_per_step);
+  F("total_steps", "%lld", (long long)c->total_steps);
+  F("prioritized", "%d", c->prioritized);
+  F("per_beta", "%.9g", c->per_beta);
+  F("checkpoint_every", "%lld", (long long)c->checkpoint_every);
+#undef F
+  return rc;
+}
+
+/* Joins the other ranks, agrees on the configuration, takes rank 0's state (and run
+ * counters: rank 0 may have resumed from its checkpoint) and sets the gradient hook. */
+static int dp_start(const sac_learner_cfg_t *cfg, sac_net_ctx_t *ctx, const sac_hparams_t *hp,
+                    sac_backend_t *be, sac_t *sac, sac_ckpt_counters_t *ck, sac_dp_t **dp) {
+  if (cfg->n_shards == 0) {
+    SAC_ERROR("learner",
+              "data-parallel learners (dp_size %d) need remote replay shards (--shards): the embedded "
+              "default hosts its own",
+              cfg->dp.size);
+    return SAC_ECONFIG;
+  }
+  char *conf = malloc(8192), why[1024];
+  if (!conf)
+    return SAC_ENOMEM;
+  int rc = dp_canon(cfg, hp, conf, 8192);
+  sac_dp_cfg_t dc = cfg->dp;
+  dc.ctx = ctx;
+  if (rc == 0)
+    rc = sac_dp_new(&dc, conf, be, dp, why, sizeof why);
+  free(conf);
+  if (rc == 0 && (rc = sac_dp_sync_state(*dp, sac, ck, sizeof *ck)) == 0)
+    rc = sac_dp_attach(*dp, sac);
+  return rc;
+}
+
+/* A rank other than 0: no weights, no evaluation, no run directory. */
+static int dp_follower(const sac_dp_t *dp) { return dp && sac_dp_rank(dp) > 0; }
+
+/* Every rank's whole learner state equals rank 0's (logged by rank 0); SAC_ESTATE if not. */
+static int dp_check(sac_dp_t *dp, sac_t *sac, int64_t updates) {
+  int same = 0, rc = sac_dp_check_identical(dp, sac, &same);
+  if (rc)
+    return rc;
+  if (!same) {
+    SAC_ERROR("learner", "data-parallel: the learner state differs between ranks after %lld updates",
+              (long long)updates);
+    sac_dp_abort(dp, "the learner state differs between ranks");
+    return SAC_ESTATE;
+  }
+  if (sac_dp_rank(dp) == 0)
+    SAC_INFO("learner", "data-parallel: learner state bit-identical on all %d ranks after %lld updates",
+             sac_dp_size(dp), (long long)updates);
+  return 0;
+}
+
 int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_result_t *res) {
   memset(res, 0, sizeof *res);
   res->final_eval_return = res->best_eval_return = -INFINITY;
@@ -185,6 +271,10 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   sac_t *sac = NULL;
   sac_weights_pub_t *pub = NULL;
   sac_replay_client_t *client = NULL;
+  sac_dp_t *dp = NULL;     /* data-parallel (cfg->dp.size > 1) */
+  int dp_stopped = 0;      /* the ranks agreed to stop */
+  int dp_held = 0;         /* the backend holds a batch that waits for the other ranks' */
+  uint64_t *dp_idx = NULL; /* its indices (prioritised replay) */
   embedded_t em;
   memset(&em, 0, sizeof em);
   sac_service_metrics_t sm;
@@ -227,9 +317,18 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     rc = SAC_ENOMEM;
     goto out;
   }
+  if ((rc = sac_net_ctx_set_curve(ctx, cfg->curve)) != 0) /* before any socket of ctx */
+    goto out;
+  /* data-parallel: every rank starts from rank 0's state (and its checkpoint's counters);
+   * the coordinator channel uses ctx, so CURVE covers it too */
+  if (cfg->dp.size > 1 && (rc = dp_start(cfg, ctx, &hp, be, sac, &ck, &dp)) != 0)
+    goto out;
   char bound[256];
-  pub = sac_weights_pub_new(ctx, cfg->weights_endpoint, sac_actor_desc(sac), bound, sizeof bound);
-  if (!pub) {
+  if (dp_follower(dp)) /* data-parallel: only rank 0 publishes */
+    snprintf(bound, sizeof bound, "(none: data-parallel rank %d)", sac_dp_rank(dp));
+  else
+    pub = sac_weights_pub_new(ctx, cfg->weights_endpoint, sac_actor_desc(sac), bound, sizeof bound);
+  if (!pub && !dp_follower(dp)) {
     rc = SAC_ENET;
     goto out;
   }
@@ -264,7 +363,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
            hp.depth, hp.hidden);
 
   /* version 0: the initial policy, so actors know the shapes from the start */
-  if ((rc = sac_get_actor(sac, actor)) != 0 || (rc = sac_weights_publish(pub, 0, actor)) != 0)
+  if ((rc = sac_get_actor(sac, actor)) != 0 || (pub && (rc = sac_weights_publish(pub, 0, actor)) != 0))
     goto out;
   if (cfg->rundir && !cfg->resume[0]) { /* where the curve starts: the untrained policy */
     double ret0;
@@ -286,6 +385,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   int64_t next_ckpt = cfg->checkpoint_every > 0
                           ? (res->updates / cfg->checkpoint_every + 1) * cfg->checkpoint_every
                           : INT64_MAX;
+  if (dp_follower(dp)) /* data-parallel: rank 0 evaluates */
+    next_eval = INT64_MAX;
   /* on a terminal the progress is one line redrawn in place; elsewhere (files, pipes,
    * containers, JSON logs) it is an ordinary log line */
   const int tty = isatty(STDERR_FILENO) && !sac_log_json_enabled();
@@ -301,17 +402,24 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       if (steps >= cfg->total_steps)
         break;
     }
-    sac_replay_batch_t b;
+    sac_replay_batch_t b = {0};
     double w0 = sac_clock_s();
-    rc = sac_replay_client_sample(client, 200, &b);
+    rc = dp_held ? 0 : sac_replay_client_sample(client, 200, &b); /* data-parallel: keep a held batch */
     res->sample_wait_seconds += sac_clock_s() - w0;
     sac_service_metrics_sampled(&sm, sac_clock_s() - w0, steps);
     if (rc == SAC_ETIMEOUT) {
       rc = 0;
       /* a publisher that keeps sending lets late subscribers get the current policy */
-      if (sac_clock_s() - t_pub > 1.0) {
+      if (pub && sac_clock_s() - t_pub > 1.0) {
         sac_weights_publish(pub, version, actor);
         t_pub = sac_clock_s();
+      }
+      if (dp) { /* data-parallel: this rank has no batch; the others may stop */
+        int act;
+        if ((rc = sac_dp_round(dp, 0, 0, &act)) != 0)
+          goto out;
+        if ((dp_stopped = act == SAC_DP_STOP) != 0)
+          break;
       }
       continue;
     }
@@ -319,21 +427,37 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       goto out;
     double u0 = sac_clock_s();
     const size_t B = (size_t)hp.batch, O = (size_t)hp.obs_dim, A = (size_t)hp.act_dim;
-    if ((rc = ops->upload(be, bb->obs, b.obs, B * O)) ||
-        (rc = ops->upload(be, bb->next_obs, b.next_obs, B * O)) ||
-        (rc = ops->upload(be, bb->action, b.action, B * A)) ||
-        (rc = ops->upload(be, bb->reward, b.reward, B)) ||
-        (rc = ops->upload(be, bb->terminated, b.terminated, B)) ||
-        (cfg->prioritized && (rc = ops->upload(be, bb->weights, b.weights, B))))
+    if (!dp_held && ((rc = ops->upload(be, bb->obs, b.obs, B * O)) ||
+                     (rc = ops->upload(be, bb->next_obs, b.next_obs, B * O)) ||
+                     (rc = ops->upload(be, bb->action, b.action, B * A)) ||
+                     (rc = ops->upload(be, bb->reward, b.reward, B)) ||
+                     (rc = ops->upload(be, bb->terminated, b.terminated, B)) ||
+                     (cfg->prioritized && (rc = ops->upload(be, bb->weights, b.weights, B)))))
       goto out;
-    sac_update(sac);
+    if (dp) { /* data-parallel: update only when every rank has a batch; until then hold it */
+      if (!dp_held && cfg->prioritized && (dp_idx || (dp_idx = malloc(B * sizeof *dp_idx))))
+        memcpy(dp_idx, b.indices, B * sizeof *dp_idx);
+      if (cfg->prioritized && !dp_idx) {
+        rc = SAC_ENOMEM;
+        goto out;
+      }
+      int act;
+      if ((rc = sac_dp_round(dp, 1, 0, &act)) != 0)
+        goto out;
+      if ((dp_stopped = act == SAC_DP_STOP) != 0)
+        break;
+      if ((dp_held = act == SAC_DP_SKIP) != 0)
+        continue;
+    }
+    if ((rc = sac_update(sac)) != 0)
+      goto out;
     res->updates++;
     if (cfg->prioritized) {
       if ((rc = sac_td_errors(sac, prio)) != 0)
         goto out;
-      sac_replay_client_update_priorities(client, B, b.indices, prio);
+      sac_replay_client_update_priorities(client, B, dp_idx ? dp_idx : b.indices, prio);
     }
-    if (res->updates % cfg->publish_every == 0) {
+    if (pub && res->updates % cfg->publish_every == 0) {
       version = (uint64_t)res->updates;
       if ((rc = sac_get_actor(sac, actor)) != 0)
         goto out;
@@ -347,6 +471,10 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, version, sac_clock_s() - t0};
       sac_checkpoint_save(sac, ckpt_path, &c); /* a failed checkpoint is logged; training goes on */
     }
+    /* data-parallel: all ranks compare their state at every checkpoint_every updates */
+    if (dp && cfg->checkpoint_every > 0 && res->updates % cfg->checkpoint_every == 0 &&
+        (rc = dp_check(dp, sac, res->updates)) != 0)
+      goto out;
     if (res->updates >= next_eval) {
       next_eval += cfg->eval_every;
       double ret;
@@ -390,6 +518,22 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       last_log_updates = res->updates;
     }
   }
+  if (dp) { /* data-parallel: the others stop too (unless they said so), then a last check */
+    int act;
+    if ((!dp_stopped && (rc = sac_dp_round(dp, 0, 1, &act)) != 0) ||
+        (rc = dp_check(dp, sac, res->updates)) != 0)
+      goto out;
+    sac_dp_stats_t ds;
+    sac_dp_stats(dp, &ds);
+    int64_t n = res->updates - start_updates;
+    SAC_INFO(
+        "learner",
+        "data-parallel: rank %d of %d did %lld updates; gradient all-reduce (%s) %.3f ms per update (%.1f%% "
+        "of update time), agreement rounds %.3f ms per update",
+        sac_dp_rank(dp), sac_dp_size(dp), (long long)n, sac_dp_collective(dp),
+        n > 0 ? 1e3 * ds.allreduce_s / (double)n : 0.0,
+        upd_time > 0 ? 100.0 * ds.allreduce_s / upd_time : 0.0, n > 0 ? 1e3 * ds.round_s / (double)n : 0.0);
+  }
   if (tty_dirty)
     fprintf(stderr, "\n");
   res->wall_seconds = sac_clock_s() - t0;
@@ -401,9 +545,11 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     res->episodes += (int64_t)atomic_load(&sac_actor_stats(em.actors[i])->episodes);
   /* the final evaluation, on the final policy */
   double ret;
-  if ((rc = evaluate_point(cfg, sac, &hp, actor, res->wall_seconds, steps, res, &st, &ret)) != 0)
+  if (!dp_follower(dp) &&
+      (rc = evaluate_point(cfg, sac, &hp, actor, res->wall_seconds, steps, res, &st, &ret)) != 0)
     goto out;
-  sac_weights_publish(pub, (uint64_t)res->updates, actor);
+  if (pub)
+    sac_weights_publish(pub, (uint64_t)res->updates, actor);
   if (cfg->rundir) {
     char path[1100];
     sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, (uint64_t)res->updates,
@@ -416,6 +562,9 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
 out:
   if (rc)
     SAC_ERROR("learner", "stopped: %s", sac_strerror(rc));
+  if (rc && dp) /* data-parallel: the other ranks stop now rather than at their timeout */
+    sac_dp_abort(dp, sac_strerror(rc));
+  sac_dp_destroy(&dp);
   sac_service_metrics_close(&sm, res);
   embedded_stop(&em);
   sac_replay_client_destroy(&client);
@@ -424,6 +573,6 @@ out:
   sac_destroy(&sac);
   sac_backend_destroy(&be);
   sac_env_destroy(&probe);
-  free(actor), free(prio), free(sample_eps);
+  free(actor), free(prio), free(sample_eps), free(dp_idx);
   return rc;
 }

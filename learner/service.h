@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #include "common/metrics.h"
+#include "common/net.h"
+#include "learner/dp.h"
 #include "learner/rundir.h"
 #include "learner/sac.h"
 
@@ -44,6 +46,11 @@ typedef struct {
   int64_t checkpoint_every; /* updates between checkpoints in the run directory (0: at the end only) */
   char resume[1024];        /* checkpoint to resume from ("": a new run) */
   sac_metrics_t *metrics;   /* series go here (learner/service_metrics.h; NULL: none) */
+  /* CurveZMQ on the service's context (NULL: none; docs/RELIABILITY.md) */
+  const sac_net_curve_t *curve;
+  /* data-parallel (learner/dp.h; dp.size 1: off). Needs remote shards. Only rank 0
+   * publishes weights, evaluates, and uses rundir (NULL on the other ranks). */
+  sac_dp_cfg_t dp;
 } sac_learner_cfg_t;
 
 typedef struct {

@@ -19,7 +19,7 @@ typedef struct {
   unsigned char *buf;
   size_t cap, len;
   uint64_t seq;
-  uint64_t sent_ns;
+  uint64_t sent_ns, first_sent_ns;
   uint32_t resends; /* timed resends of this batch so far: the next waits 2^resends longer */
   int acked, unsent;
 } wslot_t;
@@ -34,6 +34,10 @@ typedef struct {
   uint32_t inflight;
   uint64_t last_request_ns, last_reply_ns;
   uint64_t backoff_until_ns; /* after an error reply: no new request before this */
+  /* ShardInfo without waiting (sac_replay_client_info_cached) */
+  sac_wire_shard_info_t info_last;
+  int info_valid;
+  uint64_t info_sent_ns;
   /* priority update scratch */
   uint64_t *pidx;
   float *pval;
@@ -102,9 +106,14 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
     c->cfg.prefetch = 1;
   if (!c->cfg.resend_ms)
     c->cfg.resend_ms = 2000;
-  if (!c->cfg.session)
-    c->cfg.session =
-        sac_splitmix64(sac_wallclock_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c) | 1u;
+  if (!c->cfg.session) {
+    /* Increasing across restarts: the start time in microseconds in the high bits (a
+     * restarted client always starts later), 12 random bits below it against two
+     * clients started in the same microsecond. A shard refuses batches of a session
+     * older than the newest it has seen for this actor id (replay/shard.c). */
+    uint64_t noise = sac_splitmix64(sac_wallclock_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c);
+    c->cfg.session = ((sac_wallclock_ns() / 1000u) << 12) | (noise & 0xfffu) | 1u;
+  }
   memset(c->shard_map, 0xff, sizeof c->shard_map);
   c->n = cfg->n_shards;
   c->conns = calloc(c->n, sizeof *c->conns);
@@ -123,7 +132,10 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
   for (size_t i = 0; i < c->n; i++) {
     conn_t *k = &c->conns[i];
     k->lo = k->next_seq = 1;
-    k->credit = c->cfg.window;
+    /* one batch in flight until the shard's first ack says how many it takes (its
+     * credit): 64 actors starting with full windows queued ~130,000 transitions ahead
+     * of the rate limiter */
+    k->credit = 1;
     if (cfg->insert_endpoints) {
       k->ins = make_socket(c, cfg->insert_endpoints[i]);
       if (!k->ins || !(k->ins_mon = sac_net_monitor_new(c->ctx, k->ins)))
@@ -193,6 +205,13 @@ static void advance_lo(conn_t *k) {
     k->lo++;
 }
 
+static void mark_acked(sac_replay_client_t *c, wslot_t *s) {
+  s->acked = 1;
+  c->st.batches_acked++;
+  if (c->cfg.on_ack)
+    c->cfg.on_ack(c->cfg.on_ack_arg, (double)(sac_clock_ns() - s->first_sent_ns) * 1e-9);
+}
+
 static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *a) {
   if (a->credit)
     k->credit = a->credit;
@@ -202,6 +221,18 @@ static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *
       if (!strcmp(a->error, sac_wire_reason_str(SAC_WIRE_R_WINDOW))) {
         /* the shard lost our window (restart): the timed resend sends it again, with an
          * acked_through that moves the shard's window */
+      } else if (!strcmp(a->error, sac_wire_reason_str(SAC_WIRE_R_BUSY))) {
+        /* not stored, not held: the timed resend sends it again */
+        c->st.busy_replies++;
+      } else if (!strcmp(a->error, sac_wire_reason_str(SAC_WIRE_R_SESSION))) {
+        if (!c->st.superseded_batches)
+          SAC_ERROR("replay-client",
+                    "shard %u refuses our batches: a client with the same actor id %u started after this "
+                    "one (two actors with one --actor_id?); dropping them",
+                    a->shard_id, c->cfg.actor_id);
+        c->st.superseded_batches++;
+        c->st.insert_errors++;
+        s->acked = 1;
       } else {
         SAC_WARN("replay-client", "shard %u rejected batch %llu: %s; dropping it", a->shard_id,
                  (unsigned long long)a->seq, a->error);
@@ -212,18 +243,15 @@ static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *
       c->st.insert_errors++;
     }
   } else if (a->seq >= k->lo && a->seq < k->next_seq && !k->win[a->seq % MAX_WINDOW].acked) {
-    k->win[a->seq % MAX_WINDOW].acked = 1;
-    c->st.batches_acked++;
+    mark_acked(c, &k->win[a->seq % MAX_WINDOW]);
     if (a->duplicate)
       c->st.duplicates_acked++;
   }
   /* cumulative: everything up to acked_seq is stored */
   for (uint64_t q = k->lo; q <= a->acked_seq && q < k->next_seq; q++) {
     wslot_t *s = &k->win[q % MAX_WINDOW];
-    if (!s->acked) {
-      s->acked = 1;
-      c->st.batches_acked++;
-    }
+    if (!s->acked)
+      mark_acked(c, s);
   }
   advance_lo(k);
 }
@@ -390,6 +418,7 @@ int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_t
   s->resends = 0;
   k->next_seq++;
   send_slot(c, k, s);
+  s->first_sent_ns = s->sent_ns;
   c->st.batches_sent++;
   return 0;
 }
@@ -557,6 +586,39 @@ int sac_replay_client_update_priorities(sac_replay_client_t *c, size_t n, const 
     c->st.priority_updates_sent += k->pn;
   }
   return rc;
+}
+
+int sac_replay_client_info_cached(sac_replay_client_t *c, size_t shard, int refresh_ms,
+                                  sac_wire_shard_info_t *out, uint64_t *age_ns) {
+  if (shard >= c->n)
+    return SAC_EINVAL;
+  conn_t *k = &c->conns[shard];
+  uint64_t now = sac_clock_ns();
+  size_t rlen = 0;
+  while (sac_net_recv(k->info, c->rbuf, c->rcap, SAC_NET_DONTWAIT, &rlen, NULL) == 0) {
+    sac_wire_msg_t r;
+    if (rlen < c->rcap && sac_wire_decode(c->dec, c->rbuf, rlen, NULL, &r, NULL) == 0 &&
+        r.type == SAC_WIRE_SHARD_INFO) {
+      k->info_last = r.u.shard_info;
+      k->info_valid = 1;
+      k->info_last.shard_id = r.u.shard_info.shard_id;
+      k->last_reply_ns = now;
+    }
+  }
+  if (now - k->info_sent_ns >= (uint64_t)refresh_ms * 1000000ull) {
+    sac_wire_msg_t m = {.type = SAC_WIRE_INFO_REQUEST};
+    unsigned char buf[32];
+    size_t len = 0;
+    if (sac_wire_encode(&m, buf, sizeof buf, &len) == 0 &&
+        sac_net_send(k->info, buf, len, SAC_NET_DONTWAIT) == 0)
+      k->info_sent_ns = now;
+  }
+  if (!k->info_valid)
+    return SAC_EAGAIN;
+  *out = k->info_last;
+  if (age_ns)
+    *age_ns = now - k->last_reply_ns;
+  return 0;
 }
 
 int sac_replay_client_info(sac_replay_client_t *c, size_t shard, int timeout_ms, sac_wire_shard_info_t *out) {

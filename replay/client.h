@@ -3,10 +3,10 @@
  *
  * Actor side: sac_replay_client_insert() encodes a batch once into a window slot of the
  * chosen shard and sends it. Each shard has a bounded window of unacknowledged batches
- * (min(window, the shard's credit), at least 1); a full window makes insert wait for
- * acks, up to its timeout, so a slow learner slows the actors (backpressure) and memory
- * stays bounded. Unacknowledged batches are resent after a reconnect and after
- * resend_ms without an ack; the shard drops duplicates by (actor, session, seq).
+ * (min(window, the credit of the shard's last ack), at least 1; 1 until its first ack); a full window makes
+ * insert wait for acks, up to its timeout, so a slow learner slows the actors (backpressure) and memory stays
+ * bounded. Unacknowledged batches are resent after a reconnect and after resend_ms without an ack; the shard
+ * drops duplicates by (actor, session, seq).
  *
  * Learner side: sac_replay_client_sample() keeps `prefetch` sample requests in flight
  * per shard and returns whichever batch arrives first (fair across shards), sending a
@@ -38,7 +38,11 @@ typedef struct {
   uint32_t sample_timeout_ms; /* how long a shard may hold a request, default 1000 */
   size_t max_msg_bytes;       /* default 4 MiB */
   uint32_t obs_dim, act_dim;  /* expected in sample batches (0: any) */
-  uint64_t session;           /* 0: random */
+  uint64_t session;           /* 0: from the start time (increasing across restarts) */
+  /* Called (on the client's thread) when a batch is acknowledged, with the seconds from
+   * its first send to the acknowledgement; NULL: none. */
+  void (*on_ack)(void *arg, double seconds);
+  void *on_ack_arg;
 } sac_replay_client_config_t;
 
 void sac_replay_client_config_default(sac_replay_client_config_t *c);
@@ -98,9 +102,18 @@ int sac_replay_client_update_priorities(sac_replay_client_t *c, size_t n, const 
  * inserting are not disturbed (it reuses the client's decoder, so the last sampled
  * batch's pointers become invalid). 0 or SAC_ETIMEOUT. For tools and tests. */
 int sac_replay_client_info(sac_replay_client_t *c, size_t shard, int timeout_ms, sac_wire_shard_info_t *out);
+/* The same without waiting: reads the ShardInfo replies that have arrived, asks again
+ * when the last request is refresh_ms old, and returns the newest reply (0, with its
+ * age in *age_ns when not NULL) or SAC_EAGAIN when none has arrived yet. For a loop
+ * that must not stall on an unresponsive shard (the learner's step count). Do not mix
+ * with sac_replay_client_info on the same client. */
+int sac_replay_client_info_cached(sac_replay_client_t *c, size_t shard, int refresh_ms,
+                                  sac_wire_shard_info_t *out, uint64_t *age_ns);
 
 typedef struct {
   uint64_t batches_sent, batches_acked, batches_resent, duplicates_acked, insert_errors, insert_timeouts;
+  uint64_t superseded_batches; /* refused: a newer client with our actor id has sent */
+  uint64_t busy_replies;       /* "busy": the shard's held queue was full; resent later */
   uint64_t reconnects;
   uint64_t samples_received, sample_errors, sample_requests_sent, sample_requests_reissued;
   uint64_t priority_updates_sent, priority_updates_dropped;

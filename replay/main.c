@@ -14,11 +14,13 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/http.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/net.h"
 #include "replay/server.h"
 #include "replay/server_metrics.h"
 
@@ -37,12 +39,15 @@ typedef struct {
   int64_t seed;
   int64_t max_msg_bytes;
   int insert_credit, max_pending_samples, max_sample_timeout_ms, max_env_id;
+  int max_held_batches;
+  int64_t max_held_bytes;
   char snapshot_path[1024];
   double snapshot_interval_s;
   int start_empty_on_bad_snapshot;
   char ready_file[1024];
   char metrics_addr[64];
   int metrics_port;
+  char curve_key[1024], curve_allow[1024];
 } opts_t;
 
 #define O(f) offsetof(opts_t, f)
@@ -74,6 +79,10 @@ static const sac_cfg_opt_t k_opts[] = {
     {"max_msg_bytes", SAC_CFG_INT64, O(max_msg_bytes), 0, "4194304", 4096, 1073741824.0,
      "largest message accepted (ZMQ_MAXMSGSIZE is twice this)"},
     {"insert_credit", SAC_CFG_INT, O(insert_credit), 0, "16", 1, 64, "unacknowledged batches per actor"},
+    {"max_held_batches", SAC_CFG_INT, O(max_held_batches), 0, "4096", 1, 1 << 20,
+     "insert batches held while the rate limiter holds inserts back (more: answered busy, resent later)"},
+    {"max_held_bytes", SAC_CFG_INT64, O(max_held_bytes), 0, "67108864", 4096, 68719476736.0,
+     "bytes of held insert batches (at least max_msg_bytes; touched only while inserts are held)"},
     {"max_pending_samples", SAC_CFG_INT, O(max_pending_samples), 0, "1024", 1, 1 << 20,
      "sample requests the rate limiter may hold"},
     {"max_sample_timeout_ms", SAC_CFG_INT, O(max_sample_timeout_ms), 0, "10000", 0, 600000,
@@ -91,6 +100,12 @@ static const sac_cfg_opt_t k_opts[] = {
      "address the /metrics and /healthz endpoint binds (numeric)"},
     {"metrics_port", SAC_CFG_INT, O(metrics_port), 0, "9101", -1, 65535,
      "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"},
+    {"curve_key", SAC_CFG_STRING, O(curve_key), 1024, "", SAC_CFG_UNBOUNDED,
+     "CurveZMQ: this shard's key pair, a NAME.key file from sac-keygen (empty: no CURVE; "
+     "docs/RELIABILITY.md)"},
+    {"curve_allow", SAC_CFG_STRING, O(curve_allow), 1024, "", SAC_CFG_UNBOUNDED,
+     "CurveZMQ: file of the client public keys (actors, learners) allowed to connect; required with "
+     "curve_key"},
 };
 #undef O
 
@@ -166,6 +181,8 @@ int main(int argc, char **argv) {
   c.max_msg_bytes = (size_t)o.max_msg_bytes;
   c.insert_credit = (uint32_t)o.insert_credit;
   c.max_pending_samples = (uint32_t)o.max_pending_samples;
+  c.max_held_batches = (uint32_t)o.max_held_batches;
+  c.max_held_bytes = (size_t)o.max_held_bytes;
   c.max_sample_timeout_ms = (uint32_t)o.max_sample_timeout_ms;
   c.max_env_id = (uint32_t)o.max_env_id;
   snprintf(c.snapshot_path, sizeof c.snapshot_path, "%s", o.snapshot_path);
@@ -178,8 +195,20 @@ int main(int argc, char **argv) {
   sa.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &sa, NULL);
 
-  int err = 0;
-  sac_replay_server_t *srv = sac_replay_server_new(&c, NULL, &err);
+  /* CurveZMQ (docs/RELIABILITY.md): on the context both endpoints are made in */
+  sac_net_curve_t curve;
+  int err = sac_auth_configure(o.curve_key, "", o.curve_allow, SAC_AUTH_BINDS, &curve);
+  if (err)
+    return 2;
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  err = ctx ? sac_net_ctx_set_curve(ctx, &curve) : SAC_ENOMEM;
+  sac_net_curve_clear(&curve);
+  if (err) {
+    sac_net_ctx_destroy(&ctx);
+    return 1;
+  }
+  sac_replay_server_t *srv = sac_replay_server_new(&c, ctx, &err);
+  sac_net_ctx_destroy(&ctx); /* the server holds its own reference */
   if (!srv)
     return err == SAC_ECONFIG ? (c.snapshot_path[0] && access(c.snapshot_path, F_OK) == 0 ? 3 : 2)
                               : (err == SAC_ENET ? 4 : 1);
@@ -195,7 +224,8 @@ int main(int argc, char **argv) {
   if (o.metrics_port >= 0 && (metrics = sac_metrics_new()) != NULL) {
     if (sac_metrics_add_process(metrics) != 0 ||
         sac_metrics_add_build_info(metrics, "sac-replay", SAC_VERSION) != 0 ||
-        sac_replay_metrics_register(metrics, srv, c.shard.shard_id, c.snapshot_path[0] != 0, NULL) != 0)
+        sac_replay_metrics_register(metrics, srv, c.shard.shard_id, c.snapshot_path[0] != 0, NULL) != 0 ||
+        sac_auth_metrics_register(metrics) != 0)
       SAC_WARN("replay", "some metrics series are missing (out of memory)");
     http = sac_http_serve_metrics("replay", o.metrics_addr, o.metrics_port, metrics);
   }

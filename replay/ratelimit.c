@@ -47,6 +47,13 @@ int sac_replay_limiter_can_sample(const sac_replay_limiter_t *l, uint64_t size, 
   return l->diff - 1.0 >= l->min_diff;
 }
 
+uint64_t sac_replay_limiter_insert_room(const sac_replay_limiter_t *l) {
+  if (l->spi <= 0.0)
+    return UINT64_MAX;
+  double room = (l->max_diff - l->diff) / l->spi;
+  return room > 0.0 ? (uint64_t)room : 0;
+}
+
 void sac_replay_limiter_inserted(sac_replay_limiter_t *l, uint32_t n) {
   l->inserted += n;
   l->diff += l->spi * (double)n;

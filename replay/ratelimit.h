@@ -32,6 +32,9 @@ void sac_replay_limiter_init(sac_replay_limiter_t *l, double spi, uint64_t min_s
 int sac_replay_limiter_can_insert(const sac_replay_limiter_t *l, uint32_t n);
 /* 1 when size >= min_size and one more sample keeps diff >= min_diff. */
 int sac_replay_limiter_can_sample(const sac_replay_limiter_t *l, uint64_t size, uint32_t n);
+/* Transitions that can be inserted before the limiter holds inserts back (the last
+ * batch admitted may overshoot, see above); UINT64_MAX when the ratio is off. */
+uint64_t sac_replay_limiter_insert_room(const sac_replay_limiter_t *l);
 void sac_replay_limiter_inserted(sac_replay_limiter_t *l, uint32_t n);
 void sac_replay_limiter_sampled(sac_replay_limiter_t *l, uint32_t n);
 

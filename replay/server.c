@@ -25,6 +25,15 @@ typedef struct {
   uint64_t deadline_ns, enqueued_ns;
 } pending_t;
 
+typedef struct {
+  unsigned char id[ID_MAX];
+  size_t id_len;
+  size_t off, len, span; /* span: bytes this entry takes in held_buf (with a wrap gap) */
+  uint32_t actor;
+  uint64_t session, seq;
+  uint64_t since_ns;
+} held_t;
+
 struct sac_replay_server {
   sac_replay_server_config_t cfg;
   sac_net_ctx_t *ctx;
@@ -35,12 +44,13 @@ struct sac_replay_server {
   sac_wire_limits_t ins_lim, smp_lim;
   unsigned char *ins_buf, *smp_buf, *out_buf;
   size_t buf_cap, out_cap;
-  /* parked insert (rate limited) */
-  int parked;
-  sac_wire_msg_t parked_msg;
-  unsigned char parked_id[ID_MAX];
-  size_t parked_id_len;
-  uint64_t parked_since;
+  /* Held inserts (rate limited), in arrival order: validated raw messages in a byte
+   * ring (held_buf), one held_t each in a ring of max_held_batches. */
+  held_t *held;
+  uint32_t held_head, held_count;
+  unsigned char *held_buf;
+  size_t held_cap, held_rd, held_wr, held_used; /* bytes; held_used counts wrap gaps */
+  double batch_rows_avg;                        /* moving average of stored batch sizes */
   /* queued sample requests */
   pending_t *pend;
   uint32_t pend_head, pend_count;
@@ -66,6 +76,8 @@ void sac_replay_server_config_default(sac_replay_server_config_t *c) {
   c->max_sample_timeout_ms = 10000;
   c->max_env_id = 1u << 20;
   c->snapshot_interval_s = 60.0;
+  c->max_held_batches = 4096;
+  c->max_held_bytes = 64u << 20;
 }
 
 const char *sac_replay_server_insert_endpoint(const sac_replay_server_t *s) { return s->ins_ep; }
@@ -114,9 +126,10 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
     err = &dummy;
   *err = SAC_ECONFIG;
   if (cfg->insert_credit == 0 || cfg->insert_credit > 64 || cfg->max_pending_samples == 0 ||
-      cfg->max_msg_bytes < 4096 || cfg->max_msg_bytes > (1u << 30)) {
+      cfg->max_msg_bytes < 4096 || cfg->max_msg_bytes > (1u << 30) || cfg->max_held_batches == 0 ||
+      cfg->max_held_bytes < cfg->max_msg_bytes) {
     SAC_ERROR("replay", "invalid server configuration: insert_credit must be 1..64, max_pending_samples > 0, "
-                        "max_msg_bytes 4 KiB..1 GiB");
+                        "max_msg_bytes 4 KiB..1 GiB, max_held_batches > 0, max_held_bytes >= max_msg_bytes");
     return NULL;
   }
   sac_replay_server_t *s = calloc(1, sizeof *s);
@@ -138,9 +151,14 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
   s->smp_buf = malloc(s->buf_cap);
   s->out_buf = malloc(s->out_cap);
   s->pend = calloc(cfg->max_pending_samples, sizeof *s->pend);
+  /* virtual until used: the pages of held_buf are touched only while inserts are held */
+  s->held_cap = cfg->max_held_bytes;
+  s->held = calloc(cfg->max_held_batches, sizeof *s->held);
+  s->held_buf = malloc(s->held_cap);
   s->ins_dec = sac_wire_decoder_new(cfg->max_msg_bytes);
   s->smp_dec = sac_wire_decoder_new(cfg->max_msg_bytes);
-  if (!s->ins_buf || !s->smp_buf || !s->out_buf || !s->pend || !s->ins_dec || !s->smp_dec) {
+  if (!s->ins_buf || !s->smp_buf || !s->out_buf || !s->pend || !s->ins_dec || !s->smp_dec || !s->held ||
+      !s->held_buf) {
     *err = SAC_ENOMEM;
     goto fail;
   }
@@ -221,6 +239,8 @@ void sac_replay_server_destroy(sac_replay_server_t **sp) {
   free(s->smp_buf);
   free(s->out_buf);
   free(s->pend);
+  free(s->held);
+  free(s->held_buf);
   pthread_mutex_destroy(&s->mu);
   free(s);
   *sp = NULL;
@@ -241,16 +261,17 @@ static void reply(sac_replay_server_t *s, void *sock, const unsigned char *id, s
     s->st.replies_dropped_total++;
 }
 
-static uint32_t credit(const sac_replay_server_t *s) {
-  return (s->parked || !sac_replay_shard_can_insert(s->shard, 1)) ? 1u : s->cfg.insert_credit;
-}
-
-static void send_ack(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint64_t seq,
-                     const sac_replay_insert_result_t *r, const char *error) {
+/* actor: whose batch this answers (the credit is granted to it); UINT32_MAX when the
+ * message did not decode (credit 1, not recorded). */
+static void send_ack(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
+                     uint64_t seq, const sac_replay_insert_result_t *r, const char *error) {
   sac_wire_msg_t m = {.type = SAC_WIRE_ACK};
   m.u.ack = (sac_wire_ack_t){.acked_seq = r ? r->acked_seq : 0,
                              .seq = seq,
-                             .credit = credit(s),
+                             .credit = actor != UINT32_MAX
+                                           ? sac_replay_shard_credit(s->shard, actor, s->batch_rows_avg,
+                                                                     s->cfg.insert_credit, s->held_count > 0)
+                                           : 1u,
                              .stored = r ? r->stored : 0,
                              .shard_id = s->cfg.shard.shard_id,
                              .duplicate = r && r->kind == SAC_REPLAY_SEQ_DUPLICATE,
@@ -332,13 +353,101 @@ static void store_and_ack(sac_replay_server_t *s, const unsigned char *id, size_
   int rc = sac_replay_shard_insert(s->shard, t, &r);
   if (rc) {
     count_reject(s, r.reason, "insert", id, id_len);
-    send_ack(s, id, id_len, t->seq, &r, sac_wire_reason_str(r.reason));
+    send_ack(s, id, id_len, t->actor_id, t->seq, &r, sac_wire_reason_str(r.reason));
     return;
   }
-  send_ack(s, id, id_len, t->seq, &r, NULL);
+  s->batch_rows_avg = s->batch_rows_avg > 0.0 ? 0.9 * s->batch_rows_avg + 0.1 * t->n : (double)t->n;
+  send_ack(s, id, id_len, t->actor_id, t->seq, &r, NULL);
 }
 
-/* Handles one message from the insert endpoint. Returns 1 if it parked the batch. */
+/* ------------------------------------------------------------------ held inserts */
+
+/* Room for len bytes at the write end of the byte ring: its offset, or SIZE_MAX. The
+ * ring is used FIFO, so an entry that does not fit before the end starts at 0 and the
+ * tail gap is counted in its span. */
+static size_t held_alloc(sac_replay_server_t *s, size_t len, size_t *span) {
+  if (s->held_count == 0)
+    s->held_rd = s->held_wr = s->held_used = 0;
+  if (s->held_count >= s->cfg.max_held_batches || len > s->held_cap)
+    return SIZE_MAX;
+  if (s->held_wr >= s->held_rd && s->held_used < s->held_cap) { /* free: [wr, cap) and [0, rd) */
+    if (s->held_cap - s->held_wr >= len) {
+      *span = len;
+      return s->held_wr;
+    }
+    if (s->held_rd >= len) {
+      *span = (s->held_cap - s->held_wr) + len;
+      return 0;
+    }
+    return SIZE_MAX;
+  }
+  if (s->held_used < s->held_cap && s->held_rd - s->held_wr >= len) { /* free: [wr, rd) */
+    *span = len;
+    return s->held_wr;
+  }
+  return SIZE_MAX;
+}
+
+/* The held entry of (actor, session, seq), or NULL. The queue is bounded (max_held_batches),
+ * and this runs only while something is held. */
+static held_t *held_find(sac_replay_server_t *s, const sac_wire_transitions_t *t) {
+  for (uint32_t i = 0; i < s->held_count; i++) {
+    held_t *h = &s->held[(s->held_head + i) % s->cfg.max_held_batches];
+    if (h->actor == t->actor_id && h->session == t->session && h->seq == t->seq)
+      return h;
+  }
+  return NULL;
+}
+
+/* Holds a validated insert (raw bytes) at the back of the queue. 0, or SAC_EAGAIN when
+ * the queue is full. */
+static int held_push(sac_replay_server_t *s, const unsigned char *id, size_t id_len, const unsigned char *msg,
+                     size_t len, const sac_wire_transitions_t *t) {
+  size_t span = 0, off = held_alloc(s, len, &span);
+  if (off == SIZE_MAX)
+    return SAC_EAGAIN;
+  held_t *h = &s->held[(s->held_head + s->held_count) % s->cfg.max_held_batches];
+  memcpy(h->id, id, id_len);
+  h->id_len = id_len;
+  h->off = off, h->len = len, h->span = span;
+  h->actor = t->actor_id, h->session = t->session, h->seq = t->seq;
+  h->since_ns = sac_clock_ns();
+  memcpy(s->held_buf + off, msg, len);
+  s->held_wr = off + len;
+  s->held_used += span;
+  s->held_count++;
+  s->st.insert_waits_total++;
+  return 0;
+}
+
+/* Stores held batches, oldest first, while the rate limiter lets them in. */
+static void release_held(sac_replay_server_t *s) {
+  while (s->held_count) {
+    held_t *h = &s->held[s->held_head];
+    sac_wire_msg_t m;
+    sac_wire_reason_t why;
+    /* validated when it arrived; decoding again is what a held batch costs */
+    int rc = sac_wire_decode(s->ins_dec, s->held_buf + h->off, h->len, &s->ins_lim, &m, &why);
+    if (rc == 0 && !sac_replay_shard_can_insert(s->shard, m.u.transitions.n))
+      return;
+    uint64_t now = sac_clock_ns();
+    s->st.insert_wait_seconds_total += (double)(now - h->since_ns) * 1e-9;
+    s->held_head = (s->held_head + 1) % s->cfg.max_held_batches;
+    s->held_count--;
+    s->held_used -= h->span;
+    s->held_rd = h->off + h->len;
+    if (rc == 0)
+      store_and_ack(s, h->id, h->id_len, &m.u.transitions);
+    else
+      count_reject(s, why, "insert", h->id, h->id_len); /* cannot happen: it decoded before */
+  }
+}
+
+/* Handles one message from the insert endpoint. The endpoint is always read, also
+ * while the rate limiter holds inserts back: a batch that cannot be stored yet is held
+ * (bounded; a duplicate of a held batch is dropped), so ZeroMQ's queues never fill and
+ * its connections never stall (a stalled connection cannot answer heartbeats, and
+ * libzmq 4.3 asserts when such a connection fails). Returns 0. */
 static int handle_insert(sac_replay_server_t *s) {
   unsigned char id[ID_MAX];
   size_t id_len = 0, len = 0;
@@ -349,14 +458,14 @@ static int handle_insert(sac_replay_server_t *s) {
   sac_wire_reason_t why;
   if (len >= s->buf_cap) {
     count_reject(s, SAC_WIRE_R_TOO_BIG, "insert", id, id_len);
-    send_ack(s, id, id_len, 0, NULL, sac_wire_reason_str(SAC_WIRE_R_TOO_BIG));
+    send_ack(s, id, id_len, UINT32_MAX, 0, NULL, sac_wire_reason_str(SAC_WIRE_R_TOO_BIG));
     return 0;
   }
   int rc = sac_wire_decode(s->ins_dec, s->ins_buf, len, &s->ins_lim, &m, &why);
   if (rc) {
     count_reject(s, why, "insert", id, id_len);
     uint64_t seq = m.type == SAC_WIRE_TRANSITIONS ? m.u.transitions.seq : 0;
-    send_ack(s, id, id_len, seq, NULL, sac_wire_reason_str(why));
+    send_ack(s, id, id_len, UINT32_MAX, seq, NULL, sac_wire_reason_str(why));
     return 0;
   }
   if (m.type == SAC_WIRE_INFO_REQUEST) {
@@ -370,33 +479,32 @@ static int handle_insert(sac_replay_server_t *s) {
   sac_replay_seq_t kind = sac_replay_shard_check(s->shard, t, &r);
   if (kind == SAC_REPLAY_SEQ_DUPLICATE) {
     sac_replay_shard_insert(s->shard, t, &r); /* counts the duplicate, stores nothing */
-    send_ack(s, id, id_len, t->seq, &r, NULL);
+    send_ack(s, id, id_len, t->actor_id, t->seq, &r, NULL);
     return 0;
   }
   if (kind == SAC_REPLAY_SEQ_REJECT) {
     count_reject(s, r.reason, "insert", id, id_len);
-    send_ack(s, id, id_len, t->seq, &r, sac_wire_reason_str(r.reason));
+    send_ack(s, id, id_len, t->actor_id, t->seq, &r, sac_wire_reason_str(r.reason));
     return 0;
   }
-  if (!sac_replay_shard_can_insert(s->shard, t->n)) {
-    s->parked = 1;
-    s->parked_msg = m;
-    memcpy(s->parked_id, id, id_len);
-    s->parked_id_len = id_len;
-    s->parked_since = sac_clock_ns();
-    s->st.insert_waits_total++;
-    return 1;
+  /* Batches are stored in arrival order (an actor's must be in seq order for its
+   * next_obs streams), so while anything is held a new batch queues behind it. */
+  if (s->held_count || !sac_replay_shard_can_insert(s->shard, t->n)) {
+    held_t *h = s->held_count ? held_find(s, t) : NULL;
+    if (h) { /* a resend of a held batch: answer on the newest connection */
+      memcpy(h->id, id, id_len);
+      h->id_len = id_len;
+      s->st.held_duplicates_total++;
+      return 0;
+    }
+    if (held_push(s, id, id_len, s->ins_buf, len, t) != 0) {
+      s->st.held_full_total++;
+      send_ack(s, id, id_len, t->actor_id, t->seq, &r, sac_wire_reason_str(SAC_WIRE_R_BUSY));
+    }
+    return 0;
   }
   store_and_ack(s, id, id_len, t);
   return 0;
-}
-
-static void try_unpark(sac_replay_server_t *s) {
-  if (!s->parked || !sac_replay_shard_can_insert(s->shard, s->parked_msg.u.transitions.n))
-    return;
-  s->st.insert_wait_seconds_total += (double)(sac_clock_ns() - s->parked_since) * 1e-9;
-  s->parked = 0;
-  store_and_ack(s, s->parked_id, s->parked_id_len, &s->parked_msg.u.transitions);
 }
 
 static void send_sample_error(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint64_t rid,
@@ -576,7 +684,9 @@ static void snapshot(sac_replay_server_t *s, const char *why) {
 static void publish(sac_replay_server_t *s) {
   sac_replay_shard_stats(s->shard, &s->st.shard);
   s->st.pending_samples = s->pend_count;
-  s->st.insert_parked = s->parked;
+  s->st.insert_parked = s->held_count > 0;
+  s->st.insert_held_batches = s->held_count;
+  s->st.insert_held_bytes = s->held_used;
   pthread_mutex_lock(&s->mu);
   s->pub = s->st;
   pthread_mutex_unlock(&s->mu);
@@ -602,7 +712,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
     if (dl < wake)
       wake = dl;
     long timeout_ms = wake > now ? (long)((wake - now + 999999) / 1000000) : 0;
-    sac_net_pollitem_t items[2] = {{s->smp, SAC_NET_POLLIN, 0}, {s->ins, s->parked ? 0 : SAC_NET_POLLIN, 0}};
+    sac_net_pollitem_t items[2] = {{s->smp, SAC_NET_POLLIN, 0}, {s->ins, SAC_NET_POLLIN, 0}};
     int rc = sac_net_poll(items, 2, timeout_ms);
     if (rc < 0 && rc != SAC_EINTR) {
       SAC_ERROR("replay", "poll failed (%s); stopping", sac_strerror(rc));
@@ -618,8 +728,8 @@ int sac_replay_server_run(sac_replay_server_t *s) {
           break;
         progress = 1;
       }
-      try_unpark(s);
-      for (int i = 0; i < 16 && !s->parked; i++) {
+      release_held(s);
+      for (int i = 0; i < 16; i++) {
         uint64_t before = s->st.messages_total;
         handle_insert(s);
         if (s->st.messages_total == before)
@@ -627,7 +737,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
         progress = 1;
       }
       serve_pending(s);
-      try_unpark(s);
+      release_held(s);
       if (!progress)
         break;
     }
@@ -643,7 +753,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
       last_pub = now;
     }
   }
-  /* Batches parked by the rate limiter were never acknowledged: the actors resend them. */
+  /* Held batches were never acknowledged: the actors resend them. */
   int rc = 0;
   if (s->cfg.snapshot_path[0]) {
     uint64_t fails = s->st.snapshot_failures_total;

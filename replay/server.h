@@ -6,11 +6,14 @@
  *
  * Flow control: each stored batch is acknowledged (InsertAck: the batch's seq, the
  * actor's cumulative acked_seq, and credit = how many batches the actor may keep
- * unacknowledged). When the rate limiter holds inserts back the server parks the batch,
- * stops reading the insert endpoint (so ZeroMQ and TCP push back on the actors, whose
- * windows then fill) and grants credit 1 until it can store again; memory stays bounded
- * by the actors' windows. Sample requests the limiter holds back are queued (bounded)
- * until they can be served or their timeout passes (then answered with an error).
+ * unacknowledged). When the rate limiter holds inserts back the server holds the
+ * batches (validated raw bytes, in arrival order, bounded by max_held_batches and
+ * max_held_bytes; a resend of a held batch is dropped), acknowledges nothing and grants
+ * credit 1 until it can store again, so the actors' windows fill and they wait; memory
+ * stays bounded by the actors' windows. It never stops reading its endpoints (a ZeroMQ
+ * connection whose queue is full cannot answer heartbeats). Held batches beyond the
+ * bounds are answered "busy" and resent by the client later. Sample requests the limiter holds back are
+ * queued (bounded) until they can be served or their timeout passes (then answered with an error).
  *
  * Every message is decoded and validated by common/wire.h; a rejected one is logged
  * (rate-limited per reason), counted per reason and answered with an error, and the
@@ -42,6 +45,8 @@ typedef struct {
   char snapshot_path[1024];   /* "" : no snapshots */
   double snapshot_interval_s; /* <= 0: only when stopping */
   int start_empty_on_bad_snapshot;
+  uint32_t max_held_batches; /* inserts held while the rate limiter holds them back */
+  size_t max_held_bytes;     /* and their bytes (>= max_msg_bytes); beyond: answered "busy" */
 } sac_replay_server_config_t;
 
 /* Defaults: shard defaults, tcp ports 5560 and 5561 on all interfaces, 4 MiB messages, credit 16,
@@ -54,7 +59,7 @@ typedef struct {
   sac_replay_shard_stats_t shard;
   uint64_t rejected_total[SAC_WIRE_R_COUNT]; /* per sac_wire_reason_t */
   uint64_t messages_total;
-  uint64_t insert_waits_total; /* batches the rate limiter parked */
+  uint64_t insert_waits_total; /* batches the rate limiter held back */
   double insert_wait_seconds_total;
   uint64_t sample_waits_total; /* requests the rate limiter queued */
   double sample_wait_seconds_total;
@@ -63,7 +68,11 @@ typedef struct {
   uint64_t replies_dropped_total; /* acks/batches to peers that are gone or full */
   uint64_t info_requests_total;
   uint32_t pending_samples;
-  int insert_parked;
+  int insert_parked;              /* 1 while inserts are held */
+  uint32_t insert_held_batches;   /* held now */
+  size_t insert_held_bytes;       /* bytes of held_buf in use now */
+  uint64_t held_duplicates_total; /* resends of a held batch, dropped */
+  uint64_t held_full_total;       /* inserts answered "busy": the held queue was full */
   uint64_t snapshots_total, snapshot_failures_total;
   uint64_t snapshot_inserted_total; /* inserted_rows_total covered by the last snapshot */
   uint64_t last_snapshot_unix_ns;   /* 0: none yet (age = now - this) */

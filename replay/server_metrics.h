@@ -26,6 +26,7 @@ typedef struct {
   sac_metric_t *prio_updates, *prio_stale, *prio_foreign, *rejected[SAC_WIRE_R_COUNT], *messages;
   sac_metric_t *ins_waits, *ins_wait_s, *smp_waits, *smp_wait_s, *smp_timeouts, *smp_busy, *dropped, *info;
   sac_metric_t *pending, *parked, *actors, *transition_bytes, *slot_bytes, *spi, *can_insert, *can_sample;
+  sac_metric_t *held, *held_bytes, *held_dups, *held_full;
   sac_metric_t *lost, *snapshots, *snap_failures, *snap_age, *snap_seconds, *snap_bytes, *restored;
 } sac_replay_metrics__t;
 
@@ -57,6 +58,10 @@ static inline void sac_replay_metrics__collect(void *user) {
   sac_metric_set(m->info, (double)s.info_requests_total);
   sac_metric_set(m->pending, (double)s.pending_samples);
   sac_metric_set(m->parked, (double)s.insert_parked);
+  sac_metric_set(m->held, (double)s.insert_held_batches);
+  sac_metric_set(m->held_bytes, (double)s.insert_held_bytes);
+  sac_metric_set(m->held_dups, (double)s.held_duplicates_total);
+  sac_metric_set(m->held_full, (double)s.held_full_total);
   sac_metric_set(m->actors, (double)h->actors);
   sac_metric_set(m->transition_bytes, h->bytes_per_transition);
   sac_metric_set(m->slot_bytes, h->bytes_per_slot);
@@ -140,7 +145,13 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
   SAC__C(dropped, "sac_replay_replies_dropped_total", "Replies to peers that were gone or not reading.");
   SAC__C(info, "sac_replay_info_requests_total", "ShardInfo requests answered.");
   SAC__G(pending, "sac_replay_pending_samples", "Sample requests queued by the rate limiter now.");
-  SAC__G(parked, "sac_replay_insert_parked", "1 while an insert batch is parked by the rate limiter.");
+  SAC__G(parked, "sac_replay_insert_parked", "1 while insert batches are held by the rate limiter.");
+  SAC__G(held, "sac_replay_insert_held_batches", "Insert batches held by the rate limiter now.");
+  SAC__G(held_bytes, "sac_replay_insert_held_bytes", "Bytes of insert batches held by the rate limiter now.");
+  SAC__C(held_dups, "sac_replay_insert_held_duplicates_total",
+         "Resends of a held insert batch, dropped (the held one is answered).");
+  SAC__C(held_full, "sac_replay_insert_busy_total",
+         "Insert batches answered busy: the queue of held batches was full (the client resends).");
   SAC__G(actors, "sac_replay_actors", "Actors tracked for deduplication.");
   SAC__G(transition_bytes, "sac_replay_transition_size_bytes", "Storage bytes per stored transition.");
   SAC__G(slot_bytes, "sac_replay_slot_size_bytes", "Storage bytes per ring slot.");

@@ -26,6 +26,7 @@
 typedef struct {
   uint32_t actor, used;
   uint64_t session, last, bits; /* bits: bit i set = seq last + 1 + i stored */
+  uint32_t granted;             /* credit last granted (sac_replay_shard_credit) */
 } actor_t;
 
 struct sac_replay_shard {
@@ -44,6 +45,7 @@ struct sac_replay_shard {
   /* counters */
   uint64_t inserted_batches, duplicate_batches, sampled_rows, sample_batches;
   uint64_t prio_updates, prio_stale, prio_foreign, acked_lost;
+  uint64_t granted_total; /* sum of the actors' granted credit */
 };
 
 void sac_replay_shard_config_default(sac_replay_shard_config_t *c) {
@@ -213,6 +215,15 @@ sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_t
     return res->kind;
   }
   if (a->session != t->session) {
+    if (t->session < a->session) {
+      /* A batch of a client instance that a newer one with the same actor id has
+       * replaced (a restarted actor: the old process's queued messages and resends
+       * still arrive). Its dedup window is gone, so storing it could store a batch
+       * twice; refuse it. The old client is dead or is told why. */
+      res->kind = SAC_REPLAY_SEQ_REJECT;
+      res->reason = SAC_WIRE_R_SESSION;
+      return res->kind;
+    }
     if (a->session || a->last)
       SAC_INFO("replay", "actor %u started a new session; its dedup window is reset", t->actor_id);
     a->session = t->session;
@@ -277,6 +288,32 @@ int sac_replay_shard_insert(sac_replay_shard_t *sh, const sac_wire_transitions_t
 
 int sac_replay_shard_can_insert(const sac_replay_shard_t *sh, uint32_t n) {
   return sac_replay_limiter_can_insert(&sh->lim, n);
+}
+
+uint32_t sac_replay_shard_credit(sac_replay_shard_t *sh, uint32_t actor, double rows_per_batch,
+                                 uint32_t max_credit, int holding) {
+  actor_t *a = actor_get(sh, actor, 0);
+  uint64_t c = 1;
+  if (!holding && sac_replay_shard_can_insert(sh, 1)) {
+    uint64_t room = sac_replay_limiter_insert_room(&sh->lim);
+    if (room == UINT64_MAX) {
+      c = max_credit;
+    } else {
+      uint64_t batches = room / (uint64_t)(rows_per_batch > 1.0 ? rows_per_batch : 1.0);
+      uint64_t others = sh->granted_total - (a ? a->granted : 0);
+      c = batches > others ? batches - others : 1;
+    }
+  }
+  if (c < 1)
+    c = 1;
+  if (c > max_credit)
+    c = max_credit ? max_credit : 1;
+  if (a) {
+    sh->granted_total += c;
+    sh->granted_total -= a->granted;
+    a->granted = (uint32_t)c;
+  }
+  return (uint32_t)c;
 }
 
 int sac_replay_shard_can_sample(const sac_replay_shard_t *sh, uint32_t n) {

@@ -74,6 +74,15 @@ sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_t
 int sac_replay_shard_insert(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
                             sac_replay_insert_result_t *res);
 
+/* The credit to grant actor `actor` with its next ack (batches it may keep
+ * unacknowledged): 1 while inserts are held back (holding) or the limiter is closed;
+ * otherwise the limiter's room in batches of rows_per_batch, less what is granted to
+ * the other actors, at least 1 and at most max_credit; max_credit when the ratio is off.
+ * Records the grant. Without the sharing, 64 actors each got credit 16 at the start,
+ * filled their windows long before the limiter engaged, and every batch then waited
+ * behind ~100,000 queued transitions. */
+uint32_t sac_replay_shard_credit(sac_replay_shard_t *sh, uint32_t actor, double rows_per_batch,
+                                 uint32_t max_credit, int holding);
 int sac_replay_shard_can_insert(const sac_replay_shard_t *sh, uint32_t n);
 int sac_replay_shard_can_sample(const sac_replay_shard_t *sh, uint32_t n);
 

@@ -11,7 +11,10 @@
 #       are installed (else uses build-gpu-bundle/), runs the GPU tests, the learner
 #       benchmark (cheetah and seed, batch 256 and 1024, fp32 / bf16 / fp16, graph and
 #       eager, 8 x 512 with and without activation recomputation), a Pendulum training run
-#       on cuda, and prints a summary table last. A failed step is reported and the rest
+#       on cuda, and prints a summary table last. Before the benchmark: the data-parallel
+#       check (sac-bench-dp, issue 9): the nccl collective with one rank, two ranks on two
+#       GPUs where there are two, and two zmq ranks sharing GPU 0; 1,000 updates each, the
+#       ranks' weights compared bit for bit, updates/s and the all-reduce share per rank. A failed step is reported and the rest
 #       still run. Everything printed also goes to $OUT/gpu_check.log when $OUT is set,
 #       and the benchmark lines to $OUT/gpu_check_results.txt.
 #
@@ -27,11 +30,13 @@ bundle() {
     return 1
   cmake --build "$bdir" -j"$(nproc)" --target test_backend_cuda sac-bench-learner || return 1
   cmake --build "$bdir" -j"$(nproc)" --target sac-learner || echo "bundle: sac-learner did not build (skipped)"
+  cmake --build "$bdir" -j"$(nproc)" --target sac-bench-dp || echo "bundle: sac-bench-dp did not build (skipped)"
   local stage
   stage=$(mktemp -d /tmp/gpu_bundle.XXXXXX) || return 1
   mkdir -p "$stage/bin" "$stage/lib" || return 1
   local bins=("$bdir/tests/test_backend_cuda" "$bdir/bench/sac-bench-learner")
   [ -x "$bdir/learner/sac-learner" ] && bins+=("$bdir/learner/sac-learner")
+  [ -x "$bdir/bench/sac-bench-dp" ] && bins+=("$bdir/bench/sac-bench-dp")
   cp "${bins[@]}" "$stage/bin/" || return 1
   # every shared library but the C library family, the compiler runtime and CUDA's
   # (the GPU machine has newer ones of those; ours would shadow them)
@@ -87,9 +92,11 @@ main() {
     if cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSAC_WITH_CUDA=ON -DSAC_CUDA_ARCHITECTURES=90 >/dev/null &&
       cmake --build build-gpu -j16 --target test_backend_cuda sac-bench-learner; then
       cmake --build build-gpu -j16 --target sac-learner || note "sac-learner did not build"
+      cmake --build build-gpu -j16 --target sac-bench-dp || note "sac-bench-dp did not build"
       mkdir -p "$RES/bin"
       cp build-gpu/tests/test_backend_cuda build-gpu/bench/sac-bench-learner "$RES/bin/"
       [ -x build-gpu/learner/sac-learner ] && cp build-gpu/learner/sac-learner "$RES/bin/"
+      [ -x build-gpu/bench/sac-bench-dp ] && cp build-gpu/bench/sac-bench-dp "$RES/bin/"
       BIN="$RES/bin" HOW="native build"
     else
       note "native build failed"
@@ -118,6 +125,20 @@ main() {
     done
   fi
   echo "cuBLASLt from: ${cudirs#:}"
+  # NCCL (dlopen'ed by the nccl collective, so only the data-parallel step needs it)
+  local nccldir=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib $(ldconfig -p 2>/dev/null |
+    awk '/libnccl\.so\.2/ {print $NF}' | xargs -r -n1 dirname); do
+    [ -e "$d/libnccl.so.2" ] && nccldir=$d && break
+  done
+  if [ -z "$nccldir" ]; then
+    for d in $(python3 -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null); do
+      f=$(find "$d" -maxdepth 3 -name 'libnccl.so.2' 2>/dev/null | head -1)
+      [ -n "$f" ] && nccldir=$(dirname "$f") && break
+    done
+  fi
+  echo "NCCL from: ${nccldir:-not found (the nccl steps will say so)}"
+  [ -n "$nccldir" ] && cudirs="$cudirs:$nccldir"
   # only our binaries see the bundle's libraries (the tools of this machine keep theirs)
   LDP="${LIBPATH}${cudirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   LDP=${LDP#:}
@@ -133,6 +154,52 @@ main() {
     echo "== GPU tests: test_backend_cuda"
     env LD_LIBRARY_PATH="$LDP" timeout 240 "$BIN/test_backend_cuda" --jobs 1 --verbose 2>&1 | tee "$RES/tests.log" | grep -v ' INFO  cuda: device'
     echo "test exit status ${PIPESTATUS[0]}" | tee -a "$RES/tests.log"
+  fi
+
+  # --- data-parallel learners (issue 9): the nccl collective, bit-identical weights (before the
+  # long benchmark, so the budget does not skip it)
+  if [ -n "$BIN" ] && [ -x "$BIN/sac-bench-dp" ]; then
+    # run_dp LABEL N DEVICE_OF_RANK... -- ARGS: N ranks of sac-bench-dp as processes, rank r
+    # (LABEL without blanks)
+    # on the given device; their result lines go to $RES/dp_results, the check to notes
+    run_dp() {
+      local label=$1 n=$2 r port pids=() devs=()
+      shift 2
+      while [ "$1" != -- ]; do devs+=("$1"); shift; done
+      shift
+      if ! time_left 90; then
+        note "skipped (budget): data-parallel $label"
+        return
+      fi
+      port=$((29000 + RANDOM % 2000))
+      echo "-- data-parallel $label: $n rank(s), sac-bench-dp $*"
+      for ((r = 0; r < n; r++)); do
+        env LD_LIBRARY_PATH="$LDP" timeout 90 "$BIN/sac-bench-dp" --rank "$r" --size "$n" --device "${devs[$r]}" \
+          --coord "tcp://127.0.0.1:$port" --updates 1000 --warmup 20 "$@" >"$RES/dp_$r.out" 2>&1 &
+        pids+=($!)
+      done
+      local st=0
+      for ((r = 0; r < n; r++)); do wait "${pids[$r]}" || st=1; done
+      cat "$RES"/dp_*.out | grep -v ' INFO ' | tail -20
+      grep -h '^bench-dp-result ' "$RES"/dp_*.out | sed "s#^bench-dp-result #bench-dp-result label=$label #" >>"$RES/dp_results"
+      local hashes
+      hashes=$(grep -ho 'hash=[0-9a-f]*' "$RES"/dp_*.out | sort -u | wc -l)
+      if [ $st -ne 0 ] || [ "$(grep -c '^bench-dp-result ' "$RES"/dp_*.out | awk -F: '{s += $NF} END {print s}')" -ne "$n" ] ||
+        [ "$hashes" -ne 1 ]; then
+        note "data-parallel failed (status $st, $hashes distinct weight hashes): $label"
+      fi
+      rm -f "$RES"/dp_*.out
+    }
+    echo "== data-parallel: sac-bench-dp (nccl, and zmq through the host)"
+    run_dp nccl/1-rank 1 0 -- --backend cuda --collective nccl
+    local ngpu
+    ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+    if [ "$ngpu" -ge 2 ]; then
+      run_dp nccl/2-ranks-2-gpus 2 0 1 -- --backend cuda --collective nccl
+    else
+      note "data-parallel: nccl with 2 ranks skipped ($ngpu GPU: NCCL refuses two ranks on one device)"
+    fi
+    run_dp zmq/2-ranks-gpu0 2 0 0 -- --backend cuda --collective zmq
   fi
 
   # --- benchmark
@@ -236,6 +303,18 @@ summary() {
   fi
   echo
   echo "targets (issue 6): cheetah, batch 256, bf16 with graphs >= 20000 updates/s; fp32 >= 5000 updates/s"
+  echo
+  echo "| data-parallel (cheetah shape, batch 256 per rank) | rank | updates/s | all-reduce ms/update | all-reduce share | bit-identical |"
+  echo "| --- | --- | --- | --- | --- | --- |"
+  if [ -f "$RES/dp_results" ]; then
+    awk '{
+      for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      printf "| %s | %s | %s | %s | %s | %s |\n", v["label"], v["rank"], v["updates_per_s"], v["allreduce_ms"],
+             v["allreduce_share"], v["identical"] ? "yes" : "NO"
+    }' "$RES/dp_results"
+  else
+    echo "| (no data-parallel results) | | | | | |"
+  fi
 }
 
 if [ -n "${OUT:-}" ]; then
@@ -243,13 +322,14 @@ if [ -n "${OUT:-}" ]; then
   main 2>&1 | tee "$OUT/gpu_check.log"
   status=$?
   [ -f "$RES/results" ] && cp "$RES/results" "$OUT/gpu_check_results.txt"
+  [ -f "$RES/dp_results" ] && cp "$RES/dp_results" "$OUT/gpu_check_dp_results.txt"
 else
   main 2>&1
   status=$?
 fi
 # 0 only when the tests passed and no benchmark failed
 if [ -f "$RES/tests.log" ] && grep -q 'test exit status 0' "$RES/tests.log" &&
-  ! grep -q 'benchmark failed' "$RES/notes" 2>/dev/null; then
+  ! grep -q 'benchmark failed\|data-parallel failed' "$RES/notes" 2>/dev/null; then
   status=0
 else
   status=1
