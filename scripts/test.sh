@@ -1,13 +1,33 @@
 #!/usr/bin/env bash
-# The whole test suite from nothing: install dependencies, configure a fresh build with
-# warnings as errors, build everything, run every ctest label (unit, integration, slow;
-# gpu tests skip where there is no GPU). Exit status is ctest's.
+# The whole test suite from nothing: install dependencies (and, for the tests only,
+# Gymnasium with MuJoCo, the reference the environment tests compare against), configure
+# a fresh build with warnings as errors, build everything, run every ctest label (unit,
+# integration, slow; gpu tests skip where there is no GPU), then scripts/ci_extra.sh
+# (fuzzing, the suite under ASan + UBSan, training runs under valgrind). Exit status: 0
+# only when both passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+if ! python3 -c "import gymnasium, mujoco" 2>/dev/null; then
+  pyreq=("gymnasium[mujoco]==1.4.0" "mujoco==4.0.0")
+  echo "test.sh: installing ${pyreq[*]} (test-time reference only)"
+  ok=0
+  for attempt in 1 2 3; do
+    if python3 -m pip install --quiet "${pyreq[@]}" 2>/dev/null ||
+      python3 -m pip install --quiet --break-system-packages "${pyreq[@]}"; then
+      ok=1
+      break
+    fi
+    echo "test.sh: pip install failed (attempt $attempt of 3)"
+    sleep 5
+  done
+  ((ok)) || { echo "test.sh: cannot install ${pyreq[*]}" >&2; exit 1; }
+fi
 build=${SAC_TEST_BUILD:-build-test}
 rm -rf "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAC_WERROR=ON
 cmake --build "$build" -j"$(nproc)"
-cd "$build"
-ctest --output-on-failure --timeout 900 -j1
+status=0
+(cd "$build" && ctest --output-on-failure --timeout 900 -j1) || status=$?
+scripts/ci_extra.sh "$build" || status=1
+exit "$status"
