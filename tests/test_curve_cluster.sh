@@ -19,35 +19,9 @@ ACTOR=${3:?sac-actor path}
 KEYGEN=${4:?sac-keygen path}
 command -v curl >/dev/null 2>&1 || { echo "SKIP: curl not installed"; exit 77; }
 
-DIR=$(mktemp -d /tmp/sac-curve-it.XXXXXX)
-PIDS=()
-fail() {
-  echo "FAIL: $*"
-  for f in "$DIR"/*.log; do
-    [ -f "$f" ] && { echo "---- $(basename "$f") (last lines)"; tail -n 15 "$f"; }
-  done
-  exit 1
-}
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-# waits (bounded, $2 tenths of a second) until the command $1 succeeds
-wait_for() {
-  local i
-  for i in $(seq 1 "$2"); do
-    eval "$1" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-logged_port() { grep -o "metrics on http://$2:[0-9]*" "$1" 2>/dev/null | head -n1 | grep -o '[0-9]*$'; }
+# shellcheck source=tests/lib_it.sh
+source "$(dirname "$0")/lib_it.sh"
+it_init curve-it
 # the first sample of series $2 (name, or name{labels} exactly) on port $1
 metric() {
   curl -s --max-time 5 "http://127.0.0.1:$1/metrics" |
