@@ -22,6 +22,24 @@ int sac_backend_new(const char *name, int threads, sac_backend_t **out) {
   return SAC_ENOTFOUND;
 }
 
+int sac_backend_configure(sac_backend_t *be, const char *precision, int graphs) {
+  const char *p = precision && precision[0] ? precision : "fp32";
+  if (!be->ops->set_option) {
+    if (strcmp(p, "fp32") != 0) {
+      SAC_ERROR("backend", "precision \"%s\" needs --backend cuda (the %s backend computes in fp32 only)", p,
+                be->ops->name ? be->ops->name : "selected");
+      return SAC_ECONFIG;
+    }
+    return 0;
+  }
+  int rc = be->ops->set_option(be, "precision", p);
+  if (rc == 0)
+    rc = be->ops->set_option(be, "graphs", graphs ? "1" : "0");
+  if (rc)
+    SAC_ERROR("backend", "cannot set precision \"%s\" / graphs %d: %s", p, graphs, sac_strerror(rc));
+  return rc == SAC_EINVAL ? SAC_ECONFIG : rc;
+}
+
 void sac_backend_destroy(sac_backend_t **be) {
   if (!*be)
     return;

@@ -149,6 +149,11 @@ struct sac_backend {
  * cores). Returns 0, SAC_ENOTFOUND (unknown name), SAC_EUNSUPPORTED (not built in),
  * SAC_ENODEV (no usable GPU) or SAC_ENOMEM. */
 int sac_backend_new(const char *name, int threads, sac_backend_t **out);
+/* Applies the learner's precision ("fp32", "tf32", "bf16", "fp16") and CUDA-graph choice
+ * (graphs: 1 on, 0 off) through set_option. A backend without options (cpu) takes
+ * fp32 only: anything else is SAC_ECONFIG with a line saying it needs the cuda backend,
+ * and graphs are ignored there. 0 or a negative code (logged). */
+int sac_backend_configure(sac_backend_t *be, const char *precision, int graphs);
 void sac_backend_destroy(sac_backend_t **be);
 
 int sac_backend_cpu_new(int threads, sac_backend_t **out);

@@ -67,6 +67,10 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("env", t.env, "Pendulum-v1",
         "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
     STR("backend", t.backend, "cpu", "compute backend: cpu or cuda"),
+    STR("precision", t.precision, "fp32",
+        "compute precision: fp32; with --backend cuda also tf32, bf16, fp16 (fp32 master weights, fp16 "
+        "with dynamic loss scaling)"),
+    OPT("graphs", SAC_CFG_BOOL, t.graphs, "true", 1, 0, "cuda: capture each update as CUDA graphs after warm-up"),
     OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024, "cpu backend threads (0 = all cores)"),
     OPT("total_steps", SAC_CFG_INT64, t.total_steps, "20000", 1, 1e15, "environment steps to train for"),
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
@@ -154,6 +158,8 @@ static int run_service(const learner_cfg_t *c) {
   sac_learner_cfg_default(&lc);
   snprintf(lc.env, sizeof lc.env, "%s", c->t.env);
   snprintf(lc.backend, sizeof lc.backend, "%s", c->t.backend);
+  snprintf(lc.precision, sizeof lc.precision, "%s", c->t.precision);
+  lc.graphs = c->t.graphs;
   lc.threads = c->t.threads;
   lc.seed = c->t.seed;
   lc.hp = c->t.hp;
@@ -303,7 +309,7 @@ int main(int argc, char **argv) {
   int rc = sac_train_local(&c.t, NULL, NULL, &res);
   if (rc) {
     fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
-    return rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
+    return rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
   }
   printf(
       "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "

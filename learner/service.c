@@ -27,6 +27,8 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   memset(c, 0, sizeof *c);
   strcpy(c->env, "Pendulum-v1");
   strcpy(c->backend, "cpu");
+  strcpy(c->precision, "fp32");
+  c->graphs = 1;
   c->seed = 1;
   sac_hparams_default(&c->hp, 1, 1);
   c->total_steps = 20000;
@@ -189,6 +191,7 @@ static int dp_canon(const sac_learner_cfg_t *c, const sac_hparams_t *hp, char *b
 #define F(key, fmt, val) rc = rc ? rc : sac_dp_describe(b, cap, key, fmt, val)
   F("env", "%s", c->env);
   F("backend", "%s", c->backend);
+  F("precision", "%s", c->precision);
   F("obs_dim", "%d", hp->obs_dim);
   F("act_dim", "%d", hp->act_dim);
   F("hidden", "%d", hp->hidden);
@@ -298,7 +301,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cores - cfg->embedded_actors > 1 ? (int)(cores - cfg->embedded_actors) : 1;
   }
-  if ((rc = sac_backend_new(cfg->backend, threads, &be)) != 0 || (rc = sac_new(&hp, be, &sac)) != 0)
+  if ((rc = sac_backend_new(cfg->backend, threads, &be)) != 0 ||
+      (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0 || (rc = sac_new(&hp, be, &sac)) != 0)
     goto out;
   sac_ckpt_counters_t ck = {0};
   if (cfg->resume[0]) {

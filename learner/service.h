@@ -23,6 +23,8 @@
 typedef struct {
   char env[256]; /* for dimensions and evaluation */
   char backend[16];
+  char precision[8]; /* fp32 (any backend), tf32, bf16, fp16 (cuda) */
+  int graphs;        /* cuda: capture the update as CUDA graphs */
   int threads;
   uint64_t seed;
   sac_hparams_t hp;

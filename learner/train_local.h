@@ -11,6 +11,8 @@
 typedef struct {
   char env[256];
   char backend[16];
+  char precision[8];       /* fp32 (any backend), tf32, bf16, fp16 (cuda) */
+  int graphs;              /* cuda: capture the update as CUDA graphs */
   int threads;             /* cpu backend threads, 0 = all cores */
   int64_t total_steps;     /* environment steps */
   int64_t learning_starts; /* uniform random actions and no updates before this */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "common/philox.h"
 #include "common/rng.h"
 #include "learner/backend.h"
@@ -367,4 +368,14 @@ Test(backend_cpu, normal_is_deterministic_and_standard) {
   cr_expect(fabs(mean) < 0.01, "mean %g", mean);
   cr_expect(fabs(var - 1) < 0.015, "var %g", var);
   be->ops->free(be, a), be->ops->free(be, b);
+}
+
+/* The learner's --precision: the cpu backend takes fp32 only, anything else is a
+ * configuration error (not silently fp32); graphs are ignored there. */
+Test(backend_cpu, precision_other_than_fp32_is_refused) {
+  cr_assert_eq(sac_backend_configure(be, "fp32", 1), 0);
+  cr_assert_eq(sac_backend_configure(be, "", 0), 0, "empty means fp32");
+  cr_assert_eq(sac_backend_configure(be, "bf16", 1), SAC_ECONFIG);
+  cr_assert_eq(sac_backend_configure(be, "fp16", 0), SAC_ECONFIG);
+  cr_assert_eq(sac_backend_configure(be, "fp8", 1), SAC_ECONFIG);
 }
