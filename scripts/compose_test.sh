@@ -15,6 +15,8 @@
 #   3. the learner finishes Pendulum-v1 with final eval return >= -200 within the bound,
 #      its run directory is in the named volume, and it is not restarted after finishing;
 #   4. `down -v` leaves no container, volume or network of the project;
+#   4b. the same cluster with deploy/docker-compose.dp.yml: two learners in lock-step
+#      (data-parallel, CPU, zmq collective) finish a short run with their state bit-identical;
 #   5. on an engine this test started: the same compose file under `docker stack deploy` on
 #      a one-node swarm (127.0.0.1) gets every target up and the learner training, then the
 #      stack is removed and the swarm left; and the engine never asked an image registry.
@@ -459,6 +461,46 @@ sleep 3
   fail "the finished learner was restarted"
 
 compose_down || fail "docker-compose down -v left something behind"
+
+# ---- two learners in lock-step (deploy/docker-compose.dp.yml) -------------------------------
+
+# The same cluster with the data-parallel override: learner (rank 0) and learner1 (rank 1)
+# on the CPU with the zmq collective, for a short run. Both must finish with exit 0, rank 0
+# must log that the learner state is bit-identical on both ranks and print its result, and
+# rank 1 must print its own result line. (The GPU/NCCL variant needs GPU nodes.)
+PROJECT="${PROJECT}dp"
+COMPOSE=(docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" -f "$ROOT/deploy/docker-compose.dp.yml")
+DP_STEPS=${SAC_COMPOSE_DP_STEPS:-3000}
+log "data-parallel: project $PROJECT, learner + learner1 (dp_size 2, zmq), 2 shards, 2 actors, $DP_STEPS steps"
+UP=1
+SAC_DP_SIZE=2 SAC_SAMPLES_PER_INSERT=512 SAC_TOTAL_STEPS=$DP_STEPS SAC_EVAL_EVERY=0 SAC_RUN_NAME=compose-dp \
+  timeout 300 "${COMPOSE[@]}" up -d --no-build --scale actor=2 >"$WORK/up-dp.log" 2>&1 ||
+  { cat "$WORK/up-dp.log"; fail "docker-compose up (data-parallel) failed"; }
+LEARNER=$(cid learner)
+LEARNER1=$(cid learner1)
+[ -n "$LEARNER1" ] || fail "no learner1 container"
+both_exited() {
+  [ "$(docker inspect -f '{{.State.Status}}' "$LEARNER")" = exited ] &&
+    [ "$(docker inspect -f '{{.State.Status}}' "$LEARNER1")" = exited ]
+}
+wait_until 400 "both data-parallel learners finishing" both_exited
+for c in "$LEARNER" "$LEARNER1"; do
+  code=$(docker inspect -f '{{.State.ExitCode}} {{.RestartCount}}' "$c")
+  [ "$code" = "0 0" ] || fail "$(name "$c") exited with $code (exit code, restarts)"
+done
+out0=$(docker logs "$LEARNER" 2>&1)
+out1=$(docker logs "$LEARNER1" 2>&1)
+same=$(grep -E 'bit-identical on all 2 ranks' <<<"$out0" | tail -n 1)
+[ -n "$same" ] || fail "rank 0 never logged the ranks' state bit-identical"
+result0=$(grep -E '^result:' <<<"$out0" | tail -n 1)
+result1=$(grep -E '^result: data-parallel rank 1 of 2' <<<"$out1" | tail -n 1)
+[ -n "$result0" ] || fail "rank 0 printed no result line"
+[ -n "$result1" ] || fail "rank 1 printed no result line"
+echo "    ${same#*INFO  }"
+echo "    rank 0: $result0"
+echo "    rank 1: $result1"
+log "data-parallel: both ranks finished in lock-step"
+compose_down || fail "docker-compose down -v (data-parallel) left something behind"
 
 # ---- the same file under docker stack deploy ------------------------------------------------
 
