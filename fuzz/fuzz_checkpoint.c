@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/snapshot.h"
+#include "fuzz/fuzz_snapfile.h"
 #include "learner/backend.h"
 #include "learner/checkpoint.h"
 #include "learner/sac.h"
@@ -30,36 +31,6 @@ static float *g_before[6], *g_after;
 static size_t g_len[6];
 static const int k_bufs[] = {SAC_BUF_PARAMS, SAC_BUF_TARGET, SAC_BUF_ADAM_M, SAC_BUF_ADAM_V, SAC_BUF_STEPS};
 #define N_BUFS (sizeof k_bufs / sizeof k_bufs[0])
-
-static int write_file(const char *path, const void *a, size_t na, const void *b, size_t nb, const void *c,
-                      size_t nc) {
-  FILE *f = fopen(path, "wb");
-  if (!f)
-    return -1;
-  int ok = (na == 0 || fwrite(a, 1, na, f) == na) && (nb == 0 || fwrite(b, 1, nb, f) == nb) &&
-           (nc == 0 || fwrite(c, 1, nc, f) == nc);
-  return fclose(f) == 0 && ok ? 0 : -1;
-}
-
-static int write_wrapped(const char *path, const uint8_t *payload, size_t len, uint32_t kind) {
-  unsigned char h[64], t[16];
-  memset(h, 0, sizeof h);
-  memcpy(h, "SACSNAP", 8);
-  uint32_t fmt = SAC_SNAP_FORMAT, hb = 64;
-  uint64_t pl = len, created = 1;
-  memcpy(h + 8, &fmt, 4);
-  memcpy(h + 12, &hb, 4);
-  memcpy(h + 16, &pl, 8);
-  memcpy(h + 24, &created, 8);
-  memcpy(h + 32, &kind, 4);
-  uint32_t hc = sac_crc32c(0, h, 60);
-  memcpy(h + 60, &hc, 4);
-  uint32_t pc = sac_crc32c(0, payload, len), zero = 0;
-  memcpy(t, &pc, 4);
-  memcpy(t + 4, &zero, 4);
-  memcpy(t + 8, "SNAPEND", 8);
-  return write_file(path, h, sizeof h, payload, len, t, sizeof t);
-}
 
 static sac_t *new_sac(void) {
   sac_hparams_t hp;
@@ -156,7 +127,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const sac_hparams_t *hp = sac_hparams(g_sac);
     size_t B = (size_t)hp->batch;
     float obs[4 * 3] = {0.1f, 0.2f, 0.3f, -0.1f, 0.5f, 0.9f, 1, 0, -1, 0.3f, 0.3f, 0.3f};
-    float act[4] = {0.5f, -0.5f, 0, 1}, rew[4] = {-1, -2, -3, -4}, term[4] = {0, 1, 0, 0}, one[4] = {1, 1, 1, 1};
+    float act[4] = {0.5f, -0.5f, 0, 1}, rew[4] = {-1, -2, -3, -4}, term[4] = {0, 1, 0, 0},
+          one[4] = {1, 1, 1, 1};
     const sac_backend_ops_t *ops = g_be->ops;
     if (ops->upload(g_be, b->obs, obs, B * 3) || ops->upload(g_be, b->next_obs, obs, B * 3) ||
         ops->upload(g_be, b->action, act, B) || ops->upload(g_be, b->reward, rew, B) ||

@@ -24,6 +24,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/snapshot.h"
+#include "fuzz/fuzz_snapfile.h"
 #include "replay/shard.h"
 
 static char g_in[512], g_out[512];
@@ -42,47 +43,30 @@ static void shard_cfg(sac_replay_shard_config_t *c, int prioritized) {
   c->max_streams = 64;
 }
 
-static int write_file(const char *path, const void *a, size_t na, const void *b, size_t nb, const void *c,
-                      size_t nc) {
-  FILE *f = fopen(path, "wb");
-  if (!f)
-    return -1;
-  int ok = (na == 0 || fwrite(a, 1, na, f) == na) && (nb == 0 || fwrite(b, 1, nb, f) == nb) &&
-           (nc == 0 || fwrite(c, 1, nc, f) == nc);
-  return fclose(f) == 0 && ok ? 0 : -1;
-}
-
-/* Writes payload inside a valid snapshot container of the given kind. */
-static int write_wrapped(const char *path, const uint8_t *payload, size_t len, uint32_t kind) {
-  unsigned char h[64], t[16];
-  memset(h, 0, sizeof h);
-  memcpy(h, "SACSNAP", 8);
-  uint32_t fmt = SAC_SNAP_FORMAT, hb = 64;
-  uint64_t pl = len, created = 1;
-  memcpy(h + 8, &fmt, 4);
-  memcpy(h + 12, &hb, 4);
-  memcpy(h + 16, &pl, 8);
-  memcpy(h + 24, &created, 8);
-  memcpy(h + 32, &kind, 4);
-  uint32_t hc = sac_crc32c(0, h, 60);
-  memcpy(h + 60, &hc, 4);
-  uint32_t pc = sac_crc32c(0, payload, len), zero = 0;
-  memcpy(t, &pc, 4);
-  memcpy(t + 4, &zero, 4);
-  memcpy(t + 8, "SNAPEND", 8);
-  return write_file(path, h, sizeof h, payload, len, t, sizeof t);
-}
-
 /* A batch of 3 rows from 2 envs (env 1 terminated, env 0 open with a tail). */
 static void batch(sac_wire_transitions_t *t, uint64_t actor, uint64_t seq) {
   static const uint32_t env[3] = {0, 1, 0}, rows[1] = {1}, tail_env[1] = {0};
   static const float obs[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, act[3] = {0.1f, 0.2f, 0.3f}, rew[3] = {1, 2, 3};
   static const float next[3] = {0, 0, 1}, tail[3] = {9, 9, 9};
   static const uint8_t term[3] = {0, 1, 0}, trunc[3] = {0, 0, 0};
-  *t = (sac_wire_transitions_t){.actor_id = actor, .seq = seq, .session = 77, .n = 3, .obs_dim = 3, .act_dim = 1,
-                                .env_ids = env, .obs = obs, .action = act, .reward = rew, .terminated = term,
-                                .truncated = trunc, .n_next = 1, .next_obs_rows = rows, .next_obs = next,
-                                .n_tail = 1, .tail_env_ids = tail_env, .tail_obs = tail};
+  *t = (sac_wire_transitions_t){.actor_id = actor,
+                                .seq = seq,
+                                .session = 77,
+                                .n = 3,
+                                .obs_dim = 3,
+                                .act_dim = 1,
+                                .env_ids = env,
+                                .obs = obs,
+                                .action = act,
+                                .reward = rew,
+                                .terminated = term,
+                                .truncated = trunc,
+                                .n_next = 1,
+                                .next_obs_rows = rows,
+                                .next_obs = next,
+                                .n_tail = 1,
+                                .tail_env_ids = tail_env,
+                                .tail_obs = tail};
 }
 
 static void seed_from_shard(const char *dir, int prioritized) {
@@ -145,8 +129,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 static void same_counters(const sac_replay_shard_stats_t *a, const sac_replay_shard_stats_t *b) {
   if (a->size != b->size || a->filled != b->filled || a->inserted_rows_total != b->inserted_rows_total ||
-      a->inserted_batches_total != b->inserted_batches_total || a->sampled_rows_total != b->sampled_rows_total ||
-      a->actors != b->actors || a->obs_only_slots != b->obs_only_slots)
+      a->inserted_batches_total != b->inserted_batches_total ||
+      a->sampled_rows_total != b->sampled_rows_total || a->actors != b->actors ||
+      a->obs_only_slots != b->obs_only_slots)
     abort();
 }
 
@@ -164,7 +149,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!sh)
     abort();
   int rc = sac_replay_shard_load(sh, g_in);
-  if (rc != 0 && rc != SAC_EIO && rc != SAC_ECHECKSUM && rc != SAC_EVERSION && rc != SAC_EPROTO && rc != SAC_ECONFIG)
+  if (rc != 0 && rc != SAC_EIO && rc != SAC_ECHECKSUM && rc != SAC_EVERSION && rc != SAC_EPROTO &&
+      rc != SAC_ECONFIG)
     abort(); /* SAC_ENOTFOUND cannot be: the file exists */
   sac_replay_shard_stats_t st;
   sac_replay_shard_stats(sh, &st);
