@@ -105,7 +105,7 @@ static const sac_cfg_opt_t k_opts[] = {
      "inserted observations, actions and rewards must be within +-this (0: any finite value)"},
     {"max_reply_queue_bytes", SAC_CFG_INT64, O(max_reply_queue_bytes), 0, "16777216", 1, 1073741824.0,
      "bytes of sample replies queued for one connection that does not read (beyond: dropped, counted)"},
-    {"max_sample_peers", SAC_CFG_INT, O(max_sample_peers), 0, "64", 1, 4096,
+    {"max_sample_peers", SAC_CFG_INT, O(max_sample_peers), 0, "16", 1, 4096,
      "connections served samples at once (one silent for 10 s gives its place to a new one)"},
     {"max_seq_jump", SAC_CFG_INT64, O(max_seq_jump), 0, "1048576", 0, 9.2e18,
      "largest move of an actor's dedup window by acked_through in one batch (0: any)"},

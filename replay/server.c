@@ -95,7 +95,7 @@ void sac_replay_server_config_default(sac_replay_server_config_t *c) {
   c->max_held_bytes = 64u << 20;
   c->max_abs_value = 1e6;
   c->max_reply_queue_bytes = 16u << 20;
-  c->max_sample_peers = 64;
+  c->max_sample_peers = 16;
 }
 
 size_t sac_replay_server_largest_reply(const sac_replay_server_config_t *cfg) {

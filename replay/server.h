@@ -56,7 +56,7 @@ typedef struct {
 
 /* Defaults: shard defaults, tcp ports 5560 and 5561 on all interfaces, 4 MiB messages, credit 16,
  * 1024 pending samples, 10 s maximum sample timeout, env ids < 2^20, no snapshots,
- * interval 60 s, max_abs_value 1e6, 16 MiB of replies per connection, 64 sample peers. */
+ * interval 60 s, max_abs_value 1e6, 16 MiB of replies per connection, 16 sample peers. */
 void sac_replay_server_config_default(sac_replay_server_config_t *c);
 
 /* Counters and gauges for metrics (issue 5 exports them). */
