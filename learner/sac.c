@@ -262,10 +262,13 @@ int sac_hparams_check(const sac_hparams_t *hp, char *why, size_t cap) {
   plan(hp, &ad, &cd, &p);
   /* BLAS and the cuda kernels take int dimensions and index some operands with int */
   if (p.widest > (double)SAC_MAX_OPERAND) {
-    snprintf(why, cap,
-             "batch_size %d with hidden %d (obs %d, act %d) needs an operand of %.0f floats, over the %d the "
-             "backends can index: lower --batch_size or --hidden (batch_size x hidden <= %d)",
-             hp->batch, hp->hidden, hp->obs_dim, hp->act_dim, p.widest, SAC_MAX_OPERAND, SAC_MAX_OPERAND / 4);
+    snprintf(
+        why, cap,
+        "batch_size %d with hidden %d%s needs an operand of %.0f floats, over the %d the backends can index: "
+        "lower --batch_size or --hidden (batch_size x hidden <= %d)",
+        hp->batch, hp->hidden,
+        hp->obs_dim > 2 * hp->hidden || hp->act_dim > hp->hidden ? " and this environment's sizes" : "",
+        p.widest, SAC_MAX_OPERAND, SAC_MAX_OPERAND / 4);
     return SAC_EINVAL;
   }
   return 0;
