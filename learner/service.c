@@ -657,23 +657,28 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       if ((dp_held = act == SAC_DP_SKIP) != 0)
         continue;
     }
+    /* a non-finite loss: with the guard the step was refused (skip the rest of this
+     * update); without it (CUDA graphs, data-parallel) it is found right after the step,
+     * which was applied on every rank alike, so the update goes on as usual from here */
     rc = sac_update(sac);
-    if (rc == 0 && !guard) { /* no guard on this path: look at the losses after the step */
+    int bad = rc == SAC_ENONFINITE;
+    if (rc == 0 && !guard) {
       sac_stats_t ls;
-      if ((rc = sac_stats(sac, &ls)) == 0 &&
-          !(isfinite(ls.critic_loss) && isfinite(ls.actor_loss) && isfinite(ls.alpha_loss)))
-        rc = SAC_ENONFINITE;
+      if ((rc = sac_stats(sac, &ls)) != 0)
+        goto out;
+      bad = !(isfinite(ls.critic_loss) && isfinite(ls.actor_loss) && isfinite(ls.alpha_loss));
+    } else if (rc && !bad) {
+      goto out;
     }
-    if (rc == SAC_ENONFINITE) { /* counted and logged; no priorities from it, nothing published */
+    if (bad) { /* counted and logged; the learner stops after max_nonfinite_updates in a row */
       if ((rc = nonfinite_update(&nf, cfg, &sm, res->updates, !guard)) != 0)
         goto out;
-      if (!guard) /* the step was applied: it counts as an update */
-        res->updates++;
-      continue;
+      if (guard)
+        continue; /* nothing applied: no priorities, nothing to publish */
+    } else {
+      nf.in_a_row = 0;
     }
-    if (rc)
-      goto out;
-    nf.in_a_row = 0;
+    rc = 0;
     res->updates++;
     if (cfg->prioritized) {
       if ((rc = sac_td_errors(sac, prio)) != 0)
