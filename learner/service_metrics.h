@@ -47,7 +47,7 @@ typedef struct {
   sac_metric_t *loss_scale, *skipped, *gpu_used, *gpu_total, *backend_bytes;
   /* hostile input (issue 14): sample replies refused by kind, updates refused for a
    * non-finite loss, weight broadcasts withheld for non-finite weights */
-  sac_metric_t *rejected[SAC_REPLAY_REJECT_KINDS], *nonfinite, *unpublished;
+  sac_metric_t *rejected[SAC_REPLAY_REJECT_KINDS], *nonfinite, *unpublished, *shard_errors, *shard_refusals;
   double next_reject_mirror;
   sac_backend_t *be;
   double next_tick;
@@ -95,6 +95,13 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
         r, "sac_learner_sample_replies_rejected_total",
         "Sample replies from the shards refused by the learner (none of their rows is used), by reason.",
         (const char *[]){"reason", sac_replay_client_reject_name(k), NULL}, NULL);
+  m->shard_errors = sac_metrics_counter(
+      r, "sac_learner_sample_error_replies_total",
+      "Error replies from the shards to sample requests (rate limiter timeout, empty, busy): no batch.", NULL,
+      NULL);
+  m->shard_refusals = sac_metrics_counter(
+      r, "sac_learner_shard_refusals_total",
+      "Error replies without a request id: a shard refused a message of the learner outright.", NULL, NULL);
   m->nonfinite = sac_metrics_counter(r, "sac_learner_nonfinite_updates_total",
                                      "Updates refused because a loss was NaN or Inf (the step not applied).",
                                      NULL, NULL);
@@ -326,6 +333,8 @@ static inline void sac_service_metrics_rejections(sac_service_metrics_t *m, cons
   for (int k = 0; k < SAC_REPLAY_REJECT_KINDS; k++)
     if (cs.rejected_by[k])
       sac_metric_set(m->rejected[k], (double)cs.rejected_by[k]);
+  sac_metric_set(m->shard_errors, (double)cs.sample_errors);
+  sac_metric_set(m->shard_refusals, (double)cs.shard_refusals);
 }
 
 /* After each update: dt is its host time. */

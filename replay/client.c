@@ -66,6 +66,7 @@ struct sac_replay_client {
   sac_wire_limits_t slim; /* sample replies: any dims (compared after decoding), batch_size rows at most */
   char fatal[512];        /* why sample returned SAC_ECONFIG */
   uint64_t reject_log_ns[SAC_REPLAY_REJECT_KINDS], reject_unlogged[SAC_REPLAY_REJECT_KINDS];
+  uint64_t refusal_log_ns;
   unsigned char *rbuf;
   size_t rcap;
   unsigned char *sbuf;
@@ -538,6 +539,18 @@ static int check_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_b
                  b->shard_id, k->ep, b->obs_dim, b->act_dim, c->cfg.obs_dim, c->cfg.act_dim, c->cfg.obs_dim,
                  c->cfg.act_dim);
   }
+  if (b->n == 0 && b->request_id == 0) {
+    /* a shard's answer to something of ours it refused outright (a message it could not
+     * decode carries no request id): not an answer to a sample request */
+    c->st.shard_refusals++;
+    uint64_t now = sac_clock_ns();
+    if (c->st.shard_refusals == 1 || now - c->refusal_log_ns >= REJECT_LOG_NS) {
+      SAC_WARN("replay-client", "shard %u at %s refused a message of this client: %s (%llu such replies)",
+               b->shard_id, k->ep, b->error, (unsigned long long)c->st.shard_refusals);
+      c->refusal_log_ns = now;
+    }
+    return 1;
+  }
   if (answered(k, b->request_id) != 0) {
     snprintf(d, sizeof d, "request id %llu is not one this connection has in flight",
              (unsigned long long)b->request_id);
@@ -565,8 +578,8 @@ static int check_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_b
     return 1;
   }
   if (c->shard_map[b->shard_id] >= 0 && (size_t)c->shard_map[b->shard_id] != i) {
-    snprintf(d, sizeof d, "shard id %u, which %.255s already has (two shards with one --shard_id?)", b->shard_id,
-             c->conns[c->shard_map[b->shard_id]].ep);
+    snprintf(d, sizeof d, "shard id %u, which %.255s already has (two shards with one --shard_id?)",
+             b->shard_id, c->conns[c->shard_map[b->shard_id]].ep);
     refuse(c, k, SAC_REPLAY_REJECT_SHARD_ID, d);
     return 1;
   }

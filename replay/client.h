@@ -136,6 +136,9 @@ typedef struct {
    * nonfinite, ...), then SAC_REPLAY_REJECT_REQUEST_ID (answers no request in flight on
    * that connection) and SAC_REPLAY_REJECT_SHARD_ID (a shard id another connection has) */
   uint64_t rejected_by[SAC_REPLAY_REJECT_KINDS];
+  /* error replies with request id 0: the shard refused a message of this client that it
+   * could not read a request id from (logged: the first at once, then every 10 s) */
+  uint64_t shard_refusals;
 } sac_replay_client_stats_t;
 void sac_replay_client_stats(const sac_replay_client_t *c, sac_replay_client_stats_t *out);
 /* snake_case name of a rejection kind (a metric label), never NULL. */

@@ -46,6 +46,7 @@ typedef enum {
   ANSWER_TOO_BIG,  /* "batch_size over this shard's max_sample_batch" */
   ANSWER_HUGE,     /* a good batch with rewards of 3e38 */
   ANSWER_TWICE,    /* a good batch, then the same reply again */
+  ANSWER_REFUSAL,  /* an error reply with request id 0, then a good batch */
 } answer_t;
 
 typedef struct {
@@ -209,6 +210,10 @@ static int fake_serve(fake_t *f, long wait_ms) {
       send_batch(f, id, id_len, rid, want, OBS, -1.0f, 0.25f);
       send_batch(f, id, id_len, rid, want, OBS, -1.0f, 0.25f);
       break;
+    case ANSWER_REFUSAL:
+      send_error(f, id, id_len, 0, OBS, "not a decodable protobuf Envelope (random or truncated bytes)");
+      send_batch(f, id, id_len, rid, want, OBS, -1.0f, 0.25f);
+      break;
     }
   }
 }
@@ -312,6 +317,21 @@ Test(replies, duplicate_reply_refused) {
   cr_assert_eq(round_trip(&r, &b), 0);
   cr_assert_eq(sac_replay_client_sample(r.c, 300, &b), SAC_ETIMEOUT);
   cr_expect_eq(stats_of(&r).rejected_by[SAC_REPLAY_REJECT_REQUEST_ID], 1);
+  rig_close(&r);
+}
+
+/* a shard's refusal of something it could not read a request id from (request id 0) is
+ * counted as such, not as a refused reply, and leaves the request in flight answered by
+ * the batch that follows */
+Test(replies, shard_refusal_counted_apart) {
+  rig_t r;
+  rig_open(&r, ANSWER_REFUSAL, "refusal");
+  sac_replay_batch_t b;
+  cr_assert_eq(round_trip(&r, &b), 0);
+  cr_expect_eq(b.n, BATCH);
+  sac_replay_client_stats_t s = stats_of(&r);
+  cr_expect_eq(s.shard_refusals, 1);
+  cr_expect_eq(s.rejected_replies, 0);
   rig_close(&r);
 }
 
