@@ -47,6 +47,7 @@ static size_t g_id_len;
 static unsigned char g_old[8][256];
 static size_t g_old_len[8];
 static int g_nold;
+static unsigned g_fatal; /* SAC_ECONFIG returns so far */
 /* the client's requests in flight, oldest first: it keeps PREFETCH of them, so an input
  * rarely waits out the 10 ms pause the client takes after a refused reply */
 #define PREFETCH 8
@@ -259,7 +260,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (rc == SAC_ECONFIG) {
     if (!dims_bad && !limit_err)
       abort();
-    client_new(); /* a learner stops here; the next input gets a fresh client */
+    /* a learner stops here; the client itself stays usable (checked by going on with it,
+     * and every 64th time with a fresh one). A size mismatch is refused before the
+     * request id is looked at, so that request stays in flight; a max_sample_batch
+     * refusal answered it. */
+    if (!dims_bad && g_nrids > 0) {
+      memmove(g_rids, g_rids + 1, (size_t)(g_nrids - 1) * sizeof g_rids[0]);
+      g_nrids--;
+    }
+    if (++g_fatal % 64 == 0)
+      client_new();
     return 0;
   }
   if (rc == 0) {
