@@ -322,6 +322,17 @@ int main(int argc, char **argv) {
   }
   if (c.curve_key[0] || c.curve_server_key[0] || c.curve_allow[0])
     SAC_WARN("learner", "the curve_* options are not used by --mode local (it opens no ZeroMQ socket)");
+  {
+    int64_t cap = c.t.buffer_capacity < c.t.total_steps ? c.t.buffer_capacity : c.t.total_steps;
+    if ((int64_t)c.batch > cap) { /* the local trainer updates once its ring holds a batch */
+      SAC_ERROR(
+          "learner",
+          "--batch_size %d is more than the local replay ever holds (min(--buffer_capacity, --total_steps) "
+          "= %lld): no update would run",
+          c.batch, (long long)cap);
+      return 2;
+    }
+  }
   if (c.t.learning_starts >= c.t.total_steps)
     SAC_WARN("learner", "learning_starts (%lld) >= total_steps (%lld): no update will run",
              (long long)c.t.learning_starts, (long long)c.t.total_steps);
