@@ -191,7 +191,7 @@ static int run_service(const learner_cfg_t *c) {
   lc.envs_per_actor = c->envs_per_actor;
   if (c->shards[0] && sac_learner_set_shards(&lc, c->shards))
     return 2;
-  if (sac_learner_check_cfg(&lc) != 0) /* before anything starts (issue 14) */
+  if (sac_learner_check_cfg(&lc, NULL, 0) != 0) /* before anything starts (issue 14) */
     return 2;
   const char *w = c->weights[0] ? c->weights : (lc.n_shards ? "tcp://*:5570" : "inproc://sacfleet-weights");
   /* CurveZMQ (docs/RELIABILITY.md): the weights PUB binds, the shard DEALERs connect;
