@@ -65,12 +65,14 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("per_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1,
         "prioritised replay: importance-sampling exponent"),
     STR("env", t.env, "Pendulum-v1",
-        "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
+        "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5 "
+        "(MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
     STR("backend", t.backend, "cpu", "compute backend: cpu or cuda"),
     STR("precision", t.precision, "fp32",
         "compute precision: fp32; with --backend cuda also tf32, bf16, fp16 (fp32 master weights, fp16 "
         "with dynamic loss scaling)"),
-    OPT("graphs", SAC_CFG_BOOL, t.graphs, "true", 1, 0, "cuda: capture each update as CUDA graphs after warm-up"),
+    OPT("graphs", SAC_CFG_BOOL, t.graphs, "true", 1, 0,
+        "cuda: capture each update as CUDA graphs after warm-up"),
     OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024, "cpu backend threads (0 = all cores)"),
     OPT("total_steps", SAC_CFG_INT64, t.total_steps, "20000", 1, 1e15, "environment steps to train for"),
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
