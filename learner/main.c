@@ -226,6 +226,8 @@ static int run_service(const learner_cfg_t *c) {
   sac_learner_result_t res;
   int rc = sac_learner_run(&lc, &g_stop, &res);
   sac_net_curve_clear(&curve);
+  const int have_tb = rd.tb != NULL;
+  sac_rundir_close(&rd);
   if (rc) {
     fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
     return rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
@@ -244,6 +246,8 @@ static int run_service(const learner_cfg_t *c) {
       res.final_eval_return, res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second,
       res.env_steps_per_second, (unsigned long long)res.policy_version);
   printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin, checkpoint.bin\n", rd.path);
+  if (have_tb)
+    printf("TensorBoard: tensorboard --logdir %s\n", rd.path);
   return 0;
 }
 
