@@ -118,10 +118,12 @@ int sac__env_plugin_find(const char *file, char *out, size_t cap) {
       *slash = '\0';
       if (try_dir(exe, strlen(exe), file, out, cap, seen, sizeof seen))
         return 0;
-      char rel[PATH_MAX];
-      if (snprintf(rel, sizeof rel, "%s/%s", exe, SAC_PLUGIN_REL_DIR) < (int)sizeof rel &&
-          try_dir(rel, strlen(rel), file, out, cap, seen, sizeof seen))
-        return 0;
+      char rel[PATH_MAX], canon[PATH_MAX];
+      if (snprintf(rel, sizeof rel, "%s/%s", exe, SAC_PLUGIN_REL_DIR) < (int)sizeof rel) {
+        const char *d = realpath(rel, canon) ? canon : rel; /* log lines without "bin/../" */
+        if (try_dir(d, strlen(d), file, out, cap, seen, sizeof seen))
+          return 0;
+      }
     }
   }
   if (try_dir(SAC_PLUGIN_INSTALL_DIR, strlen(SAC_PLUGIN_INSTALL_DIR), file, out, cap, seen, sizeof seen) ||
