@@ -283,6 +283,58 @@ static void loader_checks(const char *id, int obs_dim, int act_dim, int qv0, int
   CHECK(env == NULL, "%s: destroy", id);
 }
 
+/* Ant-v5 against Ant-v4 from the same seed (same reset noise, same dynamics): the first 27
+ * observations agree, the other 78 are the clipped contact forces, and the reward is v4's
+ * less 5e-4 * their squares' sum (the world body's forces, not observed, are 0), while the
+ * Ant is healthy. Gymnasium's trajectories part from libmujoco 2.2.2's at the first ground
+ * contact, so this is how the contact terms are checked once the legs touch the ground. */
+static void ant_v5_contact_checks(void) {
+  sac_env_t *v4 = NULL, *v5 = NULL;
+  if (sac_env_new("Ant-v4", 3, 0, &v4) != 0 || sac_env_new("Ant-v5", 3, 0, &v5) != 0) {
+    CHECK(0, "Ant-v4/v5 envs");
+    sac_env_destroy(&v4);
+    sac_env_destroy(&v5);
+    return;
+  }
+  float o4[SAC_ENV_MAX_OBS], o5[SAC_ENV_MAX_OBS], a[8], r4, r5;
+  CHECK(sac_env_reset(v4, o4) == 0 && sac_env_reset(v5, o5) == 0, "Ant resets");
+  int steps = 0, contact_steps = 0, t4 = 0, t5 = 0, tr = 0;
+  double max_d = 0.0, max_cost = 0.0;
+  uint64_t s = 12345;
+  while (steps < 200 && !t4 && !t5) {
+    for (int i = 0; i < 8; i++) { /* small deterministic actions: walking, not flipping */
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      a[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 0.6 - 0.3);
+    }
+    CHECK(sac_env_step(v4, a, o4, &r4, &t4, &tr) == 0 && sac_env_step(v5, a, o5, &r5, &t5, &tr) == 0,
+          "steps");
+    steps++;
+    double cost = 0.0;
+    int nz = 0;
+    for (int i = 0; i < 27; i++)
+      max_d = fmax(max_d, fabs(o4[i] - o5[i]));
+    for (int i = 27; i < 105; i++) {
+      CHECK(o5[i] >= -1.0f && o5[i] <= 1.0f, "Ant-v5 contact force %d = %g not clipped", i, o5[i]);
+      cost += (double)o5[i] * o5[i];
+      nz += o5[i] != 0.0f;
+    }
+    cost *= 5e-4;
+    max_cost = fmax(max_cost, cost);
+    contact_steps += nz > 0;
+    if (!t5)
+      CHECK(fabs((double)r4 - cost - r5) <= 1e-4 + 1e-5 * fabs(r4),
+            "step %d: v4 reward %g - contact %g != v5 %g", steps, r4, cost, r5);
+  }
+  CHECK(max_d <= 1e-6, "Ant-v4/v5 first 27 observations differ by %g", max_d);
+  CHECK(t4 == t5, "terminated v4 %d v5 %d", t4, t5);
+  CHECK(contact_steps > steps / 4, "contact forces nonzero on only %d of %d steps", contact_steps, steps);
+  printf(
+      "Ant-v5 vs Ant-v4: %d steps, contact forces on %d, largest contact cost %.4f, obs[0:27] max |d| %.1e\n",
+      steps, contact_steps, max_cost, max_d);
+  sac_env_destroy(&v4);
+  sac_env_destroy(&v5);
+}
+
 /* A plugin built without a configured assets folder (as on a machine where the build saw no
  * Gymnasium) finds the models by asking the python3 on PATH; with no python3 on PATH it
  * fails with a message that says what to do. Skipped (printed) where this python3 has no
@@ -396,6 +448,7 @@ int main(void) {
             sac_env_spec(env)->max_episode_steps == 5,
         "plugin:PATH:ID form");
   sac_env_destroy(&env);
+  ant_v5_contact_checks();
   runtime_assets_checks();
   dlclose(so);
   printf("%s (%d failures)\n", g_failures ? "FAIL" : "PASS", g_failures);
