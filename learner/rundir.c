@@ -73,6 +73,7 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
     SAC_ERROR("rundir", "cannot create run directory %s: %s", rd->path, strerror(errno));
     return SAC_EIO;
   }
+  rd->tb_step = -1;
   if (sac_tb_open(rd->path, &rd->tb) != 0)
     SAC_WARN("rundir", "no TensorBoard event file in %s; training goes on", rd->path);
   char path[1100], tmp[1110];
@@ -98,6 +99,7 @@ int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env) {
     SAC_ERROR("rundir", "no run directory %s to resume", path);
     return SAC_ENOTFOUND;
   }
+  rd->tb_step = -1;
   if (sac_tb_open(rd->path, &rd->tb) != 0) /* a new event file; TensorBoard reads them all */
     SAC_WARN("rundir", "no TensorBoard event file in %s; training goes on", rd->path);
   char csv[1100];
@@ -133,6 +135,7 @@ int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t 
                           "train/alpha", "train/entropy",     "train/mean_q"};
     float v[] = {(float)eval_return, st->critic_loss, st->actor_loss, st->alpha, st->entropy, st->mean_q};
     sac_tb_scalars(rd->tb, steps, updates > 0 ? 6 : 1, tags, v);
+    rd->tb_step = steps > rd->tb_step ? steps : rd->tb_step;
   }
   char path[1100], tmp[1110];
   snprintf(path, sizeof path, "%s/metrics.csv", rd->path);
@@ -152,8 +155,11 @@ int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t 
 }
 
 void sac_rundir_add_train(sac_rundir_t *rd, int64_t steps, const sac_rundir_train_t *t) {
-  if (!rd->tb)
+  /* one point per environment step: without new steps (actors held back, a slow machine)
+   * there is nothing new to plot on that axis */
+  if (!rd->tb || steps <= rd->tb_step)
     return;
+  rd->tb_step = steps;
   const char *tags[9];
   float v[9];
   size_t n = 0;

@@ -26,7 +26,8 @@ typedef struct {
   double ret[SAC_RUNDIR_MAX_POINTS];
   sac_stats_t st[SAC_RUNDIR_MAX_POINTS];
   char title[256];
-  sac_tb_t *tb; /* NULL when the event file could not be made (logged; the run goes on) */
+  sac_tb_t *tb;    /* NULL when the event file could not be made (logged; the run goes on) */
+  int64_t tb_step; /* the last step written: periodic scalars wait for a new one */
 } sac_rundir_t;
 
 /* What the learner reports to TensorBoard between evaluations. NaN: not known, left out. */

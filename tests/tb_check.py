@@ -4,8 +4,8 @@ compares them with its metrics.csv (tests/test_tensorboard.sh runs it).
 
 Checks: TensorBoard's reader reads every record of each file (a CRC it rejects stops it);
 every tag sacfleet writes is there; eval/return has one event per metrics.csv row,
-at that row's env_steps, with its value; the train/ scalars written at an evaluation (rows
-with updates > 0) equal the row's; steps never go back per tag and stay within the run;
+at that row's env_steps, with its value; the train/ scalars written in the same event (rows
+with updates > 0) equal the row's, and TensorBoard's scalars have them at that step; steps never go back per tag and stay within the run;
 the periodic scalars (train/episode_return, perf/*, replay/size) are finite and sane.
 Prints what it compared. Exit 0 when all hold, 1 otherwise.
 
@@ -19,6 +19,7 @@ import os
 import sys
 
 from tensorboard.backend.event_processing import event_accumulator, event_file_loader
+from tensorboard.compat.proto import event_pb2
 
 TAGS = ["eval/return", "train/critic_loss", "train/actor_loss", "train/alpha", "train/entropy", "train/mean_q",
         "train/episode_return", "perf/updates_per_s", "perf/env_steps_per_s", "replay/size"]
@@ -69,23 +70,36 @@ def main():
         if not all(math.isfinite(e.value) for e in ev[t]):
             print("FAIL: %s has a non-finite value" % t)
             fails += 1
-    if len(ev["eval/return"]) != len(rows):
-        print("FAIL: %d eval/return events, %d metrics.csv rows" % (len(ev["eval/return"]), len(rows)))
+    # the events that carry eval/return, in file order, each with the values written with it
+    # (TensorBoard's raw reader; the accumulator keeps no grouping): one per metrics.csv row
+    evals = []
+    for f in sorted(files):
+        for raw in event_file_loader.RawEventFileLoader(f).Load():
+            e = event_pb2.Event.FromString(raw)
+            vals = {v.tag: v.simple_value for v in e.summary.value}
+            if "eval/return" in vals:
+                evals.append((e.step, vals))
+    if len(evals) != len(rows) or len(ev["eval/return"]) != len(rows):
+        print("FAIL: %d eval/return events (%d in TensorBoard's accumulator), %d metrics.csv rows" %
+              (len(evals), len(ev["eval/return"]), len(rows)))
         fails += 1
     compared = 0
-    for r, e in zip(rows, ev["eval/return"]):
+    for r, (estep, vals) in zip(rows, evals):
         step, ret = int(r["env_steps"]), float(r["eval_return"])
-        if e.step != step or not close(e.value, ret, 1e-6, 6e-5):  # the CSV has 4 decimals
-            print("FAIL: eval/return at %d = %r, metrics.csv says %r at %d" % (e.step, e.value, ret, step))
+        if estep != step or not close(vals["eval/return"], ret, 1e-6, 6e-5):  # the CSV has 4 decimals
+            print("FAIL: eval/return at %d = %r, metrics.csv says %r at %d" % (estep, vals["eval/return"], ret, step))
             fails += 1
         compared += 1
         if int(r["updates"]) == 0:
             continue
         for tag, col in CSV_COLS.items():
             want = float(r[col])
-            if not any(x.step == step and close(x.value, want, 1e-5, 1e-30) for x in ev[tag]):  # %.6g in the CSV
-                got = [x.value for x in ev[tag] if x.step == step]
-                print("FAIL: %s at step %d: metrics.csv %r, events %r" % (tag, step, want, got))
+            if tag not in vals or not close(vals[tag], want, 1e-5, 1e-30):  # %.6g in the CSV
+                print("FAIL: %s at step %d: metrics.csv %r, event %r" % (tag, step, want, vals.get(tag)))
+                fails += 1
+            # and TensorBoard's accumulator shows that value at that step
+            if not any(x.step == step and close(x.value, want, 1e-5, 1e-30) for x in ev[tag]):
+                print("FAIL: %s at step %d not in TensorBoard's scalars" % (tag, step))
                 fails += 1
             compared += 1
     for t in ("perf/updates_per_s", "perf/env_steps_per_s", "replay/size"):
