@@ -47,6 +47,7 @@ static const known_env_t k_known[] = {
     {"Hopper-v5", NULL, MUJOCO_SO},
     {"Walker2d-v5", NULL, MUJOCO_SO},
     {"Ant-v5", NULL, MUJOCO_SO},
+    {"Humanoid-v5", NULL, MUJOCO_SO},
 };
 
 void sac_env_known_ids(char *buf, size_t cap) {

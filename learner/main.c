@@ -65,8 +65,8 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("per_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1,
         "prioritised replay: importance-sampling exponent"),
     STR("env", t.env, "Pendulum-v1",
-        "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5 "
-        "(MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
+        "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5, "
+        "Humanoid-v5 (MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
     STR("backend", t.backend, "cpu", "compute backend: cpu or cuda"),
     STR("precision", t.precision, "fp32",
         "compute precision: fp32; with --backend cuda also tf32, bf16, fp16 (fp32 master weights, fp16 "

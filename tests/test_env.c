@@ -508,7 +508,8 @@ Test(env_ids, unknown_id_lists_every_known_one) {
   cr_assert_null(env);
   const char *ids[] = {
       "Pendulum-v1", "MountainCarContinuous-v0", "HalfCheetah-v4", "Hopper-v4",   "Walker2d-v4",
-      "Ant-v4",      "HalfCheetah-v5",           "Hopper-v5",      "Walker2d-v5", "Ant-v5"};
+      "Ant-v4",      "HalfCheetah-v5",           "Hopper-v5",      "Walker2d-v5", "Ant-v5",
+      "Humanoid-v5"};
   for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
     cr_expect_not_null(strstr(log, ids[i]), "'%s' missing from: %s", ids[i], log);
   /* built-ins take no ",ARGS"; only plugin-served IDs pass them on */

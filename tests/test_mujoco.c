@@ -1,5 +1,5 @@
 /* Tests of envs/mujoco (libsac_env_mujoco.so): HalfCheetah, Hopper, Walker2d and Ant, -v4
- * and -v5, against Gymnasium's trajectories (tests/data/mujoco_*.csv, written by
+ * and -v5, and Humanoid-v5, against Gymnasium's trajectories (tests/data/mujoco_*.csv, written by
  * tests/data/gen_mujoco_refs.py with gymnasium[mujoco]), step by step from the same
  * qpos/qvel with the same actions; then through the sacfleet loader by plain ID
  * (sac_env_new("Hopper-v5")): the spec, the 1000-step truncation, reset determinism, the
@@ -63,7 +63,7 @@ void free(void *p) {
 #define ABS_TOL 1e-3
 #define REL_TOL 1e-3
 #define MAX_STEPS 64
-#define MAX_DIM 128 /* Ant-v5 observes 105 numbers */
+#define MAX_DIM 384 /* Humanoid-v5 observes 348 numbers */
 
 typedef int (*set_state_fn)(void *, const double *, int, const double *, int, float *);
 
@@ -108,7 +108,7 @@ static int read_traj(const char *path, traj_t *t) {
   if (!f)
     return -1;
   memset(t, 0, sizeof *t);
-  char line[8192];
+  static char line[32768]; /* a Humanoid row is about 6 KB */
   int ncols = 0;
   while (fgets(line, sizeof line, f)) {
     line[strcspn(line, "\r\n")] = '\0';
@@ -162,6 +162,8 @@ static int tight_steps(const char *env) {
     return 7;
   if (strncmp(env, "Ant-", 4) == 0)
     return 1;
+  if (strncmp(env, "Humanoid-", 9) == 0)
+    return 3;
   return MAX_STEPS; /* HalfCheetah, Walker2d: the whole reference */
 }
 
@@ -190,7 +192,8 @@ static int replay(const plugin_t *p, const char *file) {
   CHECK(p->reset(h, 1, scratch) == 0, "%s: reset", file);
   CHECK(p->set_state(h, t.qpos0, t.nq, t.qvel0, t.nv, obs) == 0, "%s: set_state nq=%d nv=%d", file, t.nq,
         t.nv);
-  if (strncmp(t.env, "Ant-", 4) == 0) { /* normalise the reference's torso quaternion */
+  if (strncmp(t.env, "Ant-", 4) == 0 ||
+      strncmp(t.env, "Humanoid-", 9) == 0) { /* normalise the torso quaternion */
     double n = 0.0;
     for (int i = 1; i <= 4; i++)
       n += t.obs0[i] * t.obs0[i];
@@ -424,7 +427,9 @@ int main(void) {
                                 "mujoco_walker2d_v5_0.csv",
                                 "mujoco_walker2d_v5_1.csv",
                                 "mujoco_ant_v5_0.csv",
-                                "mujoco_ant_v5_1.csv"};
+                                "mujoco_ant_v5_1.csv",
+                                "mujoco_humanoid_v5_0.csv",
+                                "mujoco_humanoid_v5_1.csv"};
   int skipped = 0;
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
     if (replay(&p, files[i]) == 77)
@@ -442,6 +447,7 @@ int main(void) {
   loader_checks("Hopper-v5", 11, 3, 5, 6, 5e-3);
   loader_checks("Walker2d-v5", 17, 6, 8, 9, 5e-3);
   loader_checks("Ant-v5", 105, 8, 13, 14, 0.1);
+  loader_checks("Humanoid-v5", 348, 17, 22, 23, 1e-2);
   /* the explicit plugin:PATH:ID form, for users' own plugins, still works */
   sac_env_t *env = NULL;
   CHECK(sac_env_new("plugin:" SAC_ENV_MUJOCO_SO ":Hopper-v4,max_steps=5", 1, 0, &env) == 0 &&

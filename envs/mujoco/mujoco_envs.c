@@ -1,5 +1,5 @@
 /* MuJoCo locomotion environments as a sacfleet environment plugin (common/env_plugin.h):
- * HalfCheetah, Hopper, Walker2d and Ant, -v4 and -v5, with Gymnasium's definitions
+ * HalfCheetah, Hopper, Walker2d and Ant, -v4 and -v5, and Humanoid-v5, with Gymnasium's definitions
  * (gymnasium/envs/mujoco/<name>_v4.py and _v5.py, default constructor arguments): the same observation
  * layout, reward terms, healthy ranges and termination, frame skip, reset noise and a
  * 1000-step time limit (enforced by the sacfleet loader, reported as truncation).
@@ -17,8 +17,8 @@
  * Each handle owns its mjModel and mjData and there is no mutable global state besides
  * the lock around model loading, so handles may be created and stepped from different
  * threads. Gymnasium calls mj_rnePostConstraint after stepping; that only fills
- * cacc/cfrc_int/cfrc_ext, which none of these tasks but Ant-v5 reads (Ant-v4 with its
- * default use_contact_forces=False) and mj_step recomputes, so only Ant-v5 calls it. The action
+ * cacc/cfrc_int/cfrc_ext, which none of these tasks but Ant-v5 and Humanoid-v5 reads (Ant-v4 with its
+ * default use_contact_forces=False) and mj_step recomputes, so only those two call it. The action
  * is given to MuJoCo as is (MuJoCo clamps ctrl to ctrlrange) and the control cost uses it
  * unclipped, as Gymnasium does. */
 #include <math.h>
@@ -37,7 +37,7 @@
 #define SAC_MUJOCO_ASSETS_DIR ""
 #endif
 
-typedef enum { TASK_HALF_CHEETAH, TASK_HOPPER, TASK_WALKER2D, TASK_ANT } task_kind_t;
+typedef enum { TASK_HALF_CHEETAH, TASK_HOPPER, TASK_WALKER2D, TASK_ANT, TASK_HUMANOID } task_kind_t;
 
 typedef struct {
   const char *id;
@@ -65,6 +65,9 @@ static const task_t k_tasks[] = {
     {"Hopper-v5", "hopper.xml", TASK_HOPPER, 4, 11, 6, 6, 3, 1e-3, 5e-3, 0, 1},
     {"Walker2d-v5", "walker2d_v5.xml", TASK_WALKER2D, 4, 17, 9, 9, 6, 1e-3, 5e-3, 0, 1},
     {"Ant-v5", "ant.xml", TASK_ANT, 5, 105, 15, 14, 8, 0.5, 0.1, 1, 1},
+    /* Humanoid-v5 observes qpos[2:], qvel and, for the 13 bodies after the world, cinert,
+     * cvel and cfrc_ext, with qfrc_actuator[6:] between them: 22+23+130+78+17+78 */
+    {"Humanoid-v5", "humanoid.xml", TASK_HUMANOID, 5, 348, 24, 23, 17, 0.1, 1e-2, 0, 1},
 };
 
 /* The XML parser of libmujoco 2.2 is not documented as thread-safe; actors may create
@@ -102,7 +105,7 @@ static double clip(double x, double lo, double hi) { return x < lo ? lo : (x > h
 static void get_obs(const mj_env_t *e, float *obs) {
   const mjModel *m = e->m;
   const mjData *d = e->d;
-  int skip = e->task->kind == TASK_ANT ? 2 : 1; /* x (and y for Ant) are excluded */
+  int skip = e->task->kind == TASK_ANT || e->task->kind == TASK_HUMANOID ? 2 : 1; /* x (and y) excluded */
   int clip_qvel = e->task->kind == TASK_HOPPER || e->task->kind == TASK_WALKER2D;
   int k = 0;
   for (int i = skip; i < m->nq; i++)
@@ -112,6 +115,34 @@ static void get_obs(const mj_env_t *e, float *obs) {
   if (e->task->kind == TASK_ANT && e->task->v5) /* contact forces of every body but the world */
     for (int i = 6; i < 6 * m->nbody; i++)
       obs[k++] = (float)clip(d->cfrc_ext[i], -1.0, 1.0);
+  if (e->task->kind == TASK_HUMANOID) { /* every body but the world, unclipped */
+    for (int i = 10; i < 10 * m->nbody; i++)
+      obs[k++] = (float)d->cinert[i];
+    for (int i = 6; i < 6 * m->nbody; i++)
+      obs[k++] = (float)d->cvel[i];
+    for (int i = 6; i < m->nv; i++)
+      obs[k++] = (float)d->qfrc_actuator[i];
+    for (int i = 6; i < 6 * m->nbody; i++)
+      obs[k++] = (float)d->cfrc_ext[i];
+  }
+}
+
+/* x of the centre of mass (Humanoid's forward reward): sum(mass * xipos) / sum(mass). */
+static double mass_center_x(const mj_env_t *e) {
+  double num = 0.0, den = 0.0;
+  for (int b = 0; b < e->m->nbody; b++) {
+    num += e->m->body_mass[b] * e->d->xipos[3 * b];
+    den += e->m->body_mass[b];
+  }
+  return num / den;
+}
+
+/* Humanoid-v5's contact cost: 5e-7 * sum of the squared contact forces, at most 10. */
+static double humanoid_contact_cost(const mj_env_t *e) {
+  double c = 0.0;
+  for (int i = 0; i < 6 * e->m->nbody; i++)
+    c += e->d->cfrc_ext[i] * e->d->cfrc_ext[i];
+  return fmin(5e-7 * c, 10.0);
 }
 
 /* Ant-v5's contact cost: 5e-4 * sum of the squared clipped contact forces (world included). */
@@ -150,6 +181,8 @@ static int is_healthy(const mj_env_t *e) {
       if (!isfinite(d->qvel[i]))
         return 0;
     return d->qpos[2] >= 0.2 && d->qpos[2] <= 1.0;
+  case TASK_HUMANOID:
+    return d->qpos[2] > 1.0 && d->qpos[2] < 2.0;
   }
   return 1;
 }
@@ -205,7 +238,7 @@ static int parse_args(const char *args, const task_t **task, char *model, size_t
   if (!*task) {
     snprintf(err, err_len,
              "unknown MuJoCo environment '%.*s' (known: HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4, "
-             "HalfCheetah-v5, Hopper-v5, Walker2d-v5, Ant-v5)",
+             "HalfCheetah-v5, Hopper-v5, Walker2d-v5, Ant-v5, Humanoid-v5)",
              (int)id_len, args);
     return -1;
   }
@@ -281,7 +314,9 @@ SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plug
     goto err;
   }
   if (e->m->nq != task->nq || e->m->nv != task->nv || e->m->nu != task->nu ||
-      (task->kind == TASK_ANT && task->v5 && 6 * (e->m->nbody - 1) != task->obs_dim - 27)) {
+      (task->kind == TASK_ANT && task->v5 && 6 * (e->m->nbody - 1) != task->obs_dim - 27) ||
+      (task->kind == TASK_HUMANOID &&
+       22 * (e->m->nbody - 1) + task->nq + task->nv - 2 + task->nv - 6 != task->obs_dim)) {
     snprintf(err, err_len, "%s: model '%s' has nq=%d nv=%d nu=%d, expected %d %d %d", task->id, model,
              e->m->nq, e->m->nv, e->m->nu, task->nq, task->nv, task->nu);
     goto err;
@@ -343,21 +378,24 @@ SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_step(void *handle, const float *action,
     ctrl_cost += (double)action[i] * action[i];
   }
   ctrl_cost *= t->ctrl_cost_weight;
-  int ant = t->kind == TASK_ANT;
-  double x_before = ant ? d->xpos[3 * e->torso] : d->qpos[0];
+  int ant = t->kind == TASK_ANT, humanoid = t->kind == TASK_HUMANOID;
+  double x_before = ant ? d->xpos[3 * e->torso] : (humanoid ? mass_center_x(e) : d->qpos[0]);
   for (int k = 0; k < t->frame_skip; k++)
     mj_step(m, d);
-  if (ant && t->v5) /* cfrc_ext, which Ant-v5 observes and pays for */
+  if ((ant && t->v5) || humanoid) /* cfrc_ext, which Ant-v5 and Humanoid observe and pay for */
     mj_rnePostConstraint(m, d);
-  double x_after = ant ? d->xpos[3 * e->torso] : d->qpos[0];
-  double r = (x_after - x_before) / e->dt - ctrl_cost;
+  double x_after = ant ? d->xpos[3 * e->torso] : (humanoid ? mass_center_x(e) : d->qpos[0]);
+  double r = (humanoid ? 1.25 : 1.0) * (x_after - x_before) / e->dt - ctrl_cost;
   int healthy = is_healthy(e);
-  /* healthy_reward: v4's terminate_when_unhealthy makes it 1 on every step, even the
-   * terminating one; v5 pays it only while healthy */
+  /* healthy_reward (Humanoid: 5): v4's terminate_when_unhealthy makes it paid on every
+   * step, even the terminating one; v5 pays it only while healthy */
+  double healthy_reward = humanoid ? 5.0 : 1.0;
   if (t->kind != TASK_HALF_CHEETAH)
-    r += t->v5 ? (healthy ? 1.0 : 0.0) : 1.0;
+    r += t->v5 ? (healthy ? healthy_reward : 0.0) : healthy_reward;
   if (ant && t->v5)
     r -= contact_cost(e);
+  if (humanoid)
+    r -= humanoid_contact_cost(e);
   *terminated = !healthy;
   get_obs(e, obs);
   /* A diverged simulation must not feed NaN into the replay buffer: end the episode. */

@@ -37,7 +37,7 @@ OUT = os.path.dirname(os.path.abspath(__file__))
 STEPS = 40
 AMP = [1.2, 0.4]  # trajectory 0 leaves the control range, 1 stays gentle (longer episodes)
 ENVS = ["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4",
-        "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5"]
+        "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"]
 
 
 def g9(x):
