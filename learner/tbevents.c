@@ -79,7 +79,14 @@ int sac_tb_open(const char *dir, sac_tb_t **out) {
     snprintf(host, sizeof host, "localhost");
   host[sizeof host - 1] = '\0';
   snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%lld.%s", dir, (long long)time(NULL), host);
-  tb->f = fopen(tb->path, "wb");
+  /* never over another file: a run resumed within the same second gets a ".PID" suffix
+   * (TensorBoard reads every file whose name holds "tfevents") */
+  tb->f = fopen(tb->path, "wbx");
+  if (!tb->f && errno == EEXIST) {
+    size_t n = strlen(tb->path);
+    snprintf(tb->path + n, sizeof tb->path - n, ".%ld", (long)getpid());
+    tb->f = fopen(tb->path, "wbx");
+  }
   if (!tb->f) {
     SAC_ERROR("tensorboard", "cannot create %s: %s", tb->path, strerror(errno));
     free(tb);

@@ -13,7 +13,7 @@
 
 typedef struct sac_tb sac_tb_t;
 
-/* Creates dir/events.out.tfevents.<time>.<host> (a new file: a resumed run adds one,
+/* Creates dir/events.out.tfevents.<time>.<host>[.<pid> if that exists] (a new file: a resumed run adds one,
  * TensorBoard merges the files of a folder) and writes the version record. 0, SAC_EIO
  * (logged), SAC_ENOMEM. */
 int sac_tb_open(const char *dir, sac_tb_t **out);

@@ -110,6 +110,27 @@ Test(tbevents, file_reads_back) {
   rmdir(dir);
 }
 
+/* Two writers opened in the same second in one folder (a quick --resume) get two files. */
+Test(tbevents, second_file_in_the_same_second_is_a_new_file) {
+  char dir[] = "/tmp/sac_test_tb_XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  sac_tb_t *a = NULL, *b = NULL;
+  cr_assert_eq(sac_tb_open(dir, &a), 0);
+  cr_assert_eq(sac_tb_open(dir, &b), 0);
+  cr_assert_str_neq(sac_tb_path(a), sac_tb_path(b));
+  glob_t g;
+  char pat[300];
+  snprintf(pat, sizeof pat, "%s/events.out.tfevents.*", dir);
+  cr_assert_eq(glob(pat, 0, NULL, &g), 0);
+  cr_assert_eq(g.gl_pathc, 2);
+  for (size_t i = 0; i < g.gl_pathc; i++)
+    unlink(g.gl_pathv[i]);
+  globfree(&g);
+  sac_tb_close(&a);
+  sac_tb_close(&b);
+  rmdir(dir);
+}
+
 Test(tbevents, unwritable_folder_is_an_error) {
   sac_tb_t *tb = (sac_tb_t *)1;
   cr_assert_eq(sac_tb_open("/nonexistent/folder", &tb), SAC_EIO);
