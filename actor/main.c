@@ -35,7 +35,8 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("actor_id", SAC_CFG_INT64, actor_id, "0", 0, 4095,
         "this actor's id (unique per run; seeds its streams)"),
     STR("env", a.env, "Pendulum-v1",
-        "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
+        "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5, "
+        "Humanoid-v5 (MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
     OPT("num_envs", SAC_CFG_INT, a.num_envs, "1", 1, 4096,
         "environments stepped together (batched inference)"),
     OPT("seed", SAC_CFG_INT64, a.seed, "1", 0, 9.2e18, "run seed (the same on every process of a run)"),

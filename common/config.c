@@ -31,9 +31,25 @@ extern char **environ;
 
 _Static_assert(sizeof(long long) == sizeof(int64_t), "INT64 options are parsed with strtoll");
 
-/* SAC_* variables that are read by something other than an option table. Anything else
- * under SAC_ that matches no option is a typo we want reported, not silently ignored. */
-static const char *const k_env_allow[] = {"SAC_CONFIG", "SAC_LOG_LEVEL", "SAC_LOG_JSON"};
+/* SAC_* variables that are read by something other than an option table, with the line
+ * --help prints for each. Anything else under SAC_ that matches no option is a typo we want
+ * reported, not silently ignored. A module that reads a new SAC_* variable adds its row. */
+typedef struct {
+  const char *name;
+  const char *help;
+} env_var_t;
+static const env_var_t k_env_other[] = {
+    {"SAC_CONFIG", "config file read before the environment and the command line (--config wins)"},
+    {"SAC_LOG_LEVEL", "error|warn|info|debug, before --log_level is parsed"},
+    {"SAC_LOG_JSON", "1: log lines as JSON objects, from the first line on"},
+    {"SAC_PLUGIN_PATH",
+     "':'-separated folders searched first for the environment plugins sacfleet ships (then next to the "
+     "binary, the install prefix, the build tree)"},
+    {"SAC_MUJOCO_ASSETS",
+     "folder of Gymnasium's MuJoCo model XMLs (default: the one the build found, else the one of the "
+     "Gymnasium that the python3 on PATH imports)"},
+    {"SAC_FUZZ_SEED_DIR", "fuzz targets only: folder of seed inputs (scripts/fuzz.sh)"},
+};
 
 #define ENV_NAME_MAX 256
 
@@ -401,8 +417,8 @@ static int load_file(const sac_cfg_opt_t *opts, size_t n_opts, void *target, con
 }
 
 static int env_allowed(const char *name, size_t len) {
-  for (size_t i = 0; i < sizeof k_env_allow / sizeof k_env_allow[0]; i++)
-    if (strlen(k_env_allow[i]) == len && strncmp(k_env_allow[i], name, len) == 0)
+  for (size_t i = 0; i < sizeof k_env_other / sizeof k_env_other[0]; i++)
+    if (strlen(k_env_other[i].name) == len && strncmp(k_env_other[i].name, name, len) == 0)
       return 1;
   return 0;
 }
@@ -565,7 +581,9 @@ static void print_usage(const sac_cfg_opt_t *opts, size_t n_opts, const char *pr
   printf("  --config FILE\n      read options from FILE (overrides SAC_CONFIG)\n"
          "  --help\n      print this text and exit\n"
          "  --version\n      print the version and exit\n"
-         "\nOther environment variables: SAC_LOG_LEVEL (error|warn|info|debug), SAC_LOG_JSON.\n");
+         "\nOther environment variables (any other SAC_* that matches no option is an error):\n");
+  for (size_t i = 0; i < sizeof k_env_other / sizeof k_env_other[0]; i++)
+    printf("  %s\n      %s\n", k_env_other[i].name, k_env_other[i].help);
 }
 
 int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int argc, char **argv,

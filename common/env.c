@@ -7,6 +7,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,31 +26,90 @@ struct sac_env {
   int started; /* a reset succeeded since creation */
 };
 
+/* The environments the project ships, by the ID users write (Gymnasium's). A row with a
+ * plugin file name is served by that plugin, looked up by sac__env_plugin_find (SAC_PLUGIN_PATH,
+ * next to the binary, the install prefix); the ID and any ",ARGS" after it go to the plugin. */
+typedef struct {
+  const char *id;
+  const sac__env_ops_t *ops; /* built-in, or NULL: served by plugin */
+  const char *plugin;        /* plugin file name */
+} known_env_t;
+
+#define MUJOCO_SO "libsac_env_mujoco.so"
+static const known_env_t k_known[] = {
+    {"Pendulum-v1", &sac__env_pendulum_ops, NULL},
+    {"MountainCarContinuous-v0", &sac__env_mountaincar_ops, NULL},
+    {"HalfCheetah-v4", NULL, MUJOCO_SO},
+    {"Hopper-v4", NULL, MUJOCO_SO},
+    {"Walker2d-v4", NULL, MUJOCO_SO},
+    {"Ant-v4", NULL, MUJOCO_SO},
+    {"HalfCheetah-v5", NULL, MUJOCO_SO},
+    {"Hopper-v5", NULL, MUJOCO_SO},
+    {"Walker2d-v5", NULL, MUJOCO_SO},
+    {"Ant-v5", NULL, MUJOCO_SO},
+    {"Humanoid-v5", NULL, MUJOCO_SO},
+};
+
+void sac_env_known_ids(char *buf, size_t cap) {
+  assert(buf && cap > 0);
+  size_t n = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof k_known / sizeof k_known[0] && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", k_known[i].id);
+}
+
+int sac_env_resolve(const char *name, char *out, size_t cap) {
+  assert(name && out && cap > 0);
+  out[0] = '\0';
+  if (strncmp(name, PLUGIN_PREFIX, strlen(PLUGIN_PREFIX)) == 0)
+    return snprintf(out, cap, "%s", name) < (int)cap ? 0 : SAC_EINVAL;
+  size_t id_len = strcspn(name, ",");
+  for (size_t i = 0; i < sizeof k_known / sizeof k_known[0]; i++) {
+    const known_env_t *k = &k_known[i];
+    if (strlen(k->id) != id_len || strncmp(name, k->id, id_len) != 0)
+      continue;
+    if (k->ops) /* built-ins take no arguments */
+      return name[id_len] ? SAC_ENOTFOUND : (snprintf(out, cap, "%s", k->id) < (int)cap ? 0 : SAC_EINVAL);
+    char path[1024];
+    int rc = sac__env_plugin_find(k->plugin, path, sizeof path);
+    if (rc < 0)
+      return rc;
+    return snprintf(out, cap, PLUGIN_PREFIX "%s:%s", path, name) < (int)cap ? 0 : SAC_EINVAL;
+  }
+  return SAC_ENOTFOUND;
+}
+
 int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **out) {
   assert(name && out);
   *out = NULL;
-  const sac__env_ops_t *ops;
+  const sac__env_ops_t *ops = NULL;
   const char *args = NULL;
-  if (strcmp(name, "Pendulum-v1") == 0) {
-    ops = &sac__env_pendulum_ops;
-  } else if (strcmp(name, "MountainCarContinuous-v0") == 0) {
-    ops = &sac__env_mountaincar_ops;
-  } else if (strncmp(name, PLUGIN_PREFIX, strlen(PLUGIN_PREFIX)) == 0) {
-    ops = &sac__env_plugin_ops;
-    args = name + strlen(PLUGIN_PREFIX);
-  } else {
-    SAC_ERROR(
-        "env",
-        "unknown environment '%s' (known: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS])",
-        name);
+  char resolved[2048];
+  int rc = sac_env_resolve(name, resolved, sizeof resolved);
+  if (rc == SAC_EPLUGIN)
+    return rc; /* the plugin file was not found; sac__env_plugin_find said where it looked */
+  if (rc < 0) {
+    char known[512];
+    sac_env_known_ids(known, sizeof known);
+    SAC_ERROR("env", "unknown environment '%s' (known: %s; or plugin:PATH.so[:ARGS] for your own plugin)",
+              name, known);
     return SAC_ENOTFOUND;
   }
+  if (strncmp(resolved, PLUGIN_PREFIX, strlen(PLUGIN_PREFIX)) == 0) {
+    ops = &sac__env_plugin_ops;
+    args = resolved + strlen(PLUGIN_PREFIX);
+  } else {
+    for (size_t i = 0; i < sizeof k_known / sizeof k_known[0] && !ops; i++)
+      if (strcmp(resolved, k_known[i].id) == 0)
+        ops = k_known[i].ops;
+  }
+  assert(ops);
 
   sac_env_t *env = calloc(1, sizeof *env);
   if (!env)
     return SAC_ENOMEM;
   env->ops = ops;
-  int rc = ops->create(args, &env->spec, &env->impl);
+  rc = ops->create(args, &env->spec, &env->impl);
   if (rc < 0) {
     free(env);
     return rc;

@@ -9,6 +9,7 @@
  * reset/step allocate nothing. An env is used by one thread at a time. */
 #ifndef SAC_COMMON_ENV_H
 #define SAC_COMMON_ENV_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/rng.h"
@@ -27,12 +28,22 @@ typedef struct {
 
 typedef struct sac_env sac_env_t;
 
-/* Creates an environment by name: "Pendulum-v1", "MountainCarContinuous-v0", or
+/* Creates an environment by name: an ID of a shipped environment as Gymnasium spells it
+ * ("Pendulum-v1", "MountainCarContinuous-v0", "Hopper-v5", ...; see sac_env_known_ids),
+ * where plugin-served IDs may carry ",ARGS" for the plugin ("Ant-v4,max_steps=500"), or
  * "plugin:PATH.so" with an optional ":ARGS" suffix passed to the plugin. Its reset
  * distribution draws from the stream (seed, stream). On error returns SAC_ENOTFOUND
- * (unknown name), SAC_EPLUGIN (plugin failed to load, misses a symbol, wrong ABI; the
- * log line says which), or SAC_ENOMEM; *out is then NULL. */
+ * (unknown name; the log line lists the known IDs), SAC_EPLUGIN (plugin not found, failed
+ * to load, misses a symbol, wrong ABI; the log line says which), or SAC_ENOMEM; *out is
+ * then NULL. */
 int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **out);
+/* What sac_env_new would create for name: the built-in's ID, or "plugin:PATH:ARGS" with
+ * the plugin file found as sac__env_plugin_find does (SAC_PLUGIN_PATH, next to the running
+ * binary, the install prefix, the build tree). 0, SAC_ENOTFOUND (unknown ID), SAC_EPLUGIN
+ * (its plugin file is nowhere; logged with the places looked at), SAC_EINVAL (too long). */
+int sac_env_resolve(const char *name, char *out, size_t cap);
+/* The shipped IDs, comma-separated, into buf (truncated to cap). */
+void sac_env_known_ids(char *buf, size_t cap);
 /* Destroys and NULLs *env; idempotent. */
 void sac_env_destroy(sac_env_t **env);
 const sac_env_spec_t *sac_env_spec(const sac_env_t *env);

@@ -28,4 +28,11 @@ extern const sac__env_ops_t sac__env_pendulum_ops;
 extern const sac__env_ops_t sac__env_mountaincar_ops;
 extern const sac__env_ops_t sac__env_plugin_ops;
 
+/* Finds a plugin file shipped with sacfleet (e.g. "libsac_env_mujoco.so") in, in order:
+ * each folder of $SAC_PLUGIN_PATH (':'-separated), the folder of the running binary, that
+ * folder's ../LIBDIR/sacfleet (an installed layout, wherever the prefix was moved), the
+ * configured install folder, and the build tree's plugin folders. Writes the path to out.
+ * 0, or SAC_EPLUGIN with a log line listing every folder looked at. */
+int sac__env_plugin_find(const char *file, char *out, size_t cap);
+
 #endif

@@ -6,10 +6,12 @@
  * broken plugin cannot poison the replay buffer. The time limit is applied by env.c from
  * spec.max_episode_steps. PATH cannot contain ':'. */
 #include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/env_internal.h"
 #include "common/env_plugin.h"
@@ -61,6 +63,75 @@ static const char *check_spec(const sac_env_plugin_spec_t *spec, int *index) {
   if (spec->max_episode_steps < 0)
     return "max_episode_steps < 0";
   return NULL;
+}
+
+/* ---- finding a shipped plugin by file name ---- */
+
+#ifndef SAC_PLUGIN_REL_DIR
+#define SAC_PLUGIN_REL_DIR "../lib/sacfleet" /* from the binary's folder */
+#endif
+#ifndef SAC_PLUGIN_INSTALL_DIR
+#define SAC_PLUGIN_INSTALL_DIR "/usr/local/lib/sacfleet"
+#endif
+#ifndef SAC_PLUGIN_BUILD_DIRS
+#define SAC_PLUGIN_BUILD_DIRS "" /* ':'-separated */
+#endif
+
+/* Tries dir/file; on success writes it to out and returns 1. Notes the folder in seen. */
+static int try_dir(const char *dir, size_t dir_len, const char *file, char *out, size_t cap, char *seen,
+                   size_t seen_cap) {
+  if (dir_len == 0)
+    return 0;
+  char path[PATH_MAX];
+  if (snprintf(path, sizeof path, "%.*s/%s", (int)dir_len, dir, file) >= (int)sizeof path)
+    return 0;
+  size_t n = strlen(seen);
+  if (n < seen_cap)
+    snprintf(seen + n, seen_cap - n, "%s%.*s", n ? ", " : "", (int)dir_len, dir);
+  if (access(path, R_OK) != 0)
+    return 0;
+  return snprintf(out, cap, "%s", path) < (int)cap;
+}
+
+/* Tries every folder of a ':'-separated list. */
+static int try_list(const char *list, const char *file, char *out, size_t cap, char *seen, size_t seen_cap) {
+  for (const char *p = list; p && *p;) {
+    size_t len = strcspn(p, ":");
+    if (try_dir(p, len, file, out, cap, seen, seen_cap))
+      return 1;
+    p += len + (p[len] == ':');
+  }
+  return 0;
+}
+
+int sac__env_plugin_find(const char *file, char *out, size_t cap) {
+  char seen[4096] = "";
+  if (try_list(getenv("SAC_PLUGIN_PATH"), file, out, cap, seen, sizeof seen))
+    return 0;
+  /* next to the binary, then the installed layout relative to it (a moved prefix works) */
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      if (try_dir(exe, strlen(exe), file, out, cap, seen, sizeof seen))
+        return 0;
+      char rel[PATH_MAX], canon[PATH_MAX];
+      if (snprintf(rel, sizeof rel, "%s/%s", exe, SAC_PLUGIN_REL_DIR) < (int)sizeof rel) {
+        const char *d = realpath(rel, canon) ? canon : rel; /* log lines without "bin/../" */
+        if (try_dir(d, strlen(d), file, out, cap, seen, sizeof seen))
+          return 0;
+      }
+    }
+  }
+  if (try_dir(SAC_PLUGIN_INSTALL_DIR, strlen(SAC_PLUGIN_INSTALL_DIR), file, out, cap, seen, sizeof seen) ||
+      try_list(SAC_PLUGIN_BUILD_DIRS, file, out, cap, seen, sizeof seen))
+    return 0;
+  SAC_ERROR("env", "plugin %s not found (looked in: %s); set SAC_PLUGIN_PATH to the folder that holds it",
+            file, seen);
+  return SAC_EPLUGIN;
 }
 
 static int all_finite(const float *x, int n) {

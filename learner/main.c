@@ -69,7 +69,8 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("per_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1,
         "prioritised replay: importance-sampling exponent"),
     STR("env", t.env, "Pendulum-v1",
-        "environment: Pendulum-v1, MountainCarContinuous-v0, plugin:PATH.so[:ARGS]"),
+        "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5, "
+        "Humanoid-v5 (MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
     STR("backend", t.backend, "cpu", "compute backend: cpu or cuda"),
     STR("precision", t.precision, "fp32",
         "compute precision: fp32; with --backend cuda also tf32, bf16, fp16 (fp32 master weights, fp16 "
@@ -237,6 +238,8 @@ static int run_service(const learner_cfg_t *c) {
   sac_learner_result_t res;
   int rc = sac_learner_run(&lc, &g_stop, &res);
   sac_net_curve_clear(&curve);
+  const int have_tb = rd.tb != NULL;
+  sac_rundir_close(&rd);
   if (rc) {
     fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
     return rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
@@ -255,6 +258,8 @@ static int run_service(const learner_cfg_t *c) {
       res.final_eval_return, res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second,
       res.env_steps_per_second, (unsigned long long)res.policy_version);
   printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin, checkpoint.bin\n", rd.path);
+  if (have_tb)
+    printf("TensorBoard: tensorboard --logdir %s\n", rd.path);
   return 0;
 }
 

@@ -73,6 +73,9 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
     SAC_ERROR("rundir", "cannot create run directory %s: %s", rd->path, strerror(errno));
     return SAC_EIO;
   }
+  rd->tb_step = -1;
+  if (sac_tb_open(rd->path, &rd->tb) != 0)
+    SAC_WARN("rundir", "no TensorBoard event file in %s; training goes on", rd->path);
   char path[1100], tmp[1110];
   snprintf(path, sizeof path, "%s/config.txt", rd->path);
   FILE *f = open_tmp(path, tmp, sizeof tmp);
@@ -96,6 +99,9 @@ int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env) {
     SAC_ERROR("rundir", "no run directory %s to resume", path);
     return SAC_ENOTFOUND;
   }
+  rd->tb_step = -1;
+  if (sac_tb_open(rd->path, &rd->tb) != 0) /* a new event file; TensorBoard reads them all */
+    SAC_WARN("rundir", "no TensorBoard event file in %s; training goes on", rd->path);
   char csv[1100];
   snprintf(csv, sizeof csv, "%s/metrics.csv", path);
   FILE *f = fopen(csv, "r");
@@ -123,6 +129,14 @@ int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t 
     rd->wall_s[i] = wall_s, rd->steps[i] = steps, rd->updates[i] = updates, rd->ret[i] = eval_return;
     rd->st[i] = *st;
   }
+  if (rd->tb) {
+    /* float32, as TensorBoard stores them; the CSV row has the same numbers */
+    const char *tags[] = {"eval/return", "train/critic_loss", "train/actor_loss",
+                          "train/alpha", "train/entropy",     "train/mean_q"};
+    float v[] = {(float)eval_return, st->critic_loss, st->actor_loss, st->alpha, st->entropy, st->mean_q};
+    sac_tb_scalars(rd->tb, steps, updates > 0 ? 6 : 1, tags, v);
+    rd->tb_step = steps > rd->tb_step ? steps : rd->tb_step;
+  }
   char path[1100], tmp[1110];
   snprintf(path, sizeof path, "%s/metrics.csv", rd->path);
   FILE *f = open_tmp(path, tmp, sizeof tmp);
@@ -139,6 +153,40 @@ int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t 
   snprintf(path, sizeof path, "%s/curve.svg", rd->path);
   return rc ? rc : sac_write_curve_svg(path, rd->title, rd->steps, rd->ret, rd->n);
 }
+
+void sac_rundir_add_train(sac_rundir_t *rd, int64_t steps, const sac_rundir_train_t *t) {
+  /* one point per environment step: without new steps (actors held back, a slow machine)
+   * there is nothing new to plot on that axis */
+  if (!rd->tb || steps <= rd->tb_step)
+    return;
+  rd->tb_step = steps;
+  const char *tags[9];
+  float v[9];
+  size_t n = 0;
+#define ADD(tag, x)                                                                                          \
+  do {                                                                                                       \
+    if (!isnan((double)(x))) {                                                                               \
+      tags[n] = tag;                                                                                         \
+      v[n++] = (float)(x);                                                                                   \
+    }                                                                                                        \
+  } while (0)
+  ADD("train/episode_return", t->episode_return);
+  if (t->have_stats) {
+    ADD("train/critic_loss", t->st.critic_loss);
+    ADD("train/actor_loss", t->st.actor_loss);
+    ADD("train/alpha", t->st.alpha);
+    ADD("train/entropy", t->st.entropy);
+    ADD("train/mean_q", t->st.mean_q);
+  }
+  ADD("perf/updates_per_s", t->updates_per_s);
+  ADD("perf/env_steps_per_s", t->env_steps_per_s);
+  ADD("replay/size", t->replay_size);
+#undef ADD
+  if (n)
+    sac_tb_scalars(rd->tb, steps, n, tags, v);
+}
+
+void sac_rundir_close(sac_rundir_t *rd) { sac_tb_close(&rd->tb); }
 
 int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *params, float log_std_min,
                     float log_std_max) {

@@ -1,8 +1,11 @@
 /* The run directory a training run leaves behind: the resolved configuration
  * (config.txt, loadable with --config), a metrics CSV with one row per evaluation,
  * the final policy (policy.bin, see sac_policy_save) and a learning-curve picture
- * (curve.svg: evaluation return against environment steps) a person can open. Files are
- * written whole to a temporary name and renamed, so a reader never sees half a file. */
+ * (curve.svg: evaluation return against environment steps) a person can open, and a
+ * TensorBoard event file (events.out.tfevents.*, learner/tbevents.h) with the evaluation
+ * points and the training scalars under the environment step. Files other than the event
+ * file (appended, flushed per event) are written whole to a temporary name and renamed, so
+ * a reader never sees half a file. */
 #ifndef SAC_LEARNER_RUNDIR_H
 #define SAC_LEARNER_RUNDIR_H
 #include <stddef.h>
@@ -11,6 +14,7 @@
 #include "common/config.h"
 #include "common/mlp.h"
 #include "learner/sac.h"
+#include "learner/tbevents.h"
 
 #define SAC_RUNDIR_MAX_POINTS 4096
 
@@ -22,7 +26,18 @@ typedef struct {
   double ret[SAC_RUNDIR_MAX_POINTS];
   sac_stats_t st[SAC_RUNDIR_MAX_POINTS];
   char title[256];
+  sac_tb_t *tb;    /* NULL when the event file could not be made (logged; the run goes on) */
+  int64_t tb_step; /* the last step written: periodic scalars wait for a new one */
 } sac_rundir_t;
+
+/* What the learner reports to TensorBoard between evaluations. NaN: not known, left out. */
+typedef struct {
+  double episode_return; /* mean return of the embedded actors' recent episodes */
+  double updates_per_s, env_steps_per_s;
+  double replay_size; /* transitions held by the shards */
+  sac_stats_t st;
+  int have_stats; /* st is from at least one update */
+} sac_rundir_train_t;
 
 /* Creates base/NAME (base created if missing; NAME from the time and env when name is
  * NULL or empty) and writes config.txt from the option table. 0, SAC_EIO (logged). */
@@ -31,9 +46,17 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
 /* Continues an existing run directory: reads its metrics.csv so the curve goes on.
  * 0, SAC_ENOTFOUND (no such directory), SAC_EIO. */
 int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env);
-/* Appends an evaluation point and rewrites metrics.csv and curve.svg. 0 or SAC_EIO. */
+/* Appends an evaluation point and rewrites metrics.csv and curve.svg; adds eval/return and,
+ * once there were updates, the train/ scalars of st to the event file at step `steps`
+ * (the same numbers as the metrics.csv row). 0 or SAC_EIO. */
 int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t updates, double eval_return,
                         const sac_stats_t *st);
+/* Adds the training scalars of t at environment step `steps` to the event file (tags in
+ * docs/METRICS.md: train/episode_return, train/critic_loss, train/actor_loss, train/alpha,
+ * train/entropy, train/mean_q, perf/updates_per_s, perf/env_steps_per_s, replay/size). */
+void sac_rundir_add_train(sac_rundir_t *rd, int64_t steps, const sac_rundir_train_t *t);
+/* Closes the event file. */
+void sac_rundir_close(sac_rundir_t *rd);
 /* policy.bin: magic "SACPOL01", u32 n_layers, u32 sizes[n_layers + 1], u32 activation,
  * f32 log_std_min, f32 log_std_max, then the parameters (common/mlp.h layout), little
  * endian. 0 or SAC_EIO. */

@@ -283,6 +283,50 @@ static int64_t stored_steps(sac_replay_client_t *client, size_t n_shards, int64_
   return sum > last ? sum : last;
 }
 
+/* Transitions held by the shards: the sum of their sizes from the newest ShardInfo each
+ * has sent (as stored_steps, never waited for); NaN until every shard has answered. */
+static double replay_size(sac_replay_client_t *client, size_t n_shards) {
+  double sum = 0;
+  for (size_t i = 0; i < n_shards; i++) {
+    sac_wire_shard_info_t info;
+    if (sac_replay_client_info_cached(client, i, 200, &info, NULL) != 0)
+      return NAN;
+    sum += (double)info.size;
+  }
+  return sum;
+}
+
+/* Mean recent episode return over the embedded actors; NaN when there are none (remote
+ * actors report their own). */
+static double actors_mean_return(const embedded_t *em) {
+  double ret = NAN;
+  for (size_t i = 0; i < em->n_actors; i++)
+    ret = isnan(ret) ? atomic_load(&sac_actor_stats(em->actors[i])->mean_return)
+                     : ret + atomic_load(&sac_actor_stats(em->actors[i])->mean_return);
+  return em->n_actors ? ret / (double)em->n_actors : ret;
+}
+
+/* The TensorBoard scalars between evaluations (learner/rundir.h), every TB_PERIOD_S. */
+#define TB_PERIOD_S 2.0
+typedef struct {
+  double t;
+  int64_t steps, updates;
+} tb_mark_t;
+static void report_tensorboard(const sac_learner_cfg_t *cfg, sac_t *sac, const embedded_t *em,
+                               sac_replay_client_t *client, size_t n_shards, int64_t steps, int64_t updates,
+                               tb_mark_t *last) {
+  double now = sac_clock_s(), dt = now - last->t;
+  sac_rundir_train_t t = {.episode_return = actors_mean_return(em),
+                          .updates_per_s = (double)(updates - last->updates) / dt,
+                          .env_steps_per_s = (double)(steps - last->steps) / dt,
+                          .replay_size = replay_size(client, n_shards),
+                          .have_stats = updates > 0};
+  if (t.have_stats)
+    sac_stats(sac, &t.st);
+  sac_rundir_add_train(cfg->rundir, steps, &t);
+  *last = (tb_mark_t){now, steps, updates};
+}
+
 /* Evaluates the current policy (copied into `actor`), keeps the final and best return
  * and adds the point to the run directory. 0 or a negative code. */
 static int evaluate_point(const sac_learner_cfg_t *cfg, sac_t *sac, const sac_hparams_t *hp, float *actor,
@@ -588,6 +632,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   double t0 = sac_clock_s() - ck.wall_seconds, t_log = sac_clock_s(), t_info = 0, t_pub = t_log, upd_time = 0;
   res->updates = (int64_t)ck.updates;
   int64_t steps = (int64_t)ck.env_steps, last_log_updates = res->updates, start_updates = res->updates;
+  tb_mark_t tb_last = {sac_clock_s(), steps, res->updates};
   uint64_t version = ck.policy_version;
   sac_stats_t st = {0};
   int64_t next_eval =
@@ -724,18 +769,15 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
         SAC_INFO("learner", "eval at update %lld (%lld steps): mean return %.1f over %d episodes",
                  (long long)res->updates, (long long)steps, ret, cfg->eval_episodes);
     }
+    if (cfg->rundir && sac_clock_s() - tb_last.t >= TB_PERIOD_S)
+      report_tensorboard(cfg, sac, &em, client, n_shards, steps, res->updates, &tb_last);
     if (!cfg->quiet && cfg->log_interval_s > 0 && sac_clock_s() - t_log >= cfg->log_interval_s) {
       double t = sac_clock_s();
       sac_stats(sac, &st);
       double ups = (double)(res->updates - last_log_updates) / (t - t_log);
       double sps = (double)steps / (t - t0);
       double eta = sps > 0 ? (double)(cfg->total_steps - steps) / sps : 0;
-      double ret = NAN;
-      for (size_t i = 0; i < em.n_actors; i++)
-        ret = isnan(ret) ? atomic_load(&sac_actor_stats(em.actors[i])->mean_return)
-                         : ret + atomic_load(&sac_actor_stats(em.actors[i])->mean_return);
-      if (em.n_actors)
-        ret /= (double)em.n_actors;
+      double ret = actors_mean_return(&em);
       char line[512];
       snprintf(
           line, sizeof line,

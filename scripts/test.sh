@@ -8,8 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-if ! python3 -c "import gymnasium, mujoco" 2>/dev/null; then
-  pyreq=("gymnasium[mujoco]==1.4.0" "mujoco==4.0.0")
+if ! python3 -c "import gymnasium, mujoco, tensorboard" 2>/dev/null; then
+  # tensorboard: its reader checks the event files the learner writes (tests/test_tensorboard.sh)
+  pyreq=("gymnasium[mujoco]==1.4.0" "mujoco==4.0.0" "tensorboard==2.21.0")
   echo "test.sh: installing ${pyreq[*]} (test-time reference only)"
   ok=0
   for attempt in 1 2 3; do

@@ -428,6 +428,21 @@ Test(config, env_allow_list) {
   unsetenv("SACX_OTHER");
 }
 
+/* The variables read outside the option table (environment lookup, MuJoCo models) are not
+ * options but are accepted; a near miss of one of them is still an error naming it. */
+Test(config, env_non_option_variables) {
+  setenv("SAC_MUJOCO_ASSETS", "/tmp/assets", 1);
+  setenv("SAC_PLUGIN_PATH", "/tmp/a:/tmp/b", 1);
+  setenv("SAC_FUZZ_SEED_DIR", "/tmp/seeds", 1);
+  cfg_t c;
+  expect_ok(&c, NOARGS);
+  setenv("SAC_PLUGINS_PATH", "/tmp/a", 1);
+  expect_error(NOARGS, ARGS("SAC_PLUGINS_PATH", "unknown key"));
+  unsetenv("SAC_PLUGINS_PATH");
+  setenv("SAC_MUJOCO_ASSET", "/tmp/assets", 1);
+  expect_error(NOARGS, ARGS("SAC_MUJOCO_ASSET", "unknown key"));
+}
+
 Test(config, argv_unknown_key) {
   expect_error(ARGS("--bogus=1"), ARGS("bogus", "command line"));
   expect_error(ARGS("--bogus", "1"), ARGS("bogus", "command line"));
@@ -556,7 +571,14 @@ Test(config, help) {
                         "entropy weight",
                         "no_default",
                         "SAC_NO_DEFAULT",
-                        "[1, 65536]"};
+                        "[1, 65536]",
+                        "Other environment variables",
+                        "SAC_CONFIG",
+                        "SAC_LOG_LEVEL",
+                        "SAC_LOG_JSON",
+                        "SAC_PLUGIN_PATH",
+                        "SAC_MUJOCO_ASSETS",
+                        "SAC_FUZZ_SEED_DIR"};
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
     cr_assert_not_null(strstr(out, must[i]), "--help lacks '%s':\n%s", must[i], out);
   free(out);

@@ -499,6 +499,53 @@ Test(env_wrapper, unknown_names) {
   }
 }
 
+/* ---- environment IDs as users write them ---------------------------------------------- */
+
+Test(env_ids, unknown_id_lists_every_known_one) {
+  sac_env_t *env = (sac_env_t *)1;
+  const char *log;
+  cr_assert_eq(new_captured("Hopper-v9", &env, &log), SAC_ENOTFOUND);
+  cr_assert_null(env);
+  const char *ids[] = {
+      "Pendulum-v1", "MountainCarContinuous-v0", "HalfCheetah-v4", "Hopper-v4",   "Walker2d-v4",
+      "Ant-v4",      "HalfCheetah-v5",           "Hopper-v5",      "Walker2d-v5", "Ant-v5",
+      "Humanoid-v5"};
+  for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+    cr_expect_not_null(strstr(log, ids[i]), "'%s' missing from: %s", ids[i], log);
+  /* built-ins take no ",ARGS"; only plugin-served IDs pass them on */
+  cr_assert_eq(new_captured("Pendulum-v1,max_steps=3", &env, &log), SAC_ENOTFOUND);
+  char out[2048];
+  cr_assert_eq(sac_env_resolve("MountainCarContinuous-v0", out, sizeof out), 0);
+  cr_assert_str_eq(out, "MountainCarContinuous-v0");
+}
+
+/* An ID served by a plugin is looked up by file name in SAC_PLUGIN_PATH first: a folder
+ * there holding "libsac_env_mujoco.so" (here the example plugin under that name) is the one
+ * loaded, and it gets the ID with its arguments. */
+Test(env_ids, plugin_is_found_in_SAC_PLUGIN_PATH) {
+  char dir[] = "/tmp/sac_test_plugin_path_XXXXXX", link[256], path[512], out[2048];
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(link, sizeof link, "%s/libsac_env_mujoco.so", dir);
+  cr_assert_eq(symlink(SAC_ENV_EXAMPLE_SO, link), 0);
+  snprintf(path, sizeof path, "/nonexistent::%s", dir); /* empty and missing entries are skipped */
+  setenv("SAC_PLUGIN_PATH", path, 1);
+  cr_assert_eq(sac_env_resolve("Hopper-v5,max_steps=9", out, sizeof out), 0);
+  char want[1024];
+  snprintf(want, sizeof want, "plugin:%s:Hopper-v5,max_steps=9", link);
+  cr_expect_str_eq(out, want);
+  sac_env_t *env = NULL;
+  const char *log;
+  /* the example plugin refuses the MuJoCo arguments: proof that it is the one loaded */
+  cr_expect_eq(new_captured("Hopper-v5", &env, &log), SAC_EPLUGIN);
+  cr_expect_not_null(strstr(log, link), "log: %s", log);
+  /* negative control: without the variable the folder is not searched */
+  unsetenv("SAC_PLUGIN_PATH");
+  int rc = sac_env_resolve("Hopper-v5", out, sizeof out);
+  cr_expect(rc == SAC_EPLUGIN || (rc == 0 && strstr(out, dir) == NULL), "rc %d out %s", rc, out);
+  unlink(link);
+  rmdir(dir);
+}
+
 /* ---- reset distribution and random streams ------------------------------------------ */
 
 Test(env_reset, pendulum_distribution) {

@@ -1,9 +1,11 @@
-/* Tests of envs/mujoco (libsac_env_mujoco.so): HalfCheetah-v4, Hopper-v4, Walker2d-v4 and
- * Ant-v4 against Gymnasium's trajectories (tests/data/mujoco_*.csv, written by
+/* Tests of envs/mujoco (libsac_env_mujoco.so): HalfCheetah, Hopper, Walker2d and Ant, -v4
+ * and -v5, and Humanoid-v5, against Gymnasium's trajectories (tests/data/mujoco_*.csv, written by
  * tests/data/gen_mujoco_refs.py with gymnasium[mujoco]), step by step from the same
- * qpos/qvel with the same actions; then through the sacfleet loader (sac_env_new): the
- * spec, the 1000-step truncation, reset determinism, the reset noise range, and that
- * step and reset allocate nothing (malloc counted inside libmujoco too, see below).
+ * qpos/qvel with the same actions; then through the sacfleet loader by plain ID
+ * (sac_env_new("Hopper-v5")): the spec, the 1000-step truncation, reset determinism, the
+ * reset noise range, and that step and reset allocate nothing (malloc counted inside
+ * libmujoco too, see below); the plugin:PATH:ID form; and model files found through the
+ * python3 on PATH by a plugin built without an assets folder.
  *
  * Tolerance, and why: the C plugin runs Debian's libmujoco 2.2.2, the references were made
  * with the MuJoCo Python package (4.0.0 when they were generated). Measured: without new
@@ -61,7 +63,7 @@ void free(void *p) {
 #define ABS_TOL 1e-3
 #define REL_TOL 1e-3
 #define MAX_STEPS 64
-#define MAX_DIM 64
+#define MAX_DIM 384 /* Humanoid-v5 observes 348 numbers */
 
 typedef int (*set_state_fn)(void *, const double *, int, const double *, int, float *);
 
@@ -106,7 +108,7 @@ static int read_traj(const char *path, traj_t *t) {
   if (!f)
     return -1;
   memset(t, 0, sizeof *t);
-  char line[8192];
+  static char line[32768]; /* a Humanoid row is about 6 KB */
   int ncols = 0;
   while (fgets(line, sizeof line, f)) {
     line[strcspn(line, "\r\n")] = '\0';
@@ -153,13 +155,16 @@ typedef struct {
 /* Normalised error of a against the reference r: |a - r| / (ABS_TOL + REL_TOL |r|); <= 1 passes. */
 static double nerr(double a, double r) { return fabs(a - r) / (ABS_TOL + REL_TOL * fabs(r)); }
 
-/* Steps asserted within the tight tolerance, per environment (see the top comment). */
+/* Steps asserted within the tight tolerance, per environment (see the top comment); v5
+ * shares v4's models and dynamics except Walker2d-v5's feet and Ant-v5's contact terms. */
 static int tight_steps(const char *env) {
-  if (strcmp(env, "Hopper-v4") == 0)
+  if (strncmp(env, "Hopper-", 7) == 0)
     return 7;
-  if (strcmp(env, "Ant-v4") == 0)
+  if (strncmp(env, "Ant-", 4) == 0)
     return 1;
-  return MAX_STEPS; /* HalfCheetah-v4, Walker2d-v4: the whole reference */
+  if (strncmp(env, "Humanoid-", 9) == 0)
+    return 3;
+  return MAX_STEPS; /* HalfCheetah, Walker2d: the whole reference */
 }
 
 /* Replays one reference file; returns 0, or 77 when the model cannot be loaded. */
@@ -187,7 +192,8 @@ static int replay(const plugin_t *p, const char *file) {
   CHECK(p->reset(h, 1, scratch) == 0, "%s: reset", file);
   CHECK(p->set_state(h, t.qpos0, t.nq, t.qvel0, t.nv, obs) == 0, "%s: set_state nq=%d nv=%d", file, t.nq,
         t.nv);
-  if (strcmp(t.env, "Ant-v4") == 0) { /* normalise the reference's torso quaternion */
+  if (strncmp(t.env, "Ant-", 4) == 0 ||
+      strncmp(t.env, "Humanoid-", 9) == 0) { /* normalise the torso quaternion */
     double n = 0.0;
     for (int i = 1; i <= 4; i++)
       n += t.obs0[i] * t.obs0[i];
@@ -233,26 +239,25 @@ static int replay(const plugin_t *p, const char *file) {
   return 0;
 }
 
-/* Through the sacfleet loader: spec, truncation at 1000 (not termination), reset
- * determinism and the reset noise range. */
-static void loader_checks(const char *id, int obs_dim, int act_dim, double noise) {
-  char name[1024];
-  snprintf(name, sizeof name, "plugin:%s:%s", SAC_ENV_MUJOCO_SO, id);
+/* Through the sacfleet loader, by ID as users write it (the plugin is found next to this
+ * binary): spec, truncation at 1000 (not termination), reset determinism and the reset
+ * noise range of the qvel part of the observation (nv entries from qv0). */
+static void loader_checks(const char *id, int obs_dim, int act_dim, int qv0, int nv, double noise) {
   sac_env_t *env = NULL, *env2 = NULL;
-  int rc = sac_env_new(name, 7, 0, &env);
+  int rc = sac_env_new(id, 7, 0, &env);
   CHECK(rc == 0, "%s: sac_env_new: %s", id, sac_strerror(rc));
   if (rc != 0)
     return;
-  CHECK(sac_env_new(name, 7, 0, &env2) == 0, "%s: second env", id);
+  CHECK(sac_env_new(id, 7, 0, &env2) == 0, "%s: second env", id);
   const sac_env_spec_t *s = sac_env_spec(env);
   CHECK(s->obs_dim == obs_dim && s->act_dim == act_dim && s->max_episode_steps == 1000, "%s: spec %d %d %d",
         id, s->obs_dim, s->act_dim, s->max_episode_steps);
+  CHECK(strcmp(s->name, id) == 0, "%s: spec name %s", id, s->name);
   float o1[SAC_ENV_MAX_OBS], o2[SAC_ENV_MAX_OBS], a[SAC_ENV_MAX_ACT] = {0}, r;
   CHECK(sac_env_reset(env, o1) == 0 && sac_env_reset(env2, o2) == 0, "%s: reset", id);
   CHECK(memcmp(o1, o2, sizeof(float) * (size_t)obs_dim) == 0, "%s: same seed, different reset", id);
   /* velocities are pure noise around 0 (uniform: |v| <= scale; normal: |v| < 6 scale) */
-  int qv0 = obs_dim - (obs_dim == 27 ? 14 : (obs_dim == 11 ? 6 : 9));
-  for (int i = qv0; i < obs_dim; i++)
+  for (int i = qv0; i < qv0 + nv; i++)
     CHECK(fabs(o1[i]) <= 6.0 * noise, "%s: reset qvel %g outside the noise range", id, o1[i]);
   int term = 0, trunc = 0, steps = 0;
 #ifdef SAC_COUNT_ALLOCS
@@ -269,7 +274,7 @@ static void loader_checks(const char *id, int obs_dim, int act_dim, double noise
   CHECK(g_allocs == 0, "%s: %ld allocations in %d steps and a reset", id, g_allocs, steps);
 #endif
   /* zero action: HalfCheetah never terminates and must be truncated at 1000 */
-  if (obs_dim == 17 && act_dim == 6 && strcmp(id, "HalfCheetah-v4") == 0)
+  if (strncmp(id, "HalfCheetah-", 12) == 0)
     CHECK(trunc && !term && steps == 1000, "%s: expected truncation at 1000, got term %d trunc %d after %d",
           id, term, trunc, steps);
   else
@@ -279,6 +284,102 @@ static void loader_checks(const char *id, int obs_dim, int act_dim, double noise
   sac_env_destroy(&env);
   sac_env_destroy(&env2);
   CHECK(env == NULL, "%s: destroy", id);
+}
+
+/* Ant-v5 against Ant-v4 from the same seed (same reset noise, same dynamics): the first 27
+ * observations agree, the other 78 are the clipped contact forces, and the reward is v4's
+ * less 5e-4 * their squares' sum (the world body's forces, not observed, are 0), while the
+ * Ant is healthy. Gymnasium's trajectories part from libmujoco 2.2.2's at the first ground
+ * contact, so this is how the contact terms are checked once the legs touch the ground. */
+static void ant_v5_contact_checks(void) {
+  sac_env_t *v4 = NULL, *v5 = NULL;
+  if (sac_env_new("Ant-v4", 3, 0, &v4) != 0 || sac_env_new("Ant-v5", 3, 0, &v5) != 0) {
+    CHECK(0, "Ant-v4/v5 envs");
+    sac_env_destroy(&v4);
+    sac_env_destroy(&v5);
+    return;
+  }
+  float o4[SAC_ENV_MAX_OBS], o5[SAC_ENV_MAX_OBS], a[8], r4, r5;
+  CHECK(sac_env_reset(v4, o4) == 0 && sac_env_reset(v5, o5) == 0, "Ant resets");
+  int steps = 0, contact_steps = 0, t4 = 0, t5 = 0, tr = 0;
+  double max_d = 0.0, max_cost = 0.0;
+  uint64_t s = 12345;
+  while (steps < 200 && !t4 && !t5) {
+    for (int i = 0; i < 8; i++) { /* small deterministic actions: walking, not flipping */
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      a[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 0.6 - 0.3);
+    }
+    CHECK(sac_env_step(v4, a, o4, &r4, &t4, &tr) == 0 && sac_env_step(v5, a, o5, &r5, &t5, &tr) == 0,
+          "steps");
+    steps++;
+    double cost = 0.0;
+    int nz = 0;
+    for (int i = 0; i < 27; i++)
+      max_d = fmax(max_d, fabs(o4[i] - o5[i]));
+    for (int i = 27; i < 105; i++) {
+      CHECK(o5[i] >= -1.0f && o5[i] <= 1.0f, "Ant-v5 contact force %d = %g not clipped", i, o5[i]);
+      cost += (double)o5[i] * o5[i];
+      nz += o5[i] != 0.0f;
+    }
+    cost *= 5e-4;
+    max_cost = fmax(max_cost, cost);
+    contact_steps += nz > 0;
+    if (!t5)
+      CHECK(fabs((double)r4 - cost - r5) <= 1e-4 + 1e-5 * fabs(r4),
+            "step %d: v4 reward %g - contact %g != v5 %g", steps, r4, cost, r5);
+  }
+  CHECK(max_d <= 1e-6, "Ant-v4/v5 first 27 observations differ by %g", max_d);
+  CHECK(t4 == t5, "terminated v4 %d v5 %d", t4, t5);
+  CHECK(contact_steps > steps / 4, "contact forces nonzero on only %d of %d steps", contact_steps, steps);
+  printf(
+      "Ant-v5 vs Ant-v4: %d steps, contact forces on %d, largest contact cost %.4f, obs[0:27] max |d| %.1e\n",
+      steps, contact_steps, max_cost, max_d);
+  sac_env_destroy(&v4);
+  sac_env_destroy(&v5);
+}
+
+/* A plugin built without a configured assets folder (as on a machine where the build saw no
+ * Gymnasium) finds the models by asking the python3 on PATH; with no python3 on PATH it
+ * fails with a message that says what to do. Skipped (printed) where this python3 has no
+ * Gymnasium. */
+static void runtime_assets_checks(void) {
+  void *so = dlopen(SAC_ENV_MUJOCO_NOASSETS_SO, RTLD_NOW | RTLD_LOCAL);
+  CHECK(so != NULL, "cannot load %s", SAC_ENV_MUJOCO_NOASSETS_SO);
+  if (!so)
+    return;
+  sac_env_plugin_create_fn create;
+  sac_env_plugin_destroy_fn destroy;
+  *(void **)&create = dlsym(so, "sac_env_plugin_create");
+  *(void **)&destroy = dlsym(so, "sac_env_plugin_destroy");
+  char *assets = getenv("SAC_MUJOCO_ASSETS") ? strdup(getenv("SAC_MUJOCO_ASSETS")) : NULL;
+  char *path = strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+  unsetenv("SAC_MUJOCO_ASSETS");
+  sac_env_plugin_spec_t spec;
+  char err[1024] = "";
+  /* negative control first (a found folder is kept for the process) */
+  setenv("PATH", "/nonexistent", 1);
+  memset(&spec, 0, sizeof spec);
+  void *h = create("Hopper-v5", &spec, err, sizeof err);
+  CHECK(h == NULL && strstr(err, "no model file") && strstr(err, "SAC_MUJOCO_ASSETS"),
+        "no python3: expected 'no model file', got '%s'", err);
+  setenv("PATH", path, 1);
+  int have_gym = system("python3 -c 'import gymnasium' >/dev/null 2>&1") == 0;
+  memset(&spec, 0, sizeof spec);
+  err[0] = '\0';
+  h = create("Hopper-v5", &spec, err, sizeof err);
+  if (have_gym) {
+    CHECK(h != NULL && spec.obs_dim == 11, "models from the python3 on PATH: '%s'", err);
+    printf("runtime assets: Hopper-v5 loaded with the models of the python3 on PATH\n");
+  } else {
+    printf("runtime assets: SKIPPED the positive case (python3 on PATH has no gymnasium)\n");
+  }
+  if (h)
+    destroy(h);
+  if (assets)
+    setenv("SAC_MUJOCO_ASSETS", assets, 1);
+  free(assets);
+  free(path);
+  dlclose(so);
 }
 
 int main(void) {
@@ -311,9 +412,24 @@ int main(void) {
             strstr(err, "cannot load"),
         "bad model: '%s'", err);
 
-  static const char *files[] = {
-      "mujoco_halfcheetah_0.csv", "mujoco_halfcheetah_1.csv", "mujoco_hopper_0.csv", "mujoco_hopper_1.csv",
-      "mujoco_walker2d_0.csv",    "mujoco_walker2d_1.csv",    "mujoco_ant_0.csv",    "mujoco_ant_1.csv"};
+  static const char *files[] = {"mujoco_halfcheetah_0.csv",
+                                "mujoco_halfcheetah_1.csv",
+                                "mujoco_hopper_0.csv",
+                                "mujoco_hopper_1.csv",
+                                "mujoco_walker2d_0.csv",
+                                "mujoco_walker2d_1.csv",
+                                "mujoco_ant_0.csv",
+                                "mujoco_ant_1.csv",
+                                "mujoco_halfcheetah_v5_0.csv",
+                                "mujoco_halfcheetah_v5_1.csv",
+                                "mujoco_hopper_v5_0.csv",
+                                "mujoco_hopper_v5_1.csv",
+                                "mujoco_walker2d_v5_0.csv",
+                                "mujoco_walker2d_v5_1.csv",
+                                "mujoco_ant_v5_0.csv",
+                                "mujoco_ant_v5_1.csv",
+                                "mujoco_humanoid_v5_0.csv",
+                                "mujoco_humanoid_v5_1.csv"};
   int skipped = 0;
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
     if (replay(&p, files[i]) == 77)
@@ -323,10 +439,23 @@ int main(void) {
     dlclose(so);
     return 77;
   }
-  loader_checks("HalfCheetah-v4", 17, 6, 0.1);
-  loader_checks("Hopper-v4", 11, 3, 5e-3);
-  loader_checks("Walker2d-v4", 17, 6, 5e-3);
-  loader_checks("Ant-v4", 27, 8, 0.1);
+  loader_checks("HalfCheetah-v4", 17, 6, 8, 9, 0.1);
+  loader_checks("Hopper-v4", 11, 3, 5, 6, 5e-3);
+  loader_checks("Walker2d-v4", 17, 6, 8, 9, 5e-3);
+  loader_checks("Ant-v4", 27, 8, 13, 14, 0.1);
+  loader_checks("HalfCheetah-v5", 17, 6, 8, 9, 0.1);
+  loader_checks("Hopper-v5", 11, 3, 5, 6, 5e-3);
+  loader_checks("Walker2d-v5", 17, 6, 8, 9, 5e-3);
+  loader_checks("Ant-v5", 105, 8, 13, 14, 0.1);
+  loader_checks("Humanoid-v5", 348, 17, 22, 23, 1e-2);
+  /* the explicit plugin:PATH:ID form, for users' own plugins, still works */
+  sac_env_t *env = NULL;
+  CHECK(sac_env_new("plugin:" SAC_ENV_MUJOCO_SO ":Hopper-v4,max_steps=5", 1, 0, &env) == 0 &&
+            sac_env_spec(env)->max_episode_steps == 5,
+        "plugin:PATH:ID form");
+  sac_env_destroy(&env);
+  ant_v5_contact_checks();
+  runtime_assets_checks();
   dlclose(so);
   printf("%s (%d failures)\n", g_failures ? "FAIL" : "PASS", g_failures);
   return g_failures ? 1 : 0;

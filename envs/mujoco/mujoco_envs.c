@@ -1,12 +1,14 @@
 /* MuJoCo locomotion environments as a sacfleet environment plugin (common/env_plugin.h):
- * HalfCheetah-v4, Hopper-v4, Walker2d-v4 and Ant-v4 with Gymnasium's v4 definitions
- * (gymnasium/envs/mujoco/<name>_v4.py, default constructor arguments): the same observation
+ * HalfCheetah, Hopper, Walker2d and Ant, -v4 and -v5, and Humanoid-v5, with Gymnasium's definitions
+ * (gymnasium/envs/mujoco/<name>_v4.py and _v5.py, default constructor arguments): the same observation
  * layout, reward terms, healthy ranges and termination, frame skip, reset noise and a
  * 1000-step time limit (enforced by the sacfleet loader, reported as truncation).
  *
  * It is not a renderer and not a copy of the models: the XML is read at create time from
  * a path, in this order: the model=PATH argument; $SAC_MUJOCO_ASSETS/<file>.xml; the
- * Gymnasium assets folder found when this library was configured (SAC_MUJOCO_ASSETS_DIR).
+ * Gymnasium assets folder found when this library was configured (SAC_MUJOCO_ASSETS_DIR);
+ * the assets folder of the Gymnasium that the python3 on PATH imports, asked at run time
+ * (so a build made before Gymnasium was installed, or an installed package, still works).
  *
  * ARGS (after the library path in "plugin:PATH/libsac_env_mujoco.so:ARGS"):
  *   ENV_ID[,model=PATH.xml][,max_steps=N]     e.g. "Hopper-v4" or "Ant-v4,max_steps=500"
@@ -15,8 +17,8 @@
  * Each handle owns its mjModel and mjData and there is no mutable global state besides
  * the lock around model loading, so handles may be created and stepped from different
  * threads. Gymnasium calls mj_rnePostConstraint after stepping; that only fills
- * cacc/cfrc_int/cfrc_ext, which none of these v4 tasks (Ant with its default
- * use_contact_forces=False) reads and mj_step recomputes, so it is skipped. The action
+ * cacc/cfrc_int/cfrc_ext, which none of these tasks but Ant-v5 and Humanoid-v5 reads (Ant-v4 with its
+ * default use_contact_forces=False) and mj_step recomputes, so only those two call it. The action
  * is given to MuJoCo as is (MuJoCo clamps ctrl to ctrlrange) and the control cost uses it
  * unclipped, as Gymnasium does. */
 #include <math.h>
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mujoco/mujoco.h>
 
@@ -34,7 +37,7 @@
 #define SAC_MUJOCO_ASSETS_DIR ""
 #endif
 
-typedef enum { TASK_HALF_CHEETAH, TASK_HOPPER, TASK_WALKER2D, TASK_ANT } task_kind_t;
+typedef enum { TASK_HALF_CHEETAH, TASK_HOPPER, TASK_WALKER2D, TASK_ANT, TASK_HUMANOID } task_kind_t;
 
 typedef struct {
   const char *id;
@@ -46,13 +49,25 @@ typedef struct {
   double ctrl_cost_weight;
   double reset_noise_scale;
   int normal_qvel_noise; /* qvel noise: scale * N(0, 1) (1) or U(-scale, scale) (0) */
+  int v5;                /* v5 rules: healthy reward only while healthy; Ant: contact forces */
 } task_t;
 
 static const task_t k_tasks[] = {
-    {"HalfCheetah-v4", "half_cheetah.xml", TASK_HALF_CHEETAH, 5, 17, 9, 9, 6, 0.1, 0.1, 1},
-    {"Hopper-v4", "hopper.xml", TASK_HOPPER, 4, 11, 6, 6, 3, 1e-3, 5e-3, 0},
-    {"Walker2d-v4", "walker2d.xml", TASK_WALKER2D, 4, 17, 9, 9, 6, 1e-3, 5e-3, 0},
-    {"Ant-v4", "ant.xml", TASK_ANT, 5, 27, 15, 14, 8, 0.5, 0.1, 1},
+    {"HalfCheetah-v4", "half_cheetah.xml", TASK_HALF_CHEETAH, 5, 17, 9, 9, 6, 0.1, 0.1, 1, 0},
+    {"Hopper-v4", "hopper.xml", TASK_HOPPER, 4, 11, 6, 6, 3, 1e-3, 5e-3, 0, 0},
+    {"Walker2d-v4", "walker2d.xml", TASK_WALKER2D, 4, 17, 9, 9, 6, 1e-3, 5e-3, 0, 0},
+    {"Ant-v4", "ant.xml", TASK_ANT, 5, 27, 15, 14, 8, 0.5, 0.1, 1, 0},
+    /* gymnasium/envs/mujoco/<name>_v5.py with default arguments; docs/ENVIRONMENTS.md lists
+     * what changed from v4. Ant-v5 observes the clipped external contact forces of its 13
+     * bodies (cfrc_ext[1:], 78 numbers) after qpos[2:] and qvel; Walker2d-v5 has its own
+     * model file (both feet with friction 0.9). */
+    {"HalfCheetah-v5", "half_cheetah.xml", TASK_HALF_CHEETAH, 5, 17, 9, 9, 6, 0.1, 0.1, 1, 1},
+    {"Hopper-v5", "hopper.xml", TASK_HOPPER, 4, 11, 6, 6, 3, 1e-3, 5e-3, 0, 1},
+    {"Walker2d-v5", "walker2d_v5.xml", TASK_WALKER2D, 4, 17, 9, 9, 6, 1e-3, 5e-3, 0, 1},
+    {"Ant-v5", "ant.xml", TASK_ANT, 5, 105, 15, 14, 8, 0.5, 0.1, 1, 1},
+    /* Humanoid-v5 observes qpos[2:], qvel and, for the 13 bodies after the world, cinert,
+     * cvel and cfrc_ext, with qfrc_actuator[6:] between them: 22+23+130+78+17+78 */
+    {"Humanoid-v5", "humanoid.xml", TASK_HUMANOID, 5, 348, 24, 23, 17, 0.1, 1e-2, 0, 1},
 };
 
 /* The XML parser of libmujoco 2.2 is not documented as thread-safe; actors may create
@@ -90,13 +105,54 @@ static double clip(double x, double lo, double hi) { return x < lo ? lo : (x > h
 static void get_obs(const mj_env_t *e, float *obs) {
   const mjModel *m = e->m;
   const mjData *d = e->d;
-  int skip = e->task->kind == TASK_ANT ? 2 : 1; /* x (and y for Ant) are excluded */
+  int skip = e->task->kind == TASK_ANT || e->task->kind == TASK_HUMANOID ? 2 : 1; /* x (and y) excluded */
   int clip_qvel = e->task->kind == TASK_HOPPER || e->task->kind == TASK_WALKER2D;
   int k = 0;
   for (int i = skip; i < m->nq; i++)
     obs[k++] = (float)d->qpos[i];
   for (int i = 0; i < m->nv; i++)
     obs[k++] = (float)(clip_qvel ? clip(d->qvel[i], -10.0, 10.0) : d->qvel[i]);
+  if (e->task->kind == TASK_ANT && e->task->v5) /* contact forces of every body but the world */
+    for (int i = 6; i < 6 * m->nbody; i++)
+      obs[k++] = (float)clip(d->cfrc_ext[i], -1.0, 1.0);
+  if (e->task->kind == TASK_HUMANOID) { /* every body but the world, unclipped */
+    for (int i = 10; i < 10 * m->nbody; i++)
+      obs[k++] = (float)d->cinert[i];
+    for (int i = 6; i < 6 * m->nbody; i++)
+      obs[k++] = (float)d->cvel[i];
+    for (int i = 6; i < m->nv; i++)
+      obs[k++] = (float)d->qfrc_actuator[i];
+    for (int i = 6; i < 6 * m->nbody; i++)
+      obs[k++] = (float)d->cfrc_ext[i];
+  }
+}
+
+/* x of the centre of mass (Humanoid's forward reward): sum(mass * xipos) / sum(mass). */
+static double mass_center_x(const mj_env_t *e) {
+  double num = 0.0, den = 0.0;
+  for (int b = 0; b < e->m->nbody; b++) {
+    num += e->m->body_mass[b] * e->d->xipos[3 * b];
+    den += e->m->body_mass[b];
+  }
+  return num / den;
+}
+
+/* Humanoid-v5's contact cost: 5e-7 * sum of the squared contact forces, at most 10. */
+static double humanoid_contact_cost(const mj_env_t *e) {
+  double c = 0.0;
+  for (int i = 0; i < 6 * e->m->nbody; i++)
+    c += e->d->cfrc_ext[i] * e->d->cfrc_ext[i];
+  return fmin(5e-7 * c, 10.0);
+}
+
+/* Ant-v5's contact cost: 5e-4 * sum of the squared clipped contact forces (world included). */
+static double contact_cost(const mj_env_t *e) {
+  double c = 0.0;
+  for (int i = 0; i < 6 * e->m->nbody; i++) {
+    double f = clip(e->d->cfrc_ext[i], -1.0, 1.0);
+    c += f * f;
+  }
+  return 5e-4 * c;
 }
 
 static int is_healthy(const mj_env_t *e) {
@@ -125,8 +181,50 @@ static int is_healthy(const mj_env_t *e) {
       if (!isfinite(d->qvel[i]))
         return 0;
     return d->qpos[2] >= 0.2 && d->qpos[2] <= 1.0;
+  case TASK_HUMANOID:
+    return d->qpos[2] > 1.0 && d->qpos[2] < 2.0;
   }
   return 1;
+}
+
+static int readable(const char *dir, const char *xml, char *out, size_t cap) {
+  if (!dir || !*dir)
+    return 0;
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s/%s", dir, xml) >= (int)sizeof path || access(path, R_OK) != 0)
+    return 0;
+  return snprintf(out, cap, "%s", path) < (int)cap;
+}
+
+/* Gymnasium's assets folder as the python3 on PATH sees it, asked once per process (about a
+ * second) and kept once found; "" when there is no python3 or no Gymnasium (asked again on
+ * the next create: a failed create ends the run anyway). Guarded by g_load_lock. */
+static char g_py_assets[4096];
+static const char *python_assets_locked(void) {
+  if (g_py_assets[0])
+    return g_py_assets;
+  FILE *p = popen("python3 -c 'import os, gymnasium; print(os.path.join(os.path.dirname(gymnasium.__file__), "
+                  "\"envs\", \"mujoco\", \"assets\"))' 2>/dev/null",
+                  "r");
+  if (!p)
+    return g_py_assets;
+  if (!fgets(g_py_assets, sizeof g_py_assets, p))
+    g_py_assets[0] = '\0';
+  g_py_assets[strcspn(g_py_assets, "\r\n")] = '\0';
+  if (pclose(p) != 0)
+    g_py_assets[0] = '\0';
+  return g_py_assets;
+}
+
+/* The model file for xml: $SAC_MUJOCO_ASSETS, the folder configured at build time, or the
+ * installed Gymnasium's (asked at run time: the build may not have seen one). 0 or -1. */
+static int find_model(const char *xml, char *out, size_t cap) {
+  if (readable(getenv("SAC_MUJOCO_ASSETS"), xml, out, cap) || readable(SAC_MUJOCO_ASSETS_DIR, xml, out, cap))
+    return 0;
+  pthread_mutex_lock(&g_load_lock);
+  int ok = readable(python_assets_locked(), xml, out, cap);
+  pthread_mutex_unlock(&g_load_lock);
+  return ok ? 0 : -1;
 }
 
 /* Parses "ENV_ID[,model=PATH][,max_steps=N]"; returns 0, or -1 with a reason in err. */
@@ -139,7 +237,8 @@ static int parse_args(const char *args, const task_t **task, char *model, size_t
       *task = &k_tasks[i];
   if (!*task) {
     snprintf(err, err_len,
-             "unknown MuJoCo environment '%.*s' (known: HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4)",
+             "unknown MuJoCo environment '%.*s' (known: HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4, "
+             "HalfCheetah-v5, Hopper-v5, Walker2d-v5, Ant-v5, Humanoid-v5)",
              (int)id_len, args);
     return -1;
   }
@@ -192,18 +291,13 @@ SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plug
   int max_steps = 1000;
   if (parse_args(args, &task, model, sizeof model, &max_steps, err, err_len) != 0)
     return NULL;
-  if (!model[0]) {
-    const char *dir = getenv("SAC_MUJOCO_ASSETS");
-    if (!dir || !*dir)
-      dir = SAC_MUJOCO_ASSETS_DIR;
-    if (!*dir) {
-      snprintf(err, err_len,
-               "%s: no model file: pass model=PATH/%s, set SAC_MUJOCO_ASSETS to Gymnasium's "
-               "envs/mujoco/assets folder, or install gymnasium and reconfigure",
-               task->id, task->xml);
-      return NULL;
-    }
-    snprintf(model, sizeof model, "%s/%s", dir, task->xml);
+  if (!model[0] && find_model(task->xml, model, sizeof model) != 0) {
+    snprintf(err, err_len,
+             "%s: no model file %s: pass model=PATH/%s, set SAC_MUJOCO_ASSETS to Gymnasium's "
+             "envs/mujoco/assets folder, or install Gymnasium for the python3 on PATH "
+             "(pip install \"gymnasium[mujoco]\")",
+             task->id, task->xml, task->xml);
+    return NULL;
   }
   mj_env_t *e = calloc(1, sizeof *e);
   if (!e) {
@@ -219,7 +313,10 @@ SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plug
     snprintf(err, err_len, "%s: cannot load model '%s': %s", task->id, model, load_err);
     goto err;
   }
-  if (e->m->nq != task->nq || e->m->nv != task->nv || e->m->nu != task->nu) {
+  if (e->m->nq != task->nq || e->m->nv != task->nv || e->m->nu != task->nu ||
+      (task->kind == TASK_ANT && task->v5 && 6 * (e->m->nbody - 1) != task->obs_dim - 27) ||
+      (task->kind == TASK_HUMANOID &&
+       22 * (e->m->nbody - 1) + task->nq + task->nv - 2 + task->nv - 6 != task->obs_dim)) {
     snprintf(err, err_len, "%s: model '%s' has nq=%d nv=%d nu=%d, expected %d %d %d", task->id, model,
              e->m->nq, e->m->nv, e->m->nu, task->nq, task->nv, task->nu);
     goto err;
@@ -281,15 +378,24 @@ SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_step(void *handle, const float *action,
     ctrl_cost += (double)action[i] * action[i];
   }
   ctrl_cost *= t->ctrl_cost_weight;
-  int ant = t->kind == TASK_ANT;
-  double x_before = ant ? d->xpos[3 * e->torso] : d->qpos[0];
+  int ant = t->kind == TASK_ANT, humanoid = t->kind == TASK_HUMANOID;
+  double x_before = ant ? d->xpos[3 * e->torso] : (humanoid ? mass_center_x(e) : d->qpos[0]);
   for (int k = 0; k < t->frame_skip; k++)
     mj_step(m, d);
-  double x_after = ant ? d->xpos[3 * e->torso] : d->qpos[0];
-  double r = (x_after - x_before) / e->dt - ctrl_cost;
+  if ((ant && t->v5) || humanoid) /* cfrc_ext, which Ant-v5 and Humanoid observe and pay for */
+    mj_rnePostConstraint(m, d);
+  double x_after = ant ? d->xpos[3 * e->torso] : (humanoid ? mass_center_x(e) : d->qpos[0]);
+  double r = (humanoid ? 1.25 : 1.0) * (x_after - x_before) / e->dt - ctrl_cost;
   int healthy = is_healthy(e);
+  /* healthy_reward (Humanoid: 5): v4's terminate_when_unhealthy makes it paid on every
+   * step, even the terminating one; v5 pays it only while healthy */
+  double healthy_reward = humanoid ? 5.0 : 1.0;
   if (t->kind != TASK_HALF_CHEETAH)
-    r += 1.0; /* healthy_reward: terminate_when_unhealthy makes it 1 on every step */
+    r += t->v5 ? (healthy ? healthy_reward : 0.0) : healthy_reward;
+  if (ant && t->v5)
+    r -= contact_cost(e);
+  if (humanoid)
+    r -= humanoid_contact_cost(e);
   *terminated = !healthy;
   get_obs(e, obs);
   /* A diverged simulation must not feed NaN into the replay buffer: end the episode. */

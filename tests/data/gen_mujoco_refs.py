@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Generates the Gymnasium MuJoCo reference trajectories that tests/test_mujoco.c replays.
 
-Gymnasium's *-v4 classes (with the MuJoCo Python package that `pip install
-"gymnasium[mujoco]"` brings) are the definition of HalfCheetah-v4, Hopper-v4, Walker2d-v4
-and Ant-v4; envs/mujoco/mujoco_envs.c (on Debian's libmujoco 2.2.2) must reproduce them.
+Gymnasium's *-v4 and *-v5 classes (with the MuJoCo Python package that `pip install
+"gymnasium[mujoco]"` brings) are the definition of HalfCheetah, Hopper, Walker2d and Ant
+(-v4 and -v5); envs/mujoco/mujoco_envs.c (on Debian's libmujoco 2.2.2) must reproduce them.
 Each trajectory starts from the state of a seeded Gymnasium reset (its qpos/qvel are
 written exactly, so the C side sets the same state instead of drawing its own noise),
 applies a fixed float32 action sequence (uniform in [-1.2, 1.2] for trajectory 0, so some
@@ -11,7 +11,8 @@ actions are outside the control range: MuJoCo clamps ctrl, the control cost uses
 action; uniform in [-0.4, 0.4] for trajectory 1) through
 gym.make's wrappers, and ends at the first terminated step or after STEPS steps.
 
-File format (CSV, one file per trajectory, mujoco_<env>_<n>.csv):
+File format (CSV, one file per trajectory, mujoco_<env>_<n>.csv for v4 and
+mujoco_<env>_v5_<n>.csv for v5):
     #env,<gymnasium id>
     #generator,gymnasium <version>,mujoco <version>,numpy <version>
     #qpos0,<q0>,...            float64, exact (repr)
@@ -21,10 +22,11 @@ File format (CSV, one file per trajectory, mujoco_<env>_<n>.csv):
 Actions are float32 written with 9 significant digits (exact); observations and rewards are
 float64 written with 9 significant digits (the C plugin returns float32).
 
-Usage: pip install "gymnasium[mujoco]" && python3 tests/data/gen_mujoco_refs.py
-(writes next to itself)
+Usage: pip install "gymnasium[mujoco]" && python3 tests/data/gen_mujoco_refs.py [ENV_ID...]
+(writes next to itself; all environments when no ID is given)
 """
 import os
+import sys
 import warnings
 
 import gymnasium as gym
@@ -34,7 +36,8 @@ import numpy as np
 OUT = os.path.dirname(os.path.abspath(__file__))
 STEPS = 40
 AMP = [1.2, 0.4]  # trajectory 0 leaves the control range, 1 stays gentle (longer episodes)
-ENVS = ["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4"]
+ENVS = ["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4",
+        "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"]
 
 
 def g9(x):
@@ -57,7 +60,9 @@ def run(env_id, n):
         if term or trunc:
             break
     env.close()
-    name = "mujoco_%s_%d.csv" % (env_id.split("-")[0].lower(), n)
+    base, version = env_id.split("-")
+    # v4 files keep their first names; v5 ones say their version
+    name = "mujoco_%s%s_%d.csv" % (base.lower(), "" if version == "v4" else "_" + version, n)
     with open(os.path.join(OUT, name), "w") as f:
         f.write("#env,%s\n" % env_id)
         f.write("#generator,gymnasium %s,mujoco %s,numpy %s\n" % (gym.__version__, mujoco.__version__, np.__version__))
@@ -73,7 +78,7 @@ def run(env_id, n):
 
 
 def main():
-    for env_id in ENVS:
+    for env_id in sys.argv[1:] or ENVS:
         for n in range(2):
             run(env_id, n)
 
