@@ -437,10 +437,8 @@ static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t i
 static void store_and_ack(sac_replay_server_t *s, const unsigned char *id, size_t id_len,
                           const sac_wire_transitions_t *t, const unsigned char *msg, size_t len) {
   sac_replay_insert_result_t r;
-  if (wal_log(s, t, msg, len) != 0) {
-    send_ack(s, id, id_len, t->actor_id, t->seq, NULL, "the shard cannot write its log");
-    return;
-  }
+  if (wal_log(s, t, msg, len) != 0)
+    return; /* no answer: the shard stops, the actor resends to the restarted one */
   int rc = sac_replay_shard_insert(s->shard, t, &r);
   if (rc) {
     count_reject(s, r.reason, "insert", id, id_len);
