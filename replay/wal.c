@@ -144,6 +144,25 @@ int sac_replay_wal_scan(const char *path, size_t max_payload, sac_replay_wal_app
   return rc;
 }
 
+/* fsync of the directory holding path: a new log's name survives a power cut too. */
+static int sync_dir(const char *path) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir)
+    slash[1] = '\0';
+  else if (slash)
+    *slash = '\0';
+  else
+    snprintf(dir, sizeof dir, ".");
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
 int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
                         sac_replay_wal_apply_fn apply, void *user, sac_replay_wal_t **out,
                         sac_replay_wal_scan_t *scan) {
@@ -170,7 +189,7 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
     memcpy(h, k_magic, 8);
     put32(h + 8, 1);
     put32(h + 12, shard_id);
-    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0)
+    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0 || sync_dir(path) != 0)
       rc = SAC_EIO;
     scan->valid_bytes = sizeof h;
     if (!rc)
