@@ -454,6 +454,8 @@ static double ack_after_one_batch(int sync_ms, const char *tag) {
 Test(replay_wal, acks_wait_for_the_fsync_that_covers_them) {
   double with_fsync = ack_after_one_batch(2, "gc1");
   cr_assert_geq(with_fsync, 0.2, "ack after %.3f s: before the 200 ms fsync finished", with_fsync);
+  double each = ack_after_one_batch(0, "gc0"); /* wal_sync_ms 0: an fsync per batch */
+  cr_assert_geq(each, 0.2, "ack after %.3f s: before the 200 ms fsync finished", each);
   /* control: without fsync the same ack comes at once and no fsync ran before it */
   double without = ack_after_one_batch(-1, "gc2");
   cr_assert_lt(without, 0.2, "ack after %.3f s without fsync", without);
