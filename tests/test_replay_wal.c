@@ -464,9 +464,11 @@ Test(replay_wal, acks_wait_for_the_fsync_that_covers_them) {
   cr_assert_geq(with_fsync, 0.2, "ack after %.3f s: before the 200 ms fsync finished", with_fsync);
   double each = ack_after_one_batch(0, "gc0"); /* wal_sync_ms 0: an fsync per batch */
   cr_assert_geq(each, 0.2, "ack after %.3f s: before the 200 ms fsync finished", each);
-  /* control: without fsync the same ack comes at once and no fsync ran before it */
+  /* control: without fsync the same ack comes without any fsync (checked inside; no
+   * timing bound, which a busy machine could break) */
   double without = ack_after_one_batch(-1, "gc2");
-  cr_assert_lt(without, 0.2, "ack after %.3f s without fsync", without);
+  cr_log_info("ack after %.3f s with fsync each batch, %.3f s with group commit, %.3f s without fsync", each,
+              with_fsync, without);
 }
 
 Test(replay_wal, group_commit_covers_many_batches_with_one_fsync) {
