@@ -69,7 +69,8 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
   memset(out, 0, sizeof *out);
   out->why = "";
   out->valid_bytes = SAC_REPLAY_WAL_HEADER_BYTES;
-  unsigned char *buf = malloc(max_payload ? max_payload : 1);
+  size_t cap = max_payload ? max_payload : 4096;
+  unsigned char *buf = malloc(cap);
   if (!buf)
     return SAC_ENOMEM;
   int rc = 0;
@@ -84,10 +85,25 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
       out->why = "torn record head";
       break;
     }
+    /* A record longer than max_payload is still read (the shard may have been restarted
+     * with a smaller max_msg_bytes; the apply callback decides), up to what the file
+     * holds: a length beyond that is a torn record or a corrupt length field. */
     uint32_t len = get32(head);
-    if (len > max_payload || len == 0) {
-      out->why = "record length out of range";
+    uint64_t left = file_bytes - out->valid_bytes - sizeof head;
+    if (len == 0 || len > SAC_REPLAY_WAL_MAX_RECORD ||
+        (file_bytes >= out->valid_bytes + sizeof head && len > left)) {
+      out->why =
+          len == 0 || len > SAC_REPLAY_WAL_MAX_RECORD ? "record length out of range" : "torn record payload";
       break;
+    }
+    if (len > cap) {
+      unsigned char *nb = realloc(buf, len);
+      if (!nb) {
+        rc = SAC_ENOMEM;
+        break;
+      }
+      buf = nb;
+      cap = len;
     }
     if ((rc = read_full(fd, buf, len, &got)) != 0)
       break;
