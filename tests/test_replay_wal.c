@@ -140,6 +140,11 @@ Test(replay_wal, record_round_trip) {
     for (size_t j = 0; j < s.len[i]; j++)
       cr_assert_eq(s.payload[i][j], (unsigned char)i);
   }
+  /* records longer than the expected largest are still read */
+  seen_t s1 = {0};
+  cr_assert_eq(sac_replay_wal_scan(path, 4, collect, &s1, &sc), 0);
+  cr_assert_eq(s1.n, 5);
+  cr_assert_eq(sc.dropped_bytes, 0);
   /* reopening appends after the last record */
   sac_replay_wal_t *w = NULL;
   seen_t s2 = {0};
