@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,8 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   c->envs_per_actor = 1;
   c->buffer_capacity = 1000000;
   c->max_nonfinite_updates = 100;
+  c->durability = SAC_REPLAY_DURABILITY_WAL;
+  c->wal_sync_ms = 2;
   sac_dp_cfg_default(&c->dp);
 }
 
@@ -170,7 +173,30 @@ typedef struct {
   sac_actor_t **actors;
 } embedded_t;
 
+/* GET /provenance?shard=<i> on the learner's metrics port: the provenance of embedded
+ * shard i (docs/REPLAY.md), rendered by that shard's thread. The route outlives a run's
+ * shards, so it reaches them through this registry, emptied before they go. */
+static pthread_mutex_t g_prov_mu = PTHREAD_MUTEX_INITIALIZER;
+static embedded_t *g_prov_em;
+
+static int render_provenance(void *user, const char *query, size_t qlen, char **text, size_t *len) {
+  (void)user;
+  unsigned long shard = 0;
+  if (qlen > 6 && strncmp(query, "shard=", 6) == 0)
+    shard = strtoul(query + 6, NULL, 10);
+  pthread_mutex_lock(&g_prov_mu);
+  int rc = SAC_ESTATE;
+  if (g_prov_em && shard < g_prov_em->n_shards)
+    rc = sac_replay_server_provenance(g_prov_em->shards[shard], 5000, text, len);
+  pthread_mutex_unlock(&g_prov_mu);
+  return rc;
+}
+
 static void embedded_stop(embedded_t *em) {
+  pthread_mutex_lock(&g_prov_mu);
+  if (g_prov_em == em)
+    g_prov_em = NULL;
+  pthread_mutex_unlock(&g_prov_mu);
   for (size_t i = 0; em->actors && i < em->n_actors; i++)
     sac_actor_stop(&em->actors[i]);
   free(em->actors);
@@ -214,6 +240,8 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
       sc.max_msg_bytes = reply;
     if (sc.max_held_bytes < sc.max_msg_bytes)
       sc.max_held_bytes = sc.max_msg_bytes;
+    sc.durability = c->durability;
+    sc.wal_sync_ms = c->wal_sync_ms;
     snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
     snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);
     if (c->rundir) { /* the replay is part of the run: a resumed run restores it */
@@ -264,6 +292,11 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
   }
   SAC_INFO("learner", "embedded: %d shard(s), %d actor(s) x %d env(s) over inproc://", S, N,
            c->envs_per_actor);
+  pthread_mutex_lock(&g_prov_mu);
+  g_prov_em = em;
+  pthread_mutex_unlock(&g_prov_mu);
+  if (c->http && sac_http_add_route(c->http, "/provenance", render_provenance, NULL) == SAC_ENOMEM)
+    SAC_WARN("learner", "no /provenance route (out of memory)");
   return 0;
 }
 

@@ -12,11 +12,13 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/http.h"
 #include "common/metrics.h"
 #include "common/net.h"
 #include "learner/dp.h"
 #include "learner/rundir.h"
 #include "learner/sac.h"
+#include "replay/server.h"
 
 #define SAC_LEARNER_MAX_SHARDS 64
 
@@ -56,6 +58,10 @@ typedef struct {
   /* data-parallel (learner/dp.h; dp.size 1: off). Needs remote shards. Only rank 0
    * publishes weights, evaluates, and uses rundir (NULL on the other ranks). */
   sac_dp_cfg_t dp;
+  /* embedded shards' durability (replay/server.h); wal keeps <rundir>/shard-<i>.snap.wal */
+  sac_replay_durability_t durability;
+  int wal_sync_ms;
+  sac_http_t *http; /* the metrics endpoint: embedded shards add GET /provenance?shard=<i> (NULL: none) */
 } sac_learner_cfg_t;
 
 typedef struct {
