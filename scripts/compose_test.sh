@@ -218,65 +218,9 @@ log "engine: Docker $(docker version -f '{{.Server.Version}}'), $(docker-compose
 
 # ---- the base image: debootstrap from this machine's apt mirror -----------------------------
 
-# The first Debian mirror configured for this machine's release (deb822 or one-line sources).
-read_mirror() {
-  local suite=$1 f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    awk -v s="$suite" '
-      function flush() { if (types ~ /(^| )deb( |$)/ && suites ~ ("(^| )" s "( |$)") && uri != "") { print uri; found = 1; exit } }
-      /^[ \t]*$/ { flush(); types = suites = uri = ""; next }
-      /^Types:/ { sub(/^Types:[ \t]*/, ""); types = $0 }
-      /^Suites:/ { sub(/^Suites:[ \t]*/, ""); suites = $0 }
-      /^URIs:/ { sub(/^URIs:[ \t]*/, ""); split($0, u, /[ \t]+/); uri = u[1] }
-      END { if (!found) flush() }' "$f"
-  done >"$WORK/mirrors"
-  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-    awk -v s="$suite" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i + 1) == s) print $i }' \
-      >>"$WORK/mirrors"
-  sed -n 1p "$WORK/mirrors" | grep .
-}
-
-SUITE=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release | tr -d '"')
-SUITE=${SUITE:-bookworm}
-BASE_TAG="sacfleet-base:$SUITE"
-if [ "${SAC_COMPOSE_REBASE:-0}" != 1 ] && docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
-  log "base image $BASE_TAG: cached ($(docker image inspect -f '{{.Created}}' "$BASE_TAG"))"
-else
-  [ "$(id -u)" = 0 ] || fail "debootstrap needs root"
-  MIRROR=$(read_mirror "$SUITE") || fail "no Debian mirror for $SUITE in /etc/apt/sources.list{,.d}"
-  log "base image $BASE_TAG: debootstrap --variant=minbase $SUITE from $MIRROR"
-  rootfs="$WORK/rootfs"
-  timeout 900 debootstrap --variant=minbase "$SUITE" "$rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
-    { tail -n 20 "$WORK/debootstrap.log"; fail "debootstrap failed (log above)"; }
-  # apt inside the images uses this machine's sources and its apt settings that decide
-  # whether the mirror is usable (validity checks, proxies).
-  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-    rm -f "$rootfs/etc/apt/sources.list"
-    cp /etc/apt/sources.list.d/debian.sources "$rootfs/etc/apt/sources.list.d/debian.sources"
-  elif [ -f /etc/apt/sources.list ]; then
-    grep -E '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list >"$rootfs/etc/apt/sources.list"
-  fi
-  apt-config dump | grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::Proxy)' \
-    >"$rootfs/etc/apt/apt.conf.d/90host" || true
-  # as Debian's -slim images: no documentation or translations in images
-  cat >"$rootfs/etc/dpkg/dpkg.cfg.d/90-slim" <<'EOF'
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/man/*
-path-exclude /usr/share/info/*
-path-exclude /usr/share/locale/*
-EOF
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*.log
-  tar -C "$rootfs" --numeric-owner -cf - . |
-    docker import \
-      --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-      --change 'CMD ["/bin/bash"]' \
-      --change "LABEL org.sacfleet.base=debootstrap-$SUITE" \
-      - "$BASE_TAG" >/dev/null
-  rm -rf "$rootfs"
-  log "base image $BASE_TAG: imported ($(docker image inspect -f '{{.Size}}' "$BASE_TAG" | awk '{printf "%.0f MB", $1 / 1e6}'))"
-fi
+# shellcheck source=scripts/lib_debian_image.sh
+. "$ROOT/scripts/lib_debian_image.sh"
+debian_base_image "$WORK" || fail "no base image (reason above)" # sets BASE_TAG
 
 # ---- the images ----------------------------------------------------------------------------
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite from nothing: install dependencies (and, for the tests only,
-# Gymnasium with MuJoCo, the reference the environment tests compare against), configure
+# The whole test suite from nothing: install dependencies with the tests' extras
+# (scripts/install-deps.sh --test) and, for the tests only, Gymnasium with MuJoCo (the
+# reference the environment tests compare against), configure
 # a fresh build with warnings as errors, build everything, run every ctest label (unit,
 # integration, slow; gpu tests skip where there is no GPU), then scripts/ci_extra.sh
 # (fuzzing, the suite under ASan + UBSan, training runs under valgrind). Exit status: 0
 # only when both passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --test
 if ! python3 -c "import gymnasium, mujoco, tensorboard" 2>/dev/null; then
   # tensorboard: its reader checks the event files the learner writes (tests/test_tensorboard.sh)
   pyreq=("gymnasium[mujoco]==1.4.0" "mujoco==4.0.0" "tensorboard==2.21.0")

@@ -10,7 +10,7 @@
 # its HTTP API, then stops only the processes it started and removes its directory.
 #
 # Usage: test_metrics_integration.sh SAC_LEARNER SAC_REPLAY SAC_ACTOR
-# Exit: 0 pass, 1 fail, 77 skipped (no prometheus/promtool/curl: scripts/install-deps.sh
+# Exit: 0 pass, 1 fail, 77 skipped (no prometheus/promtool/curl: scripts/install-deps.sh --test
 # installs the Debian package prometheus).
 set -u
 LEARNER=${1:?sac-learner path}
@@ -19,7 +19,7 @@ ACTOR=${3:?sac-actor path}
 
 for tool in prometheus promtool curl; do
   if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "SKIP: $tool not installed (Debian package prometheus / curl; scripts/install-deps.sh installs them)"
+    echo "SKIP: $tool not installed (Debian package prometheus / curl; scripts/install-deps.sh --test installs them)"
     exit 77
   fi
 done

@@ -1,0 +1,30 @@
+#!/bin/bash
+# sacfleet-task.sh: what each Slurm task of deploy/slurm/sacfleet.sbatch runs (through
+# srun) before it becomes one sacfleet process. It does two things a bare srun cannot:
+#
+#   1. Every sacfleet binary refuses SAC_* environment variables that are not its own
+#      options (a typo must not pass silently), while srun hands the whole job environment
+#      to every task. So this keeps only the SAC_* variables the binary lists in --help and
+#      drops the rest: a user sets SAC_TOTAL_STEPS or SAC_NUM_ENVS once for the job, and
+#      the learner or the actors, respectively, get it.
+#   2. Actors started as one step of many tasks need distinct ids: actor id =
+#      SACFLEET_ACTOR_ID_BASE + SLURM_PROCID, and a metrics port from the same index.
+#
+# usage: sacfleet-task.sh ROLE BINARY [ARGS...]   (ROLE: learner, replay or actor)
+set -euo pipefail
+role=${1:?usage: sacfleet-task.sh ROLE BINARY [ARGS...]}
+bin=${2:?usage: sacfleet-task.sh ROLE BINARY [ARGS...]}
+shift 2
+
+own=$("$bin" --help 2>&1 | sed -n 's/.*\[env \(SAC_[A-Z0-9_]*\)\].*/\1/p')
+[ -n "$own" ] || { echo "sacfleet-task: $bin --help lists no SAC_* variables" >&2; exit 2; }
+while read -r v; do
+  grep -qxF "$v" <<<"$own" || unset "$v"
+done < <(compgen -e | grep '^SAC_' || true)
+
+if [ "$role" = actor ]; then
+  i=${SLURM_PROCID:-0}
+  set -- --actor_id "$((${SACFLEET_ACTOR_ID_BASE:-0} + i))" \
+    --metrics_port "$((${SACFLEET_ACTOR_METRICS_BASE:-9164} + i))" "$@"
+fi
+exec "$bin" "$@"
