@@ -29,7 +29,8 @@
 /* ---- the thread pool: fork-join, one job at a time ------------------------------------ */
 
 #define CPU_MAX_THREADS 64
-#define CPU_SPIN 2000 /* pause iterations (tens of microseconds) a worker spins for the next job before sleeping */
+#define CPU_SPIN                                                                                             \
+  2000 /* pause iterations (tens of microseconds) a worker spins for the next job before sleeping */
 
 typedef void (*cpu_job_fn)(void *arg, int part, int nparts);
 
@@ -294,9 +295,19 @@ static void fwd_job(void *arg, int part, int parts) {
   }
 }
 
+/* Below this many multiply-adds a layer runs on the caller alone: waking a thread costs
+ * more than it saves (a 64-wide network's layers are a fraction of a millisecond), and on
+ * a loaded machine a woken thread may not run for a whole time slice. */
+#define CPU_PAR_MIN_MACS (1u << 20)
+
+static cpu_pool_t *layer_pool(sac_backend_t *be, const sac_linear_t *L) {
+  size_t n_in = L->shared ? (size_t)L->seg[0].n + (L->n_seg > 1 ? (size_t)L->seg[1].n : 0) : (size_t)L->n_in;
+  return (size_t)L->B * n_in * (size_t)L->n_out * (size_t)L->K >= CPU_PAR_MIN_MACS ? pool_of(be) : NULL;
+}
+
 static void cpu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
   fwd_job_t j = {L, Y, ldy};
-  cpu_run(pool_of(be), fwd_job, &j);
+  cpu_run(layer_pool(be, L), fwd_job, &j);
 }
 
 typedef struct {
@@ -380,9 +391,10 @@ static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, 
   float *nodx[2] = {NULL, NULL};
   const int noldx[2] = {0, 0};
   bwd_job_t j = {L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx};
-  cpu_run(pool_of(be), bwd_cols_job, &j);
+  cpu_pool_t *pool = layer_pool(be, L);
+  cpu_run(pool, bwd_cols_job, &j);
   if (j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]))
-    cpu_run(pool_of(be), bwd_rows_job, &j);
+    cpu_run(pool, bwd_rows_job, &j);
 }
 
 static void cpu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
@@ -521,7 +533,7 @@ typedef struct {
 } adam_job_t;
 
 /* below this many parameters a pass is not worth waking a thread for */
-#define CPU_PAR_MIN_N 16384
+#define CPU_PAR_MIN_N (1u << 17)
 
 static void adam_job(void *arg, int part, int parts) {
   const adam_job_t *a = arg;
