@@ -600,6 +600,10 @@ static const sac_backend_ops_t k_cpu_ops = {
     .polyak = cpu_polyak,
 };
 
+static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
+static int default_threads;
+static void read_default_threads(void) { default_threads = openblas_get_num_threads(); }
+
 int sac_backend_cpu_new(int threads, sac_backend_t **out) {
   *out = NULL;
   sac_backend_t *be = calloc(1, sizeof *be);
@@ -609,8 +613,11 @@ int sac_backend_cpu_new(int threads, sac_backend_t **out) {
     free(impl);
     return SAC_ENOMEM;
   }
+  /* 0: OpenBLAS's own default (all cores, or OPENBLAS_NUM_THREADS), read once, before
+   * any backend set OpenBLAS to one thread */
+  pthread_once(&g_default_once, read_default_threads);
   if (threads <= 0)
-    threads = openblas_get_num_procs();
+    threads = default_threads > 0 ? default_threads : 1;
   impl->threads = threads;
   /* the pool splits each op; OpenBLAS runs single-threaded inside each part */
   impl->pool = cpu_pool_new(threads);
