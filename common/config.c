@@ -48,6 +48,9 @@ static const env_var_t k_env_other[] = {
     {"SAC_MUJOCO_ASSETS",
      "folder of Gymnasium's MuJoCo model XMLs (default: the one the build found, else the one of the "
      "Gymnasium that the python3 on PATH imports)"},
+    {"SAC_CUDA_MODULE",
+     "path of libsacfleet-cuda.so, the cuda backend's module, where it is not next to the binary or in "
+     "<prefix>/lib/sacfleet"},
     {"SAC_FUZZ_SEED_DIR", "fuzz targets only: folder of seed inputs (scripts/fuzz.sh)"},
 };
 

@@ -171,6 +171,22 @@ static void metrics_stop(void) {
   sac_metrics_destroy(&g_metrics);
 }
 
+/* The process's peak resident set (VmHWM of /proc/self/status) in MiB, for the result
+ * line: the footprint a run needed (issue 17; tests/footprint/footprint.sh bounds it).
+ * -1 where /proc is not mounted. */
+static double peak_rss_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return -1;
+  char line[256];
+  double kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %lf kB", &kib) == 1)
+      break;
+  fclose(f);
+  return kib < 0 ? -1 : kib / 1024.0;
+}
+
 static int run_service(const learner_cfg_t *c) {
   sac_learner_cfg_t lc;
   sac_learner_cfg_default(&lc);
@@ -259,17 +275,17 @@ static int run_service(const learner_cfg_t *c) {
   }
   if (dp_follower) { /* no evaluation and no run directory here: rank 0 has them */
     printf("result: data-parallel rank %d of %d: env %s  steps %lld  updates %lld  wall %.1f s  %.0f "
-           "updates/s\n",
+           "updates/s  peak RSS %.1f MiB\n",
            c->dp_rank, c->dp_size, lc.env, (long long)res.env_steps, (long long)res.updates, res.wall_seconds,
-           res.updates_per_second);
+           res.updates_per_second, peak_rss_mib());
     return 0;
   }
   printf(
       "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
-      "episodes  wall %.1f s  %.0f updates/s  %.0f steps/s  policy version %llu\n",
+      "episodes  wall %.1f s  %.0f updates/s  %.0f steps/s  policy version %llu  peak RSS %.1f MiB\n",
       lc.env, (long long)res.env_steps, (long long)res.updates, (long long)res.episodes,
       res.final_eval_return, res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second,
-      res.env_steps_per_second, (unsigned long long)res.policy_version);
+      res.env_steps_per_second, (unsigned long long)res.policy_version, peak_rss_mib());
   printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin, checkpoint.bin\n", rd.path);
   if (have_tb)
     printf("TensorBoard: tensorboard --logdir %s\n", rd.path);
@@ -365,8 +381,8 @@ int main(int argc, char **argv) {
   }
   printf(
       "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
-      "episodes  wall %.1f s  %.0f updates/s\n",
+      "episodes  wall %.1f s  %.0f updates/s  peak RSS %.1f MiB\n",
       c.t.env, (long long)res.steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
-      res.best_eval_return, c.t.eval_episodes, res.wall_seconds, res.updates_per_second);
+      res.best_eval_return, c.t.eval_episodes, res.wall_seconds, res.updates_per_second, peak_rss_mib());
   return 0;
 }

@@ -783,7 +783,11 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
               (unsigned long long)m[M_VERSION], PAYLOAD_VERSION);
     return SAC_EVERSION;
   }
-  if (m[M_CAPACITY] != sh->cfg.capacity || m[M_OBS_DIM] != sh->cfg.obs_dim ||
+  /* A larger shard may take a snapshot whose ring never wrapped: its slots 0..alloc-1 are
+   * the same slots here (a resumed embedded run whose step budget, and so its replay
+   * capacity, grew: learner/service.c sizes the replay to the run). */
+  int grows = m[M_CAPACITY] < sh->cfg.capacity && m[M_ALLOC] <= m[M_CAPACITY];
+  if ((m[M_CAPACITY] != sh->cfg.capacity && !grows) || m[M_OBS_DIM] != sh->cfg.obs_dim ||
       m[M_ACT_DIM] != sh->cfg.act_dim || m[M_OBS_F16] != (uint64_t)(sh->cfg.obs_f16 != 0) ||
       m[M_ACT_F16] != (uint64_t)(sh->cfg.act_f16 != 0) || m[M_SAMPLER] != (uint64_t)sh->prioritized) {
     sac_snap_reader_close(&r);

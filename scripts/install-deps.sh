@@ -37,6 +37,7 @@ if ((extras)); then
   pkgs+=(prometheus curl)                   # promtool and a Prometheus server for tests/test_metrics*
   pkgs+=(libmujoco-dev python3-dev)         # envs/mujoco (MuJoCo 2.2.2) and envs/gym_bridge (embedded CPython)
   pkgs+=(python3-pip)                       # scripts/test.sh pip-installs gymnasium[mujoco], the tests' reference
+  pkgs+=(time binutils)                    # /usr/bin/time -v and readelf: tests/footprint (peak RSS, NEEDED)
   pkgs+=(clang valgrind)                    # scripts/ci_extra.sh: fuzzing, memcheck
   if [ "${SAC_WITH_PEER:-1}" = 1 ]; then
     pkgs+=(python3-torch)                   # the PyTorch peer of bench/bench_learner.c
