@@ -192,10 +192,7 @@ dist_exit() {
 #   The default, cluster_progress, reads the latest "steps N" / "updates N" every process
 # logged: it moves while the learner learns or any actor steps.
 cluster_progress() {
-  local f
-  for f in "$T"/*.log; do
-    grep -a 'steps [0-9]' "$f" 2>/dev/null | tail -n 1 | grep -o 'steps [0-9]*\|updates [0-9]*' | tr '\n' ' '
-  done
+  tail -q -n 2 "$T"/*.log 2>/dev/null | grep -ao 'steps [0-9]*\|updates [0-9]*' | tr '\n' ' '
 }
 DIST_PROGRESS=cluster_progress
 DIST_PROGRESS_TOKEN=""
