@@ -28,6 +28,14 @@ struct sac_http {
   uv_thread_t thread;
   int port;
   int n_conns; /* loop thread only */
+
+  _Atomic(struct route *) route; /* sac_http_add_route: set once, read by the loop thread */
+};
+
+struct route {
+  char path[64];
+  sac_http_render_fn render;
+  void *user;
 };
 
 typedef enum { C_READING, C_WRITING, C_DRAINING } conn_state_t;
@@ -177,6 +185,19 @@ static void handle(conn_t *c) {
   int get = mlen == 3 && memcmp(m0, "GET", 3) == 0;
   int is_metrics = plen == 8 && memcmp(t0, "/metrics", 8) == 0;
   int is_health = plen == 8 && memcmp(t0, "/healthz", 8) == 0;
+  struct route *rt = atomic_load(&c->h->route);
+  if (rt && plen == strlen(rt->path) && memcmp(t0, rt->path, plen) == 0 && (get || head)) {
+    char *text = NULL;
+    size_t len = 0;
+    const char *q = plen < tlen ? t0 + plen + 1 : t0 + tlen;
+    if (rt->render(rt->user, q, (size_t)(t0 + tlen - q), &text, &len) != 0) {
+      respond_text(c, 503, "Service Unavailable", "unavailable\n", NULL, head);
+      return;
+    }
+    respond(c, 200, "OK", "text/plain; charset=utf-8", NULL, text, len, head);
+    free(text);
+    return;
+  }
   if (!is_metrics && !is_health) {
     respond_text(c, 404, "Not Found", "not found (try /metrics or /healthz)\n", NULL, head);
     return;
@@ -403,8 +424,24 @@ void sac_http_stop(sac_http_t **hp) {
   int rc = uv_loop_close(&h->loop);
   if (rc != 0)
     SAC_WARN("http", "uv_loop_close: %s", uv_strerror(rc));
+  free(atomic_load(&h->route));
   free(h);
   *hp = NULL;
+}
+
+int sac_http_add_route(sac_http_t *h, const char *path, sac_http_render_fn render, void *user) {
+  struct route *r = calloc(1, sizeof *r);
+  if (!r)
+    return SAC_ENOMEM;
+  snprintf(r->path, sizeof r->path, "%s", path);
+  r->render = render;
+  r->user = user;
+  struct route *none = NULL;
+  if (!atomic_compare_exchange_strong(&h->route, &none, r)) {
+    free(r);
+    return SAC_ESTATE;
+  }
+  return 0;
 }
 
 sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int port,

@@ -37,6 +37,12 @@ typedef struct sac_http sac_http_t;
 int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_http_t **out);
 /* The port bound (the free port chosen when the config said 0). */
 int sac_http_port(const sac_http_t *h);
+/* One extra GET route (e.g. the replay shard's /provenance): render is called on the
+ * server's thread with the query string after '?' (possibly empty) and returns 0 with a
+ * malloc'd text/plain body in *text (*len bytes), or nonzero for a 503. Set once, after
+ * start; a second call is refused (SAC_ESTATE). 0 or SAC_ENOMEM / SAC_ESTATE. */
+typedef int (*sac_http_render_fn)(void *user, const char *query, size_t query_len, char **text, size_t *len);
+int sac_http_add_route(sac_http_t *h, const char *path, sac_http_render_fn render, void *user);
 /* Stops accepting, closes every connection, joins the thread and frees. Idempotent,
  * nulls *h. Cannot fail. */
 void sac_http_stop(sac_http_t **h);

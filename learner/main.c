@@ -39,6 +39,8 @@ typedef struct {
   char curve_key[1024], curve_server_key[1024], curve_allow[1024];
   int dp_rank, dp_size, dp_timeout_ms, dp_connect_timeout_ms; /* data-parallel (learner/dp.h) */
   char dp_coord[256], dp_collective[16];
+  char durability[16]; /* embedded shards (replay/server.h) */
+  int wal_sync_ms;
 } learner_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h)                                                                           \
@@ -76,6 +78,11 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
         "uniform random actions and no updates before this many steps"),
     OPT("updates_per_step", SAC_CFG_INT, t.updates_per_step, "1", 1, 1000, "updates per environment step"),
+    STR("durability", durability, "wal",
+        "embedded shards: wal (acknowledged transitions survive a crash: logged next to their "
+        "snapshots in the run directory) | snapshot | none"),
+    OPT("wal_sync_ms", SAC_CFG_INT, wal_sync_ms, "2", -1, 60000,
+        "embedded shards: group commit window of the write-ahead log (0: fsync each batch; -1: no fsync)"),
     OPT("buffer_capacity", SAC_CFG_INT64, t.buffer_capacity, "1000000", 1, 1e12,
         "replay capacity (transitions)"),
     OPT("eval_interval", SAC_CFG_INT64, t.eval_interval, "5000", 0, 1e15,
@@ -176,6 +183,11 @@ static int run_service(const learner_cfg_t *c) {
   lc.per_alpha = c->per_alpha;
   lc.per_beta = c->per_beta;
   lc.embedded_shards = c->embedded_shards;
+  if (sac_replay_durability_parse(c->durability, &lc.durability) != 0) {
+    SAC_ERROR("learner", "durability must be wal, snapshot or none, not '%s'", c->durability);
+    return 2;
+  }
+  lc.wal_sync_ms = c->wal_sync_ms;
   lc.embedded_actors = c->actors;
   lc.envs_per_actor = c->envs_per_actor;
   if (c->shards[0] && sac_learner_set_shards(&lc, c->shards))

@@ -45,6 +45,8 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   c->embedded_actors = 2;
   c->envs_per_actor = 1;
   c->buffer_capacity = 1000000;
+  c->durability = SAC_REPLAY_DURABILITY_WAL;
+  c->wal_sync_ms = 2;
   sac_dp_cfg_default(&c->dp);
 }
 
@@ -93,6 +95,8 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
     /* every update samples one batch from one shard: per shard, B * UTD samples per insert */
     sc.shard.samples_per_insert = (double)c->hp.batch * c->updates_per_step;
     sc.shard.seed = c->seed * 1000 + (uint64_t)i;
+    sc.durability = c->durability;
+    sc.wal_sync_ms = c->wal_sync_ms;
     snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
     snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);
     if (c->rundir) { /* the replay is part of the run: a resumed run restores it */

@@ -17,6 +17,7 @@
 #include "learner/dp.h"
 #include "learner/rundir.h"
 #include "learner/sac.h"
+#include "replay/server.h"
 
 #define SAC_LEARNER_MAX_SHARDS 64
 
@@ -53,6 +54,9 @@ typedef struct {
   /* data-parallel (learner/dp.h; dp.size 1: off). Needs remote shards. Only rank 0
    * publishes weights, evaluates, and uses rundir (NULL on the other ranks). */
   sac_dp_cfg_t dp;
+  /* embedded shards' durability (replay/server.h); wal keeps <rundir>/shard-<i>.snap.wal */
+  sac_replay_durability_t durability;
+  int wal_sync_ms;
 } sac_learner_cfg_t;
 
 typedef struct {

@@ -1,7 +1,10 @@
 /* sac-replay: one replay shard as a process. A thin main around replay/server.h: reads
  * the configuration (defaults < config file < SAC_* environment < command line, with
  * --help and --version), serves until SIGINT or SIGTERM, writes a final snapshot and
- * exits 0. SIGUSR1 asks for a snapshot now.
+ * exits 0. SIGUSR1 asks for a snapshot now. `--print_provenance PATH` prints the
+ * provenance index of the snapshot at PATH and its write-ahead log (PATH.wal, or
+ * --wal_path) and exits; a running shard serves the same on /provenance of its metrics
+ * port (docs/REPLAY.md).
  *
  * Exit codes: 0 stopped cleanly (or --help/--version), 2 configuration error,
  * 3 unusable snapshot (refused), 4 cannot bind, 1 anything else (e.g. the final
@@ -21,6 +24,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/net.h"
+#include "replay/inspect.h"
 #include "replay/server.h"
 #include "replay/server_metrics.h"
 
@@ -48,6 +52,11 @@ typedef struct {
   char metrics_addr[64];
   int metrics_port;
   char curve_key[1024], curve_allow[1024];
+  char durability[16];
+  int wal_sync_ms;
+  char wal_path[1024];
+  int64_t wal_max_mb;
+  char print_provenance[1024];
 } opts_t;
 
 #define O(f) offsetof(opts_t, f)
@@ -94,6 +103,18 @@ static const sac_cfg_opt_t k_opts[] = {
      "seconds between snapshots (0: only at shutdown)"},
     {"start_empty_on_bad_snapshot", SAC_CFG_BOOL, O(start_empty_on_bad_snapshot), 0, "0", SAC_CFG_UNBOUNDED,
      "move an unusable snapshot aside and start empty instead of refusing to start"},
+    {"durability", SAC_CFG_STRING, O(durability), 16, "wal", SAC_CFG_UNBOUNDED,
+     "wal (acknowledged batches survive kill -9: logged and fsynced before the ack; needs snapshot_path) | "
+     "snapshot (only what the last snapshot holds) | none (memory only; snapshot_path ignored)"},
+    {"wal_sync_ms", SAC_CFG_INT, O(wal_sync_ms), 0, "2", -1, 60000,
+     "group commit: the longest an ack waits for the fsync covering its batch (0: fsync each batch; -1: no "
+     "fsync, survives a process kill but not a power cut)"},
+    {"wal_path", SAC_CFG_STRING, O(wal_path), 1024, "", SAC_CFG_UNBOUNDED,
+     "write-ahead log file (empty: <snapshot_path>.wal)"},
+    {"wal_max_mb", SAC_CFG_INT64, O(wal_max_mb), 0, "1024", 0, 1e9,
+     "take a snapshot (which empties the log) when the log grows past this many MiB (0: never)"},
+    {"print_provenance", SAC_CFG_STRING, O(print_provenance), 1024, "", SAC_CFG_UNBOUNDED,
+     "print the provenance of the snapshot at this path and its log, then exit (no shard is started)"},
     {"ready_file", SAC_CFG_STRING, O(ready_file), 1024, "", SAC_CFG_UNBOUNDED,
      "write the bound endpoints and pid here once serving (for scripts and tests)"},
     {"metrics_addr", SAC_CFG_STRING, O(metrics_addr), 64, "0.0.0.0", SAC_CFG_UNBOUNDED,
@@ -121,6 +142,27 @@ static void on_snapshot(int sig) {
   (void)sig;
   if (g_srv)
     sac_replay_server_request_snapshot(g_srv);
+}
+
+/* --print_provenance: the snapshot's index plus its log's records, on stdout. */
+static int print_provenance(const sac_replay_server_config_t *c, const char *snapshot) {
+  char wal[1100];
+  snprintf(wal, sizeof wal, "%s%s", c->wal_path[0] ? c->wal_path : snapshot, c->wal_path[0] ? "" : ".wal");
+  char *text = NULL;
+  size_t len = 0;
+  int rc = sac_replay_provenance_from_files(c, snapshot, wal, &text, &len);
+  if (rc)
+    return 1;
+  int ok = fwrite(text, 1, len, stdout) == len && fflush(stdout) == 0;
+  free(text);
+  return ok ? 0 : 1;
+}
+
+/* GET /provenance on the metrics port: rendered by the serving thread. */
+static int render_provenance(void *user, const char *query, size_t qlen, char **text, size_t *len) {
+  (void)query;
+  (void)qlen;
+  return sac_replay_server_provenance(user, 5000, text, len);
 }
 
 static int write_ready(const char *path, const sac_replay_server_t *s, const sac_http_t *http) {
@@ -188,6 +230,15 @@ int main(int argc, char **argv) {
   snprintf(c.snapshot_path, sizeof c.snapshot_path, "%s", o.snapshot_path);
   c.snapshot_interval_s = o.snapshot_interval_s;
   c.start_empty_on_bad_snapshot = o.start_empty_on_bad_snapshot;
+  if (sac_replay_durability_parse(o.durability, &c.durability) != 0) {
+    SAC_ERROR("replay", "durability must be wal, snapshot or none, not '%s'", o.durability);
+    return 2;
+  }
+  c.wal_sync_ms = o.wal_sync_ms;
+  snprintf(c.wal_path, sizeof c.wal_path, "%s", o.wal_path);
+  c.wal_max_bytes = (uint64_t)o.wal_max_mb << 20;
+  if (o.print_provenance[0])
+    return print_provenance(&c, o.print_provenance);
 
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -228,6 +279,8 @@ int main(int argc, char **argv) {
         sac_auth_metrics_register(metrics) != 0)
       SAC_WARN("replay", "some metrics series are missing (out of memory)");
     http = sac_http_serve_metrics("replay", o.metrics_addr, o.metrics_port, metrics);
+    if (http && sac_http_add_route(http, "/provenance", render_provenance, srv) != 0)
+      SAC_WARN("replay", "no /provenance route (out of memory)");
   }
   if (o.ready_file[0] && write_ready(o.ready_file, srv, http) != 0)
     SAC_WARN("replay", "cannot write the ready file %s", o.ready_file);

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "replay/wal.h"
 
 #define ID_MAX 256
 
@@ -24,6 +25,17 @@ typedef struct {
   float beta;
   uint64_t deadline_ns, enqueued_ns;
 } pending_t;
+
+/* An acknowledgement waiting for the fsync that covers its batch. */
+typedef struct {
+  unsigned char id[ID_MAX];
+  size_t id_len;
+  uint32_t actor;
+  uint64_t seq;
+  sac_replay_insert_result_t r;
+} wal_ack_t;
+
+#define WAL_MAX_WAITING 4096 /* acks held at once; a full queue forces the fsync */
 
 typedef struct {
   unsigned char id[ID_MAX];
@@ -55,6 +67,19 @@ struct sac_replay_server {
   pending_t *pend;
   uint32_t pend_head, pend_count;
   uint64_t next_request_log_ns;
+  /* write-ahead log (NULL: durability is not wal): acks wait in wacks for the fsync */
+  sac_replay_wal_t *wal;
+  wal_ack_t *wacks;
+  uint32_t n_wacks;
+  uint64_t wal_oldest_ns; /* append time of the oldest unsynced record; 0: none */
+  int wal_failed;         /* an append or fsync failed: the server stops (see wal_fail) */
+  /* provenance requests from other threads (sac_replay_server_provenance), under mu */
+  atomic_int prov_req;
+  int serving;
+  uint64_t prov_asked, prov_served;
+  char *prov_text;
+  size_t prov_len;
+  pthread_cond_t prov_cv;
   /* control */
   atomic_int stop, snap_req, running;
   pthread_t thread;
@@ -78,6 +103,25 @@ void sac_replay_server_config_default(sac_replay_server_config_t *c) {
   c->snapshot_interval_s = 60.0;
   c->max_held_batches = 4096;
   c->max_held_bytes = 64u << 20;
+  c->durability = SAC_REPLAY_DURABILITY_WAL;
+  c->wal_sync_ms = 2;
+  c->wal_max_bytes = 1ull << 30;
+}
+
+int sac_replay_durability_parse(const char *str, sac_replay_durability_t *out) {
+  if (!strcmp(str, "wal"))
+    *out = SAC_REPLAY_DURABILITY_WAL;
+  else if (!strcmp(str, "snapshot"))
+    *out = SAC_REPLAY_DURABILITY_SNAPSHOT;
+  else if (!strcmp(str, "none"))
+    *out = SAC_REPLAY_DURABILITY_NONE;
+  else
+    return SAC_EINVAL;
+  return 0;
+}
+
+const char *sac_replay_durability_name(sac_replay_durability_t d) {
+  return d == SAC_REPLAY_DURABILITY_WAL ? "wal" : d == SAC_REPLAY_DURABILITY_SNAPSHOT ? "snapshot" : "none";
 }
 
 const char *sac_replay_server_insert_endpoint(const sac_replay_server_t *s) { return s->ins_ep; }
@@ -85,10 +129,20 @@ const char *sac_replay_server_sample_endpoint(const sac_replay_server_t *s) { re
 
 /* ------------------------------------------------------------------ snapshot at start */
 
+static int durability_setup(sac_replay_server_t *s);
+
+static int restore_wal(sac_replay_server_t *s);
+static int restore_snapshot(sac_replay_server_t *s, const char *path);
+
 static int restore(sac_replay_server_t *s) {
   const char *path = s->cfg.snapshot_path;
   if (!path[0])
     return 0;
+  int rc = restore_snapshot(s, path);
+  return rc ? rc : restore_wal(s);
+}
+
+static int restore_snapshot(sac_replay_server_t *s, const char *path) {
   int rc = sac_replay_shard_load(s->shard, path);
   if (rc == 0) {
     sac_replay_shard_stats_t ss;
@@ -139,6 +193,9 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
   }
   s->cfg = *cfg;
   pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->prov_cv, NULL);
+  if (durability_setup(s) != 0)
+    goto fail;
   int rc = 0;
   s->shard = sac_replay_shard_new(&cfg->shard, &rc);
   if (!s->shard) {
@@ -209,11 +266,17 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
     goto fail;
   sac_replay_shard_stats(s->shard, &s->st.shard);
   s->pub = s->st;
-  SAC_INFO("replay", "shard %u serving inserts on %s and samples on %s (capacity %llu, obs %u, act %u, %s%s)",
-           cfg->shard.shard_id, s->ins_ep, s->smp_ep, (unsigned long long)cfg->shard.capacity,
-           cfg->shard.obs_dim, cfg->shard.act_dim,
-           cfg->shard.sampler == SAC_REPLAY_PRIORITIZED ? "prioritized" : "uniform",
-           cfg->shard.obs_f16 ? ", fp16 obs" : "");
+  SAC_INFO(
+      "replay",
+      "shard %u serving inserts on %s and samples on %s (capacity %llu, obs %u, act %u, %s%s, durability %s, "
+      "incarnation %llu)",
+      cfg->shard.shard_id, s->ins_ep, s->smp_ep, (unsigned long long)cfg->shard.capacity, cfg->shard.obs_dim,
+      cfg->shard.act_dim, cfg->shard.sampler == SAC_REPLAY_PRIORITIZED ? "prioritized" : "uniform",
+      cfg->shard.obs_f16 ? ", fp16 obs" : "",
+      s->wal                    ? "wal"
+      : s->cfg.snapshot_path[0] ? "snapshot"
+                                : "none",
+      (unsigned long long)s->st.incarnation);
   *err = 0;
   return s;
 fail:
@@ -241,6 +304,10 @@ void sac_replay_server_destroy(sac_replay_server_t **sp) {
   free(s->pend);
   free(s->held);
   free(s->held_buf);
+  sac_replay_wal_close(&s->wal);
+  free(s->wacks);
+  free(s->prov_text);
+  pthread_cond_destroy(&s->prov_cv);
   pthread_mutex_destroy(&s->mu);
   free(s);
   *sp = NULL;
@@ -347,9 +414,20 @@ static int recv_routed(sac_replay_server_t *s, void *sock, unsigned char *id, si
   return 1;
 }
 
+static int wal_log(sac_replay_server_t *s, const sac_wire_transitions_t *t, const unsigned char *msg,
+                   size_t len);
+static void wal_commit(sac_replay_server_t *s, int now_anyway);
+static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
+                       uint64_t seq, const sac_replay_insert_result_t *r);
+
+/* msg/len: the batch's wire message, which the write-ahead log records. */
 static void store_and_ack(sac_replay_server_t *s, const unsigned char *id, size_t id_len,
-                          const sac_wire_transitions_t *t) {
+                          const sac_wire_transitions_t *t, const unsigned char *msg, size_t len) {
   sac_replay_insert_result_t r;
+  if (wal_log(s, t, msg, len) != 0) {
+    send_ack(s, id, id_len, t->actor_id, t->seq, NULL, "the shard cannot write its log");
+    return;
+  }
   int rc = sac_replay_shard_insert(s->shard, t, &r);
   if (rc) {
     count_reject(s, r.reason, "insert", id, id_len);
@@ -357,7 +435,7 @@ static void store_and_ack(sac_replay_server_t *s, const unsigned char *id, size_
     return;
   }
   s->batch_rows_avg = s->batch_rows_avg > 0.0 ? 0.9 * s->batch_rows_avg + 0.1 * t->n : (double)t->n;
-  send_ack(s, id, id_len, t->actor_id, t->seq, &r, NULL);
+  ack_stored(s, id, id_len, t->actor_id, t->seq, &r);
 }
 
 /* ------------------------------------------------------------------ held inserts */
@@ -437,7 +515,7 @@ static void release_held(sac_replay_server_t *s) {
     s->held_used -= h->span;
     s->held_rd = h->off + h->len;
     if (rc == 0)
-      store_and_ack(s, h->id, h->id_len, &m.u.transitions);
+      store_and_ack(s, h->id, h->id_len, &m.u.transitions, s->held_buf + h->off, h->len);
     else
       count_reject(s, why, "insert", h->id, h->id_len); /* cannot happen: it decoded before */
   }
@@ -478,8 +556,8 @@ static int handle_insert(sac_replay_server_t *s) {
   sac_replay_insert_result_t r;
   sac_replay_seq_t kind = sac_replay_shard_check(s->shard, t, &r);
   if (kind == SAC_REPLAY_SEQ_DUPLICATE) {
-    sac_replay_shard_insert(s->shard, t, &r); /* counts the duplicate, stores nothing */
-    send_ack(s, id, id_len, t->actor_id, t->seq, &r, NULL);
+    sac_replay_shard_insert(s->shard, t, &r);           /* counts the duplicate, stores nothing */
+    ack_stored(s, id, id_len, t->actor_id, t->seq, &r); /* its original may still wait for an fsync */
     return 0;
   }
   if (kind == SAC_REPLAY_SEQ_REJECT) {
@@ -503,7 +581,7 @@ static int handle_insert(sac_replay_server_t *s) {
     }
     return 0;
   }
-  store_and_ack(s, id, id_len, t);
+  store_and_ack(s, id, id_len, t, s->ins_buf, len);
   return 0;
 }
 
@@ -656,11 +734,269 @@ static void handle_sample(sac_replay_server_t *s) {
   }
 }
 
+/* ------------------------------------------------------------------ write-ahead log */
+
+/* A start time in µs since the epoch, unique within the process (two servers created in
+ * the same µs get consecutive values); fits a double exactly for the metrics gauge. */
+static uint64_t new_incarnation(void) {
+  static _Atomic uint64_t last;
+  uint64_t t = sac_wallclock_ns() / 1000u, prev = atomic_load(&last);
+  for (;;) {
+    uint64_t v = t > prev ? t : prev + 1;
+    if (atomic_compare_exchange_weak(&last, &prev, v))
+      return v;
+  }
+}
+
+/* Decides the durability in effect, before anything is restored: NONE forgets the
+ * snapshot path; WAL derives the log path and allocates the queue of held acks. */
+static int durability_setup(sac_replay_server_t *s) {
+  s->st.incarnation = new_incarnation();
+  sac_replay_server_config_t *c = &s->cfg;
+  if (c->durability == SAC_REPLAY_DURABILITY_NONE) {
+    c->snapshot_path[0] = '\0';
+    c->wal_path[0] = '\0';
+    return 0;
+  }
+  if (c->durability != SAC_REPLAY_DURABILITY_WAL) {
+    c->wal_path[0] = '\0';
+    return 0;
+  }
+  if (c->wal_sync_ms < -1 || c->wal_sync_ms > 60000) {
+    SAC_ERROR("replay", "wal_sync_ms must be -1 (no fsync), 0 (each batch) or up to 60000, not %d",
+              c->wal_sync_ms);
+    return SAC_ECONFIG;
+  }
+  if (!c->snapshot_path[0]) {
+    /* the log is emptied by snapshots; without them it would only grow */
+    SAC_INFO("replay",
+             "durability wal needs a snapshot path; without one nothing is kept (as durability none)");
+    c->wal_path[0] = '\0';
+    return 0;
+  }
+  if (!c->wal_path[0] &&
+      snprintf(c->wal_path, sizeof c->wal_path, "%s.wal", c->snapshot_path) >= (int)sizeof c->wal_path) {
+    SAC_ERROR("replay", "snapshot path too long to derive the log path from: %s", c->snapshot_path);
+    return SAC_ECONFIG;
+  }
+  s->wacks = malloc(WAL_MAX_WAITING * sizeof *s->wacks);
+  return s->wacks ? 0 : SAC_ENOMEM;
+}
+
+/* Applies one logged batch at start. A record that no longer decodes (the shard was
+ * restarted with other limits) or that the shard refuses is skipped and counted, not
+ * treated as a torn tail: the records after it are still good. */
+static int wal_apply(void *user, const sac_replay_wal_rec_t *rec, const unsigned char *payload, size_t len) {
+  sac_replay_server_t *s = user;
+  (void)rec;
+  sac_wire_msg_t m;
+  sac_wire_reason_t why = SAC_WIRE_R_MALFORMED;
+  if (sac_wire_decode(s->ins_dec, payload, len, &s->ins_lim, &m, &why) != 0 ||
+      m.type != SAC_WIRE_TRANSITIONS) {
+    count_reject(s, why, "log", NULL, 0);
+    return 0;
+  }
+  sac_replay_insert_result_t r;
+  if (sac_replay_shard_insert(s->shard, &m.u.transitions, &r) != 0)
+    count_reject(s, r.reason, "log", NULL, 0);
+  return 0;
+}
+
+static int restore_wal(sac_replay_server_t *s) {
+  if (!s->wacks)
+    return 0;
+  sac_replay_wal_scan_t scan;
+  int rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, wal_apply, s,
+                               &s->wal, &scan);
+  if (rc == SAC_EPROTO && s->cfg.start_empty_on_bad_snapshot) {
+    char aside[1200];
+    snprintf(aside, sizeof aside, "%s.bad-%lld", s->cfg.wal_path, (long long)time(NULL));
+    if (rename(s->cfg.wal_path, aside) != 0)
+      SAC_WARN("replay", "could not move the unusable log %s aside", s->cfg.wal_path);
+    SAC_WARN("replay", "log %s unusable: moved to %s as asked", s->cfg.wal_path, aside);
+    rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, wal_apply, s,
+                             &s->wal, &scan);
+  }
+  if (rc) {
+    SAC_ERROR("replay", "refusing to start: the write-ahead log %s cannot be used (%s)", s->cfg.wal_path,
+              sac_strerror(rc));
+    return rc == SAC_ENOMEM ? rc : SAC_ECONFIG;
+  }
+  sac_replay_shard_stats_t ss;
+  sac_replay_shard_stats(s->shard, &ss);
+  s->st.restored_transitions = ss.size;
+  s->st.wal_enabled = 1;
+  s->st.wal_replayed_records = scan.records;
+  s->st.wal_dropped_bytes = scan.dropped_bytes;
+  s->st.wal_bytes = sac_replay_wal_bytes(s->wal);
+  return 0;
+}
+
+/* The log cannot be written or synced: nothing more can be acknowledged truthfully, and
+ * after a failed fsync the kernel's copy cannot be trusted either. The server stops
+ * (fail-stop, like a database after a failed fsync); the held acks are never sent, so
+ * the actors resend those batches to the restarted shard. */
+static void wal_fail(sac_replay_server_t *s, const char *what) {
+  s->st.wal_errors_total++;
+  if (!s->wal_failed)
+    SAC_ERROR("replay",
+              "write-ahead log %s: %s failed; stopping the shard (unacknowledged batches are resent by "
+              "the actors to the restarted shard)",
+              s->cfg.wal_path, what);
+  s->wal_failed = 1;
+  s->n_wacks = 0;
+  s->wal_oldest_ns = 0;
+  atomic_store(&s->stop, 1);
+}
+
+/* Appends a batch the shard is about to store (not a duplicate or a rejected one).
+ * 0, or SAC_EIO (the caller answers with an error and stores nothing). */
+static int wal_log(sac_replay_server_t *s, const sac_wire_transitions_t *t, const unsigned char *msg,
+                   size_t len) {
+  if (!s->wal)
+    return 0;
+  if (s->wal_failed)
+    return SAC_EIO;
+  sac_replay_insert_result_t r;
+  if (sac_replay_shard_check(s->shard, t, &r) != SAC_REPLAY_SEQ_NEW)
+    return 0;
+  sac_replay_wal_rec_t rec = {t->actor_id, t->n, t->session, t->seq};
+  if (sac_replay_wal_append(s->wal, &rec, msg, len) != 0) {
+    wal_fail(s, "an append");
+    return SAC_EIO;
+  }
+  s->st.wal_records_total++;
+  if (!s->wal_oldest_ns)
+    s->wal_oldest_ns = sac_clock_ns();
+  return 0;
+}
+
+/* Acknowledges a stored (or duplicate) batch: at once without an fsync to wait for,
+ * else after the fsync that covers every batch appended so far. A duplicate waits too
+ * when acks are waiting: its original may be one of the batches not yet synced. */
+static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
+                       uint64_t seq, const sac_replay_insert_result_t *r) {
+  if (!s->wal || s->cfg.wal_sync_ms < 0 || (!s->wal_oldest_ns && !s->n_wacks)) {
+    send_ack(s, id, id_len, actor, seq, r, NULL);
+    return;
+  }
+  if (s->n_wacks == WAL_MAX_WAITING)
+    wal_commit(s, 1);
+  if (s->wal_failed)
+    return;
+  wal_ack_t *a = &s->wacks[s->n_wacks++];
+  memcpy(a->id, id, id_len);
+  a->id_len = id_len;
+  a->actor = actor;
+  a->seq = seq;
+  a->r = *r;
+  if (s->cfg.wal_sync_ms == 0)
+    wal_commit(s, 1);
+}
+
+/* Group commit: one fsync for every record appended since the last, then the held acks
+ * go out. Syncs when now_anyway (idle, a snapshot, stopping, the queue is full), or when
+ * the oldest unsynced record has waited wal_sync_ms. */
+static void wal_commit(sac_replay_server_t *s, int now_anyway) {
+  if (!s->wal || (!s->wal_oldest_ns && !s->n_wacks) || s->wal_failed)
+    return;
+  if (s->cfg.wal_sync_ms < 0) {
+    s->wal_oldest_ns = 0;
+    return;
+  }
+  if (!now_anyway && sac_clock_ns() < s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull)
+    return;
+  if (sac_replay_wal_sync(s->wal) != 0) {
+    wal_fail(s, "fsync");
+    return;
+  }
+  s->st.wal_syncs_total++;
+  s->wal_oldest_ns = 0;
+  uint32_t n = s->n_wacks;
+  s->n_wacks = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const wal_ack_t *a = &s->wacks[i];
+    send_ack(s, a->id, a->id_len, a->actor, a->seq, &a->r, NULL);
+  }
+}
+
+/* After a snapshot was written: its records are redundant, the log starts over. A crash
+ * before this point replays records the snapshot holds, which the shard drops as
+ * duplicates. */
+static void wal_rotate(sac_replay_server_t *s) {
+  if (!s->wal || s->wal_failed)
+    return;
+  if (sac_replay_wal_reset(s->wal) != 0)
+    wal_fail(s, "emptying the log after a snapshot");
+}
+
+/* ------------------------------------------------------------------ provenance */
+
+static void serving_set(sac_replay_server_t *s, int on) {
+  pthread_mutex_lock(&s->mu);
+  s->serving = on;
+  pthread_cond_broadcast(&s->prov_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+int sac_replay_server_provenance_local(sac_replay_server_t *s, char **text, size_t *len) {
+  return sac_replay_prov_format(sac_replay_shard_provenance(s->shard), s->cfg.shard.shard_id,
+                                s->st.incarnation, text, len);
+}
+
+/* On the serving thread: renders the index for the requests asked so far. */
+static void serve_provenance(sac_replay_server_t *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t asked = s->prov_asked;
+  pthread_mutex_unlock(&s->mu);
+  char *text = NULL;
+  size_t len = 0;
+  int rc = sac_replay_server_provenance_local(s, &text, &len);
+  pthread_mutex_lock(&s->mu);
+  free(s->prov_text);
+  s->prov_text = rc ? NULL : text;
+  s->prov_len = len;
+  s->prov_served = asked;
+  pthread_cond_broadcast(&s->prov_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+int sac_replay_server_provenance(sac_replay_server_t *s, int timeout_ms, char **text, size_t *len) {
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += timeout_ms / 1000;
+  dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (dl.tv_nsec >= 1000000000L) {
+    dl.tv_sec++;
+    dl.tv_nsec -= 1000000000L;
+  }
+  int rc = 0;
+  pthread_mutex_lock(&s->mu);
+  uint64_t ticket = ++s->prov_asked;
+  atomic_store(&s->prov_req, 1);
+  while (s->serving && s->prov_served < ticket && rc == 0)
+    rc = pthread_cond_timedwait(&s->prov_cv, &s->mu, &dl);
+  if (s->prov_served >= ticket) {
+    rc = SAC_ENOMEM;
+    *text = s->prov_text ? malloc(s->prov_len + 1) : NULL;
+    if (*text) {
+      memcpy(*text, s->prov_text, s->prov_len + 1);
+      *len = s->prov_len;
+      rc = 0;
+    }
+  } else {
+    rc = s->serving ? SAC_ETIMEOUT : SAC_ESTATE;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
 /* ------------------------------------------------------------------ loop */
 
 static void snapshot(sac_replay_server_t *s, const char *why) {
   if (!s->cfg.snapshot_path[0])
     return;
+  wal_commit(s, 1); /* the log and the acks are settled before the snapshot supersedes them */
   uint64_t t0 = sac_clock_ns();
   uint64_t bytes = 0;
   sac_replay_shard_stats_t ss;
@@ -677,6 +1013,7 @@ static void snapshot(sac_replay_server_t *s, const char *why) {
   s->st.last_snapshot_unix_ns = sac_wallclock_ns();
   s->st.last_snapshot_seconds = dt;
   s->st.last_snapshot_bytes = bytes;
+  wal_rotate(s);
   SAC_INFO("replay", "%s snapshot: %llu transitions, %.1f MiB in %.3f s to %s", why,
            (unsigned long long)ss.size, (double)bytes / 1048576.0, dt, s->cfg.snapshot_path);
 }
@@ -687,6 +1024,8 @@ static void publish(sac_replay_server_t *s) {
   s->st.insert_parked = s->held_count > 0;
   s->st.insert_held_batches = s->held_count;
   s->st.insert_held_bytes = s->held_used;
+  s->st.wal_bytes = s->wal ? sac_replay_wal_bytes(s->wal) : 0;
+  s->st.wal_acks_waiting = s->n_wacks;
   pthread_mutex_lock(&s->mu);
   s->pub = s->st;
   pthread_mutex_unlock(&s->mu);
@@ -703,11 +1042,14 @@ int sac_replay_server_run(sac_replay_server_t *s) {
       s->cfg.snapshot_interval_s > 0 ? (uint64_t)(s->cfg.snapshot_interval_s * 1e9) : UINT64_MAX;
   uint64_t next_snap = interval == UINT64_MAX ? UINT64_MAX : sac_clock_ns() + interval;
   uint64_t last_pub = 0;
+  serving_set(s, 1);
   while (!atomic_load(&s->stop)) {
     uint64_t now = sac_clock_ns();
     uint64_t wake = now + 50000000ull; /* 50 ms: notice stop requests */
     if (next_snap < wake)
       wake = next_snap;
+    if (s->n_wacks && s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull < wake)
+      wake = s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull;
     uint64_t dl = nearest_deadline(s);
     if (dl < wake)
       wake = dl;
@@ -738,9 +1080,14 @@ int sac_replay_server_run(sac_replay_server_t *s) {
       }
       serve_pending(s);
       release_held(s);
+      wal_commit(s, !progress); /* idle: no later batch would join this group */
       if (!progress)
         break;
     }
+    if (atomic_exchange(&s->prov_req, 0))
+      serve_provenance(s);
+    if (s->wal && s->cfg.wal_max_bytes && sac_replay_wal_bytes(s->wal) > s->cfg.wal_max_bytes)
+      atomic_store(&s->snap_req, 1); /* the log is full: a snapshot empties it */
     now = sac_clock_ns();
     if (s->pend_count)
       expire_pending(s, now);
@@ -755,6 +1102,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
   }
   /* Held batches were never acknowledged: the actors resend them. */
   int rc = 0;
+  wal_commit(s, 1);
   if (s->cfg.snapshot_path[0]) {
     uint64_t fails = s->st.snapshot_failures_total;
     snapshot(s, "final");
@@ -762,7 +1110,8 @@ int sac_replay_server_run(sac_replay_server_t *s) {
       rc = SAC_EIO;
   }
   publish(s);
-  return rc;
+  serving_set(s, 0);
+  return rc ? rc : s->wal_failed ? SAC_EIO : 0;
 }
 
 static void *thread_main(void *arg) {
@@ -775,7 +1124,9 @@ int sac_replay_server_start(sac_replay_server_t *s) {
   if (atomic_exchange(&s->running, 1))
     return SAC_ESTATE;
   atomic_store(&s->stop, 0);
+  serving_set(s, 1); /* provenance requests made from now on wait for the thread */
   if (pthread_create(&s->thread, NULL, thread_main, s) != 0) {
+    serving_set(s, 0);
     atomic_store(&s->running, 0);
     return SAC_ENOMEM;
   }

@@ -22,8 +22,20 @@
  * one stops the start with a clear error unless start_empty_on_bad_snapshot is set
  * (then it is moved aside to <path>.bad-<time> and the shard starts empty).
  *
- * Thread-safety: sac_replay_server_stop and sac_replay_server_stats may be called from
- * any thread (stop also from a signal handler); everything else from the owner. */
+ * Durability (docs/REPLAY.md): with SAC_REPLAY_DURABILITY_WAL (the default) every stored
+ * batch is appended to a write-ahead log (replay/wal.h) before it is acknowledged, and
+ * its acknowledgement is held until an fsync covers it (group commit: the shard syncs
+ * once wal_sync_ms has passed since the oldest unsynced batch, or earlier when no
+ * further batch is waiting to be read; wal_sync_ms 0 syncs each batch, -1 never syncs:
+ * acknowledged then means "in the kernel", which survives a kill -9 of the shard but not
+ * a power cut). Each snapshot empties the log; at start the snapshot is restored and
+ * the log replayed on top. The log needs snapshots to be rotated, so it is kept only
+ * when snapshot_path is set. SNAPSHOT keeps only the periodic snapshots (acknowledged
+ * batches since the last one are lost with the process); NONE keeps nothing.
+ *
+ * Thread-safety: sac_replay_server_stop, sac_replay_server_stats and
+ * sac_replay_server_provenance may be called from any thread (stop also from a signal
+ * handler); everything else from the owner. */
 #ifndef SAC_REPLAY_SERVER_H
 #define SAC_REPLAY_SERVER_H
 #include <stddef.h>
@@ -32,6 +44,16 @@
 #include "common/net.h"
 #include "common/wire.h"
 #include "replay/shard.h"
+
+typedef enum {
+  SAC_REPLAY_DURABILITY_WAL = 0,      /* log + snapshots: an acknowledged batch survives kill -9 */
+  SAC_REPLAY_DURABILITY_SNAPSHOT = 1, /* snapshots only */
+  SAC_REPLAY_DURABILITY_NONE = 2,     /* memory only: no log, no snapshots (snapshot_path ignored) */
+} sac_replay_durability_t;
+
+/* "wal" | "snapshot" | "none" -> *out; 0 or SAC_EINVAL. */
+int sac_replay_durability_parse(const char *s, sac_replay_durability_t *out);
+const char *sac_replay_durability_name(sac_replay_durability_t d);
 
 typedef struct {
   sac_replay_shard_config_t shard;
@@ -47,11 +69,17 @@ typedef struct {
   int start_empty_on_bad_snapshot;
   uint32_t max_held_batches; /* inserts held while the rate limiter holds them back */
   size_t max_held_bytes;     /* and their bytes (>= max_msg_bytes); beyond: answered "busy" */
+
+  sac_replay_durability_t durability; /* default WAL */
+  int wal_sync_ms;                    /* group commit window (ms); 0: fsync each batch; -1: no fsync */
+  char wal_path[1024];                /* "": <snapshot_path>.wal */
+  uint64_t wal_max_bytes;             /* a snapshot is taken when the log grows past this; 0: never */
 } sac_replay_server_config_t;
 
 /* Defaults: shard defaults, tcp ports 5560 and 5561 on all interfaces, 4 MiB messages, credit 16,
  * 1024 pending samples, 10 s maximum sample timeout, env ids < 2^20, no snapshots,
- * interval 60 s. */
+ * interval 60 s, durability wal (needs a snapshot path), wal_sync_ms 2, log path
+ * <snapshot_path>.wal, a snapshot every 1 GiB of log. */
 void sac_replay_server_config_default(sac_replay_server_config_t *c);
 
 /* Counters and gauges for metrics (issue 5 exports them). */
@@ -78,7 +106,18 @@ typedef struct {
   uint64_t last_snapshot_unix_ns;   /* 0: none yet (age = now - this) */
   double last_snapshot_seconds;     /* how long writing it took */
   uint64_t last_snapshot_bytes;
-  uint64_t restored_transitions; /* restored from a snapshot at start */
+  uint64_t restored_transitions; /* restored from a snapshot (and the log) at start */
+
+  /* write-ahead log */
+  uint64_t incarnation;       /* this server object's start time in µs since the epoch, unique per process */
+  int wal_enabled;            /* durability wal with a log file */
+  uint64_t wal_records_total; /* batches appended */
+  uint64_t wal_syncs_total;   /* fsyncs (group commits) */
+  uint64_t wal_errors_total;  /* failed appends or syncs */
+  uint64_t wal_bytes;         /* size of the log now */
+  uint64_t wal_replayed_records; /* records applied from the log at start */
+  uint64_t wal_dropped_bytes;    /* torn or corrupt tail dropped at start */
+  uint32_t wal_acks_waiting;     /* acknowledgements held for the next fsync now */
 } sac_replay_stats_t;
 
 typedef struct sac_replay_server sac_replay_server_t;
@@ -109,5 +148,13 @@ void sac_replay_server_destroy(sac_replay_server_t **s);
 
 /* A copy of the counters as of the server's last loop iteration. */
 void sac_replay_server_stats(sac_replay_server_t *s, sac_replay_stats_t *out);
+
+/* The shard's provenance in the fixed text form of replay/provenance.h (with this
+ * server's incarnation), rendered by the serving thread at its next loop iteration:
+ * *text is a new buffer (free() it). 0; SAC_ESTATE (not serving); SAC_ETIMEOUT (no
+ * answer within timeout_ms); SAC_ENOMEM. Any thread. */
+int sac_replay_server_provenance(sac_replay_server_t *s, int timeout_ms, char **text, size_t *len);
+/* Not serving: the same, rendered on the calling thread (the owner's). */
+int sac_replay_server_provenance_local(sac_replay_server_t *s, char **text, size_t *len);
 
 #endif

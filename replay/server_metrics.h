@@ -28,6 +28,8 @@ typedef struct {
   sac_metric_t *pending, *parked, *actors, *transition_bytes, *slot_bytes, *spi, *can_insert, *can_sample;
   sac_metric_t *held, *held_bytes, *held_dups, *held_full;
   sac_metric_t *lost, *snapshots, *snap_failures, *snap_age, *snap_seconds, *snap_bytes, *restored;
+  sac_metric_t *incarnation, *wal_records, *wal_syncs, *wal_errors, *wal_bytes, *wal_waiting, *wal_replayed,
+      *wal_dropped;
 } sac_replay_metrics__t;
 
 static inline void sac_replay_metrics__collect(void *user) {
@@ -77,6 +79,14 @@ static inline void sac_replay_metrics__collect(void *user) {
   sac_metric_set(m->snap_seconds, s.last_snapshot_seconds);
   sac_metric_set(m->snap_bytes, (double)s.last_snapshot_bytes);
   sac_metric_set(m->restored, (double)s.restored_transitions);
+  sac_metric_set(m->incarnation, (double)s.incarnation);
+  sac_metric_set(m->wal_records, (double)s.wal_records_total);
+  sac_metric_set(m->wal_syncs, (double)s.wal_syncs_total);
+  sac_metric_set(m->wal_errors, (double)s.wal_errors_total);
+  sac_metric_set(m->wal_bytes, (double)s.wal_bytes);
+  sac_metric_set(m->wal_waiting, (double)s.wal_acks_waiting);
+  sac_metric_set(m->wal_replayed, (double)s.wal_replayed_records);
+  sac_metric_set(m->wal_dropped, (double)s.wal_dropped_bytes);
 }
 
 /* Registers shard `shard_id`'s series on r, owned by owner (sac_metrics_forget(owner)
@@ -164,6 +174,16 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
   SAC__C(lost, "sac_replay_acked_batches_lost_total",
          "Acked batches lost by a restart from an older snapshot.");
   SAC__G(restored, "sac_replay_restored_transitions", "Transitions restored from a snapshot at start.");
+  SAC__G(incarnation, "sac_replay_incarnation",
+         "This shard's start time in microseconds since the epoch: changes on every start (also the "
+         "incarnation in /provenance).");
+  SAC__C(wal_records, "sac_replay_wal_records_total", "Batches appended to the write-ahead log.");
+  SAC__C(wal_syncs, "sac_replay_wal_syncs_total", "fsyncs of the write-ahead log (group commits).");
+  SAC__C(wal_errors, "sac_replay_wal_errors_total", "Failed appends or fsyncs of the write-ahead log.");
+  SAC__G(wal_bytes, "sac_replay_wal_size_bytes", "Size of the write-ahead log now.");
+  SAC__G(wal_waiting, "sac_replay_wal_acks_waiting", "Acknowledgements held for the next fsync now.");
+  SAC__G(wal_replayed, "sac_replay_wal_replayed_records", "Log records applied at start.");
+  SAC__G(wal_dropped, "sac_replay_wal_dropped_bytes", "Torn or corrupt log bytes dropped at start.");
   if (snapshots) {
     SAC__C(snapshots, "sac_replay_snapshots_total", "Snapshots written.");
     SAC__C(snap_failures, "sac_replay_snapshot_failures_total", "Snapshots that failed.");

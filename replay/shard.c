@@ -7,6 +7,8 @@
  *   leaves    filled x f32 (prioritised shards only)
  *   actors    n_actors x {u32 actor, u32 0, u64 session, u64 last_seq, u64 bitmap}
  *   streams   n_streams x {u32 actor, u32 env, u64 serial + 1}
+ *   provenance n_prov x {u32 actor, u32 rows, u64 session, u64 seq, u64 end serial}
+ *             (payload version 2; a version 1 snapshot loads with an empty index)
  * where filled = min(alloc_count, capacity): slots are handed out in order from 0, so
  * the used region is always a prefix. */
 #include "replay/shard.h"
@@ -19,6 +21,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/snapshot.h"
+#include "replay/provenance.h"
 #include "replay/ratelimit.h"
 #include "replay/sampler.h"
 #include "replay/storage.h"
@@ -46,6 +49,7 @@ struct sac_replay_shard {
   uint64_t inserted_batches, duplicate_batches, sampled_rows, sample_batches;
   uint64_t prio_updates, prio_stale, prio_foreign, acked_lost;
   uint64_t granted_total; /* sum of the actors' granted credit */
+  sac_replay_prov_t prov; /* who sent each stored batch (provenance.h) */
 };
 
 void sac_replay_shard_config_default(sac_replay_shard_config_t *c) {
@@ -134,6 +138,8 @@ sac_replay_shard_t *sac_replay_shard_new(const sac_replay_shard_config_t *cfg, i
   sh->weights = malloc(B * sizeof(float));
   sh->indices = malloc(B * sizeof(uint64_t));
   rc = SAC_ENOMEM;
+  if (sac_replay_prov_init(&sh->prov, cfg->capacity / 64 < 65536 ? cfg->capacity / 64 : 65536) != 0)
+    goto fail;
   if (!sh->actors || !sh->slots || !sh->obs || !sh->next_obs || !sh->act || !sh->rew || !sh->term ||
       !sh->weights || !sh->indices)
     goto fail;
@@ -162,6 +168,7 @@ void sac_replay_shard_destroy(sac_replay_shard_t **shp) {
   free(sh->term);
   free(sh->weights);
   free(sh->indices);
+  sac_replay_prov_close(&sh->prov);
   free(sh);
   *shp = NULL;
 }
@@ -283,8 +290,12 @@ int sac_replay_shard_insert(sac_replay_shard_t *sh, const sac_wire_transitions_t
   res->stored = stored;
   sac_replay_limiter_inserted(&sh->lim, stored);
   sh->inserted_batches++;
+  sac_replay_prov_add(&sh->prov, t->actor_id, t->session, t->seq, t->n, sh->st.alloc_count);
+  sac_replay_prov_trim(&sh->prov, sh->st.alloc_count, sh->cfg.capacity);
   return 0;
 }
+
+const sac_replay_prov_t *sac_replay_shard_provenance(const sac_replay_shard_t *sh) { return &sh->prov; }
 
 int sac_replay_shard_can_insert(const sac_replay_shard_t *sh, uint32_t n) {
   return sac_replay_limiter_can_insert(&sh->lim, n);
@@ -452,9 +463,10 @@ enum meta {
   M_PRIO_STALE,
   M_PRIO_FOREIGN,
   M_LOST,
+  M_N_PROV, /* version 2 */
   M_COUNT = 32
 };
-#define PAYLOAD_VERSION 1u
+#define PAYLOAD_VERSION 2u
 
 static uint64_t dbits(double d) {
   uint64_t u;
@@ -506,6 +518,7 @@ int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *by
   m[M_PRIO_STALE] = sh->prio_stale;
   m[M_PRIO_FOREIGN] = sh->prio_foreign;
   m[M_LOST] = sh->acked_lost;
+  m[M_N_PROV] = sh->prov.count;
 
   sac_snap_writer_t w;
   int rc = sac_snap_writer_open(&w, path, SAC_SNAP_KIND_REPLAY);
@@ -534,6 +547,8 @@ int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *by
   for (uint32_t i = 0; i <= st->streams_mask && !rc; i++)
     if (st->streams[i].serial1)
       rc = sac_snap_write(&w, &st->streams[i], sizeof st->streams[i]);
+  for (uint64_t i = 0; i < sh->prov.count && !rc; i++)
+    rc = sac_snap_write(&w, sac_replay_prov_at(&sh->prov, i), sizeof(sac_replay_prov_entry_t));
   if (rc) {
     sac_snap_writer_abort(&w);
     return rc;
@@ -598,6 +613,53 @@ static const char *check_loaded(sac_replay_shard_t *sh, uint64_t size) {
   return NULL;
 }
 
+int sac_replay_shard_snapshot_config(const char *path, sac_replay_shard_config_t *cfg) {
+  sac_snap_reader_t r;
+  int rc = sac_snap_reader_open(&r, path, SAC_SNAP_KIND_REPLAY);
+  if (rc)
+    return rc;
+  uint64_t m[M_COUNT];
+  rc = sac_snap_read(&r, m, sizeof m) != 0 ? SAC_EPROTO : 0;
+  sac_snap_reader_close(&r);
+  if (rc)
+    return rc;
+  if (m[M_VERSION] != PAYLOAD_VERSION && m[M_VERSION] != 1)
+    return SAC_EVERSION;
+  if (m[M_SHARD] >= SAC_WIRE_MAX_SHARDS || m[M_CAPACITY] >= UINT32_MAX || m[M_OBS_DIM] > (1u << 20) ||
+      m[M_ACT_DIM] > (1u << 20))
+    return SAC_EPROTO;
+  cfg->shard_id = (uint32_t)m[M_SHARD];
+  cfg->capacity = m[M_CAPACITY];
+  cfg->obs_dim = (uint32_t)m[M_OBS_DIM];
+  cfg->act_dim = (uint32_t)m[M_ACT_DIM];
+  cfg->obs_f16 = m[M_OBS_F16] != 0;
+  cfg->act_f16 = m[M_ACT_F16] != 0;
+  cfg->sampler = m[M_SAMPLER] ? SAC_REPLAY_PRIORITIZED : SAC_REPLAY_UNIFORM;
+  if (cfg->max_batch_rows > cfg->capacity / 4) /* what shard_new demands */
+    cfg->max_batch_rows = (uint32_t)(cfg->capacity / 4);
+  return 0;
+}
+
+/* Reads n provenance entries (storage order: end serials never decrease and never pass
+ * alloc). NULL, or why the section is refused. */
+static const char *load_provenance(sac_replay_shard_t *sh, sac_snap_reader_t *r, uint64_t n, uint64_t alloc) {
+  sac_replay_prov_reset(&sh->prov);
+  if (n > alloc) /* every stored batch takes at least one slot */
+    return "provenance index longer than the slots allocated";
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    sac_replay_prov_entry_t e;
+    if (sac_snap_read(r, &e, sizeof e))
+      return "provenance index truncated";
+    if (e.end < prev || e.end > alloc || e.rows == 0)
+      return "provenance entry out of order or out of range";
+    prev = e.end;
+    if (sac_replay_prov_add(&sh->prov, e.actor, e.session, e.seq, e.rows, e.end) != 0)
+      return "out of memory for the provenance index";
+  }
+  return NULL;
+}
+
 int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
   sac_snap_reader_t r;
   int rc = sac_snap_reader_open(&r, path, SAC_SNAP_KIND_REPLAY);
@@ -610,9 +672,9 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
     SAC_ERROR("replay", "snapshot %s: payload too short for its metadata", path);
     return SAC_EPROTO;
   }
-  if (m[M_VERSION] != PAYLOAD_VERSION) {
+  if (m[M_VERSION] != PAYLOAD_VERSION && m[M_VERSION] != 1) { /* 1: before provenance */
     sac_snap_reader_close(&r);
-    SAC_ERROR("replay", "snapshot %s: payload version %llu, expected %u", path,
+    SAC_ERROR("replay", "snapshot %s: payload version %llu, expected 1 or %u", path,
               (unsigned long long)m[M_VERSION], PAYLOAD_VERSION);
     return SAC_EVERSION;
   }
@@ -682,6 +744,9 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
     }
     sac_replay_storage_stream_put(st, e.actor, e.env, e.serial1 - 1);
   }
+  why = load_provenance(sh, &r, m[M_VERSION] >= 2 ? m[M_N_PROV] : 0, alloc);
+  if (why)
+    goto bad;
   if (r.read_bytes != r.payload_bytes) {
     why = "trailing bytes after the payload";
     goto bad;
@@ -724,5 +789,6 @@ bad:
   sac_replay_storage_reset(st);
   memset(sh->actors, 0, ((size_t)sh->actors_mask + 1) * sizeof *sh->actors);
   sh->n_actors = 0;
+  sac_replay_prov_reset(&sh->prov);
   return rc;
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "common/wire.h"
+#include "replay/provenance.h"
 
 typedef enum { SAC_REPLAY_UNIFORM = 0, SAC_REPLAY_PRIORITIZED = 1 } sac_replay_sampler_kind_t;
 
@@ -132,5 +133,15 @@ int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *by
  * storage or sampler: shard unchanged); SAC_EIO / SAC_ECHECKSUM / SAC_EVERSION / SAC_EPROTO
  * (truncated, corrupt, other format, inconsistent content: the shard is left empty). */
 int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path);
+
+/* The provenance index (replay/provenance.h): one entry per stored batch that still has
+ * a slot in the ring, oldest first. Saved in snapshots (payload version 2; a version 1
+ * snapshot loads with an empty index). */
+const sac_replay_prov_t *sac_replay_shard_provenance(const sac_replay_shard_t *sh);
+
+/* Sets the fields of *cfg a snapshot must match (shard id, capacity, dimensions, fp16,
+ * sampler) from the snapshot at path, for tools that read a snapshot without knowing the
+ * shard's flags. 0; SAC_ENOTFOUND; SAC_EIO / SAC_ECHECKSUM / SAC_EVERSION / SAC_EPROTO. */
+int sac_replay_shard_snapshot_config(const char *path, sac_replay_shard_config_t *cfg);
 
 #endif

@@ -1,0 +1,274 @@
+/* The shard write-ahead log (see wal.h): plain write(2) appends, fdatasync for group
+ * commit, ftruncate to drop a torn tail or to empty the log after a snapshot. */
+#define _GNU_SOURCE
+#include "replay/wal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/snapshot.h"
+
+void (*sac_replay_wal_sync_hook)(void *arg);
+void *sac_replay_wal_sync_hook_arg;
+
+static const char k_magic[8] = {'S', 'A', 'C', 'W', 'A', 'L', '1', '\0'};
+
+struct sac_replay_wal {
+  int fd;
+  uint64_t bytes;
+  char path[1024];
+};
+
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const unsigned char *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+static uint32_t record_crc(const unsigned char *head, const void *payload, size_t len) {
+  uint32_t c = sac_crc32c(0, head + 8, SAC_REPLAY_WAL_RECORD_HEAD - 8);
+  c = sac_crc32c(c, payload, len);
+  return sac_crc32c(c, head, 4);
+}
+
+static int read_full(int fd, void *buf, size_t len, size_t *got) {
+  unsigned char *p = buf;
+  *got = 0;
+  while (*got < len) {
+    ssize_t n = read(fd, p + *got, len - *got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return SAC_EIO;
+    if (n == 0)
+      break;
+    *got += (size_t)n;
+  }
+  return 0;
+}
+
+/* Reads records from fd (positioned after the header) until the end or the first bad
+ * one; fills out (valid_bytes counts from the file's start). */
+static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_wal_apply_fn apply, void *user,
+                   sac_replay_wal_scan_t *out) {
+  memset(out, 0, sizeof *out);
+  out->why = "";
+  out->valid_bytes = SAC_REPLAY_WAL_HEADER_BYTES;
+  unsigned char *buf = malloc(max_payload ? max_payload : 1);
+  if (!buf)
+    return SAC_ENOMEM;
+  int rc = 0;
+  for (;;) {
+    unsigned char head[SAC_REPLAY_WAL_RECORD_HEAD];
+    size_t got = 0;
+    if ((rc = read_full(fd, head, sizeof head, &got)) != 0)
+      break;
+    if (got == 0)
+      break; /* the clean end */
+    if (got < sizeof head) {
+      out->why = "torn record head";
+      break;
+    }
+    uint32_t len = get32(head);
+    if (len > max_payload || len == 0) {
+      out->why = "record length out of range";
+      break;
+    }
+    if ((rc = read_full(fd, buf, len, &got)) != 0)
+      break;
+    if (got < len) {
+      out->why = "torn record payload";
+      break;
+    }
+    if (record_crc(head, buf, len) != get32(head + 4)) {
+      out->why = "record checksum mismatch";
+      break;
+    }
+    sac_replay_wal_rec_t rec = {get32(head + 8), get32(head + 12), get64(head + 16), get64(head + 24)};
+    if (apply && apply(user, &rec, buf, len) != 0) {
+      out->why = "record refused by the shard";
+      break;
+    }
+    out->records++;
+    out->valid_bytes += sizeof head + len;
+  }
+  free(buf);
+  out->dropped_bytes = file_bytes > out->valid_bytes ? file_bytes - out->valid_bytes : 0;
+  return rc;
+}
+
+/* Checks the header of an open log. 0, SAC_EPROTO, SAC_EIO. */
+static int check_header(int fd, const char *path, uint32_t *shard_id) {
+  unsigned char h[SAC_REPLAY_WAL_HEADER_BYTES];
+  size_t got = 0;
+  if (read_full(fd, h, sizeof h, &got) != 0)
+    return SAC_EIO;
+  if (got < sizeof h || memcmp(h, k_magic, 8) != 0 || get32(h + 8) != 1) {
+    SAC_ERROR("replay", "%s is not a replay shard write-ahead log (bad header)", path);
+    return SAC_EPROTO;
+  }
+  *shard_id = get32(h + 12);
+  return 0;
+}
+
+int sac_replay_wal_scan(const char *path, size_t max_payload, sac_replay_wal_apply_fn apply, void *user,
+                        sac_replay_wal_scan_t *out) {
+  memset(out, 0, sizeof *out);
+  out->why = "";
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : SAC_EIO;
+  struct stat sb;
+  uint32_t shard = 0;
+  int rc = fstat(fd, &sb) != 0 ? SAC_EIO : 0;
+  if (!rc && sb.st_size > 0)
+    rc = check_header(fd, path, &shard);
+  if (!rc && sb.st_size > 0)
+    rc = scan_fd(fd, (uint64_t)sb.st_size, max_payload, apply, user, out);
+  close(fd);
+  return rc;
+}
+
+int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
+                        sac_replay_wal_apply_fn apply, void *user, sac_replay_wal_t **out,
+                        sac_replay_wal_scan_t *scan) {
+  *out = NULL;
+  sac_replay_wal_scan_t dummy;
+  if (!scan)
+    scan = &dummy;
+  memset(scan, 0, sizeof *scan);
+  scan->why = "";
+  sac_replay_wal_t *w = calloc(1, sizeof *w);
+  if (!w)
+    return SAC_ENOMEM;
+  snprintf(w->path, sizeof w->path, "%s", path);
+  w->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  struct stat sb;
+  if (w->fd < 0 || fstat(w->fd, &sb) != 0) {
+    SAC_ERROR("replay", "cannot open the write-ahead log %s: %s", path, strerror(errno));
+    sac_replay_wal_close(&w);
+    return SAC_EIO;
+  }
+  int rc = 0;
+  if (sb.st_size == 0) { /* new (or emptied by a crash right after creating it) */
+    unsigned char h[SAC_REPLAY_WAL_HEADER_BYTES];
+    memcpy(h, k_magic, 8);
+    put32(h + 8, 1);
+    put32(h + 12, shard_id);
+    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0)
+      rc = SAC_EIO;
+    scan->valid_bytes = sizeof h;
+    if (!rc)
+      SAC_INFO("replay", "wal: applied 0 records, dropped 0 bytes (new log %s)", path);
+  } else {
+    uint32_t file_shard = 0;
+    rc = check_header(w->fd, path, &file_shard);
+    if (!rc && file_shard != shard_id)
+      SAC_WARN("replay", "write-ahead log %s belongs to shard %u, replaying it into shard %u", path,
+               file_shard, shard_id);
+    if (!rc)
+      rc = scan_fd(w->fd, (uint64_t)sb.st_size, max_payload, apply, user, scan);
+    if (!rc && scan->dropped_bytes && (ftruncate(w->fd, (off_t)scan->valid_bytes) != 0 || fsync(w->fd) != 0))
+      rc = SAC_EIO;
+    if (!rc)
+      SAC_INFO("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
+               (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes,
+               scan->dropped_bytes ? ": " : "", scan->dropped_bytes ? scan->why : "", path);
+  }
+  if (rc) {
+    if (rc == SAC_EIO)
+      SAC_ERROR("replay", "cannot use the write-ahead log %s: %s", path, strerror(errno));
+    sac_replay_wal_close(&w);
+    return rc;
+  }
+  w->bytes = scan->valid_bytes;
+  if (lseek(w->fd, (off_t)w->bytes, SEEK_SET) < 0) {
+    sac_replay_wal_close(&w);
+    return SAC_EIO;
+  }
+  *out = w;
+  return 0;
+}
+
+void sac_replay_wal_close(sac_replay_wal_t **wp) {
+  if (!wp || !*wp)
+    return;
+  if ((*wp)->fd >= 0)
+    close((*wp)->fd);
+  free(*wp);
+  *wp = NULL;
+}
+
+int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, const void *payload,
+                          size_t len) {
+  unsigned char head[SAC_REPLAY_WAL_RECORD_HEAD];
+  put32(head, (uint32_t)len);
+  put32(head + 8, rec->actor);
+  put32(head + 12, rec->rows);
+  put64(head + 16, rec->session);
+  put64(head + 24, rec->seq);
+  put32(head + 4, record_crc(head, payload, len));
+  struct iovec iov[2] = {{head, sizeof head}, {(void *)payload, len}};
+  size_t want = sizeof head + len, done = 0;
+  while (done < want) {
+    ssize_t n = pwritev(w->fd, iov, 2, (off_t)(w->bytes + done));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      SAC_ERROR("replay", "write-ahead log %s: write failed: %s", w->path,
+                n < 0 ? strerror(errno) : "no progress");
+      /* leave no partial record behind: the next append starts where this one did */
+      if (ftruncate(w->fd, (off_t)w->bytes) != 0)
+        SAC_ERROR("replay", "write-ahead log %s: cannot cut the partial record: %s", w->path,
+                  strerror(errno));
+      return SAC_EIO;
+    }
+    done += (size_t)n;
+    /* advance the iovecs past what was written (short writes are rare) */
+    size_t k = (size_t)n;
+    for (int i = 0; i < 2 && k; i++) {
+      size_t t = k < iov[i].iov_len ? k : iov[i].iov_len;
+      iov[i].iov_base = (unsigned char *)iov[i].iov_base + t;
+      iov[i].iov_len -= t;
+      k -= t;
+    }
+  }
+  w->bytes += want;
+  return 0;
+}
+
+int sac_replay_wal_sync(sac_replay_wal_t *w) {
+  if (sac_replay_wal_sync_hook)
+    sac_replay_wal_sync_hook(sac_replay_wal_sync_hook_arg);
+  if (fdatasync(w->fd) != 0) {
+    SAC_ERROR("replay", "write-ahead log %s: fdatasync failed: %s", w->path, strerror(errno));
+    return SAC_EIO;
+  }
+  return 0;
+}
+
+int sac_replay_wal_reset(sac_replay_wal_t *w) {
+  if (ftruncate(w->fd, SAC_REPLAY_WAL_HEADER_BYTES) != 0 || fsync(w->fd) != 0) {
+    SAC_ERROR("replay", "write-ahead log %s: cannot empty it: %s", w->path, strerror(errno));
+    return SAC_EIO;
+  }
+  w->bytes = SAC_REPLAY_WAL_HEADER_BYTES;
+  return 0;
+}
+
+uint64_t sac_replay_wal_bytes(const sac_replay_wal_t *w) { return w->bytes; }

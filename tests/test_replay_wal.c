@@ -1,0 +1,459 @@
+/* The shard write-ahead log (replay/wal.h) and what it promises (docs/REPLAY.md): records
+ * round-trip; a torn tail at any byte of the last record and a corrupt record in the
+ * middle stop the replay there; batches a shard acknowledged survive the shard's process
+ * dying without a snapshot, each stored once (and, as the negative control, the same run
+ * with durability snapshot loses them and the check says so); acknowledgements are not
+ * sent before the fsync that covers them; replaying a log whose records a snapshot
+ * already holds stores nothing twice; the provenance index survives snapshot and log. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/net.h"
+#include "replay/client.h"
+#include "replay/inspect.h"
+#include "replay/server.h"
+#include "replay/wal.h"
+#include "tests/replay_testgen.h"
+
+static char g_dir[256];
+
+static void setup(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/sac-wal-test-%ld-XXXXXX", (long)getpid());
+  cr_assert_not_null(mkdtemp(g_dir));
+}
+
+static void teardown(void) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+TestSuite(replay_wal, .init = setup, .fini = teardown, .timeout = 120);
+
+static long file_size(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void copy_prefix(const char *from, const char *to, long n) {
+  FILE *f = fopen(from, "rb"), *t = fopen(to, "wb");
+  cr_assert(f && t);
+  for (long i = 0; i < n; i++) {
+    int ch = fgetc(f);
+    if (ch == EOF)
+      break;
+    fputc(ch, t);
+  }
+  fclose(f);
+  fclose(t);
+}
+
+/* ------------------------------------------------------------------ the log file */
+
+typedef struct {
+  int n;
+  sac_replay_wal_rec_t rec[64];
+  unsigned char payload[64][64];
+  size_t len[64];
+} seen_t;
+
+static int collect(void *user, const sac_replay_wal_rec_t *rec, const unsigned char *payload, size_t len) {
+  seen_t *s = user;
+  cr_assert_lt(s->n, 64);
+  s->rec[s->n] = *rec;
+  memcpy(s->payload[s->n], payload, len < 64 ? len : 64);
+  s->len[s->n] = len;
+  s->n++;
+  return 0;
+}
+
+/* Writes n records (payload of record i: 10 + i bytes of value i) and returns the file
+ * offset where each record starts in starts[0..n]. */
+static void write_records(const char *path, int n, long *starts) {
+  sac_replay_wal_t *w = NULL;
+  unlink(path);
+  cr_assert_eq(sac_replay_wal_open(path, 3, 4096, NULL, NULL, &w, NULL), 0);
+  for (int i = 0; i < n; i++) {
+    starts[i] = (long)sac_replay_wal_bytes(w);
+    unsigned char p[64];
+    memset(p, i, sizeof p);
+    sac_replay_wal_rec_t r = {
+        .actor = 100u + (uint32_t)i, .rows = 7u + (uint32_t)i, .session = 5000u + i, .seq = 1u + (uint64_t)i};
+    cr_assert_eq(sac_replay_wal_append(w, &r, p, 10u + (size_t)i), 0);
+  }
+  starts[n] = (long)sac_replay_wal_bytes(w);
+  cr_assert_eq(sac_replay_wal_sync(w), 0);
+  sac_replay_wal_close(&w);
+  cr_assert_eq(file_size(path), starts[n]);
+}
+
+Test(replay_wal, record_round_trip) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/a.wal", g_dir);
+  long starts[6];
+  write_records(path, 5, starts);
+  seen_t s = {0};
+  sac_replay_wal_scan_t sc;
+  cr_assert_eq(sac_replay_wal_scan(path, 4096, collect, &s, &sc), 0);
+  cr_assert_eq(s.n, 5);
+  cr_assert_eq(sc.records, 5);
+  cr_assert_eq(sc.dropped_bytes, 0);
+  for (int i = 0; i < 5; i++) {
+    cr_assert_eq(s.rec[i].actor, 100u + (uint32_t)i);
+    cr_assert_eq(s.rec[i].rows, 7u + (uint32_t)i);
+    cr_assert_eq(s.rec[i].session, 5000u + (uint64_t)i);
+    cr_assert_eq(s.rec[i].seq, 1u + (uint64_t)i);
+    cr_assert_eq(s.len[i], 10u + (size_t)i);
+    for (size_t j = 0; j < s.len[i]; j++)
+      cr_assert_eq(s.payload[i][j], (unsigned char)i);
+  }
+  /* reopening appends after the last record */
+  sac_replay_wal_t *w = NULL;
+  seen_t s2 = {0};
+  cr_assert_eq(sac_replay_wal_open(path, 3, 4096, collect, &s2, &w, &sc), 0);
+  cr_assert_eq(s2.n, 5);
+  sac_replay_wal_rec_t r = {.actor = 9, .rows = 1, .session = 1, .seq = 99};
+  cr_assert_eq(sac_replay_wal_append(w, &r, "xyz", 3), 0);
+  sac_replay_wal_close(&w);
+  seen_t s3 = {0};
+  cr_assert_eq(sac_replay_wal_scan(path, 4096, collect, &s3, &sc), 0);
+  cr_assert_eq(s3.n, 6);
+  cr_assert_eq(s3.rec[5].seq, 99);
+  /* not a log: refused clearly */
+  FILE *f = fopen(path, "r+b");
+  fputc('X', f);
+  fclose(f);
+  cr_assert_eq(sac_replay_wal_scan(path, 4096, collect, &s3, &sc), SAC_EPROTO);
+}
+
+Test(replay_wal, torn_tail_at_every_byte_of_the_last_record) {
+  char path[400], cut[400];
+  snprintf(path, sizeof path, "%s/b.wal", g_dir);
+  snprintf(cut, sizeof cut, "%s/cut.wal", g_dir);
+  long starts[4];
+  write_records(path, 3, starts);
+  for (long end = starts[2]; end < starts[3]; end++) {
+    copy_prefix(path, cut, end);
+    seen_t s = {0};
+    sac_replay_wal_t *w = NULL;
+    sac_replay_wal_scan_t sc;
+    cr_assert_eq(sac_replay_wal_open(cut, 3, 4096, collect, &s, &w, &sc), 0, "cut at %ld", end);
+    cr_assert_eq(s.n, 2, "cut at %ld: %d records applied", end, s.n);
+    cr_assert_eq(sc.dropped_bytes, (uint64_t)(end - starts[2]), "cut at %ld", end);
+    cr_assert_eq(file_size(cut), starts[2], "the torn tail is truncated");
+    /* and the log goes on from there */
+    sac_replay_wal_rec_t r = {.actor = 1, .rows = 1, .session = 1, .seq = 42};
+    cr_assert_eq(sac_replay_wal_append(w, &r, "abcd", 4), 0);
+    sac_replay_wal_close(&w);
+    seen_t s2 = {0};
+    cr_assert_eq(sac_replay_wal_scan(cut, 4096, collect, &s2, &sc), 0);
+    cr_assert_eq(s2.n, 3);
+    cr_assert_eq(s2.rec[2].seq, 42);
+    cr_assert_eq(sc.dropped_bytes, 0);
+  }
+}
+
+Test(replay_wal, corrupt_record_in_the_middle_stops_there) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/c.wal", g_dir);
+  long starts[6];
+  write_records(path, 5, starts);
+  /* one flipped bit in the payload of record 2, then in its head */
+  for (int where = 0; where < 2; where++) {
+    write_records(path, 5, starts);
+    long at = where == 0 ? starts[2] + SAC_REPLAY_WAL_RECORD_HEAD + 3 : starts[2] + 20;
+    int fd = open(path, O_RDWR);
+    unsigned char ch;
+    cr_assert_eq(pread(fd, &ch, 1, at), 1);
+    ch ^= 0x10;
+    cr_assert_eq(pwrite(fd, &ch, 1, at), 1);
+    close(fd);
+    seen_t s = {0};
+    sac_replay_wal_scan_t sc;
+    cr_assert_eq(sac_replay_wal_scan(path, 4096, collect, &s, &sc), 0);
+    cr_assert_eq(s.n, 2, "records after the corrupt one are not applied");
+    cr_assert_eq(sc.dropped_bytes, (uint64_t)(starts[5] - starts[2]));
+    cr_assert_str_eq(sc.why, "record checksum mismatch");
+  }
+}
+
+/* ------------------------------------------------------------------ a shard with its log */
+
+#define OBS 5
+#define ACT 2
+#define SESSION 4242u
+#define ACTOR 7u
+
+static sac_replay_server_config_t server_cfg(sac_replay_durability_t d, int sync_ms, const char *tag) {
+  sac_replay_server_config_t c;
+  sac_replay_server_config_default(&c);
+  c.shard.capacity = 1u << 16;
+  c.shard.obs_dim = OBS;
+  c.shard.act_dim = ACT;
+  c.shard.max_batch_rows = 512;
+  c.shard.min_size = 1;
+  snprintf(c.insert_endpoint, sizeof c.insert_endpoint, "inproc://wal-%s-ins", tag);
+  snprintf(c.sample_endpoint, sizeof c.sample_endpoint, "inproc://wal-%s-smp", tag);
+  snprintf(c.snapshot_path, sizeof c.snapshot_path, "%s/shard.snap", g_dir);
+  c.snapshot_interval_s = 0;
+  c.durability = d;
+  c.wal_sync_ms = sync_ms;
+  return c;
+}
+
+static sac_replay_client_t *client_for(sac_net_ctx_t *ctx, const char *ep) {
+  static const char *ins[1];
+  ins[0] = ep;
+  sac_replay_client_config_t c;
+  sac_replay_client_config_default(&c);
+  c.n_shards = 1;
+  c.insert_endpoints = ins;
+  c.ctx = ctx;
+  c.actor_id = ACTOR;
+  c.session = SESSION;
+  c.window = 8;
+  return sac_replay_client_new(&c);
+}
+
+/* Inserts n batches (rows_per_env 4 of 8 envs: 32 rows each) and waits for every ack. */
+static void insert_acked(sac_replay_client_t *cl, int n) {
+  tg_t g;
+  tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
+  for (int b = 0; b < n; b++)
+    cr_assert_eq(sac_replay_client_insert(cl, 0, tg_next(&g), 10000), 0);
+  cr_assert_eq(sac_replay_client_flush(cl, 20000), 0);
+  tg_free(&g);
+}
+
+typedef struct {
+  int acked, found_once, missing, found_twice, other;
+} ledger_t;
+
+/* The ledger check of issue 15 in miniature: batches (ACTOR, SESSION, seq 1..n) were
+ * acknowledged; how often does each appear in the provenance text? */
+static ledger_t check_ledger(const char *text, int n) {
+  ledger_t l = {.acked = n};
+  int *count = calloc((size_t)n + 1, sizeof *count);
+  cr_assert_eq(strncmp(text, "# sacfleet provenance v1 shard=", 31), 0, "header: %.60s", text);
+  const char *p = strchr(text, '\n');
+  cr_assert_not_null(p);
+  for (p++; *p; p = strchr(p, '\n') + 1) {
+    unsigned actor = 0, rows = 0;
+    unsigned long long session = 0, seq = 0;
+    cr_assert_eq(sscanf(p, "%u %llu %llu %u", &actor, &session, &seq, &rows), 4, "line: %.60s", p);
+    if (actor == ACTOR && session == SESSION && seq >= 1 && seq <= (unsigned long long)n && rows == 32)
+      count[seq]++;
+    else
+      l.other++;
+  }
+  for (int i = 1; i <= n; i++) {
+    l.found_once += count[i] == 1;
+    l.missing += count[i] == 0;
+    l.found_twice += count[i] >= 2;
+  }
+  free(count);
+  return l;
+}
+
+/* A child process serves a shard, inserts n batches, waits for their acks and then
+ * dies without a snapshot (_exit: no final snapshot, nothing flushed). */
+static void acked_then_die(sac_replay_durability_t d, int n) {
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+    sac_replay_server_config_t c = server_cfg(d, 2, "child");
+    sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+    if (!s || sac_replay_server_start(s) != 0)
+      _exit(3);
+    sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(s));
+    tg_t g;
+    tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
+    for (int b = 0; b < n; b++)
+      if (sac_replay_client_insert(cl, 0, tg_next(&g), 10000) != 0)
+        _exit(4);
+    if (sac_replay_client_flush(cl, 20000) != 0)
+      _exit(5);
+    _exit(0); /* like kill -9 after the acks: no snapshot, no cleanup */
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+}
+
+static char *provenance_after_restart(sac_replay_durability_t d, sac_replay_stats_t *st) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(d, 2, "parent");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  char *text = NULL;
+  size_t len = 0;
+  /* asked from this thread while the shard serves: the route /provenance uses */
+  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
+  cr_assert_eq(strlen(text), len);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_server_stats(s, st);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+  return text;
+}
+
+Test(replay_wal, acked_batches_survive_the_process_dying_each_stored_once) {
+  const int n = 40;
+  acked_then_die(SAC_REPLAY_DURABILITY_WAL, n);
+  char snap[400], wal[400];
+  snprintf(snap, sizeof snap, "%s/shard.snap", g_dir);
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  cr_assert_eq(access(snap, F_OK), -1, "the child wrote no snapshot");
+  cr_assert_gt(file_size(wal), 16);
+  /* offline, as sac-replay --print_provenance reads the files */
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "x");
+  char *off = NULL;
+  size_t off_len = 0;
+  cr_assert_eq(sac_replay_provenance_from_files(&c, snap, wal, &off, &off_len), 0);
+  ledger_t lo = check_ledger(off, n);
+  cr_assert_eq(lo.found_once, n, "offline: %d of %d found once", lo.found_once, n);
+  cr_assert_eq(strncmp(off, "# sacfleet provenance v1 shard=0 incarnation=0\n", 47), 0);
+  /* a restarted shard on the same paths */
+  sac_replay_stats_t st;
+  char *text = provenance_after_restart(SAC_REPLAY_DURABILITY_WAL, &st);
+  ledger_t l = check_ledger(text, n);
+  cr_assert_eq(l.missing, 0, "missing %d of %d acknowledged batches", l.missing, n);
+  cr_assert_eq(l.found_twice, 0);
+  cr_assert_eq(l.other, 0);
+  cr_assert_eq(l.found_once, n);
+  cr_assert_eq(st.wal_replayed_records, (uint64_t)n);
+  cr_assert_eq(st.shard.inserted_rows_total, (uint64_t)n * 32u);
+  cr_assert_gt(st.incarnation, 0);
+  cr_assert_str_eq(strchr(text, '\n'), strchr(off, '\n'), "live and offline provenance agree");
+  free(text);
+  free(off);
+}
+
+/* Negative control: the same with durability snapshot loses the acked batches, and the
+ * check above reports them missing. */
+Test(replay_wal, negative_control_snapshot_durability_loses_acked_batches) {
+  const int n = 40;
+  acked_then_die(SAC_REPLAY_DURABILITY_SNAPSHOT, n);
+  sac_replay_stats_t st;
+  char *text = provenance_after_restart(SAC_REPLAY_DURABILITY_SNAPSHOT, &st);
+  ledger_t l = check_ledger(text, n);
+  cr_assert_eq(l.missing, n, "the check must see the %d lost batches (saw %d)", n, l.missing);
+  cr_assert_eq(l.found_once, 0);
+  cr_assert_eq(st.shard.inserted_rows_total, 0);
+  free(text);
+}
+
+/* A crash after a snapshot's rename and before the log was emptied: the log's records
+ * are all in the snapshot too, and replaying them stores nothing twice. */
+Test(replay_wal, log_replayed_over_a_snapshot_holding_it_stores_nothing_twice) {
+  const int n = 30;
+  char wal[400], keep[400];
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  snprintf(keep, sizeof keep, "%s/kept.wal", g_dir);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "rot");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(s));
+  insert_acked(cl, n);
+  copy_prefix(wal, keep, file_size(wal)); /* the log as it was before the final snapshot */
+  sac_replay_client_destroy(&cl);
+  sac_replay_server_destroy(&s); /* final snapshot, log emptied */
+  cr_assert_eq(file_size(wal), 16, "the snapshot emptied the log");
+  cr_assert_eq(rename(keep, wal), 0); /* as if the crash came before the truncation */
+  sac_replay_stats_t st;
+  char *text = provenance_after_restart(SAC_REPLAY_DURABILITY_WAL, &st);
+  ledger_t l = check_ledger(text, n);
+  cr_assert_eq(l.found_once, n);
+  cr_assert_eq(l.found_twice, 0);
+  cr_assert_eq(st.wal_replayed_records, (uint64_t)n);
+  cr_assert_eq(st.shard.inserted_rows_total, (uint64_t)n * 32u, "stored once: %llu rows",
+               (unsigned long long)st.shard.inserted_rows_total);
+  cr_assert_eq(st.shard.size, st.restored_transitions);
+  free(text);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* ------------------------------------------------------------------ group commit */
+
+static _Atomic uint64_t g_syncs, g_sync_done_ns;
+
+static void slow_sync(void *arg) {
+  (void)arg;
+  sac_sleep_ns(200000000); /* a 200 ms disk */
+  atomic_fetch_add(&g_syncs, 1);
+  atomic_store(&g_sync_done_ns, sac_clock_ns());
+}
+
+static double ack_after_one_batch(int sync_ms, const char *tag) {
+  atomic_store(&g_syncs, 0);
+  atomic_store(&g_sync_done_ns, 0);
+  sac_replay_wal_sync_hook = slow_sync;
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, sync_ms, tag);
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(s));
+  tg_t g;
+  tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
+  uint64_t t0 = sac_clock_ns();
+  cr_assert_eq(sac_replay_client_insert(cl, 0, tg_next(&g), 10000), 0);
+  cr_assert_eq(sac_replay_client_flush(cl, 20000), 0);
+  uint64_t t1 = sac_clock_ns();
+  if (sync_ms >= 0) {
+    uint64_t done = atomic_load(&g_sync_done_ns);
+    cr_assert_gt(done, 0, "an fsync ran before the ack arrived");
+    cr_assert_geq(t1, done, "the ack arrived after the fsync covering it");
+  }
+  tg_free(&g);
+  sac_replay_client_destroy(&cl);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_wal_sync_hook = NULL;
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+  return (double)(t1 - t0) * 1e-9;
+}
+
+Test(replay_wal, acks_wait_for_the_fsync_that_covers_them) {
+  double with_fsync = ack_after_one_batch(2, "gc1");
+  cr_assert_geq(with_fsync, 0.2, "ack after %.3f s: before the 200 ms fsync finished", with_fsync);
+  /* control: without fsync the same ack comes at once and no fsync ran before it */
+  double without = ack_after_one_batch(-1, "gc2");
+  cr_assert_lt(without, 0.2, "ack after %.3f s without fsync", without);
+}
+
+Test(replay_wal, group_commit_covers_many_batches_with_one_fsync) {
+  sac_replay_wal_sync_hook = NULL;
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 20, "gc3");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(s));
+  insert_acked(cl, 64);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_stats_t st;
+  sac_replay_server_stats(s, &st);
+  cr_assert_eq(st.wal_records_total, 64);
+  /* the final snapshot's commit adds one */
+  cr_assert_lt(st.wal_syncs_total, 64, "%llu fsyncs for 64 batches", (unsigned long long)st.wal_syncs_total);
+  cr_assert_geq(st.wal_syncs_total, 1);
+  sac_replay_client_destroy(&cl);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
