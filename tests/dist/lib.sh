@@ -239,17 +239,20 @@ stall_why() {
 # progressed for STALL_S (see DIST_PROGRESS above; without it, after STALL_S). Also fails
 # early when a process named in $DIST_WATCH (space-separated names) ends.
 DIST_WATCH=""
+# (its locals are prefixed: bash's scoping is dynamic, and CMD often reads a t0 or n of
+# the caller's)
 wait_until() {
-  local timeout=$1 what=$2 n t0=$SECONDS
+  local _wu_stall=$1 _wu_what=$2 _wu_n _wu_t0=$SECONDS
   shift 2
   progress_since >/dev/null
   while :; do
     "$@" && return 0
-    for n in $DIST_WATCH; do
-      exited "${DIST_PID_OF[$n]}" && fail "$n ended (exit ${DIST_RC_OF[${DIST_PID_OF[$n]}]}) while waiting for $what"
+    for _wu_n in $DIST_WATCH; do
+      exited "${DIST_PID_OF[$_wu_n]}" &&
+        fail "$_wu_n ended (exit ${DIST_RC_OF[${DIST_PID_OF[$_wu_n]}]}) while waiting for $_wu_what"
     done
     deadline_check
-    stalled "$t0" "$timeout" && fail "$(stall_why "$timeout") waiting for $what"
+    stalled "$_wu_t0" "$_wu_stall" && fail "$(stall_why "$_wu_stall") waiting for $_wu_what"
     sleep 0.2
   done
 }

@@ -72,7 +72,7 @@ TOTAL=${FAULT_TOTAL_STEPS:-24000}
 THRESHOLD=${FAULT_THRESHOLD:--200}
 STOP_S=${FAULT_STOP_S:-8}
 CUT_S=${FAULT_CUT_S:-10}
-SNAP_S=3        # shards' periodic snapshots
+SNAP_S=8        # shards' periodic snapshots
 CKPT_EVERY=500  # learner checkpoints (updates)
 STALL_S=${FAULT_STALL_S:-120} # every wait: fails after this long without progress
 RECOVER_S=$STALL_S
@@ -247,13 +247,21 @@ row "kill -9 actor0" "$at" "reaped with 137; a new process: ledger header $heads
 wait_steps $((TOTAL * 30 / 100))
 fetch_provenance shard0 "$T/shard0.prov.before" || fail "shard0 does not serve /provenance"
 inc_before=$(incarnation_of "$T/shard0.prov.before")
+# the kill comes after a periodic snapshot, once at least 2 batches (128 transitions) were
+# inserted after it and before the next one: acknowledged batches that only the log holds
 snap_lines() { since_start shard0 | grep -ac "periodic snapshot: "; }
-n0=$(snap_lines)
-fresh_snap() { (($(snap_lines) > n0)); }
-wait_until $((SNAP_S * 10)) "a periodic snapshot of shard0" fresh_snap
-sleep "1.$((RANDOM % 10))" # acknowledged inserts newer than the snapshot exist at the kill
-snap_n=$(since_start shard0 | sed -n 's/.*periodic snapshot: \([0-9][0-9]*\) transitions.*/\1/p' | tail -n 1)
-ins_kill=$(inserted 0)
+last_snap() { since_start shard0 | sed -n 's/.*periodic snapshot: \([0-9][0-9]*\) transitions.*/\1/p' | tail -n 1; }
+for ((try = 1; ; try++)); do
+  n0=$(snap_lines)
+  fresh_snap() { (($(snap_lines) > n0)); }
+  wait_until "$STALL_S" "a periodic snapshot of shard0" fresh_snap
+  n1=$(snap_lines) snap_n=$(last_snap)
+  past_snap() { ge "$(inserted 0)" $((snap_n + 128)) || (($(snap_lines) > n1)); }
+  wait_until "$STALL_S" "2 batches at shard0 after its snapshot" past_snap
+  ins_kill=$(inserted 0)
+  (($(snap_lines) == n1)) && break
+  ((try < 5)) || fail "shard0 wrote a snapshot before 2 batches came after the previous one, 5 times: raise SNAP_S"
+done
 at=$(at_label)
 watch_all_but shard0
 pid=$(pid_of shard0)
@@ -276,9 +284,11 @@ ledger_require_clean shard-kill $SHARDS
 inc_after=$(incarnation_of "$T/ledger-shard-kill/shard0.prov")
 [[ -n "$inc_before" && -n "$inc_after" && "$inc_before" != "$inc_after" ]] ||
   fail "shard0's incarnation did not change across its restart ('$inc_before' -> '$inc_after'): was it restarted?"
-replayed=$(since_start shard0 | grep -a -m1 -i 'wal\|write-ahead' | sed 's/^.*replay: //')
+replayed=$(since_start shard0 | grep -a -m1 'wal: applied' | sed 's/^.*replay: //')
+applied=$(sed -n 's/^wal: applied \([0-9][0-9]*\) records.*/\1/p' <<<"$replayed")
+ge "$applied" 1 || fail "the restarted shard0 applied '${applied}' records of its write-ahead log ($replayed): the kill left nothing to the log, so it proved nothing about it"
 row "kill -9 shard0" "$at" "reaped with 137; incarnation $inc_before -> $inc_after" yes "$rt" \
-  "last snapshot $snap_n transitions, ${ins_kill:-?} inserted at the kill; start-up: ${replayed:-no log line about the log}"
+  "last snapshot $snap_n transitions, ${ins_kill:-?} inserted at the kill; start-up: ${replayed%% (*}"
 
 # 3. kill -9 of the learner -----------------------------------------------------------
 wait_steps $((TOTAL * 45 / 100))
@@ -326,8 +336,8 @@ pid1=$(pid_of shard1)
 kill -STOP "$pid1"
 # the heartbeat: shard1's /metrics polled every 0.5 s; the gap is the longest run of
 # polls it did not answer. /proc shows the state the kernel holds it in.
-stopped_seen=0 gap_ms=0 last_ok=$(now_ms)
-for ((k = 0; k < STOP_S * 2; k++)); do
+stopped_seen=0 gap_ms=0 last_ok=$(now_ms) t_stop=$(now_ms)
+while (($(now_ms) - t_stop < STOP_S * 1000)); do
   grep -q '^State:[[:space:]]*T' "/proc/$pid1/status" 2>/dev/null && stopped_seen=1
   if [[ -n "$(nsexec shard1 curl -s --max-time 0.4 "http://127.0.0.1:$(metrics_port shard1)/metrics" 2>/dev/null | head -c 1)" ]]; then
     last_ok=$(now_ms)
@@ -338,12 +348,17 @@ for ((k = 0; k < STOP_S * 2; k++)); do
   sleep 0.5
   check_watch
 done
+# the heartbeat's last beat: still stopped now, so the gap runs to now
+if [[ -z "$(nsexec shard1 curl -s --max-time 0.4 "http://127.0.0.1:$(metrics_port shard1)/metrics" 2>/dev/null | head -c 1)" ]]; then
+  g=$(($(now_ms) - last_ok))
+  ((g > gap_ms)) && gap_ms=$g
+fi
 u_b=$(metric learner sac_learner_updates_total)
 ups_stop=$(awk -v a="${u_a%.*}" -v b="${u_b%.*}" -v t="$(secs_since "$ta")" 'BEGIN { printf "%.0f", (b - a) / t }')
 kill -CONT "$pid1"
 t0=$(now_ms)
 ((stopped_seen)) || fail "shard1 (pid $pid1) never showed state T after SIGSTOP"
-((gap_ms >= (STOP_S - 2) * 1000)) ||
+((gap_ms >= (STOP_S - 1) * 1000)) ||
   fail "shard1's /metrics heartbeat gap was only ${gap_ms} ms during a ${STOP_S} s SIGSTOP: was it stopped?"
 base_ins=$(inserted 1) base_smp=$(sampled 1)
 [[ -n "$base_ins" ]] || fail "shard1 does not answer /metrics after SIGCONT"
@@ -351,6 +366,8 @@ serving1() { ge "$(inserted 1)" $((base_ins + 1)) && ge "$(sampled 1)" $((base_s
 wait_until $RECOVER_S "shard1 storing and serving samples again after SIGCONT" serving1
 rt=$(secs_since "$t0")
 ledger_require_clean sigstop $SHARDS
+# from here the learner may finish its run at any time: wait_result checks how it ended
+watch_all_but learner
 row "SIGSTOP shard1 ${STOP_S} s, SIGCONT" "$at" "state T; /metrics heartbeat gap $((gap_ms / 100))00 ms" yes "$rt" \
   "learner went on at $ups_stop updates/s on shard0 while shard1 was stopped"
 
@@ -367,10 +384,11 @@ if ((NETNS)); then
   sleep 2
   fetch_provenance shard1 "$T/shard1.prov.cut0" || fail "shard1 does not serve /provenance"
   r_cut0=$(receipts_from "$T/shard1.prov.cut0" 3)
-  ua_max=0
-  for ((k = 0; k < (CUT_S - 2) * 2; k++)); do
+  ua_max=0 t_cut=$(now_ms)
+  while (($(now_ms) - t_cut < (CUT_S - 2) * 1000)); do
     sleep 0.5
     ua=$(metric actor3 sac_actor_unacked_batches)
+    ua=${ua:-0}
     ((${ua%.*} > ua_max)) && ua_max=${ua%.*}
     check_watch
   done
@@ -399,6 +417,7 @@ else
 fi
 
 # ---------------------------------------------------------------- the end of the run
+DIST_WATCH=$ALL
 wait_result learner "$STALL_S"
 line=$(result_line learner)
 log "$line"
