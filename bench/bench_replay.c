@@ -9,8 +9,17 @@
  * without the network (insert and sample transitions/s), so the table shows what the
  * transport costs. Stops the shard with SIGTERM (its own child) at the end.
  *
+ * The durability table (issue 15) starts a fresh shard per mode with a snapshot path in
+ * a temporary directory (--tmp, default /tmp): durability none, wal with the default
+ * group commit (wal_sync_ms 2: acks after the fsync that covers them) and wal with
+ * wal_sync_ms -1 (written, never fsynced), and measures for each the ingest
+ * transitions/s at batch 256 (one actor, 32 batches in flight) and the ack latency of
+ * those batches (first send to ack, as the client sees it: under full load, so it
+ * includes the queue of 32 batches) as p50 / p99, medians over the reps.
+ *
  * Usage: sac-bench-replay [--seconds S (per phase, default 2)] [--reps R (default 3)]
- *                         [--replay PATH (default: the build tree's sac-replay)] */
+ *                         [--replay PATH (default: the build tree's sac-replay)]
+ *                         [--durability_only] [--tmp DIR (default /tmp)] */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,7 +61,10 @@ typedef struct {
   char ins[400], smp[400];
 } shard_proc_t;
 
-static int start_shard(const char *bin, const char *dir, shard_proc_t *s) {
+/* durability: NULL for the first table's shard (no snapshots, as before), else the
+ * --durability value; sync_ms its wal_sync_ms. */
+static int start_shard(const char *bin, const char *dir, shard_proc_t *s, const char *durability,
+                       int sync_ms) {
   char ready[600], ready_arg[700], log[600];
   snprintf(ready, sizeof ready, "%s/bench.ready", dir);
   snprintf(ready_arg, sizeof ready_arg, "--ready_file=%s", ready);
@@ -67,9 +79,14 @@ static int start_shard(const char *bin, const char *dir, shard_proc_t *s) {
       dup2(fd, 1);
       dup2(fd, 2);
     }
+    char dur[64], sync[64], snap[700];
+    snprintf(dur, sizeof dur, "--durability=%s", durability ? durability : "none");
+    snprintf(sync, sizeof sync, "--wal_sync_ms=%d", sync_ms);
+    snprintf(snap, sizeof snap, "--snapshot_path=%s/bench.snap", dir);
     execl(bin, bin, ready_arg, "--insert_endpoint=tcp://127.0.0.1:*", "--sample_endpoint=tcp://127.0.0.1:*",
           "--capacity=2000000", "--obs_dim=17", "--act_dim=6", "--min_size=1000", "--samples_per_insert=0",
-          "--snapshot_interval_s=0", "--max_msg_bytes=4194304", "--insert_credit=32", (char *)NULL);
+          "--snapshot_interval_s=0", "--max_msg_bytes=4194304", "--insert_credit=32", "--metrics_port=-1",
+          dur, sync, durability ? snap : "--snapshot_path=", (char *)NULL);
     _exit(127);
   }
   s->pid = pid;
@@ -169,6 +186,85 @@ static void sample_latency(sac_replay_client_t *c, double *p50, double *p99, dou
   *pmax = lat[n - 1];
 }
 
+/* Ack latencies (ms) recorded by the client's on_ack callback during one ingest phase. */
+enum { MAX_ACKS = 200000 };
+static double g_acks[MAX_ACKS];
+static int g_n_acks;
+
+static void on_ack(void *arg, double seconds) {
+  (void)arg;
+  if (g_n_acks < MAX_ACKS)
+    g_acks[g_n_acks++] = seconds * 1e3;
+}
+
+typedef struct {
+  const char *name, *durability;
+  int sync_ms;
+  double rate[15], p50[15], p99[15];
+} dmode_t;
+
+/* One mode of the durability table: a fresh shard, reps x (ingest at batch 256). */
+static int durability_mode(const char *bin, const char *dir, dmode_t *m) {
+  shard_proc_t s;
+  if (start_shard(bin, dir, &s, m->durability, m->sync_ms) != 0)
+    return SAC_EIO;
+  const char *ins[1] = {s.ins};
+  sac_replay_client_config_t cc;
+  sac_replay_client_config_default(&cc);
+  cc.n_shards = 1;
+  cc.insert_endpoints = ins;
+  cc.actor_id = 1;
+  cc.window = 32;
+  cc.on_ack = on_ack;
+  sac_replay_client_t *actor = sac_replay_client_new(&cc);
+  if (!actor) {
+    stop_shard(&s);
+    return SAC_ENOMEM;
+  }
+  tg_t g;
+  tg_init(&g, 1, 16, OBS, ACT, 1000, 16);
+  for (int r = 0; r < g_reps; r++) {
+    g_n_acks = 0;
+    m->rate[r] = ingest(actor, &g, 6000000);
+    qsort(g_acks, (size_t)g_n_acks, sizeof g_acks[0], cmp_double);
+    m->p50[r] = g_n_acks ? g_acks[g_n_acks / 2] : 0;
+    m->p99[r] = g_n_acks ? g_acks[(int)((double)g_n_acks * 0.99)] : 0;
+    fprintf(stderr,
+            "durability %s: rep %d: ingest256 %.0f transitions/s, ack p50 %.3f ms p99 %.3f ms (%d acks)\n",
+            m->name, r + 1, m->rate[r], m->p50[r], m->p99[r], g_n_acks);
+  }
+  sac_replay_client_destroy(&actor);
+  tg_free(&g);
+  stop_shard(&s);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -f '%s'/bench.snap*", dir);
+  int rc = system(cmd);
+  (void)rc;
+  return 0;
+}
+
+static int durability_table(const char *bin, const char *dir) {
+  dmode_t modes[3] = {{.name = "none", .durability = "none", .sync_ms = 2},
+                      {.name = "wal, fsync (wal_sync_ms 2)", .durability = "wal", .sync_ms = 2},
+                      {.name = "wal, no fsync (wal_sync_ms -1)", .durability = "wal", .sync_ms = -1}};
+  for (int i = 0; i < 3; i++)
+    if (durability_mode(bin, dir, &modes[i]) != 0)
+      return 1;
+  char host[256] = "?";
+  gethostname(host, sizeof host);
+  printf(
+      "sac-bench-replay durability: one sac-replay shard over loopback TCP, one actor with 32 batches in "
+      "flight, batch 256, obs %d act %d, %.1f s per phase, median of %d (host %s, %ld CPUs, files in %s)\n",
+      OBS, ACT, g_seconds, g_reps, host, sysconf(_SC_NPROCESSORS_ONLN), dir);
+  printf("| durability | ingest, batch 256 | ack latency p50 | ack latency p99 | target |\n"
+         "| --- | --- | --- | --- | --- |\n");
+  for (int i = 0; i < 3; i++)
+    printf("| %s | %.0f transitions/s | %.2f ms | %.2f ms | %s |\n", modes[i].name,
+           median(modes[i].rate, g_reps), median(modes[i].p50, g_reps), median(modes[i].p99, g_reps),
+           i == 1 ? ">= 1,000,000/s, p99 < 20 ms" : "");
+  return 0;
+}
+
 /* Yardstick: the same shard code in-process (no network, no codec). */
 static void in_process(double *ins_rate, double *smp_rate) {
   sac_replay_shard_config_t c;
@@ -218,6 +314,8 @@ static double bytes_per_transition(int obs_f16, int act_f16) {
 
 int main(int argc, char **argv) {
   const char *bin = SAC_BUILD_DIR "/replay/sac-replay";
+  const char *tmp = "/tmp";
+  int durability_only = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
       g_seconds = atof(argv[++i]);
@@ -225,8 +323,12 @@ int main(int argc, char **argv) {
       g_reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--replay") && i + 1 < argc)
       bin = argv[++i];
+    else if (!strcmp(argv[i], "--tmp") && i + 1 < argc)
+      tmp = argv[++i];
+    else if (!strcmp(argv[i], "--durability_only"))
+      durability_only = 1;
     else {
-      printf("usage: %s [--seconds S] [--reps R] [--replay PATH]\n", argv[0]);
+      printf("usage: %s [--seconds S] [--reps R] [--replay PATH] [--durability_only] [--tmp DIR]\n", argv[0]);
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
   }
@@ -235,11 +337,20 @@ int main(int argc, char **argv) {
     return 2;
   }
   sac_log_set_level(SAC_LOG_WARN);
-  char dir[] = "/tmp/sac-bench-replay-XXXXXX";
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/sac-bench-replay-XXXXXX", tmp);
   if (!mkdtemp(dir))
     return 1;
+  if (durability_only) {
+    int rc = durability_table(bin, dir);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+      fprintf(stderr, "could not remove %s\n", dir);
+    return rc;
+  }
   shard_proc_t s;
-  if (start_shard(bin, dir, &s) != 0)
+  if (start_shard(bin, dir, &s, NULL, 0) != 0)
     return 1;
   const char *ins[1] = {s.ins}, *smp[1] = {s.smp};
   sac_replay_client_config_t cc;
@@ -313,11 +424,12 @@ int main(int argc, char **argv) {
   sac_replay_client_destroy(&learner);
   sac_replay_client_destroy(&lat_client);
   stop_shard(&s);
-  char cmd[200];
+  int rc = durability_table(bin, dir);
+  char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  int rc = system(cmd);
-  (void)rc;
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
   tg_free(&g64);
   tg_free(&g256);
-  return 0;
+  return rc;
 }

@@ -36,7 +36,29 @@ static void crc_init(void) {
   __atomic_store_n(&g_crc_ready, 1, __ATOMIC_RELEASE);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* SSE4.2's crc32 instruction computes exactly CRC-32C, about 5x the table's speed; the
+ * shard's write-ahead log checksums every batch with it. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p,
+                                                            size_t len) {
+  uint64_t c = (uint32_t)~crc;
+  for (; len >= 8; p += 8, len -= 8) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    c = __builtin_ia32_crc32di(c, v);
+  }
+  uint32_t c32 = (uint32_t)c;
+  while (len--)
+    c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return ~c32;
+}
+#endif
+
 uint32_t sac_crc32c(uint32_t crc, const void *data, size_t len) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("sse4.2"))
+    return crc32c_hw(crc, data, len);
+#endif
   if (!__atomic_load_n(&g_crc_ready, __ATOMIC_ACQUIRE))
     crc_init(); /* idempotent: concurrent first calls compute the same table */
   const unsigned char *p = data;

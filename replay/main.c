@@ -144,6 +144,18 @@ static void on_snapshot(int sig) {
     sac_replay_server_request_snapshot(g_srv);
 }
 
+/* Exit code 3 (unusable stored state) rather than 2 when the refused start found a
+ * snapshot or a write-ahead log. */
+static int stored_files_exist(const sac_replay_server_config_t *c) {
+  if (!c->snapshot_path[0] || c->durability == SAC_REPLAY_DURABILITY_NONE)
+    return 0;
+  char wal[1100];
+  snprintf(wal, sizeof wal, "%s%s", c->wal_path[0] ? c->wal_path : c->snapshot_path,
+           c->wal_path[0] ? "" : ".wal");
+  return access(c->snapshot_path, F_OK) == 0 ||
+         (c->durability == SAC_REPLAY_DURABILITY_WAL && access(wal, F_OK) == 0);
+}
+
 /* --print_provenance: the snapshot's index plus its log's records, on stdout. */
 static int print_provenance(const sac_replay_server_config_t *c, const char *snapshot) {
   char wal[1100];
@@ -261,8 +273,7 @@ int main(int argc, char **argv) {
   sac_replay_server_t *srv = sac_replay_server_new(&c, ctx, &err);
   sac_net_ctx_destroy(&ctx); /* the server holds its own reference */
   if (!srv)
-    return err == SAC_ECONFIG ? (c.snapshot_path[0] && access(c.snapshot_path, F_OK) == 0 ? 3 : 2)
-                              : (err == SAC_ENET ? 4 : 1);
+    return err == SAC_ECONFIG ? (stored_files_exist(&c) ? 3 : 2) : (err == SAC_ENET ? 4 : 1);
   g_srv = srv;
   sa.sa_handler = on_stop;
   sigaction(SIGINT, &sa, NULL);
@@ -275,7 +286,9 @@ int main(int argc, char **argv) {
   if (o.metrics_port >= 0 && (metrics = sac_metrics_new()) != NULL) {
     if (sac_metrics_add_process(metrics) != 0 ||
         sac_metrics_add_build_info(metrics, "sac-replay", SAC_VERSION) != 0 ||
-        sac_replay_metrics_register(metrics, srv, c.shard.shard_id, c.snapshot_path[0] != 0, NULL) != 0 ||
+        sac_replay_metrics_register(metrics, srv, c.shard.shard_id,
+                                    c.snapshot_path[0] != 0 && c.durability != SAC_REPLAY_DURABILITY_NONE,
+                                    NULL) != 0 ||
         sac_auth_metrics_register(metrics) != 0)
       SAC_WARN("replay", "some metrics series are missing (out of memory)");
     http = sac_http_serve_metrics("replay", o.metrics_addr, o.metrics_port, metrics);

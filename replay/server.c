@@ -32,6 +32,7 @@ typedef struct {
   size_t id_len;
   uint32_t actor;
   uint64_t seq;
+  uint64_t need; /* sent once an fsync covered this many appended records */
   sac_replay_insert_result_t r;
 } wal_ack_t;
 
@@ -69,10 +70,20 @@ struct sac_replay_server {
   uint64_t next_request_log_ns;
   /* write-ahead log (NULL: durability is not wal): acks wait in wacks for the fsync */
   sac_replay_wal_t *wal;
-  wal_ack_t *wacks;
-  uint32_t n_wacks;
-  uint64_t wal_oldest_ns; /* append time of the oldest unsynced record; 0: none */
-  int wal_failed;         /* an append or fsync failed: the server stops (see wal_fail) */
+  wal_ack_t *wacks; /* FIFO [wack_head, wack_head + n_wacks) */
+  uint32_t wack_head, n_wacks;
+  uint64_t wal_oldest_ns;           /* append time of the oldest record no fsync was asked for; 0: none */
+  uint64_t wal_appended, wal_asked; /* records appended; records an fsync was asked to cover */
+  uint64_t wal_synced;              /* records covered by a finished fsync (as last seen) */
+  int wal_failed;                   /* an append or fsync failed: the server stops (see wal_fail) */
+  /* The fsync thread: syncs up to sync_target, publishes sync_done; under sync_mu. It
+   * lets the server go on reading and appending while an fsync runs (pipelined group
+   * commit). */
+  pthread_t sync_thread;
+  int sync_inited, sync_running, sync_quit, sync_err;
+  uint64_t sync_target, sync_done, sync_count;
+  pthread_mutex_t sync_mu;
+  pthread_cond_t sync_cv;
   /* provenance requests from other threads (sac_replay_server_provenance), under mu */
   atomic_int prov_req;
   int serving;
@@ -130,6 +141,7 @@ const char *sac_replay_server_sample_endpoint(const sac_replay_server_t *s) { re
 /* ------------------------------------------------------------------ snapshot at start */
 
 static int durability_setup(sac_replay_server_t *s);
+static void sync_thread_stop(sac_replay_server_t *s);
 
 static int restore_wal(sac_replay_server_t *s);
 static int restore_snapshot(sac_replay_server_t *s, const char *path);
@@ -304,6 +316,7 @@ void sac_replay_server_destroy(sac_replay_server_t **sp) {
   free(s->pend);
   free(s->held);
   free(s->held_buf);
+  sync_thread_stop(s);
   sac_replay_wal_close(&s->wal);
   free(s->wacks);
   free(s->prov_text);
@@ -780,7 +793,12 @@ static int durability_setup(sac_replay_server_t *s) {
     return SAC_ECONFIG;
   }
   s->wacks = malloc(WAL_MAX_WAITING * sizeof *s->wacks);
-  return s->wacks ? 0 : SAC_ENOMEM;
+  if (!s->wacks)
+    return SAC_ENOMEM;
+  pthread_mutex_init(&s->sync_mu, NULL);
+  pthread_cond_init(&s->sync_cv, NULL);
+  s->sync_inited = 1;
+  return 0;
 }
 
 /* Applies one logged batch at start. A record that no longer decodes (the shard was
@@ -800,6 +818,47 @@ static int wal_apply(void *user, const sac_replay_wal_rec_t *rec, const unsigned
   if (sac_replay_shard_insert(s->shard, &m.u.transitions, &r) != 0)
     count_reject(s, r.reason, "log", NULL, 0);
   return 0;
+}
+
+/* The fsync thread (see the struct): one fdatasync per round covers every record
+ * appended before the round started. */
+static void *sync_main(void *arg) {
+  sac_replay_server_t *s = arg;
+  pthread_mutex_lock(&s->sync_mu);
+  for (;;) {
+    while (!s->sync_quit && s->sync_target <= s->sync_done && !s->sync_err)
+      pthread_cond_wait(&s->sync_cv, &s->sync_mu);
+    if (s->sync_err || s->sync_target <= s->sync_done)
+      break; /* quit with nothing left, or a failed fsync: the server stops */
+    uint64_t target = s->sync_target;
+    pthread_mutex_unlock(&s->sync_mu);
+    int rc = sac_replay_wal_sync(s->wal);
+    pthread_mutex_lock(&s->sync_mu);
+    if (rc)
+      s->sync_err = 1;
+    else
+      s->sync_done = target;
+    s->sync_count++;
+    pthread_cond_broadcast(&s->sync_cv);
+  }
+  pthread_mutex_unlock(&s->sync_mu);
+  return NULL;
+}
+
+static void sync_thread_stop(sac_replay_server_t *s) {
+  if (s->sync_running) {
+    pthread_mutex_lock(&s->sync_mu);
+    s->sync_quit = 1;
+    pthread_cond_broadcast(&s->sync_cv);
+    pthread_mutex_unlock(&s->sync_mu);
+    pthread_join(s->sync_thread, NULL);
+    s->sync_running = 0;
+  }
+  if (s->sync_inited) {
+    pthread_cond_destroy(&s->sync_cv);
+    pthread_mutex_destroy(&s->sync_mu);
+    s->sync_inited = 0;
+  }
 }
 
 static int restore_wal(sac_replay_server_t *s) {
@@ -829,6 +888,11 @@ static int restore_wal(sac_replay_server_t *s) {
   s->st.wal_replayed_records = scan.records;
   s->st.wal_dropped_bytes = scan.dropped_bytes;
   s->st.wal_bytes = sac_replay_wal_bytes(s->wal);
+  if (s->cfg.wal_sync_ms >= 0) {
+    if (pthread_create(&s->sync_thread, NULL, sync_main, s) != 0)
+      return SAC_ENOMEM;
+    s->sync_running = 1;
+  }
   return 0;
 }
 
@@ -845,6 +909,7 @@ static void wal_fail(sac_replay_server_t *s, const char *what) {
               s->cfg.wal_path, what);
   s->wal_failed = 1;
   s->n_wacks = 0;
+  s->wack_head = 0;
   s->wal_oldest_ns = 0;
   atomic_store(&s->stop, 1);
 }
@@ -866,58 +931,91 @@ static int wal_log(sac_replay_server_t *s, const sac_wire_transitions_t *t, cons
     return SAC_EIO;
   }
   s->st.wal_records_total++;
+  s->wal_appended++;
   if (!s->wal_oldest_ns)
     s->wal_oldest_ns = sac_clock_ns();
   return 0;
 }
 
-/* Acknowledges a stored (or duplicate) batch: at once without an fsync to wait for,
- * else after the fsync that covers every batch appended so far. A duplicate waits too
- * when acks are waiting: its original may be one of the batches not yet synced. */
+/* Acknowledges a stored (or duplicate) batch: at once when nothing appended is waiting
+ * for an fsync, else after the fsync that covers every record appended so far. A
+ * duplicate waits too: its original may be one of the records not yet synced. */
 static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
                        uint64_t seq, const sac_replay_insert_result_t *r) {
-  if (!s->wal || s->cfg.wal_sync_ms < 0 || (!s->wal_oldest_ns && !s->n_wacks)) {
+  if (!s->wal || s->cfg.wal_sync_ms < 0 || (!s->n_wacks && s->wal_synced >= s->wal_appended)) {
     send_ack(s, id, id_len, actor, seq, r, NULL);
     return;
   }
-  if (s->n_wacks == WAL_MAX_WAITING)
-    wal_commit(s, 1);
+  if (s->wack_head + s->n_wacks == WAL_MAX_WAITING) {
+    if (s->wack_head == 0)
+      wal_commit(s, 2); /* the queue is full: wait for the fsync */
+    else
+      memmove(s->wacks, s->wacks + s->wack_head, s->n_wacks * sizeof *s->wacks);
+    s->wack_head = 0;
+  }
   if (s->wal_failed)
     return;
-  wal_ack_t *a = &s->wacks[s->n_wacks++];
+  wal_ack_t *a = &s->wacks[s->wack_head + s->n_wacks++];
   memcpy(a->id, id, id_len);
   a->id_len = id_len;
   a->actor = actor;
   a->seq = seq;
+  a->need = s->wal_appended;
   a->r = *r;
   if (s->cfg.wal_sync_ms == 0)
     wal_commit(s, 1);
 }
 
-/* Group commit: one fsync for every record appended since the last, then the held acks
- * go out. Syncs when now_anyway (idle, a snapshot, stopping, the queue is full), or when
- * the oldest unsynced record has waited wal_sync_ms. */
-static void wal_commit(sac_replay_server_t *s, int now_anyway) {
-  if (!s->wal || (!s->wal_oldest_ns && !s->n_wacks) || s->wal_failed)
+/* Sends the held acks an fsync has covered (oldest first: their need never decreases). */
+static void wal_release(sac_replay_server_t *s) {
+  pthread_mutex_lock(&s->sync_mu);
+  uint64_t done = s->sync_done, count = s->sync_count;
+  int err = s->sync_err;
+  pthread_mutex_unlock(&s->sync_mu);
+  s->st.wal_syncs_total = count;
+  if (err) {
+    wal_fail(s, "fsync");
+    return;
+  }
+  s->wal_synced = done;
+  while (s->n_wacks && s->wacks[s->wack_head].need <= done) {
+    const wal_ack_t *a = &s->wacks[s->wack_head++];
+    s->n_wacks--;
+    send_ack(s, a->id, a->id_len, a->actor, a->seq, &a->r, NULL);
+  }
+  if (!s->n_wacks)
+    s->wack_head = 0;
+}
+
+/* Group commit. Asks the fsync thread to cover every record appended so far when how is
+ * nonzero (idle: no later batch would join the group; 2: and waits for it: snapshots,
+ * stopping, a full queue) or when the oldest record not yet asked for has waited
+ * wal_sync_ms; an fsync asked for while one runs starts when it ends and covers
+ * everything appended meanwhile. Then sends the acks that finished fsyncs covered. */
+static void wal_commit(sac_replay_server_t *s, int how) {
+  if (!s->wal || s->wal_failed)
     return;
   if (s->cfg.wal_sync_ms < 0) {
     s->wal_oldest_ns = 0;
     return;
   }
-  if (!now_anyway && sac_clock_ns() < s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull)
-    return;
-  if (sac_replay_wal_sync(s->wal) != 0) {
-    wal_fail(s, "fsync");
-    return;
+  if (s->wal_appended > s->wal_asked &&
+      (how || sac_clock_ns() >= s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull)) {
+    pthread_mutex_lock(&s->sync_mu);
+    s->sync_target = s->wal_appended;
+    pthread_cond_broadcast(&s->sync_cv);
+    pthread_mutex_unlock(&s->sync_mu);
+    s->wal_asked = s->wal_appended;
+    s->wal_oldest_ns = 0;
   }
-  s->st.wal_syncs_total++;
-  s->wal_oldest_ns = 0;
-  uint32_t n = s->n_wacks;
-  s->n_wacks = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    const wal_ack_t *a = &s->wacks[i];
-    send_ack(s, a->id, a->id_len, a->actor, a->seq, &a->r, NULL);
+  if (how == 2) {
+    pthread_mutex_lock(&s->sync_mu);
+    while (s->sync_done < s->wal_asked && !s->sync_err)
+      pthread_cond_wait(&s->sync_cv, &s->sync_mu);
+    pthread_mutex_unlock(&s->sync_mu);
   }
+  if (s->n_wacks || how == 2)
+    wal_release(s);
 }
 
 /* After a snapshot was written: its records are redundant, the log starts over. A crash
@@ -996,7 +1094,7 @@ int sac_replay_server_provenance(sac_replay_server_t *s, int timeout_ms, char **
 static void snapshot(sac_replay_server_t *s, const char *why) {
   if (!s->cfg.snapshot_path[0])
     return;
-  wal_commit(s, 1); /* the log and the acks are settled before the snapshot supersedes them */
+  wal_commit(s, 2); /* the log and the acks are settled before the snapshot supersedes them */
   uint64_t t0 = sac_clock_ns();
   uint64_t bytes = 0;
   sac_replay_shard_stats_t ss;
@@ -1048,8 +1146,8 @@ int sac_replay_server_run(sac_replay_server_t *s) {
     uint64_t wake = now + 50000000ull; /* 50 ms: notice stop requests */
     if (next_snap < wake)
       wake = next_snap;
-    if (s->n_wacks && s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull < wake)
-      wake = s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull;
+    if (s->n_wacks && now + 1000000ull < wake)
+      wake = now + 1000000ull; /* acks wait for the fsync thread: look again in 1 ms */
     uint64_t dl = nearest_deadline(s);
     if (dl < wake)
       wake = dl;
@@ -1102,7 +1200,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
   }
   /* Held batches were never acknowledged: the actors resend them. */
   int rc = 0;
-  wal_commit(s, 1);
+  wal_commit(s, 2);
   if (s->cfg.snapshot_path[0]) {
     uint64_t fails = s->st.snapshot_failures_total;
     snapshot(s, "final");

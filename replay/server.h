@@ -24,9 +24,10 @@
  *
  * Durability (docs/REPLAY.md): with SAC_REPLAY_DURABILITY_WAL (the default) every stored
  * batch is appended to a write-ahead log (replay/wal.h) before it is acknowledged, and
- * its acknowledgement is held until an fsync covers it (group commit: the shard syncs
- * once wal_sync_ms has passed since the oldest unsynced batch, or earlier when no
- * further batch is waiting to be read; wal_sync_ms 0 syncs each batch, -1 never syncs:
+ * its acknowledgement is held until an fsync covers it (group commit, the fsyncs on a
+ * thread of their own: one is asked for once wal_sync_ms has passed since the oldest
+ * batch not yet covered, or earlier when no further batch is waiting to be read;
+ * wal_sync_ms 0 asks after each batch, -1 never syncs:
  * acknowledged then means "in the kernel", which survives a kill -9 of the shard but not
  * a power cut). Each snapshot empties the log; at start the snapshot is restored and
  * the log replayed on top. The log needs snapshots to be rotated, so it is kept only

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/net.h"
+#include "common/snapshot.h"
 #include "replay/client.h"
 #include "replay/inspect.h"
 #include "replay/server.h"
@@ -96,6 +97,27 @@ static void write_records(const char *path, int n, long *starts) {
   cr_assert_eq(sac_replay_wal_sync(w), 0);
   sac_replay_wal_close(&w);
   cr_assert_eq(file_size(path), starts[n]);
+}
+
+/* The log's checksum is CRC-32C whichever implementation computes it (the SSE4.2
+ * instruction or the table): the standard check value, and a bitwise reference over
+ * every length and alignment up to 64 bytes, also chained. */
+Test(replay_wal, crc32c_matches_the_reference) {
+  cr_assert_eq(sac_crc32c(0, "123456789", 9), 0xE3069283u);
+  unsigned char buf[80];
+  for (int i = 0; i < 80; i++)
+    buf[i] = (unsigned char)(i * 37 + 11);
+  for (size_t off = 0; off < 8; off++)
+    for (size_t len = 0; len <= 64; len++) {
+      uint32_t c = 0xFFFFFFFFu;
+      for (size_t i = 0; i < len; i++) {
+        c ^= buf[off + i];
+        for (int k = 0; k < 8; k++)
+          c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      }
+      cr_assert_eq(sac_crc32c(0, buf + off, len), ~c, "off %zu len %zu", off, len);
+      cr_assert_eq(sac_crc32c(sac_crc32c(0, buf + off, len / 2), buf + off + len / 2, len - len / 2), ~c);
+    }
 }
 
 Test(replay_wal, record_round_trip) {
@@ -456,4 +478,105 @@ Test(replay_wal, group_commit_covers_many_batches_with_one_fsync) {
   sac_replay_client_destroy(&cl);
   sac_replay_server_destroy(&s);
   sac_net_ctx_destroy(&ctx);
+}
+
+/* ------------------------------------------------------------------ the provenance index */
+
+static sac_replay_shard_t *small_shard(void) {
+  sac_replay_shard_config_t c;
+  sac_replay_shard_config_default(&c);
+  c.capacity = 2048;
+  c.obs_dim = OBS;
+  c.act_dim = ACT;
+  c.max_batch_rows = 512;
+  c.min_size = 1;
+  sac_replay_shard_t *sh = sac_replay_shard_new(&c, NULL);
+  cr_assert_not_null(sh);
+  return sh;
+}
+
+static void insert_n(sac_replay_shard_t *sh, int n) {
+  tg_t g;
+  tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
+  for (int b = 1; b <= n; b++) {
+    sac_wire_transitions_t v = *tg_next(&g);
+    v.actor_id = ACTOR;
+    v.session = SESSION;
+    v.seq = (uint64_t)b;
+    sac_replay_insert_result_t r;
+    cr_assert_eq(sac_replay_shard_insert(sh, &v, &r), 0);
+    cr_assert_eq(r.kind, SAC_REPLAY_SEQ_NEW);
+  }
+  tg_free(&g);
+}
+
+/* Entries go once the ring overwrote all their slots: the index keeps the newest
+ * batches, contiguous, and about as many as the ring holds. */
+Test(replay_wal, provenance_drops_batches_the_ring_overwrote) {
+  sac_replay_shard_t *sh = small_shard();
+  insert_n(sh, 300); /* 9,600 rows through 2,048 slots */
+  const sac_replay_prov_t *p = sac_replay_shard_provenance(sh);
+  cr_assert_gt(p->count, 2048 / 40, "%llu entries", (unsigned long long)p->count);
+  cr_assert_leq(p->count, 2048 / 32 + 1, "%llu entries", (unsigned long long)p->count);
+  for (uint64_t i = 0; i < p->count; i++) {
+    const sac_replay_prov_entry_t *e = sac_replay_prov_at(p, i);
+    cr_assert_eq(e->seq, 300 - p->count + 1 + i, "the newest batches, in order");
+    cr_assert_eq(e->rows, 32);
+  }
+  /* and the oldest kept entry still has a slot in the ring */
+  cr_assert_gt(sac_replay_prov_at(p, 0)->end + 2048, 300ull * 32 - 1);
+  sac_replay_shard_destroy(&sh);
+}
+
+/* A snapshot carries the index; one of payload version 1 (before the index existed)
+ * still loads, with an empty index. */
+Test(replay_wal, provenance_survives_a_snapshot_and_version_1_still_loads) {
+  sac_replay_shard_t *a = small_shard();
+  insert_n(a, 20);
+  char path[400], old[400];
+  snprintf(path, sizeof path, "%s/p.snap", g_dir);
+  snprintf(old, sizeof old, "%s/v1.snap", g_dir);
+  cr_assert_eq(sac_replay_shard_save(a, path, NULL), 0);
+  sac_replay_shard_t *b = small_shard();
+  cr_assert_eq(sac_replay_shard_load(b, path), 0);
+  char *ta = NULL, *tb = NULL;
+  size_t la = 0, lb = 0;
+  cr_assert_eq(sac_replay_prov_format(sac_replay_shard_provenance(a), 0, 1, &ta, &la), 0);
+  cr_assert_eq(sac_replay_prov_format(sac_replay_shard_provenance(b), 0, 1, &tb, &lb), 0);
+  cr_assert_str_eq(ta, tb);
+  cr_assert_eq(sac_replay_shard_provenance(b)->count, 20);
+  /* the same payload as version 1: meta[0] = 1 and no provenance section */
+  sac_snap_reader_t r;
+  cr_assert_eq(sac_snap_reader_open(&r, path, SAC_SNAP_KIND_REPLAY), 0);
+  size_t n = (size_t)r.payload_bytes, prov = 20 * sizeof(sac_replay_prov_entry_t);
+  unsigned char *buf = malloc(n);
+  cr_assert_eq(sac_snap_read(&r, buf, n), 0);
+  sac_snap_reader_close(&r);
+  uint64_t one = 1, zero = 0;
+  memcpy(buf, &one, 8);
+  memcpy(buf + 27 * 8, &zero, 8); /* the provenance count's slot was 0 in version 1 */
+  sac_snap_writer_t w;
+  cr_assert_eq(sac_snap_writer_open(&w, old, SAC_SNAP_KIND_REPLAY), 0);
+  cr_assert_eq(sac_snap_write(&w, buf, n - prov), 0);
+  cr_assert_eq(sac_snap_writer_commit(&w), 0);
+  sac_replay_shard_t *c = small_shard();
+  cr_assert_eq(sac_replay_shard_load(c, old), 0);
+  cr_assert_eq(sac_replay_shard_provenance(c)->count, 0);
+  sac_replay_shard_stats_t sa, sc;
+  sac_replay_shard_stats(a, &sa);
+  sac_replay_shard_stats(c, &sc);
+  cr_assert_eq(sa.size, sc.size);
+  /* version 3 is refused clearly */
+  uint64_t three = 3;
+  memcpy(buf, &three, 8);
+  cr_assert_eq(sac_snap_writer_open(&w, old, SAC_SNAP_KIND_REPLAY), 0);
+  cr_assert_eq(sac_snap_write(&w, buf, n), 0);
+  cr_assert_eq(sac_snap_writer_commit(&w), 0);
+  cr_assert_eq(sac_replay_shard_load(c, old), SAC_EVERSION);
+  free(buf);
+  free(ta);
+  free(tb);
+  sac_replay_shard_destroy(&a);
+  sac_replay_shard_destroy(&b);
+  sac_replay_shard_destroy(&c);
 }
