@@ -18,7 +18,9 @@
 # provenance index of the batches it holds (GET /provenance), and after each fault's
 # recovery scripts/ledger_check.sh matches them: it must find every acknowledged batch
 # exactly once (missing 0, found twice 0). The rings hold the whole run, so nothing is
-# evicted. The figures go into each result line and the table.
+# evicted. The figures go into each result line and the table. After the clean stop the
+# same check runs on what the shards left on disk (sac-replay --print_provenance of each
+# final snapshot and its log).
 #
 # Each fault must also prove that it happened, or the suite fails:
 #   - a killed process: reaped with status 137 (SIGKILL); a restarted actor appends a
@@ -431,9 +433,22 @@ stop_clean actor0 actor1 actor2 actor3
 ledger_require_clean end-of-run $SHARDS
 final_fig=$LEDGER_FIG final_actors=$LEDGER_ACTORS
 stop_clean shard0 shard1
+# and what the shards left on disk (final snapshot + log, sac-replay --print_provenance):
+# what a restart would hold, checked the same way
+d="$T/ledger-files"
+mkdir -p "$d"
+cp "$LEDGERS"/*.ledger "$d"/
+for n in shard0 shard1; do
+  "$REPLAY" --print_provenance="$T/$n.snap" >"$d/$n.prov" 2>>"$d/print.log" ||
+    fail "sac-replay --print_provenance $T/$n.snap failed: $(tail -n 3 "$d/print.log")"
+done
+sh "$LEDGER_CHECK" -v "$d"/*.ledger "$d"/*.prov >"$d/check.txt" 2>&1 ||
+  fail "ledger check of the shards' files: $(cat "$d/check.txt")"
+files_fig=$(sed -n 's/^ledger total: \(acknowledged [0-9]*, found once [0-9]*, missing [0-9]*, found twice [0-9]*\).*/\1/p' "$d/check.txt")
+[[ "$files_fig" == "$final_fig" ]] || fail "the shards' files: $files_fig; the running shards: $final_fig"
 no_crash_in_logs
 print_table
-echo "end of run: ledger $final_fig [per actor acknowledged/once/missing/twice: $final_actors]"
+echo "end of run: ledger $final_fig [per actor acknowledged/once/missing/twice: $final_actors]; the same from the shards' snapshot + log files"
 echo "final eval return $ret (bar $THRESHOLD); wall $SECONDS s"
 awk -v r="$ret" -v t="$THRESHOLD" 'BEGIN { exit !(r >= t) }' || fail "final eval return $ret < $THRESHOLD"
 if ((!NETNS)); then
