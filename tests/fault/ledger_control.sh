@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317 # functions below are called through wait_until
 # The ledger check's control (issue 15, point 6): kill -9 of a shard holding batches that
 # were acknowledged after its last snapshot, then the ledger check (scripts/ledger_check.sh)
 # of the actors' ledgers against the restarted shard's provenance.
@@ -38,6 +39,7 @@ LEDGERS="$T/ledgers"
 mkdir -p "$LEDGERS"
 SHARD_OPTS=(--durability="$MODE" --snapshot_path="$T/shard0.snap" --snapshot_interval_s=3600
   --samples_per_insert=0 --min_size=64)
+# shellcheck disable=SC2034 # read by lib.sh's start_local_actor
 WEIGHTS_PORT=$(pick_port) # actors take random actions: no learner, nothing on this port
 
 # actors_run PHASE: actors 0 and 1 take STEPS steps each and exit 0.

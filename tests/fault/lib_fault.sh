@@ -203,6 +203,15 @@ fetch_provenance() {
 incarnation_of() { head -n 1 "$1" | sed -n 's/.* incarnation=\([0-9][0-9]*\).*/\1/p'; }
 # receipts_from FILE ACTOR: batches of ACTOR a provenance listing holds.
 receipts_from() { awk -v a="$2" '!/^#/ && $1 == a { n++ } END { print n + 0 }' "$1"; }
+# last_seq_from FILE ACTOR: the highest seq of ACTOR's newest session in a provenance
+# listing (0 if none). Sessions grow across an actor's restarts (replay/client.c), and are
+# compared as strings of equal length (decimal u64 of the same magnitude) or by length.
+last_seq_from() {
+  awk -v a="$2" '!/^#/ && $1 == a {
+      if (s == "" || length($2) > length(s) || (length($2) == length(s) && $2 > s)) { s = $2; m = 0 }
+      if ($2 == s && $3 + 0 > m) m = $3 + 0
+    } END { print m + 0 }' "$1"
+}
 
 # ledger_check LABEL SHARD...: the ledger check, now. The actors' ledgers are copied
 # FIRST, then the shards' provenance fetched: every batch acknowledged before the copy was
