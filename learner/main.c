@@ -218,6 +218,7 @@ static int run_service(const learner_cfg_t *c) {
   }
   lc.rundir = dp_follower ? NULL : &rd;
   lc.metrics = g_metrics;
+  lc.http = g_http;
   lc.checkpoint_every = c->checkpoint_every;
   lc.dp.rank = c->dp_rank;
   lc.dp.size = c->dp_size;

@@ -5,6 +5,7 @@
 #include "learner/service.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,30 @@ typedef struct {
   sac_actor_t **actors;
 } embedded_t;
 
+/* GET /provenance?shard=<i> on the learner's metrics port: the provenance of embedded
+ * shard i (docs/REPLAY.md), rendered by that shard's thread. The route outlives a run's
+ * shards, so it reaches them through this registry, emptied before they go. */
+static pthread_mutex_t g_prov_mu = PTHREAD_MUTEX_INITIALIZER;
+static embedded_t *g_prov_em;
+
+static int render_provenance(void *user, const char *query, size_t qlen, char **text, size_t *len) {
+  (void)user;
+  unsigned long shard = 0;
+  if (qlen > 6 && strncmp(query, "shard=", 6) == 0)
+    shard = strtoul(query + 6, NULL, 10);
+  pthread_mutex_lock(&g_prov_mu);
+  int rc = SAC_ESTATE;
+  if (g_prov_em && shard < g_prov_em->n_shards)
+    rc = sac_replay_server_provenance(g_prov_em->shards[shard], 5000, text, len);
+  pthread_mutex_unlock(&g_prov_mu);
+  return rc;
+}
+
 static void embedded_stop(embedded_t *em) {
+  pthread_mutex_lock(&g_prov_mu);
+  if (g_prov_em == em)
+    g_prov_em = NULL;
+  pthread_mutex_unlock(&g_prov_mu);
   for (size_t i = 0; em->actors && i < em->n_actors; i++)
     sac_actor_stop(&em->actors[i]);
   free(em->actors);
@@ -147,6 +171,11 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
   }
   SAC_INFO("learner", "embedded: %d shard(s), %d actor(s) x %d env(s) over inproc://", S, N,
            c->envs_per_actor);
+  pthread_mutex_lock(&g_prov_mu);
+  g_prov_em = em;
+  pthread_mutex_unlock(&g_prov_mu);
+  if (c->http && sac_http_add_route(c->http, "/provenance", render_provenance, NULL) == SAC_ENOMEM)
+    SAC_WARN("learner", "no /provenance route (out of memory)");
   return 0;
 }
 

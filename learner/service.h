@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/http.h"
 #include "common/metrics.h"
 #include "common/net.h"
 #include "learner/dp.h"
@@ -57,6 +58,7 @@ typedef struct {
   /* embedded shards' durability (replay/server.h); wal keeps <rundir>/shard-<i>.snap.wal */
   sac_replay_durability_t durability;
   int wal_sync_ms;
+  sac_http_t *http; /* the metrics endpoint: embedded shards add GET /provenance?shard=<i> (NULL: none) */
 } sac_learner_cfg_t;
 
 typedef struct {

@@ -437,10 +437,8 @@ static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t i
 static void store_and_ack(sac_replay_server_t *s, const unsigned char *id, size_t id_len,
                           const sac_wire_transitions_t *t, const unsigned char *msg, size_t len) {
   sac_replay_insert_result_t r;
-  if (wal_log(s, t, msg, len) != 0) {
-    send_ack(s, id, id_len, t->actor_id, t->seq, NULL, "the shard cannot write its log");
-    return;
-  }
+  if (wal_log(s, t, msg, len) != 0)
+    return; /* no answer: the shard stops, the actor resends to the restarted one */
   int rc = sac_replay_shard_insert(s->shard, t, &r);
   if (rc) {
     count_reject(s, r.reason, "insert", id, id_len);
@@ -987,6 +985,34 @@ static void wal_release(sac_replay_server_t *s) {
     s->wack_head = 0;
 }
 
+/* Idle, with no fsync running: nothing is waiting to be read, so the server thread may
+ * as well block in the fsync itself, which spares the hand-over to the fsync thread (on
+ * a busy machine, waiting for that thread to be scheduled cost more than the fsync).
+ * Returns 1 when it synced (or failed: then the server stops), 0 when an fsync is running
+ * (the caller hands over). */
+static int wal_sync_inline(sac_replay_server_t *s) {
+  pthread_mutex_lock(&s->sync_mu);
+  int running = s->sync_target > s->sync_done;
+  pthread_mutex_unlock(&s->sync_mu);
+  if (running)
+    return 0;
+  uint64_t upto = s->wal_appended;
+  int rc = sac_replay_wal_sync(s->wal);
+  pthread_mutex_lock(&s->sync_mu);
+  if (rc) {
+    s->sync_err = 1;
+  } else {
+    s->sync_done = upto; /* target stays <= done: the fsync thread stays idle */
+    s->sync_target = upto;
+  }
+  s->sync_count++;
+  pthread_mutex_unlock(&s->sync_mu);
+  s->wal_asked = upto;
+  s->wal_oldest_ns = 0;
+  wal_release(s);
+  return 1;
+}
+
 /* Group commit. Asks the fsync thread to cover every record appended so far when how is
  * nonzero (idle: no later batch would join the group; 2: and waits for it: snapshots,
  * stopping, a full queue) or when the oldest record not yet asked for has waited
@@ -999,6 +1025,8 @@ static void wal_commit(sac_replay_server_t *s, int how) {
     s->wal_oldest_ns = 0;
     return;
   }
+  if (how == 1 && s->wal_appended > s->wal_asked && wal_sync_inline(s))
+    return;
   if (s->wal_appended > s->wal_asked &&
       (how || sac_clock_ns() >= s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull)) {
     pthread_mutex_lock(&s->sync_mu);

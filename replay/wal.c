@@ -69,7 +69,8 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
   memset(out, 0, sizeof *out);
   out->why = "";
   out->valid_bytes = SAC_REPLAY_WAL_HEADER_BYTES;
-  unsigned char *buf = malloc(max_payload ? max_payload : 1);
+  size_t cap = max_payload ? max_payload : 4096;
+  unsigned char *buf = malloc(cap);
   if (!buf)
     return SAC_ENOMEM;
   int rc = 0;
@@ -84,10 +85,25 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
       out->why = "torn record head";
       break;
     }
+    /* A record longer than max_payload is still read (the shard may have been restarted
+     * with a smaller max_msg_bytes; the apply callback decides), up to what the file
+     * holds: a length beyond that is a torn record or a corrupt length field. */
     uint32_t len = get32(head);
-    if (len > max_payload || len == 0) {
-      out->why = "record length out of range";
+    uint64_t left = file_bytes - out->valid_bytes - sizeof head;
+    if (len == 0 || len > SAC_REPLAY_WAL_MAX_RECORD ||
+        (file_bytes >= out->valid_bytes + sizeof head && len > left)) {
+      out->why =
+          len == 0 || len > SAC_REPLAY_WAL_MAX_RECORD ? "record length out of range" : "torn record payload";
       break;
+    }
+    if (len > cap) {
+      unsigned char *nb = realloc(buf, len);
+      if (!nb) {
+        rc = SAC_ENOMEM;
+        break;
+      }
+      buf = nb;
+      cap = len;
     }
     if ((rc = read_full(fd, buf, len, &got)) != 0)
       break;
@@ -144,6 +160,25 @@ int sac_replay_wal_scan(const char *path, size_t max_payload, sac_replay_wal_app
   return rc;
 }
 
+/* fsync of the directory holding path: a new log's name survives a power cut too. */
+static int sync_dir(const char *path) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir)
+    slash[1] = '\0';
+  else if (slash)
+    *slash = '\0';
+  else
+    snprintf(dir, sizeof dir, ".");
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
 int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
                         sac_replay_wal_apply_fn apply, void *user, sac_replay_wal_t **out,
                         sac_replay_wal_scan_t *scan) {
@@ -170,7 +205,7 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
     memcpy(h, k_magic, 8);
     put32(h + 8, 1);
     put32(h + 12, shard_id);
-    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0)
+    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0 || sync_dir(path) != 0)
       rc = SAC_EIO;
     scan->valid_bytes = sizeof h;
     if (!rc)

@@ -28,6 +28,7 @@
 
 #define SAC_REPLAY_WAL_HEADER_BYTES 16u
 #define SAC_REPLAY_WAL_RECORD_HEAD 32u
+#define SAC_REPLAY_WAL_MAX_RECORD (1u << 30) /* payload bytes, like the largest wire message */
 
 typedef struct {
   uint32_t actor, rows;
@@ -46,9 +47,11 @@ typedef struct {
   const char *why;        /* why the scan stopped early ("" when it read to the end) */
 } sac_replay_wal_scan_t;
 
-/* Reads the log at path without changing it; max_payload bounds a record's payload (a
- * longer one counts as corrupt). 0 (also when the file does not exist: nothing read),
- * SAC_EPROTO (not a shard log: bad header), SAC_EIO, SAC_ENOMEM. */
+/* Reads the log at path without changing it. max_payload is the expected largest record
+ * payload: a longer one is still read, up to what the file holds and
+ * SAC_REPLAY_WAL_MAX_RECORD (beyond that it counts as torn or corrupt). 0 (also when the
+ * file does not exist: nothing read), SAC_EPROTO (not a shard log: bad header), SAC_EIO,
+ * SAC_ENOMEM. */
 int sac_replay_wal_scan(const char *path, size_t max_payload, sac_replay_wal_apply_fn apply, void *user,
                         sac_replay_wal_scan_t *out);
 

@@ -84,6 +84,24 @@ for t in "replay:$REPLAY_PORT" "learner:$LEARNER_PORT" "actor:$ACTOR_PORT" "embe
   [ $rc -eq 0 ] && [ -z "$out" ] || fail "promtool check metrics on $name: $out"
 done
 
+# ---- /provenance on the shard: the fixed format, and its incarnation is the gauge's --------
+curl -s --max-time 10 "http://127.0.0.1:$REPLAY_PORT/provenance" >"$DIR/provenance.txt" || fail "replay /provenance"
+head -n1 "$DIR/provenance.txt" | grep -Eq '^# sacfleet provenance v1 shard=0 incarnation=[0-9]+$' ||
+  fail "/provenance header: $(head -n1 "$DIR/provenance.txt")"
+[ "$(tail -n +2 "$DIR/provenance.txt" | grep -c .)" -ge 1 ] || fail "/provenance lists no stored batch"
+[ "$(tail -n +2 "$DIR/provenance.txt" | grep -cEv '^[0-9]+ [0-9]+ [0-9]+ [0-9]+$')" = 0 ] ||
+  fail "/provenance has a malformed line"
+inc=$(head -n1 "$DIR/provenance.txt" | sed 's/.*incarnation=//')
+gauge=$(awk '/^sac_replay_incarnation[{]/ {printf "%.0f", $2}' "$DIR/replay.prom")
+[ "$inc" = "$gauge" ] || fail "/provenance incarnation $inc, gauge sac_replay_incarnation $gauge"
+echo "/provenance: $(tail -n +2 "$DIR/provenance.txt" | grep -c .) stored batches, incarnation $inc (= the gauge)"
+curl -s --max-time 10 "http://127.0.0.1:$EMBEDDED_PORT/provenance?shard=1" >"$DIR/provenance-embedded.txt" ||
+  fail "embedded /provenance?shard=1"
+head -n1 "$DIR/provenance-embedded.txt" | grep -Eq '^# sacfleet provenance v1 shard=1 incarnation=[0-9]+$' ||
+  fail "embedded /provenance?shard=1 header: $(head -n1 "$DIR/provenance-embedded.txt")"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$EMBEDDED_PORT/provenance?shard=9")
+[ "$code" = 503 ] || fail "embedded /provenance?shard=9 (no such shard) answered $code"
+
 # ---- Prometheus ---------------------------------------------------------------------------
 cat >"$DIR/prometheus.yml" <<EOF
 global:
