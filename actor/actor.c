@@ -5,6 +5,8 @@
  * end, once as its tail; the shard rebuilds every other next_obs from the next row. */
 #include "actor/actor.h"
 
+#include "actor/ledger.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -149,6 +151,28 @@ static void on_ack(void *arg, double seconds) {
   sac_metric_observe(atomic_load(&st->insert_latency), seconds);
 }
 
+/* The client's acknowledgement of one stored batch goes to the ledger (when kept). */
+typedef struct {
+  sac_ledger_t *ledger;
+  sac_actor_stats_t *st;
+} ledger_arg_t;
+
+static void on_acked(void *arg, const sac_replay_acked_t *b) {
+  ledger_arg_t *la = arg;
+  if (sac_ledger_append(la->ledger, b) == 0)
+    atomic_fetch_add(&la->st->ledger_lines, 1);
+  else
+    atomic_fetch_add(&la->st->ledger_errors, 1);
+}
+
+/* The client's counters an operator (and the fault suite) watches for a cut network. */
+static void client_stats_to(sac_replay_client_t *client, sac_actor_stats_t *st) {
+  sac_replay_client_stats_t cs;
+  sac_replay_client_stats(client, &cs);
+  atomic_store(&st->batches_resent, cs.batches_resent);
+  atomic_store(&st->unacked_batches, sac_replay_client_unacked(client));
+}
+
 static void scale_action(const sac_env_spec_t *sp, const float *a, float *env_a) {
   for (int i = 0; i < sp->act_dim; i++)
     env_a[i] = sp->act_low[i] + 0.5f * (a[i] + 1.0f) * (sp->act_high[i] - sp->act_low[i]);
@@ -160,6 +184,7 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
   sac_env_t **envs = calloc((size_t)(E > 0 ? E : 1), sizeof *envs);
   sac_weights_sub_t *wsub = NULL;
   sac_replay_client_t *client = NULL;
+  ledger_arg_t la = {NULL, st};
   builder_t b = {0};
   float *obs = NULL, *a = NULL, *scratch = NULL, *ep_ret = NULL;
   int *ep_len = NULL;
@@ -199,6 +224,12 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
   cc.window = (uint32_t)cfg->window;
   cc.on_ack = on_ack;
   cc.on_ack_arg = st;
+  if (cfg->ledger_path[0]) {
+    if ((rc = sac_ledger_open(cfg->ledger_path, cfg->actor_id, &la.ledger)) != 0)
+      goto out;
+    cc.on_acked = on_acked;
+    cc.on_acked_arg = &la;
+  }
   client = wsub ? sac_replay_client_new(&cc) : NULL;
   if (!wsub || !client) {
     rc = SAC_ENET;
@@ -306,6 +337,7 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
       uint64_t w0 = sac_clock_ns();
       for (;;) { /* backpressure: wait for room, but stay stoppable */
         rc = sac_replay_client_insert(client, -1, &t, 100);
+        client_stats_to(client, st); /* a cut network shows here: resends, unacked */
         /* counted as it accrues, so an actor held back for minutes shows it */
         uint64_t w1 = sac_clock_ns();
         atomic_fetch_add(&st->send_wait_ns, w1 - w0);
@@ -333,6 +365,7 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
       builder_reset(&b);
     }
     sac_replay_client_poll(client, 0);
+    client_stats_to(client, st);
     if (cfg->log_interval_s > 0 && sac_clock_s() - t_log >= cfg->log_interval_s) {
       t_log = sac_clock_s();
       SAC_INFO("actor", "actor %u: steps %lld  episodes %llu  mean return %.1f  weights v%llu  unacked %u",
@@ -347,10 +380,13 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
   if (rc == 0 && sac_replay_client_flush(client, stop && atomic_load(stop) ? 200 : 5000) != 0)
     SAC_WARN("actor", "actor %u: %u batch(es) unacknowledged at exit", cfg->actor_id,
              sac_replay_client_unacked(client));
+  if (client)
+    client_stats_to(client, st);
 out:
   if (rc)
     SAC_ERROR("actor", "actor %u stopped: %s", cfg->actor_id, sac_strerror(rc));
   sac_replay_client_destroy(&client);
+  sac_ledger_close(&la.ledger);
   sac_weights_sub_destroy(&wsub);
   for (int e = 0; e < E; e++)
     sac_env_destroy(&envs[e]);

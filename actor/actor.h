@@ -36,7 +36,8 @@ typedef struct {
   char shard_endpoints[SAC_ACTOR_MAX_SHARDS][256]; /* insert endpoints */
   sac_net_ctx_t *ctx;                              /* shared context (inproc), or NULL */
   int log_interval_s;                              /* progress lines (0: none) */
-  int weights_wait_ms; /* at start, wait up to this long for the first weights (0: none) */
+  int weights_wait_ms;    /* at start, wait up to this long for the first weights (0: none) */
+  char ledger_path[1024]; /* append each acknowledged batch here (actor/ledger.h); "": none */
 } sac_actor_cfg_t;
 
 void sac_actor_cfg_default(sac_actor_cfg_t *c);
@@ -46,8 +47,12 @@ int sac_actor_set_shards(sac_actor_cfg_t *c, const char *list);
 typedef struct {
   atomic_uint_fast64_t env_steps, episodes, batches_sent, rows_sent, insert_waits, send_wait_ns;
   atomic_uint_fast64_t weights_version, weights_updates, weights_rejected;
-  atomic_uint_fast64_t policy_steps;       /* steps taken with the learned policy */
-  _Atomic double last_return, mean_return; /* mean over the last 20 episodes */
+  atomic_uint_fast64_t policy_steps; /* steps taken with the learned policy */
+  /* from the replay client, refreshed every step: batches resent (timed or after a
+   * reconnect) and batches sent but not acknowledged yet, over all shards */
+  atomic_uint_fast64_t batches_resent, unacked_batches;
+  atomic_uint_fast64_t ledger_lines, ledger_errors; /* --ledger appends and failed appends */
+  _Atomic double last_return, mean_return;          /* mean over the last 20 episodes */
   _Atomic double last_length;
   /* histogram of send -> ack seconds (common/metrics.h), set by whoever exports the
    * stats (actor_metrics.h); NULL: not recorded */

@@ -85,6 +85,15 @@ static inline int sac_actor_metrics_register(sac_metrics_t *r, const sac_actor_s
           "Times a send found the shard's window full and waited.", 1.0);
   SAC__CU(send_wait_ns, "sac_actor_send_wait_seconds_total",
           "Seconds spent sending batches, waits for window room (backpressure) included.", 1e-9);
+  SAC__CU(batches_resent, "sac_actor_batches_resent_total",
+          "Batches sent again: unacknowledged past the resend timeout, or after a reconnect.", 1.0);
+  ok &= sac_metrics_gauge_read(r, "sac_actor_unacked_batches",
+                               "Batches sent to the shards and not acknowledged yet.", L,
+                               sac_metric_read_atomic_u64, &s->unacked_batches, 1.0, owner) != NULL;
+  SAC__CU(ledger_lines, "sac_actor_ledger_lines_total", "Acknowledged batches appended to the --ledger file.",
+          1.0);
+  SAC__CU(ledger_errors, "sac_actor_ledger_errors_total",
+          "Acknowledged batches the --ledger file could not take (write failed).", 1.0);
   SAC__GF(sac_actor_metrics__running, "sac_actor_running", "1 while the actor's loop runs.");
 #undef SAC__CU
 #undef SAC__GF

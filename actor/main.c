@@ -51,6 +51,9 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("window", SAC_CFG_INT, a.window, "16", 1, 64, "unacknowledged batches per shard"),
     STR("weights", a.weights_endpoint, "tcp://127.0.0.1:5570", "the learner's weights endpoint (PUB)"),
     STR("shards", shards, "tcp://127.0.0.1:5560", "comma-separated insert endpoints of the replay shards"),
+    STR("ledger", a.ledger_path, "",
+        "append every batch a shard acknowledged to this file, one line each (actor/ledger.h; read by "
+        "scripts/ledger_check.sh); empty: none"),
     OPT("log_interval", SAC_CFG_INT, a.log_interval_s, "10", 0, 86400, "seconds between progress lines"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),

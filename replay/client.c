@@ -24,6 +24,7 @@ typedef struct {
   unsigned char *buf;
   size_t cap, len;
   uint64_t seq;
+  uint32_t rows; /* the batch's transitions, for the ledger (on_acked) */
   uint64_t sent_ns, first_sent_ns;
   uint32_t resends; /* timed resends of this batch so far: the next waits 2^resends longer */
   int acked, unsent;
@@ -226,11 +227,15 @@ static void advance_lo(conn_t *k) {
     k->lo++;
 }
 
-static void mark_acked(sac_replay_client_t *c, wslot_t *s) {
+static void mark_acked(sac_replay_client_t *c, wslot_t *s, uint32_t shard_id) {
   s->acked = 1;
   c->st.batches_acked++;
   if (c->cfg.on_ack)
     c->cfg.on_ack(c->cfg.on_ack_arg, (double)(sac_clock_ns() - s->first_sent_ns) * 1e-9);
+  if (c->cfg.on_acked) {
+    sac_replay_acked_t b = {shard_id, c->cfg.actor_id, s->rows, c->cfg.session, s->seq};
+    c->cfg.on_acked(c->cfg.on_acked_arg, &b);
+  }
 }
 
 static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *a) {
@@ -264,7 +269,7 @@ static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *
       c->st.insert_errors++;
     }
   } else if (a->seq >= k->lo && a->seq < k->next_seq && !k->win[a->seq % MAX_WINDOW].acked) {
-    mark_acked(c, &k->win[a->seq % MAX_WINDOW]);
+    mark_acked(c, &k->win[a->seq % MAX_WINDOW], a->shard_id);
     if (a->duplicate)
       c->st.duplicates_acked++;
   }
@@ -272,7 +277,7 @@ static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *
   for (uint64_t q = k->lo; q <= a->acked_seq && q < k->next_seq; q++) {
     wslot_t *s = &k->win[q % MAX_WINDOW];
     if (!s->acked)
-      mark_acked(c, s);
+      mark_acked(c, s, a->shard_id);
   }
   advance_lo(k);
 }
@@ -435,6 +440,7 @@ int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_t
   if (rc)
     return rc;
   s->seq = k->next_seq;
+  s->rows = v->n;
   s->acked = 0;
   s->resends = 0;
   k->next_seq++;

@@ -24,6 +24,13 @@
 #include "common/net.h"
 #include "common/wire.h"
 
+/* One acknowledged batch: the shard that acknowledged it (its --shard_id, from the ack)
+ * and the batch's key there. seq counts per shard connection, from 1. */
+typedef struct sac_replay_acked {
+  uint32_t shard_id, actor_id, rows;
+  uint64_t session, seq;
+} sac_replay_acked_t;
+
 typedef struct {
   size_t n_shards;
   const char *const *insert_endpoints; /* n_shards, or NULL for a sampling-only client */
@@ -43,6 +50,11 @@ typedef struct {
    * its first send to the acknowledgement; NULL: none. */
   void (*on_ack)(void *arg, double seconds);
   void *on_ack_arg;
+  /* Called (on the client's thread) once per batch the shard acknowledged as stored (not
+   * for batches it refused), with what identifies the batch in the shard's provenance
+   * index: an actor's ledger of acknowledged batches (actor/ledger.h); NULL: none. */
+  void (*on_acked)(void *arg, const sac_replay_acked_t *b);
+  void *on_acked_arg;
 } sac_replay_client_config_t;
 
 void sac_replay_client_config_default(sac_replay_client_config_t *c);

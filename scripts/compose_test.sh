@@ -171,15 +171,35 @@ fail() {
   exit 1
 }
 
-# wait_until SECONDS WHAT COMMAND...: runs COMMAND every 2 s until it succeeds; fails after
-# SECONDS, or at the test's overall deadline.
+# Deadlines by progress (issue 15): a wait fails when nothing has moved for its stated
+# time, not at a fixed instant, so that a busy machine slows the test down without
+# failing it. Progress: the step and update counts in the last lines of every service's
+# log (compose_progress, read every 10 s; empty before the cluster is up, where the
+# time is a plain bound). The overall DEADLINE stays as a backstop.
+compose_progress() {
+  [ "$UP" = 1 ] || return 0
+  { timeout 20 "${COMPOSE[@]}" logs --no-color --tail 2 2>/dev/null || true; } |
+    { grep -ao 'steps [0-9]*\|updates [0-9]*' || true; } | sort | tr '\n' ' '
+}
+
+# wait_until SECONDS WHAT COMMAND...: runs COMMAND every 2 s until it succeeds; fails when
+# neither it nor the cluster's progress (compose_progress) has moved for SECONDS, or at
+# the test's overall deadline.
 wait_until() {
-  local limit=$1 what=$2 t0
+  local limit=$1 what=$2 t0 tok last="" n=0
   shift 2
   t0=$(date +%s)
   until "$@"; do
+    if [ $((n % 5)) -eq 0 ]; then
+      tok=$(compose_progress)
+      if [ -n "$tok" ] && [ "$tok" != "$last" ]; then
+        last=$tok
+        t0=$(date +%s)
+      fi
+    fi
+    n=$((n + 1))
     if [ $(($(date +%s) - t0)) -ge "$limit" ]; then
-      fail "$what: not within ${limit} s"
+      fail "$what: nothing progressed for ${limit} s (progress: ${last:-none})"
     fi
     if [ "$(date +%s)" -ge "$DEADLINE" ]; then
       fail "$what: the test's deadline ($((DEADLINE - T0)) s) passed"

@@ -51,7 +51,9 @@ on_cleanup() { DIST_CLEANUPS+=("$*"); }
 
 # dist_init NAME [DEADLINE_S]: temp dir, traps, and the test's own time limit (default
 # DIST_DEADLINE_S or 280 s), kept below the ctest TIMEOUT so that the test fails and
-# cleans up by itself rather than being killed with its processes left behind.
+# cleans up by itself rather than being killed with its processes left behind. The limit
+# is a last resort against a livelock, set well above a slow run: the waits fail on a
+# lack of progress (DIST_PROGRESS, below), not on the clock.
 DIST_DEADLINE=280
 dist_init() {
   DIST_NAME=$1
@@ -179,22 +181,80 @@ dist_exit() {
   exit "$status"
 }
 
-# wait_until TIMEOUT_S DESCRIPTION CMD...: polls CMD every 0.2 s; fails after TIMEOUT_S.
-# Also fails early when a process named in $DIST_WATCH (space-separated names) ends.
+# Deadlines by progress (issue 15, point 7): a wait fails when NOTHING has moved for its
+# stated time, not at a fixed instant, so that a slow or busy machine slows a test down
+# without failing it. A test sets DIST_PROGRESS to a command whose output changes while
+# its system makes progress (say, the learner's step and update counts and the actors'
+# steps); each wait then polls it at most once a second and restarts its clock whenever
+# the output changes. Without DIST_PROGRESS a wait's time is a plain bound (start-up
+# waits, short local waits). The test's own limit (DIST_DEADLINE) stays as a last resort
+# against a livelock, set well above a slow run.
+#   The default, cluster_progress, reads the latest "steps N" / "updates N" every process
+# logged: it moves while the learner learns or any actor steps.
+cluster_progress() {
+  tail -q -n 2 "$T"/*.log 2>/dev/null | grep -ao 'steps [0-9]*\|updates [0-9]*' | tr '\n' ' '
+}
+DIST_PROGRESS=cluster_progress
+DIST_PROGRESS_TOKEN=""
+DIST_PROGRESS_T=-1
+# progress_since: the SECONDS at which DIST_PROGRESS's output last changed (probed at most
+# once a second; SECONDS itself when no DIST_PROGRESS is set).
+progress_since() {
+  [[ -n "$DIST_PROGRESS" ]] || { printf '%s' "$SECONDS"; return; }
+  if ((SECONDS != DIST_PROGRESS_PROBED)); then
+    DIST_PROGRESS_PROBED=$SECONDS
+    local tok
+    tok=$(eval "$DIST_PROGRESS" 2>/dev/null | tr '\n' ' ')
+    if [[ "$tok" != "$DIST_PROGRESS_TOKEN" || $DIST_PROGRESS_T -lt 0 ]]; then
+      DIST_PROGRESS_TOKEN=$tok
+      DIST_PROGRESS_T=$SECONDS
+    fi
+  fi
+  printf '%s' "$DIST_PROGRESS_T"
+}
+DIST_PROGRESS_PROBED=-1
+# stalled START STALL_S: true when, since START (a SECONDS value), neither the clock nor
+# (with DIST_PROGRESS) the system has moved for STALL_S seconds.
+stalled() {
+  local from=$1 last
+  if [[ -n "$DIST_PROGRESS" ]]; then
+    progress_since >/dev/null
+    last=$DIST_PROGRESS_T
+    ((last < from)) && last=$from
+  else
+    last=$from
+  fi
+  ((SECONDS - last >= $2))
+}
+# stall_why STALL_S: the failure text of a wait that timed out.
+stall_why() {
+  if [[ -n "$DIST_PROGRESS" ]]; then
+    printf 'nothing progressed for %ss (progress: %s)' "$1" "${DIST_PROGRESS_TOKEN:-none}"
+  else
+    printf 'timed out after %ss' "$1"
+  fi
+}
+
+# wait_until STALL_S DESCRIPTION CMD...: polls CMD every 0.2 s; fails when nothing has
+# progressed for STALL_S (see DIST_PROGRESS above; without it, after STALL_S). Also fails
+# early when a process named in $DIST_WATCH (space-separated names) ends.
 DIST_WATCH=""
+# (its locals are prefixed: bash's scoping is dynamic, and CMD often reads a t0 or n of
+# the caller's)
 wait_until() {
-  local timeout=$1 what=$2 n
+  local _wu_stall=$1 _wu_what=$2 _wu_n _wu_t0=$SECONDS
   shift 2
-  local end=$((SECONDS + timeout))
-  while ((SECONDS < end)); do
+  progress_since >/dev/null
+  while :; do
     "$@" && return 0
-    for n in $DIST_WATCH; do
-      exited "${DIST_PID_OF[$n]}" && fail "$n ended (exit ${DIST_RC_OF[${DIST_PID_OF[$n]}]}) while waiting for $what"
+    for _wu_n in $DIST_WATCH; do
+      exited "${DIST_PID_OF[$_wu_n]}" &&
+        fail "$_wu_n ended (exit ${DIST_RC_OF[${DIST_PID_OF[$_wu_n]}]}) while waiting for $_wu_what"
     done
     deadline_check
+    stalled "$_wu_t0" "$_wu_stall" && fail "$(stall_why "$_wu_stall") waiting for $_wu_what"
     sleep 0.2
   done
-  fail "timed out after ${timeout}s waiting for $what"
 }
 
 # check_watch: fail if any process named in $DIST_WATCH has ended.
@@ -318,10 +378,13 @@ wait_learner_up() {
   fail "$name not up after $3 s"
 }
 
-# wait_result NAME TIMEOUT: waits for the learner's result line and its exit 0.
+# wait_result NAME STALL_S: waits for the learner's result line and its exit 0; fails when
+# its progress line (steps, updates) has not moved for STALL_S seconds (nor, where the test
+# set one, DIST_PROGRESS's output): a slow learner is waited for, a stuck one is not.
+learner_progress() { grep -a 'steps ' "$T/$1.log" | tail -n 1 | sed -n 's/.*\(steps [0-9][0-9]*\).*\(updates [0-9][0-9]*\).*/\1 \2/p'; }
 wait_result() {
-  local name=$1 pid=${DIST_PID_OF[$1]} end=$((SECONDS + $2)) n w=""
-  while ((SECONDS < end)); do
+  local name=$1 pid=${DIST_PID_OF[$1]} stall=$2 n w="" last="" cur t_moved=$SECONDS
+  while :; do
     if exited "$pid"; then
       [[ ${DIST_RC_OF[$pid]} == 0 ]] || fail "$name exited with ${DIST_RC_OF[$pid]}"
       [[ -n "$(result_line "$name")" ]] || fail "$name exited 0 without a result line"
@@ -331,9 +394,12 @@ wait_result() {
     fi
     check_watch
     deadline_check
+    cur=$(learner_progress "$name")
+    [[ "$cur" != "$last" ]] && { last=$cur; t_moved=$SECONDS; }
+    stalled "$t_moved" "$stall" &&
+      fail "no result line from $name and its progress line did not move for ${stall}s (last progress: $(grep -a 'steps ' "$T/$name.log" | tail -n 1))"
     sleep 0.5
   done
-  fail "no result line from $name within $2 s (last progress: $(grep -a 'steps ' "$T/$name.log" | tail -n 1))"
 }
 
 # Loopback: start_local_shard NAME S ID [extra sac-replay options...]: picks two free ports

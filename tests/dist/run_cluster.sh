@@ -5,7 +5,7 @@
 #
 # usage: run_cluster.sh SAC_LEARNER SAC_ACTOR SAC_REPLAY
 # env:   DIST_SHARDS (2), DIST_ACTORS (2), DIST_TOTAL_STEPS (20000), DIST_THRESHOLD (-200),
-#        DIST_TIMEOUT_S (660: the learner's whole run), DIST_DEADLINE_S (840: the whole test),
+#        DIST_STALL_S (120: the learner's progress line may stand still this long), DIST_DEADLINE_S (840: the whole test),
 #        DIST_KEEP=1 keeps the logs.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" || { echo "FAIL: $0: cannot load lib.sh"; exit 1; }
 dist_init run_cluster 840
@@ -15,7 +15,7 @@ S=${DIST_SHARDS:-2}
 N=${DIST_ACTORS:-2}
 TOTAL=${DIST_TOTAL_STEPS:-20000}
 THRESHOLD=${DIST_THRESHOLD:--200}
-TIMEOUT=${DIST_TIMEOUT_S:-660}
+TIMEOUT=${DIST_STALL_S:-120}
 
 for ((i = 0; i < S; i++)); do
   start_local_shard "shard$i" "$S" "$i"

@@ -16,9 +16,9 @@
 # No learning threshold: the property is staying up, not the return.
 #
 # usage: staying_up_shard.sh SAC_LEARNER SAC_ACTOR SAC_REPLAY
-# env:   DIST_TOTAL_STEPS (6000), DIST_DOWN_S (2: seconds shard0 stays down), DIST_DEADLINE_S (280), DIST_KEEP=1
+# env:   DIST_TOTAL_STEPS (6000), DIST_DOWN_S (2: seconds shard0 stays down), DIST_DEADLINE_S (540), DIST_KEEP=1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" || { echo "FAIL: $0: cannot load lib.sh"; exit 1; }
-dist_init staying_up_shard
+dist_init staying_up_shard 540
 check_binaries "$@"
 
 S=2 N=2

@@ -181,3 +181,73 @@ fault_ns_link() {
   ip -n "$a" addr add "$FLINK.1/30" dev cut && ip -n "$b" addr add "$FLINK.2/30" dev cut &&
     ip -n "$a" link set cut up && ip -n "$b" link set cut up || fail "configure the cut link"
 }
+
+# ---------------------------------------------------------------- the ledger (issue 15)
+# Every actor writes the batches a shard acknowledged to $LEDGERS/NAME.ledger (sac-actor
+# --ledger); every shard serves its provenance (which batches it holds) on its metrics
+# port at GET /provenance. scripts/ledger_check.sh matches the two.
+LEDGER_CHECK="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/scripts/ledger_check.sh"
+LEDGERS=""
+
+# fetch_provenance NAME OUT: shard NAME's provenance listing into OUT (5 s bound); non-zero
+# when it does not answer with one.
+fetch_provenance() {
+  local p code
+  p=$(metrics_port "$1")
+  [[ -n "$p" ]] || return 1
+  code=$(nsexec "$1" curl -s --max-time 5 -o "$2" -w '%{http_code}' "http://127.0.0.1:$p/provenance" 2>/dev/null)
+  [[ "$code" == 200 ]] && head -n 1 "$2" | grep -q '^# sacfleet provenance v1 shard=[0-9]* incarnation=[0-9]*'
+}
+
+# incarnation_of FILE: the incarnation in a provenance listing's header.
+incarnation_of() { head -n 1 "$1" | sed -n 's/.* incarnation=\([0-9][0-9]*\).*/\1/p'; }
+# receipts_from FILE ACTOR: batches of ACTOR a provenance listing holds.
+receipts_from() { awk -v a="$2" '!/^#/ && $1 == a { n++ } END { print n + 0 }' "$1"; }
+# last_seq_from FILE ACTOR: the highest seq of ACTOR's newest session in a provenance
+# listing (0 if none). Sessions grow across an actor's restarts (replay/client.c), and are
+# compared as strings of equal length (decimal u64 of the same magnitude) or by length.
+last_seq_from() {
+  awk -v a="$2" '!/^#/ && $1 == a {
+      if (s == "" || length($2) > length(s) || (length($2) == length(s) && $2 > s)) { s = $2; m = 0 }
+      if ($2 == s && $3 + 0 > m) m = $3 + 0
+    } END { print m + 0 }' "$1"
+}
+
+# ledger_check LABEL SHARD...: the ledger check, now. The actors' ledgers are copied
+# FIRST, then the shards' provenance fetched: every batch acknowledged before the copy was
+# stored before it, so a batch in the copy that no shard holds is lost (the rings are sized
+# so that nothing is evicted). Keeps the inputs and the checker's output in
+# $T/ledger-LABEL/; sets LEDGER_FIG ("acknowledged A, found once O, missing M, found twice
+# D") and LEDGER_ACTORS (the per-actor lines, joined by "; "); returns the checker's
+# status (0 clean, 1 missing or twice, 2 unreadable input).
+LEDGER_FIG="" LEDGER_ACTORS=""
+ledger_check() {
+  local label=$1 d="$T/ledger-$1" n rc=0 try
+  shift
+  mkdir -p "$d"
+  cp "$LEDGERS"/*.ledger "$d"/ || fail "no actor ledgers in $LEDGERS"
+  for n in "$@"; do
+    for ((try = 0; try < 5; try++)); do
+      fetch_provenance "$n" "$d/$n.prov" && break
+      sleep 1
+    done
+    ((try < 5)) || fail "$n does not serve GET /provenance (ledger check '$label')"
+  done
+  sh "$LEDGER_CHECK" -v "$d"/*.ledger "$d"/*.prov >"$d/check.txt" 2>&1 || rc=$?
+  LEDGER_FIG=$(sed -n 's/^ledger total: \(acknowledged [0-9]*, found once [0-9]*, missing [0-9]*, found twice [0-9]*\).*/\1/p' "$d/check.txt")
+  LEDGER_ACTORS=$(sed -n 's/^ledger actor \([0-9]*\): acknowledged \([0-9]*\), found once \([0-9]*\), missing \([0-9]*\), found twice \([0-9]*\).*/a\1 \2\/\3\/\4\/\5/p' "$d/check.txt" | paste -sd ' ' -)
+  log "ledger check '$label': $(grep '^ledger total' "$d/check.txt")"
+  ((rc == 2)) && fail "ledger check '$label': unreadable input: $(cat "$d/check.txt")"
+  return "$rc"
+}
+
+# ledger_require_clean LABEL SHARD...: the ledger check must find every acknowledged batch
+# once: missing 0, found twice 0 (and at least one batch acknowledged).
+ledger_require_clean() {
+  local label=$1
+  ledger_check "$@" || fail "ledger check '$label': $(cat "$T/ledger-$label/check.txt")"
+  [[ "$LEDGER_FIG" =~ ^acknowledged\ ([0-9]+),\ found\ once\ ([0-9]+),\ missing\ 0,\ found\ twice\ 0$ ]] ||
+    fail "ledger check '$label': unexpected figures '$LEDGER_FIG'"
+  ((BASH_REMATCH[1] > 0 && BASH_REMATCH[1] == BASH_REMATCH[2])) ||
+    fail "ledger check '$label': $LEDGER_FIG (nothing acknowledged?)"
+}

@@ -39,11 +39,13 @@
 #           OpenBLAS's per-thread buffers (32 MB each), code and threads.
 #
 # usage: load_test.sh SAC_LEARNER SAC_ACTOR SAC_REPLAY
-# env:   LOAD_ACTORS (64), LOAD_S (60), LOAD_SAMPLE_S (5), DIST_DEADLINE_S (280), DIST_KEEP=1
+# env:   LOAD_ACTORS (64), LOAD_S (60), LOAD_SAMPLE_S (5), DIST_DEADLINE_S (540), DIST_KEEP=1
 source "$(dirname "$0")/../dist/lib.sh"
 # shellcheck source=tests/fault/lib_fault.sh
 source "$(dirname "$0")/lib_fault.sh"
-dist_init load_test 280
+dist_init load_test 540
+# progress for the waits: the learner's steps and updates (one log, not 67)
+DIST_PROGRESS="learner_progress learner"
 check_binaries "$@"
 command -v curl >/dev/null || skip "needs curl to read /metrics"
 

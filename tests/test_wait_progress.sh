@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Unit test of the deadlines by progress in tests/dist/lib.sh (issue 15, point 7): a wait
+# goes on past its stated time while the system progresses, and fails once nothing has
+# moved for that time, for wait_until (DIST_PROGRESS) and wait_result (the learner's
+# progress line). Each case runs in a subshell of its own (lib.sh's fail exits).
+set -u
+LIB="$(dirname "$0")/dist/lib.sh"
+fails=0
+ok() { echo "ok   $1"; }
+bad() {
+  echo "FAIL $1"
+  fails=$((fails + 1))
+}
+# a failing case keeps its temp dir (lib.sh does, for the logs): removed here
+tidy() { sed -n 's/.*logs in \(\/[^ ]*sacfleet-wait_progress_[0-9].[A-Za-z0-9]*\)$/\1/p' <<<"$1" | sort -u | xargs -r rm -rf; }
+
+# 1. progress for 5 s, the condition true after 4 s, a stall bound of 2 s: passes
+out=$( (
+  source "$LIB"
+  dist_init wait_progress_1 60
+  t_start=$SECONDS
+  tick() { echo $((SECONDS - t_start < 5 ? SECONDS : 0)); }
+  DIST_PROGRESS=tick
+  later() { ((SECONDS - t_start >= 4)); }
+  wait_until 2 "a condition true after 4 s" later
+  pass "waited $((SECONDS - t_start)) s"
+) 2>&1)
+grep -q '^PASS: wait_progress_1: waited [4-9] s' <<<"$out" && ok "wait_until goes on while progressing" || bad "wait_until goes on while progressing: $out"
+
+# 2. nothing progresses: fails after the stall bound, not later
+out=$( (
+  source "$LIB"
+  dist_init wait_progress_2 60
+  DIST_PROGRESS="echo same"
+  wait_until 2 "a condition never true" false
+  pass "not reached"
+) 2>&1)
+rc=$?
+tidy "$out"
+grep -qE 'FAIL: wait_progress_2: nothing progressed for 2s \(progress: same ?\) waiting for a condition never true' <<<"$out" &&
+  ((rc == 1)) && ok "wait_until fails when nothing progresses" || bad "wait_until fails when nothing progresses (exit $rc): $out"
+
+# 3. wait_result: a "learner" logging progress for 5 s, then its result line; stall 2 s
+out=$( (
+  source "$LIB"
+  dist_init wait_progress_3 60
+  start learner bash -c 'for i in 1 2 3 4 5; do echo "learner: steps $((i * 100))/500  updates $i (1/s)"; sleep 1; done; echo "result: final eval return -150.0"'
+  t_start=$SECONDS
+  wait_result learner 2
+  pass "result after $((SECONDS - t_start)) s"
+) 2>&1)
+grep -q '^PASS: wait_progress_3: result after [4-9] s' <<<"$out" && ok "wait_result goes on while the learner progresses" ||
+  bad "wait_result goes on while the learner progresses: $out"
+
+# 4. wait_result: a "learner" that stops progressing fails after the stall bound
+out=$( (
+  source "$LIB"
+  dist_init wait_progress_4 60
+  start learner bash -c 'echo "learner: steps 100/500  updates 1 (1/s)"; sleep 20'
+  t_start=$SECONDS
+  wait_result learner 2
+  pass "not reached"
+) 2>&1)
+rc=$?
+tidy "$out"
+grep -q 'FAIL: wait_progress_4: no result line from learner and its progress line did not move for 2s' <<<"$out" &&
+  ((rc == 1)) && ok "wait_result fails when the learner stops progressing" ||
+  bad "wait_result fails when the learner stops progressing (exit $rc): $out"
+
+if ((fails)); then
+  echo "FAIL: $fails case(s)"
+  exit 1
+fi
+echo "PASS: waits by progress"
