@@ -3,7 +3,10 @@
  * fixed request buffer until the blank line that ends the headers, answer with one
  * write, half-close, discard whatever the client still sends until it closes (so the
  * kernel does not reset the connection under an unread response), close. A timer per
- * connection bounds the whole exchange. sac_http_stop wakes the loop with a uv_async_t,
+ * connection bounds the request (header_timeout_ms from accept), then the rest of the
+ * exchange (timeout_ms from the request). When every slot is taken, the connection that
+ * has been reading its request longest is closed to make room: slow clients cannot
+ * starve a health check (issue 14, defect 13). sac_http_stop wakes the loop with a uv_async_t,
  * which closes every handle; the loop then runs out of handles and the thread ends. */
 #include "common/http.h"
 
@@ -28,12 +31,19 @@ struct sac_http {
   uv_thread_t thread;
   int port;
   int n_conns; /* loop thread only */
+  /* connections still reading their request, oldest first: the ones evicted when the
+   * server is full (loop thread only) */
+  struct conn *reading_head, *reading_tail;
+  /* counters, written by the loop thread, read at scrape time */
+  atomic_uint_fast64_t evicted, rejected, header_timeouts;
 };
 
 typedef enum { C_READING, C_WRITING, C_DRAINING } conn_state_t;
 
-typedef struct {
+typedef struct conn {
   sac_http_t *h;
+  struct conn *prev, *next; /* in h's reading list while state is C_READING */
+  int listed;
   uv_tcp_t tcp;
   uv_timer_t timer;
   uv_write_t wr;
@@ -55,16 +65,45 @@ void sac_http_config_default(sac_http_config_t *c) {
   c->max_request_bytes = 8192;
   c->max_connections = 64;
   c->timeout_ms = 10000;
+  c->header_timeout_ms = 2000;
 }
 
 /* ---- connections ------------------------------------------------------------------- */
+
+/* The reading list: a connection joins it when accepted and leaves it when it has sent
+ * its request or closes. Its head is the connection that has been reading longest. */
+static void unlist(conn_t *c) {
+  if (!c->listed)
+    return;
+  sac_http_t *h = c->h;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    h->reading_head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else
+    h->reading_tail = c->prev;
+  c->prev = c->next = NULL;
+  c->listed = 0;
+}
+
+static void enlist(conn_t *c) {
+  sac_http_t *h = c->h;
+  c->prev = h->reading_tail;
+  c->next = NULL;
+  if (h->reading_tail)
+    h->reading_tail->next = c;
+  else
+    h->reading_head = c;
+  h->reading_tail = c;
+  c->listed = 1;
+}
 
 static void on_conn_closed(uv_handle_t *hd) {
   conn_t *c = hd->data;
   if (--c->open_handles > 0)
     return;
-  if (c->counted)
-    c->h->n_conns--;
   free(c->req);
   free(c->resp);
   free(c);
@@ -74,11 +113,21 @@ static void conn_close(conn_t *c) {
   if (c->closing)
     return;
   c->closing = 1;
+  unlist(c);
+  if (c->counted) { /* its slot is free now: an eviction makes room at once */
+    c->counted = 0;
+    c->h->n_conns--;
+  }
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
   uv_close((uv_handle_t *)&c->timer, on_conn_closed);
 }
 
-static void on_timeout(uv_timer_t *t) { conn_close(t->data); }
+static void on_timeout(uv_timer_t *t) {
+  conn_t *c = t->data;
+  if (c->state == C_READING)
+    atomic_fetch_add(&c->h->header_timeouts, 1);
+  conn_close(c);
+}
 
 static void on_drain_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
@@ -119,6 +168,13 @@ static void on_written(uv_write_t *req, int status) {
 static void respond(conn_t *c, int code, const char *reason, const char *ctype, const char *extra,
                     const char *body, size_t len, int head_only) {
   uv_read_stop((uv_stream_t *)&c->tcp);
+  unlist(c);
+  /* the request is in: the rest of the exchange gets the whole-connection deadline */
+  uv_timer_stop(&c->timer);
+  if (uv_timer_start(&c->timer, on_timeout, (uint64_t)c->h->cfg.timeout_ms, 0) != 0) {
+    conn_close(c);
+    return;
+  }
   char hdr[512];
   int n = snprintf(hdr, sizeof hdr,
                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
@@ -249,8 +305,17 @@ static void on_connection(uv_stream_t *server, int status) {
     SAC_DEBUG("http", "accept failed: %s", uv_strerror(status));
     return;
   }
+  if (h->n_conns >= h->cfg.max_connections && h->reading_head) {
+    /* Full: the connection that has been reading its request longest makes room. A
+     * health check sends its request at once, so slow or silent clients (slowloris)
+     * are the ones evicted, never the probe that keeps a container alive. */
+    atomic_fetch_add(&h->evicted, 1);
+    conn_close(h->reading_head);
+  }
   if (h->n_conns >= h->cfg.max_connections) {
-    /* accept and close at once: leaving it in the backlog would stall the listener */
+    /* every slot is writing a response: accept and close at once (leaving it in the
+     * backlog would stall the listener) */
+    atomic_fetch_add(&h->rejected, 1);
     uv_tcp_t *t = malloc(sizeof *t);
     if (!t)
       return;
@@ -283,8 +348,11 @@ static void on_connection(uv_stream_t *server, int status) {
   c->open_handles = 2;
   c->counted = 1;
   h->n_conns++;
+  enlist(c);
+  uint64_t header_ms =
+      (uint64_t)(h->cfg.header_timeout_ms < h->cfg.timeout_ms ? h->cfg.header_timeout_ms : h->cfg.timeout_ms);
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
-      uv_timer_start(&c->timer, on_timeout, (uint64_t)h->cfg.timeout_ms, 0) != 0 ||
+      uv_timer_start(&c->timer, on_timeout, header_ms, 0) != 0 ||
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
     conn_close(c);
 }
@@ -313,6 +381,24 @@ static void run(void *arg) {
   uv_run(&h->loop, UV_RUN_DEFAULT); /* returns when on_wake has closed every handle */
 }
 
+/* The server's own series. Missing series (a registry out of memory) only cost
+ * visibility, so failures are left to the registry's log line. */
+static void register_metrics(sac_http_t *h) {
+  if (!h->metrics)
+    return;
+  sac_metrics_counter_read(
+      h->metrics, "sac_http_connections_evicted_total",
+      "connections still sending their request closed to make room for a new one (server full)", NULL,
+      sac_metric_read_atomic_u64, &h->evicted, 1.0, h);
+  sac_metrics_counter_read(h->metrics, "sac_http_connections_rejected_total",
+                           "connections closed at accept: every slot was busy answering", NULL,
+                           sac_metric_read_atomic_u64, &h->rejected, 1.0, h);
+  sac_metrics_counter_read(
+      h->metrics, "sac_http_header_timeouts_total",
+      "connections closed because their request was not complete within header_timeout_ms", NULL,
+      sac_metric_read_atomic_u64, &h->header_timeouts, 1.0, h);
+}
+
 /* Closes what start set up, for a failed start (the thread never ran). */
 static void teardown(sac_http_t *h, int server_open, int wake_open) {
   if (server_open)
@@ -327,9 +413,11 @@ static void teardown(sac_http_t *h, int server_open, int wake_open) {
 int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_http_t **out) {
   *out = NULL;
   if (cfg->port < 0 || cfg->port > 65535 || cfg->max_request_bytes < 64 ||
-      cfg->max_request_bytes > (1u << 24) || cfg->max_connections < 1 || cfg->timeout_ms < 1) {
-    SAC_ERROR("http", "bad server settings (port %d, %zu request bytes, %d connections, %d ms)", cfg->port,
-              cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms);
+      cfg->max_request_bytes > (1u << 24) || cfg->max_connections < 1 || cfg->timeout_ms < 1 ||
+      cfg->header_timeout_ms < 1) {
+    SAC_ERROR(
+        "http", "bad server settings (port %d, %zu request bytes, %d connections, %d ms, %d ms for headers)",
+        cfg->port, cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms, cfg->header_timeout_ms);
     return SAC_ECONFIG;
   }
   struct sockaddr_storage sa;
@@ -344,6 +432,9 @@ int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_htt
     return SAC_ENOMEM;
   h->cfg = *cfg;
   h->metrics = metrics;
+  atomic_init(&h->evicted, 0);
+  atomic_init(&h->rejected, 0);
+  atomic_init(&h->header_timeouts, 0);
   if ((rc = uv_loop_init(&h->loop)) != 0) {
     SAC_ERROR("http", "uv_loop_init: %s", uv_strerror(rc));
     free(h);
@@ -388,6 +479,7 @@ int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_htt
     teardown(h, 1, 1);
     return SAC_ENOMEM;
   }
+  register_metrics(h);
   *out = h;
   return 0;
 }
@@ -400,6 +492,8 @@ void sac_http_stop(sac_http_t **hp) {
     return;
   uv_async_send(&h->wake);
   uv_thread_join(&h->thread);
+  if (h->metrics)
+    sac_metrics_forget(h->metrics, h);
   int rc = uv_loop_close(&h->loop);
   if (rc != 0)
     SAC_WARN("http", "uv_loop_close: %s", uv_strerror(rc));
