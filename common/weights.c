@@ -12,8 +12,6 @@
 #include "common/log.h"
 #include "common/wire.h"
 
-#define SAC_WEIGHTS_PUB_MAX_MSG 512
-
 struct sac_weights_pub {
   void *sock;
   sac_net_ctx_t *own; /* the context made here when the caller passed none */
@@ -51,9 +49,10 @@ sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint,
   o.sndhwm = 4;
   /* What a PUB receives is subscriptions, and a subscriber of weights sends one: the
    * empty topic. A bigger message can only be an attack on the subscription trie (a
-   * 1 MiB topic cost the learner 100+ MB); its sender is disconnected. The cap leaves
-   * room for the handshake commands, CURVE's included (issue 14, defect 5). */
-  o.max_msg_bytes = SAC_WEIGHTS_PUB_MAX_MSG;
+   * 1 MiB topic cost the learner 100+ MB); its sender is disconnected. The cap applies
+   * to the handshake commands too: READY takes 27 bytes, CURVE's INITIATE needs more
+   * than 256 (issue 14, defect 5). */
+  o.max_msg_bytes = ctx && sac_net_ctx_curve(ctx) ? 512 : 64;
   o.rcvhwm = 16;
   if (!ctx)
     ctx = p->own = sac_net_ctx_new(1);
