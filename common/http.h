@@ -29,6 +29,11 @@ typedef struct {
   int max_connections;      /* open at once; default 64 */
   int timeout_ms;           /* deadline of the response and drain, from the request; default 10000 */
   int header_timeout_ms;    /* the request must be complete this long after accept; default 2000 */
+  /* /healthz: NULL answers 200 "ok"; else 200 "ok" when health(health_ud, why, cap)
+   * returns 1, 503 with the text it wrote in why when it returns 0. Called on the
+   * server's thread, so it must be thread-safe. */
+  int (*health)(void *ud, char *why, size_t cap);
+  void *health_ud;
 } sac_http_config_t;
 
 /* Defaults: 0.0.0.0, port 0, 8 KiB requests, 64 connections, 2 s to send the request,
@@ -51,5 +56,9 @@ void sac_http_stop(sac_http_t **h);
  * it serves ("<component>: metrics on http://ADDR:PORT/metrics"). A failure to start is
  * logged and returns NULL: metrics are not worth stopping a training run for. */
 sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int port, sac_metrics_t *metrics);
+/* The same with a /healthz check (sac_http_config_t.health). */
+sac_http_t *sac_http_serve_metrics_health(const char *component, const char *addr, int port,
+                                          sac_metrics_t *metrics, int (*health)(void *, char *, size_t),
+                                          void *health_ud);
 
 #endif

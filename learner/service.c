@@ -88,6 +88,8 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
     sc.shard.act_dim = (uint32_t)sp->act_dim;
     sc.shard.sampler = c->prioritized ? SAC_REPLAY_PRIORITIZED : SAC_REPLAY_UNIFORM;
     sc.shard.alpha = c->per_alpha;
+    /* the learner asks for batches of hp.batch rows: no larger sample has to fit a message */
+    sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
     uint64_t min_size = (uint64_t)(c->learning_starts / S);
     sc.shard.min_size = min_size > (uint64_t)c->hp.batch ? min_size : (uint64_t)c->hp.batch;
     /* every update samples one batch from one shard: per shard, B * UTD samples per insert */
