@@ -9,7 +9,9 @@
  *     2 * act_dim, ReLU hidden layers) and the actor's inference (sac_policy_act, with
  *     scratch sized as actor.c sizes it) runs on them within its buffers.
  * Input: byte 0 selects the framing (bit 0: send a second frame too, which must be
- * refused); the rest is the message. Seeds (SAC_FUZZ_SEED_DIR): valid weights of the
+ * refused) and how the weights are applied (bit 1: over 4 environments at once, the
+ * batched inference of an actor with --envs_per_actor 4, scratch sized as actor.c's
+ * take_weights sizes it for them); the rest is the message. Seeds (SAC_FUZZ_SEED_DIR): valid weights of the
  * right shape and of wrong shapes, encoded by the wire encoder. */
 #include <math.h>
 #include <stddef.h>
@@ -50,8 +52,12 @@ static void seed_weights(const char *dir, const char *name, uint8_t sel, const i
   for (size_t i = 0; i < n; i++)
     w[i] = fill * (float)((i % 7) - 3);
   sac_wire_msg_t m = {.type = SAC_WIRE_WEIGHTS};
-  m.u.weights = (sac_wire_weights_t){.version = 42, .dtype = SAC_WIRE_F32, .n_layers = (uint32_t)n_layers,
-                                     .layers = layers, .data = w, .data_len = n * sizeof(float)};
+  m.u.weights = (sac_wire_weights_t){.version = 42,
+                                     .dtype = SAC_WIRE_F32,
+                                     .n_layers = (uint32_t)n_layers,
+                                     .layers = layers,
+                                     .data = w,
+                                     .data_len = n * sizeof(float)};
   size_t len = 0;
   buf[0] = sel;
   if (sac_wire_encode(&m, buf + 1, n * 4 + 4095, &len) == 0) {
@@ -114,6 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!g_sub)
     setup();
   int two = size > 0 && (data[0] & 1);
+  const int E = size > 0 && (data[0] & 2) ? 4 : 1;
   if (size > 0)
     data++, size--;
   uint64_t recv0 = sac_weights_received(g_sub), rej0 = sac_weights_rejected(g_sub);
@@ -143,8 +150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!d || !p || d->n_layers < 1 || d->n_layers > SAC_MLP_MAX_LAYERS || d->sizes[0] != OBS ||
       d->sizes[d->n_layers] != 2 * ACT || d->hidden_act != SAC_ACT_RELU)
     abort();
-  /* the actor's inference on them: scratch as actor.c sizes it */
-  size_t need = (size_t)(2 * ACT + 2 * sac_mlp_max_width(d));
+  /* the actor's inference on them: scratch as actor.c sizes it, for E environments */
+  size_t need = (size_t)E * (size_t)(2 * ACT + 2 * sac_mlp_max_width(d));
   if (need > g_scratch_cap) {
     free(g_scratch);
     g_scratch = malloc(need * sizeof(float));
@@ -152,12 +159,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!g_scratch)
       abort();
   }
-  static const float obs[OBS] = {0.5f, -0.5f, 1.0f};
-  float act[ACT];
+  static const float obs[4 * OBS] = {0.5f, -0.5f, 1.0f, 0.0f,   0.25f, -1.0f,
+                                     1.0f, 1.0f,  1.0f, -0.75f, 0.1f,  0.2f};
+  float act[4 * ACT];
   sac_rng_t rng;
   sac_rng_init(&rng, 1, 2);
   sac_policy_cfg_t pc = {-5.0f, 2.0f};
-  sac_policy_act(d, p, &pc, obs, 1, 0, &rng, act, g_scratch);
+  sac_policy_act(d, p, &pc, obs, E, 0, &rng, act, g_scratch);
   /* (Finite but huge weights can overflow to NaN actions: finiteness of the weights is
    * all the subscriber promises, so that is reported by the test suite, not asserted.) */
   volatile float sink = act[0];

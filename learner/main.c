@@ -26,7 +26,7 @@ typedef struct {
   char mode[16];
   char shards[4096];
   char weights[256];
-  int embedded_shards, actors, envs_per_actor, publish_every, prioritized;
+  int embedded_shards, actors, envs_per_actor, publish_every, prioritized, max_nonfinite_updates;
   int64_t eval_every;
   double per_alpha, per_beta;
   double lr, lr_actor, lr_critic, lr_alpha, gamma, tau, init_alpha, target_entropy, log_std_min, log_std_max;
@@ -58,6 +58,10 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("actors", SAC_CFG_INT, actors, "2", 1, 4096, "actor threads in the embedded default"),
     OPT("envs_per_actor", SAC_CFG_INT, envs_per_actor, "1", 1, 4096, "environments per embedded actor"),
     OPT("publish_every", SAC_CFG_INT, publish_every, "10", 1, 1000000, "updates between weight broadcasts"),
+    OPT("max_nonfinite_updates", SAC_CFG_INT, max_nonfinite_updates, "100", 1, 1000000,
+        "service: updates in a row refused for a NaN/Inf loss before the learner stops with an error (each "
+        "is "
+        "skipped, logged and counted in sac_learner_nonfinite_updates_total)"),
     OPT("eval_every", SAC_CFG_INT64, eval_every, "2000", 0, 1e15,
         "service: updates between evaluations (0: only at the end)"),
     OPT("prioritized", SAC_CFG_BOOL, prioritized, "false", 1, 0, "prioritised replay (embedded shards)"),
@@ -70,7 +74,8 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("precision", t.precision, "fp32",
         "compute precision: fp32; with --backend cuda also tf32, bf16, fp16 (fp32 master weights, fp16 "
         "with dynamic loss scaling)"),
-    OPT("graphs", SAC_CFG_BOOL, t.graphs, "true", 1, 0, "cuda: capture each update as CUDA graphs after warm-up"),
+    OPT("graphs", SAC_CFG_BOOL, t.graphs, "true", 1, 0,
+        "cuda: capture each update as CUDA graphs after warm-up"),
     OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024, "cpu backend threads (0 = all cores)"),
     OPT("total_steps", SAC_CFG_INT64, t.total_steps, "20000", 1, 1e15, "environment steps to train for"),
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
@@ -87,7 +92,12 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("quiet", SAC_CFG_BOOL, t.quiet, "false", 1, 0, "no progress lines"),
     OPT("hidden", SAC_CFG_INT, hidden, "256", 1, 65536, "hidden layer width (actor and critics)"),
     OPT("depth", SAC_CFG_INT, depth, "2", 1, 15, "hidden layers"),
-    OPT("batch_size", SAC_CFG_INT, batch, "256", 1, 1 << 20, "batch size"),
+    OPT("batch_size", SAC_CFG_INT, batch, "256", 1, 1 << 20,
+        "batch size; refused at start when batch_size x hidden > 536870911 (the backends' int indexing), "
+        "when "
+        "the learner's buffers exceed this host's memory (cpu backend), when one sample would exceed 1 GiB, "
+        "or "
+        "(embedded default) when it exceeds buffer_capacity / embedded_shards"),
     OPT("lr", SAC_CFG_DOUBLE, lr, "3e-4", 0, 1, "learning rate of actor, critics and alpha"),
     OPT("lr_actor", SAC_CFG_DOUBLE, lr_actor, "-1", -1, 1, "actor learning rate (-1: lr)"),
     OPT("lr_critic", SAC_CFG_DOUBLE, lr_critic, "-1", -1, 1, "critic learning rate (-1: lr)"),
@@ -170,6 +180,7 @@ static int run_service(const learner_cfg_t *c) {
   lc.eval_episodes = c->t.eval_episodes;
   lc.eval_every = c->eval_every;
   lc.publish_every = c->publish_every;
+  lc.max_nonfinite_updates = c->max_nonfinite_updates;
   lc.log_interval_s = (int)c->t.log_interval;
   lc.quiet = c->t.quiet;
   lc.prioritized = c->prioritized;
@@ -179,6 +190,8 @@ static int run_service(const learner_cfg_t *c) {
   lc.embedded_actors = c->actors;
   lc.envs_per_actor = c->envs_per_actor;
   if (c->shards[0] && sac_learner_set_shards(&lc, c->shards))
+    return 2;
+  if (sac_learner_check_cfg(&lc) != 0) /* before anything starts (issue 14) */
     return 2;
   const char *w = c->weights[0] ? c->weights : (lc.n_shards ? "tcp://*:5570" : "inproc://sacfleet-weights");
   /* CurveZMQ (docs/RELIABILITY.md): the weights PUB binds, the shard DEALERs connect;
@@ -285,6 +298,16 @@ int main(int argc, char **argv) {
   hp->log_std_min = (float)c.log_std_min;
   hp->log_std_max = (float)c.log_std_max;
   hp->policy_delay = c.policy_delay;
+  { /* sizes the backends cannot index, refused before the environment is even made (its
+     * observation and action sizes are checked again at start) */
+    sac_hparams_t probe = *hp;
+    probe.obs_dim = probe.act_dim = 1;
+    char why[320];
+    if (sac_hparams_check(&probe, why, sizeof why) != 0) {
+      SAC_ERROR("learner", "%s", why);
+      return 2;
+    }
+  }
   if (c.dp_size > 1 && (c.dp_rank >= c.dp_size || strcmp(c.mode, "service") != 0 || !c.shards[0])) {
     SAC_ERROR("learner",
               "data-parallel: dp_rank (%d) must be below dp_size (%d), with --mode service and --shards",

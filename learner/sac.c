@@ -4,8 +4,10 @@
 #include "learner/sac.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -62,6 +64,7 @@ struct sac {
   int graph_ok[2];      /* a graph of this phase is captured and launchable */
   sac_grad_hook_t hook; /* data-parallel gradient averaging (NULL: none) */
   void *hook_user;
+  int guard; /* 1: refuse to apply a step whose loss is not finite (sac_set_loss_guard) */
 };
 
 static double g_discard;
@@ -186,15 +189,123 @@ static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, floa
   }
 }
 
-int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
-  *out = NULL;
+/* The sizes sac_new allocates, in floats, and the widest operand an op sees. Every
+ * buffer below is sized here and nowhere else, so a buffer can never be filled from a
+ * quantity it was not sized by (issue 14: the host init buffer was n_params floats and
+ * received batch floats). */
+typedef struct {
+  size_t n_actor, n_critic, n_params;
+  size_t act_slots;  /* hidden activation buffers per network (fewer with recompute) */
+  size_t act_floats; /* each: (2B, H) for the actor, (B, 2H) for the critics */
+  size_t total;      /* every float sac_new allocates, plus its host init buffer */
+  double widest;     /* largest rows x cols of any one buffer or op operand */
+} sac_plan_t;
+
+static int recompute_ck(const sac_hparams_t *hp) {
+  int ck = 0;
+  if (hp->recompute) /* checkpoint every ck = ceil(sqrt(depth)) (at least 2) layers */
+    for (ck = 2; ck * ck < hp->depth; ck++)
+      ;
+  return ck;
+}
+
+static void plan(const sac_hparams_t *hp, const sac_mlp_desc_t *ad, const sac_mlp_desc_t *cd, sac_plan_t *p) {
+  const size_t B = (size_t)hp->batch, A = (size_t)hp->act_dim, O = (size_t)hp->obs_dim,
+               H = (size_t)hp->hidden;
+  memset(p, 0, sizeof *p);
+  p->n_actor = sac_mlp_param_count(ad);
+  p->n_critic = sac_mlp_param_count(cd);
+  p->n_params = p->n_actor + p->n_critic + 1;
+  int ck = recompute_ck(hp);
+  p->act_slots = !ck ? (size_t)hp->depth : (size_t)(ck - 1) + (size_t)(hp->depth / ck);
+  if (p->act_slots > (size_t)hp->depth)
+    p->act_slots = (size_t)hp->depth;
+  p->act_floats = 2 * B * H;
+  size_t host_init = p->n_params > B ? p->n_params : B;
+  p->total = 4 * p->n_params + p->n_critic + 3  /* params, grads, m, v; target; steps */
+             + 2 * p->act_slots * p->act_floats /* hidden activations, actor and critics */
+             + 2 * (B * 2 * H)                  /* dbuf[2] */
+             + 2 * B * O                        /* obs2 */
+             + 2 * B * 2 * A + B * 2 * A        /* P, dP */
+             + 2 * B * A + 2 * B * A + B * A    /* eps2, a2, da */
+             + 2 * B + 3 * B + 3 * (B * 2) + 8  /* logp2; dlogp, y, td; q, qt, dq; stats */
+             + B * A + 3 * B                    /* batch action, reward, terminated, weights */
+             + host_init;
+  /* widest operands: activations (2B, 2H), [obs; next_obs] (2B, O), the head (2B, 2A),
+   * a critic's first-layer weights (O + A, 2H) and a hidden layer's (H, 2H) */
+  double d2B = 2.0 * (double)B, w = 2.0 * (double)H;
+  if ((double)O > w)
+    w = (double)O;
+  if (2.0 * (double)A > w)
+    w = 2.0 * (double)A;
+  p->widest = d2B * w;
+  double wl = ((double)O + (double)A) * 2.0 * (double)H;
+  if ((double)H * 2.0 * (double)H > wl)
+    wl = (double)H * 2.0 * (double)H;
+  if (wl > p->widest)
+    p->widest = wl;
+}
+
+int sac_hparams_check(const sac_hparams_t *hp, char *why, size_t cap) {
   if (hp->obs_dim < 1 || hp->act_dim < 1 || hp->hidden < 1 || hp->depth < 1 ||
       hp->depth >= SAC_MLP_MAX_LAYERS || hp->batch < 1 || hp->policy_delay < 1 ||
       !(hp->gamma >= 0.0f && hp->gamma <= 1.0f) || !(hp->tau > 0.0f && hp->tau <= 1.0f) ||
       !(hp->init_alpha > 0.0f) || !(hp->log_std_min < hp->log_std_max)) {
-    SAC_ERROR("sac", "invalid hyperparameters (obs %d act %d hidden %d depth %d batch %d)", hp->obs_dim,
-              hp->act_dim, hp->hidden, hp->depth, hp->batch);
+    snprintf(why, cap, "invalid hyperparameters (obs %d act %d hidden %d depth %d batch %d)", hp->obs_dim,
+             hp->act_dim, hp->hidden, hp->depth, hp->batch);
     return SAC_EINVAL;
+  }
+  sac_mlp_desc_t ad, cd;
+  sac_mlp_desc_init(&ad, hp->obs_dim, hp->hidden, hp->depth, 2 * hp->act_dim, SAC_ACT_RELU, 1);
+  sac_mlp_desc_init(&cd, hp->obs_dim + hp->act_dim, hp->hidden, hp->depth, 1, SAC_ACT_RELU, 2);
+  sac_plan_t p;
+  plan(hp, &ad, &cd, &p);
+  /* BLAS and the cuda kernels take int dimensions and index some operands with int */
+  if (p.widest > (double)SAC_MAX_OPERAND) {
+    snprintf(
+        why, cap,
+        "batch_size %d with hidden %d%s needs an operand of %.0f floats, over the %d the backends can index: "
+        "lower --batch_size or --hidden (batch_size x hidden <= %d)",
+        hp->batch, hp->hidden,
+        hp->obs_dim > 2 * hp->hidden || hp->act_dim > hp->hidden ? " and this environment's sizes" : "",
+        p.widest, SAC_MAX_OPERAND, SAC_MAX_OPERAND / 4);
+    return SAC_EINVAL;
+  }
+  return 0;
+}
+
+size_t sac_state_bytes(const sac_hparams_t *hp) {
+  char why[256];
+  if (sac_hparams_check(hp, why, sizeof why) != 0)
+    return 0;
+  sac_mlp_desc_t ad, cd;
+  sac_mlp_desc_init(&ad, hp->obs_dim, hp->hidden, hp->depth, 2 * hp->act_dim, SAC_ACT_RELU, 1);
+  sac_mlp_desc_init(&cd, hp->obs_dim + hp->act_dim, hp->hidden, hp->depth, 1, SAC_ACT_RELU, 2);
+  sac_plan_t p;
+  plan(hp, &ad, &cd, &p);
+  return p.total * sizeof(float);
+}
+
+int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
+  *out = NULL;
+  char why[320];
+  int bad = sac_hparams_check(hp, why, sizeof why);
+  if (bad) {
+    SAC_ERROR("sac", "%s", why);
+    return bad;
+  }
+  /* host memory (the cpu backend) zeroes what it allocates: a state larger than the host
+   * would be killed while touching it rather than fail cleanly, so refuse it here */
+  size_t need = sac_state_bytes(hp);
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (!strcmp(be->ops->name, "cpu") && pages > 0 && page > 0 && (double)need > (double)pages * (double)page) {
+    SAC_ERROR(
+        "sac",
+        "batch_size %d, hidden %d, depth %d need %.1f GiB of memory, more than this host's %.1f GiB: lower "
+        "--batch_size or --hidden",
+        hp->batch, hp->hidden, hp->depth, (double)need / 1073741824.0,
+        (double)pages * (double)page / 1073741824.0);
+    return SAC_ENOMEM;
   }
   sac_t *s = calloc(1, sizeof *s);
   if (!s)
@@ -206,9 +317,11 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   const int B = hp->batch, A = hp->act_dim, O = hp->obs_dim, H = hp->hidden;
   sac_mlp_desc_init(&s->ad, O, H, hp->depth, 2 * A, SAC_ACT_RELU, 1);
   sac_mlp_desc_init(&s->cd, O + A, H, hp->depth, 1, SAC_ACT_RELU, 2);
-  s->n_actor = sac_mlp_param_count(&s->ad);
-  s->n_critic = sac_mlp_param_count(&s->cd);
-  s->n_params = s->n_actor + s->n_critic + 1;
+  sac_plan_t pl;
+  plan(hp, &s->ad, &s->cd, &pl);
+  s->n_actor = pl.n_actor;
+  s->n_critic = pl.n_critic;
+  s->n_params = pl.n_params;
 
   int rc = 0;
 #define ALLOC(ptr, n)                                                                                        \
@@ -223,11 +336,7 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   ALLOC(s->target, s->n_critic);
   ALLOC(s->steps, 3);
   {
-    /* checkpoint every ck = ceil(sqrt(depth)) (at least 2) layers with recompute */
-    int ck = 0;
-    if (hp->recompute)
-      for (ck = 2; ck * ck < hp->depth; ck++)
-        ;
+    int ck = recompute_ck(hp);
     mlp_acts_t *mas[2] = {&s->aa, &s->ca};
     for (int i = 0; i < 2; i++) {
       mlp_acts_t *ma = mas[i];
@@ -236,7 +345,7 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
       for (int l = 0; l < hp->depth; l++) {
         int slot = !ck ? l : (l % ck == ck - 1 ? ck - 1 + l / ck : l % ck);
         if (!ma->own[slot])
-          ALLOC(ma->own[slot], (size_t)2 * B * H); /* (2B, H) actor, (B, 2H) critics */
+          ALLOC(ma->own[slot], pl.act_floats); /* (2B, H) actor, (B, 2H) critics */
         ma->acts[l] = ma->own[slot];
         ma->slot_layer[l] = -1;
       }
@@ -266,9 +375,10 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   s->batch.obs = s->obs2;
   s->batch.next_obs = s->obs2 + (size_t)B * O;
 
-  /* initial values, built on the host once */
+  /* initial values, built on the host once; the buffer also gives the B importance
+   * weights their initial 1s, so it holds max(n_params, B) floats */
   {
-    float *host = malloc(sizeof(float) * s->n_params);
+    float *host = malloc(sizeof(float) * (s->n_params > (size_t)B ? s->n_params : (size_t)B));
     if (!host) {
       rc = SAC_ENOMEM;
       goto err;
@@ -441,6 +551,22 @@ static int grad_hook(sac_t *s, int phase) {
   return s->hook(s->hook_user, phase, segs, ns, k);
 }
 
+void sac_set_loss_guard(sac_t *s, int on) {
+  s->guard = on ? 1 : 0;
+  s->graph_ok[0] = s->graph_ok[1] = 0;
+}
+
+/* The guard's check (waits for the backend): the critic loss (actor = 0), or the actor
+ * and alpha losses (actor = 1), of the update being computed. 0 or SAC_ENONFINITE. */
+static int losses_finite(sac_t *s, int actor) {
+  float st[8];
+  if (s->be->ops->download(s->be, st, s->stats, 8) != 0)
+    return SAC_EBACKEND;
+  if (!actor)
+    return isfinite(st[0]) && isfinite(st[1]) ? 0 : SAC_ENONFINITE;
+  return isfinite(st[2]) && isfinite(st[4]) ? 0 : SAC_ENONFINITE;
+}
+
 /* The ops of one update, enqueued on the backend (or recorded into a graph). 0, or a
  * hook's error (the update stopped there). */
 static int update_ops(sac_t *s) {
@@ -454,6 +580,8 @@ static int update_ops(sac_t *s) {
   int rc;
   sac_forward_policy(s);
   sac_compute_critic_grads(s);
+  if (s->guard && (rc = losses_finite(s, 0)) != 0)
+    return rc; /* nothing of this update applied */
   if (s->hook && (rc = grad_hook(s, SAC_GRAD_CRITIC)) != 0)
     return rc;
   ops->adam(s->be, critic_params(s), s->grads + s->n_actor, s->m + s->n_actor, s->v + s->n_actor, s->n_critic,
@@ -461,6 +589,8 @@ static int update_ops(sac_t *s) {
   lap(s, PROF(optimizer));
   if (s->step % (uint64_t)s->hp.policy_delay == 0) {
     sac_compute_actor_grads(s);
+    if (s->guard && (rc = losses_finite(s, 1)) != 0)
+      return rc; /* the critic step applied; the actor's, alpha's and Polyak's not */
     if (s->hook && (rc = grad_hook(s, SAC_GRAD_ACTOR)) != 0)
       return rc;
     ops->adam(s->be, actor_params(s), s->grads, s->m, s->v, s->n_actor, &actor_hp, s->steps + 1);
@@ -483,7 +613,7 @@ static int update_ops(sac_t *s) {
 int sac_update(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int g = s->step % (uint64_t)s->hp.policy_delay == 0;
-  if (ops->graph_launch && !s->prof && !s->hook && s->eager_runs[g] >= 2) {
+  if (ops->graph_launch && !s->prof && !s->hook && !s->guard && s->eager_runs[g] >= 2) {
     if (!s->graph_ok[g] && ops->graph_begin(s->be, g, s->step) == 0) {
       update_ops(s); /* no hook: cannot fail */
       s->graph_ok[g] = ops->graph_end(s->be, g) == 0;

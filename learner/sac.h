@@ -52,9 +52,21 @@ typedef struct {
 
 typedef struct sac sac_t;
 
+/* The largest rows x cols of any one buffer or op operand: BLAS and the cuda kernels take
+ * int dimensions and index some operands with int. The widest is the critics' hidden
+ * activations (2B, 2H), so batch x hidden <= SAC_MAX_OPERAND / 4 (about 5.4e8). */
+#define SAC_MAX_OPERAND 2147483647
+/* Checks hyperparameters without allocating: 0, or SAC_EINVAL with the reason (naming the
+ * learner options to change) in why. sac_new runs it first. */
+int sac_hparams_check(const sac_hparams_t *hp, char *why, size_t cap);
+/* Bytes of backend memory sac_new allocates for hp (plus its one host buffer); 0 when hp
+ * fails sac_hparams_check. */
+size_t sac_state_bytes(const sac_hparams_t *hp);
+
 /* Allocates and initialises networks (PyTorch's default init from seed), targets equal
  * to the critics, Adam state zero, log alpha = log(init_alpha). The backend is borrowed.
- * Returns 0, SAC_EINVAL (bad hyperparameters, logged) or SAC_ENOMEM. */
+ * Returns 0, SAC_EINVAL (bad hyperparameters or sizes the backends cannot index, logged) or
+ * SAC_ENOMEM. */
 int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out);
 void sac_destroy(sac_t **s);
 
@@ -67,7 +79,9 @@ uint64_t sac_step(const sac_t *s);
 /* One SAC update on the current batch: critic step, then (every policy_delay) actor and
  * alpha steps, then Polyak. Enqueued on the backend. Without a gradient hook it cannot
  * fail (returns 0); with one it returns the hook's error, and the update stopped at that
- * hook: the state is then partly updated and the learner must not go on with it. */
+ * hook: the state is then partly updated and the learner must not go on with it. With
+ * the loss guard on (sac_set_loss_guard) it may also return SAC_ENONFINITE, as described
+ * there; the learner may then go on with the next batch. */
 int sac_update(sac_t *s);
 
 /* Gradient hook (data-parallel learners, learner/dp.h, average their gradients across
@@ -82,6 +96,15 @@ int sac_update(sac_t *s);
 enum { SAC_GRAD_CRITIC = 0, SAC_GRAD_ACTOR = 1 };
 typedef int (*sac_grad_hook_t)(void *user, int phase, float *const *segs, const size_t *ns, int n_segs);
 void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user);
+/* Loss guard (issue 14: huge finite rewards made the critic loss inf and the learner went
+ * on). With it on, sac_update checks the critic loss before the critic's Adam step and
+ * the actor and alpha losses before theirs, and returns SAC_ENONFINITE instead of
+ * applying a step whose loss is NaN or Inf: a bad critic loss leaves the whole update
+ * unapplied (the step counter too); a bad actor or alpha loss leaves the critic step of
+ * that update applied and the actor, alpha and Polyak steps not. Each check waits for
+ * the backend (a download of the loss statistics), so updates run eagerly with the guard
+ * on (no graph capture). Setup time only. */
+void sac_set_loss_guard(sac_t *s, int on);
 /* Copies the last update's statistics to the host (waits for the backend). */
 int sac_stats(sac_t *s, sac_stats_t *out);
 /* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. */

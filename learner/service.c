@@ -4,6 +4,7 @@
  * shared context; nothing in the loop knows the difference. */
 #include "learner/service.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,13 +46,115 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   c->embedded_actors = 2;
   c->envs_per_actor = 1;
   c->buffer_capacity = 1000000;
+  c->max_nonfinite_updates = 100;
   sac_dp_cfg_default(&c->dp);
 }
 
-int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list) {
-  return sac_net_split_endpoints(list, "shard endpoint list", c->shard_sample_endpoints,
-                                 SAC_LEARNER_MAX_SHARDS, &c->n_shards);
+/* An endpoint the learner connects to: tcp://HOST:PORT with a port it can connect to (a
+ * port over 65535 was silently taken modulo 65536 by the resolver, issue 14), or ipc:// /
+ * inproc:// with a name. 0 or SAC_ECONFIG (logged). */
+static int check_connect_endpoint(const char *ep) {
+  const char *why = NULL;
+  if (!strncmp(ep, "ipc://", 6) || !strncmp(ep, "inproc://", 9)) {
+    if (!strchr(ep, '/')[2])
+      why = "no path or name after the transport";
+  } else if (!strncmp(ep, "tcp://", 6)) {
+    const char *colon = strrchr(ep + 6, ':');
+    if (!colon || colon == ep + 6) {
+      why = "expected tcp://HOST:PORT";
+    } else {
+      char *end = NULL;
+      errno = 0;
+      long port = colon[1] >= '0' && colon[1] <= '9' ? strtol(colon + 1, &end, 10) : -1;
+      if (port < 1 || port > 65535 || errno || !end || *end)
+        why = "the port must be a number from 1 to 65535";
+      else if (colon - (ep + 6) == 1 && ep[6] == '*')
+        why = "\"*\" is for binding; give the shard's host name or address";
+    }
+  } else {
+    why = "the transport must be tcp://, ipc:// or inproc://";
+  }
+  if (!why)
+    return 0;
+  SAC_ERROR("learner", "bad --shards endpoint \"%s\": %s", ep, why);
+  return SAC_ECONFIG;
 }
+
+int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list) {
+  int rc = sac_net_split_endpoints(list, "shard endpoint list", c->shard_sample_endpoints,
+                                   SAC_LEARNER_MAX_SHARDS, &c->n_shards);
+  for (size_t i = 0; rc == 0 && i < c->n_shards; i++)
+    rc = check_connect_endpoint(c->shard_sample_endpoints[i]);
+  if (rc)
+    c->n_shards = 0;
+  return rc;
+}
+
+/* The largest insert batch an embedded shard takes (the shard's default max_batch_rows):
+ * a shard holds at least 4 of them. */
+#define EMBEDDED_MAX_BATCH_ROWS 4096u
+
+int sac_learner_check_cfg(const sac_learner_cfg_t *c) {
+  if (c->n_shards) /* remote shards: their own configuration is theirs to check */
+    return 0;
+  const int S = c->embedded_shards > 0 ? c->embedded_shards : 1;
+  int64_t per = c->buffer_capacity / S;
+  int64_t need = 4 * (int64_t)EMBEDDED_MAX_BATCH_ROWS;
+  if (c->hp.batch > need)
+    need = c->hp.batch;
+  if (per < need) {
+    SAC_ERROR(
+        "learner",
+        "--buffer_capacity %lld is too small for %d embedded shard(s): each shard holds buffer_capacity / "
+        "embedded_shards = %lld transitions and needs at least %lld (4 x the %u-row batches the actors "
+        "insert, and --batch_size %d): use --buffer_capacity %lld or more, or fewer --embedded_shards",
+        (long long)c->buffer_capacity, S, (long long)per, (long long)need, EMBEDDED_MAX_BATCH_ROWS,
+        c->hp.batch, (long long)need * S);
+    return SAC_ECONFIG;
+  }
+  if (per >= (int64_t)UINT32_MAX) {
+    SAC_ERROR(
+        "learner",
+        "--buffer_capacity %lld gives each of the %d embedded shard(s) %lld transitions, over the 2^32 - 1 "
+        "one shard holds: lower it or use more --embedded_shards",
+        (long long)c->buffer_capacity, S, (long long)per);
+    return SAC_ECONFIG;
+  }
+  if (c->learning_starts / S > per) {
+    SAC_ERROR("learner",
+              "--learning_starts %lld is more than the embedded shards can hold (--buffer_capacity %lld): no "
+              "shard would ever serve a batch; lower --learning_starts or raise --buffer_capacity",
+              (long long)c->learning_starts, (long long)c->buffer_capacity);
+    return SAC_ECONFIG;
+  }
+  return 0;
+}
+
+/* Bytes of a SampleBatch of B rows of these sizes once encoded, plus room for the
+ * envelope's variable fields; what the learner's replay client must accept and what an
+ * embedded shard must be allowed to send. */
+static size_t sample_reply_bytes(int B, int O, int A) {
+  static const float f;
+  static const uint64_t u;
+  sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_BATCH};
+  m.u.sample_batch = (sac_wire_sample_batch_t){.request_id = UINT64_MAX,
+                                               .n = (uint32_t)B,
+                                               .obs_dim = (uint32_t)O,
+                                               .act_dim = (uint32_t)A,
+                                               .shard_id = SAC_WIRE_MAX_SHARDS - 1,
+                                               .obs = &f, /* only the sizes are read */
+                                               .action = &f,
+                                               .reward = &f,
+                                               .terminated = &f,
+                                               .next_obs = &f,
+                                               .indices = &u,
+                                               .weights = &f,
+                                               .error = ""};
+  return sac_wire_encoded_size(&m) + 1024;
+}
+
+/* The replay client and embedded shards take messages up to this (and ZeroMQ twice it) */
+#define MAX_SAMPLE_REPLY_BYTES ((size_t)1 << 30)
 
 /* The in-process shards and actors of the embedded default. */
 typedef struct {
@@ -95,6 +198,15 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
     /* every update samples one batch from one shard: per shard, B * UTD samples per insert */
     sc.shard.samples_per_insert = (double)c->hp.batch * c->updates_per_step;
     sc.shard.seed = c->seed * 1000 + (uint64_t)i;
+    /* a shard must serve batch_size rows in one message (issue 14: a batch over the
+     * defaults was refused by every shard, or never sent, and the learner waited forever) */
+    if (sc.shard.max_sample_batch < (uint32_t)c->hp.batch)
+      sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
+    size_t reply = sample_reply_bytes(c->hp.batch, sp->obs_dim, sp->act_dim);
+    if (sc.max_msg_bytes < reply)
+      sc.max_msg_bytes = reply;
+    if (sc.max_held_bytes < sc.max_msg_bytes)
+      sc.max_held_bytes = sc.max_msg_bytes;
     snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
     snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);
     if (c->rundir) { /* the replay is part of the run: a resumed run restores it */
@@ -246,6 +358,71 @@ static int dp_start(const sac_learner_cfg_t *cfg, sac_net_ctx_t *ctx, const sac_
   return rc;
 }
 
+/* 1 when every one of the n weights is finite: the learner never publishes others. */
+static int all_finite(const float *w, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(w[i]))
+      return 0;
+  return 1;
+}
+
+/* Copies the actor's weights into `actor` and publishes them as `version`, unless one is
+ * not finite: then nothing is sent, the broadcast is counted as withheld and the learner
+ * must stop (SAC_ENONFINITE, logged). */
+static int publish_checked(sac_weights_pub_t *pub, sac_t *sac, float *actor, uint64_t version,
+                           sac_service_metrics_t *sm) {
+  int rc = sac_get_actor(sac, actor);
+  if (rc)
+    return rc;
+  if (!all_finite(actor, sac_actor_param_count(sac))) {
+    if (sm->r)
+      sac_metric_inc(sm->unpublished);
+    SAC_ERROR("learner", "the actor's weights are not finite at update %llu: not publishing them",
+              (unsigned long long)version);
+    return SAC_ENONFINITE;
+  }
+  if (pub)
+    sac_weights_publish(pub, version, actor);
+  return 0;
+}
+
+/* Non-finite losses (issue 14): each refused update is counted; the first is logged at
+ * once, later ones in one line every 10 s; max in a row stop the learner. */
+typedef struct {
+  int64_t total, in_a_row, unlogged;
+  double last_log;
+} nonfinite_t;
+
+static int nonfinite_update(nonfinite_t *nf, const sac_learner_cfg_t *cfg, sac_service_metrics_t *sm,
+                            int64_t updates, int applied) {
+  nf->total++;
+  nf->in_a_row++;
+  if (sm->r)
+    sac_metric_inc(sm->nonfinite);
+  double now = sac_clock_s();
+  if (nf->total == 1 || now - nf->last_log >= 10.0) {
+    SAC_WARN(
+        "learner",
+        "non-finite loss after %lld updates: %s (%lld such updates in all, %lld in a row; the learner stops "
+        "at %d in a row, --max_nonfinite_updates)",
+        (long long)updates,
+        applied ? "detected after the step (graphs or data-parallel)" : "step not applied",
+        (long long)nf->total, (long long)nf->in_a_row, cfg->max_nonfinite_updates);
+    nf->last_log = now;
+    nf->unlogged = 0;
+  } else {
+    nf->unlogged++;
+  }
+  if (nf->in_a_row < cfg->max_nonfinite_updates)
+    return 0;
+  SAC_ERROR(
+      "learner",
+      "%lld updates in a row had a non-finite loss (--max_nonfinite_updates %d): the replay holds values the "
+      "networks cannot learn from (check the shards' value range and the environment's rewards)",
+      (long long)nf->in_a_row, cfg->max_nonfinite_updates);
+  return SAC_ENONFINITE;
+}
+
 /* A rank other than 0: no weights, no evaluation, no run directory. */
 static int dp_follower(const sac_dp_t *dp) { return dp && sac_dp_rank(dp) > 0; }
 
@@ -296,6 +473,18 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   hp.obs_dim = sp->obs_dim;
   hp.act_dim = sp->act_dim;
   hp.seed = cfg->seed;
+  if ((rc = sac_learner_check_cfg(cfg)) != 0)
+    goto out;
+  const size_t reply_bytes = sample_reply_bytes(hp.batch, hp.obs_dim, hp.act_dim);
+  if (reply_bytes > MAX_SAMPLE_REPLY_BYTES) {
+    SAC_ERROR(
+        "learner",
+        "a sample of --batch_size %d rows of %s (obs %d, act %d) is %.2f GiB, over the 1 GiB one message may "
+        "hold: lower --batch_size",
+        hp.batch, cfg->env, hp.obs_dim, hp.act_dim, (double)reply_bytes / 1073741824.0);
+    rc = SAC_ECONFIG;
+    goto out;
+  }
   int threads = cfg->threads;
   if (threads == 0 && cfg->n_shards == 0) {
     /* embedded: the actors need cores too; BLAS threads fighting them for a core cost
@@ -304,8 +493,14 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     threads = cores - cfg->embedded_actors > 1 ? (int)(cores - cfg->embedded_actors) : 1;
   }
   if ((rc = sac_backend_new(cfg->backend, threads, &be)) != 0 ||
-      (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0 || (rc = sac_new(&hp, be, &sac)) != 0)
+      (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0 ||
+      (rc = sac_new(&hp, be, &sac)) != 0)
     goto out;
+  /* the loss guard needs the eager path and no gradient hook: with CUDA graphs or
+   * data-parallel ranks a non-finite loss is found after the update instead */
+  const int guard = cfg->dp.size <= 1 && (!be->ops->graph_launch || !cfg->graphs);
+  sac_set_loss_guard(sac, guard);
+  nonfinite_t nf = {0};
   sac_ckpt_counters_t ck = {0};
   if (cfg->resume[0]) {
     if ((rc = sac_checkpoint_load(sac, cfg->resume, &ck)) != 0) {
@@ -360,6 +555,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   cc.beta = (float)cfg->per_beta;
   cc.obs_dim = (uint32_t)hp.obs_dim;
   cc.act_dim = (uint32_t)hp.act_dim;
+  if (cc.max_msg_bytes < reply_bytes)
+    cc.max_msg_bytes = reply_bytes;
   if (!(client = sac_replay_client_new(&cc))) {
     rc = SAC_ENET;
     goto out;
@@ -413,6 +610,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     rc = dp_held ? 0 : sac_replay_client_sample(client, 200, &b); /* data-parallel: keep a held batch */
     res->sample_wait_seconds += sac_clock_s() - w0;
     sac_service_metrics_sampled(&sm, sac_clock_s() - w0, steps);
+    sac_service_metrics_rejections(&sm, client, 0);
     if (rc == SAC_ETIMEOUT) {
       rc = 0;
       /* a publisher that keeps sending lets late subscribers get the current policy */
@@ -429,10 +627,16 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       }
       continue;
     }
-    if (rc)
+    if (rc) /* SAC_ECONFIG: a shard of another environment, or one that refuses the batch size */
       goto out;
     double u0 = sac_clock_s();
     const size_t B = (size_t)hp.batch, O = (size_t)hp.obs_dim, A = (size_t)hp.act_dim;
+    if (!dp_held && (b.n != B || b.obs_dim != O || b.act_dim != A)) { /* the client refuses these */
+      SAC_ERROR("learner", "a sample of %u rows (obs %u, act %u) reached the update", b.n, b.obs_dim,
+                b.act_dim);
+      rc = SAC_EPROTO;
+      goto out;
+    }
     if (!dp_held && ((rc = ops->upload(be, bb->obs, b.obs, B * O)) ||
                      (rc = ops->upload(be, bb->next_obs, b.next_obs, B * O)) ||
                      (rc = ops->upload(be, bb->action, b.action, B * A)) ||
@@ -455,8 +659,28 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       if ((dp_held = act == SAC_DP_SKIP) != 0)
         continue;
     }
-    if ((rc = sac_update(sac)) != 0)
+    /* a non-finite loss: with the guard the step was refused (skip the rest of this
+     * update); without it (CUDA graphs, data-parallel) it is found right after the step,
+     * which was applied on every rank alike, so the update goes on as usual from here */
+    rc = sac_update(sac);
+    int bad = rc == SAC_ENONFINITE;
+    if (rc == 0 && !guard) {
+      sac_stats_t ls;
+      if ((rc = sac_stats(sac, &ls)) != 0)
+        goto out;
+      bad = !(isfinite(ls.critic_loss) && isfinite(ls.actor_loss) && isfinite(ls.alpha_loss));
+    } else if (rc && !bad) {
       goto out;
+    }
+    if (bad) { /* counted and logged; the learner stops after max_nonfinite_updates in a row */
+      if ((rc = nonfinite_update(&nf, cfg, &sm, res->updates, !guard)) != 0)
+        goto out;
+      if (guard)
+        continue; /* nothing applied: no priorities, nothing to publish */
+    } else {
+      nf.in_a_row = 0;
+    }
+    rc = 0;
     res->updates++;
     if (cfg->prioritized) {
       if ((rc = sac_td_errors(sac, prio)) != 0)
@@ -465,9 +689,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     }
     if (pub && res->updates % cfg->publish_every == 0) {
       version = (uint64_t)res->updates;
-      if ((rc = sac_get_actor(sac, actor)) != 0)
+      if ((rc = publish_checked(pub, sac, actor, version, &sm)) != 0)
         goto out;
-      sac_weights_publish(pub, version, actor);
       t_pub = sac_clock_s();
     }
     upd_time += sac_clock_s() - u0;
@@ -554,8 +777,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   if (!dp_follower(dp) &&
       (rc = evaluate_point(cfg, sac, &hp, actor, res->wall_seconds, steps, res, &st, &ret)) != 0)
     goto out;
-  if (pub)
-    sac_weights_publish(pub, (uint64_t)res->updates, actor);
+  if (pub && (rc = publish_checked(pub, sac, actor, (uint64_t)res->updates, &sm)) != 0)
+    goto out;
   if (cfg->rundir) {
     char path[1100];
     sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, (uint64_t)res->updates,
@@ -566,6 +789,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     sac_policy_save(path, sac_actor_desc(sac), actor, hp.log_std_min, hp.log_std_max);
   }
 out:
+  sac_service_metrics_rejections(&sm, client, 1);
   if (rc)
     SAC_ERROR("learner", "stopped: %s", sac_strerror(rc));
   if (rc && dp) /* data-parallel: the other ranks stop now rather than at their timeout */

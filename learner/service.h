@@ -32,7 +32,10 @@ typedef struct {
   int64_t learning_starts; /* replay size before sampling; random steps, split over actors */
   int updates_per_step;    /* update-to-data ratio, enforced by the shards' rate limiters */
   int publish_every;       /* K: updates between weight broadcasts */
-  int64_t eval_every;      /* M: updates between evaluations (0: only at the end) */
+  /* updates in a row refused for a non-finite loss before the learner stops with an
+   * error (issue 14); each refused update is logged (rate-limited) and counted */
+  int max_nonfinite_updates;
+  int64_t eval_every; /* M: updates between evaluations (0: only at the end) */
   int eval_episodes;
   int log_interval_s;
   int quiet;
@@ -64,9 +67,18 @@ typedef struct {
 } sac_learner_result_t;
 
 void sac_learner_cfg_default(sac_learner_cfg_t *c);
-/* Parses a comma-separated list of sample endpoints. 0 or SAC_ECONFIG. */
+/* Parses a comma-separated list of sample endpoints: each tcp://HOST:PORT (PORT a number
+ * in 1..65535), ipc://PATH or inproc://NAME. 0 or SAC_ECONFIG (logged, naming the item). */
 int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list);
-/* Runs until total_steps were stored or *stop. 0 or a negative code (logged). */
+/* Checks the options that can never work together, before anything starts: in the
+ * embedded default, a replay capacity per shard below what one shard needs (4 x its
+ * 4096-row insert batches, and batch_size) or below learning_starts per shard. 0 or
+ * SAC_ECONFIG with a line naming the learner options to change. */
+int sac_learner_check_cfg(const sac_learner_cfg_t *c);
+/* Runs until total_steps were stored or *stop. 0 or a negative code (logged): SAC_ECONFIG
+ * for a configuration that cannot work (sac_learner_check_cfg, a shard of another
+ * environment, a batch no shard serves), SAC_ENONFINITE after max_nonfinite_updates
+ * refused updates in a row or when the actor's weights are not finite. */
 int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_result_t *res);
 
 #endif

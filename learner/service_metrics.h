@@ -33,6 +33,7 @@
 #include "learner/backend.h"
 #include "learner/sac.h"
 #include "learner/service.h"
+#include "replay/client.h"
 #include "replay/server.h"
 #include "replay/server_metrics.h"
 #ifdef SAC_HAVE_CUDA
@@ -44,6 +45,10 @@ typedef struct {
   sac_metric_t *updates, *update_s, *sample_wait_s, *env_steps, *target_steps, *version;
   sac_metric_t *critic_loss, *actor_loss, *alpha_loss, *alpha, *entropy, *mean_q, *eval_return;
   sac_metric_t *loss_scale, *skipped, *gpu_used, *gpu_total, *backend_bytes;
+  /* hostile input (issue 14): sample replies refused by kind, updates refused for a
+   * non-finite loss, weight broadcasts withheld for non-finite weights */
+  sac_metric_t *rejected[SAC_REPLAY_REJECT_KINDS], *nonfinite, *unpublished, *shard_errors, *shard_refusals;
+  double next_reject_mirror;
   sac_backend_t *be;
   double next_tick;
   int shard_snapshots; /* embedded shards write snapshots (into the run directory) */
@@ -85,6 +90,24 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
                                  NULL, NULL);
   m->mean_q =
       sac_metrics_gauge(r, "sac_learner_mean_q", "Mean Q value of the last critic update.", NULL, NULL);
+  for (int k = 0; k < SAC_REPLAY_REJECT_KINDS; k++)
+    m->rejected[k] = sac_metrics_counter(
+        r, "sac_learner_sample_replies_rejected_total",
+        "Sample replies from the shards refused by the learner (none of their rows is used), by reason.",
+        (const char *[]){"reason", sac_replay_client_reject_name(k), NULL}, NULL);
+  m->shard_errors = sac_metrics_counter(
+      r, "sac_learner_sample_error_replies_total",
+      "Error replies from the shards to sample requests (rate limiter timeout, empty, busy): no batch.", NULL,
+      NULL);
+  m->shard_refusals = sac_metrics_counter(
+      r, "sac_learner_shard_refusals_total",
+      "Error replies without a request id: a shard refused a message of the learner outright.", NULL, NULL);
+  m->nonfinite = sac_metrics_counter(r, "sac_learner_nonfinite_updates_total",
+                                     "Updates refused because a loss was NaN or Inf (the step not applied).",
+                                     NULL, NULL);
+  m->unpublished = sac_metrics_counter(
+      r, "sac_learner_weights_withheld_total",
+      "Weight broadcasts withheld because the actor's weights were not finite.", NULL, NULL);
   m->eval_return = sac_metrics_gauge(
       r, "sac_learner_eval_return",
       "Mean return of the last deterministic evaluation (NaN before the first).", NULL, NULL);
@@ -293,6 +316,25 @@ static inline void sac_service_metrics__tick(sac_service_metrics_t *m, sac_t *sa
     sac_metric_set(m->gpu_used, v);
   if (m->gpu_total && be->ops->get_metric(be, "device_total_bytes", &v) == 0)
     sac_metric_set(m->gpu_total, v);
+}
+
+/* The replay client's refused replies, mirrored into their counters (at most twice a
+ * second, and with force at the end). */
+static inline void sac_service_metrics_rejections(sac_service_metrics_t *m, const sac_replay_client_t *client,
+                                                  int force) {
+  if (!m->r || !client)
+    return;
+  double now = sac_clock_s();
+  if (!force && now < m->next_reject_mirror)
+    return;
+  m->next_reject_mirror = now + 0.5;
+  sac_replay_client_stats_t cs;
+  sac_replay_client_stats(client, &cs);
+  for (int k = 0; k < SAC_REPLAY_REJECT_KINDS; k++)
+    if (cs.rejected_by[k])
+      sac_metric_set(m->rejected[k], (double)cs.rejected_by[k]);
+  sac_metric_set(m->shard_errors, (double)cs.sample_errors);
+  sac_metric_set(m->shard_refusals, (double)cs.shard_refusals);
 }
 
 /* After each update: dt is its host time. */

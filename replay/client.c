@@ -3,6 +3,7 @@
 #include "replay/client.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,10 @@
 #include "common/rng.h"
 
 #define MAX_WINDOW 64u
+/* sample request ids remembered per connection: a reply must answer one of them */
+#define MAX_PEND 64u
+/* a rejection kind logs once at once, then at most one summary line per this interval */
+#define REJECT_LOG_NS 10000000000ull
 
 typedef struct {
   unsigned char *buf;
@@ -25,6 +30,7 @@ typedef struct {
 } wslot_t;
 
 typedef struct {
+  char ep[256]; /* the sample (or insert) endpoint, for log lines */
   void *ins, *smp, *info;
   sac_net_monitor_t *ins_mon, *smp_mon;
   int ins_connected_once, smp_connected_once;
@@ -34,6 +40,10 @@ typedef struct {
   uint32_t inflight;
   uint64_t last_request_ns, last_reply_ns;
   uint64_t backoff_until_ns; /* after an error reply: no new request before this */
+  /* ids of the sample requests sent and not yet answered, oldest first (a request
+   * reissued after a timeout stays here: its late answer is still a valid batch) */
+  uint64_t pend[MAX_PEND];
+  uint32_t npend;
   /* ShardInfo without waiting (sac_replay_client_info_cached) */
   sac_wire_shard_info_t info_last;
   int info_valid;
@@ -53,6 +63,10 @@ struct sac_replay_client {
   int16_t shard_map[SAC_WIRE_MAX_SHARDS]; /* shard id -> connection, -1 unknown */
   sac_wire_decoder_t *dec;
   sac_wire_limits_t lim;
+  sac_wire_limits_t slim; /* sample replies: any dims (compared after decoding), batch_size rows at most */
+  char fatal[512];        /* why sample returned SAC_ECONFIG */
+  uint64_t reject_log_ns[SAC_REPLAY_REJECT_KINDS], reject_unlogged[SAC_REPLAY_REJECT_KINDS];
+  uint64_t refusal_log_ns;
   unsigned char *rbuf;
   size_t rcap;
   unsigned char *sbuf;
@@ -129,8 +143,15 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
                                .obs_dim = cfg->obs_dim,
                                .act_dim = cfg->act_dim,
                                .max_rows = 1u << 20};
+  c->slim = c->lim;
+  c->slim.obs_dim = c->slim.act_dim = 0; /* a shard of other sizes is told apart from garbage */
+  c->slim.max_rows = cfg->batch_size ? cfg->batch_size : 1;
+  if (c->cfg.prefetch > MAX_PEND / 2)
+    c->cfg.prefetch = MAX_PEND / 2;
   for (size_t i = 0; i < c->n; i++) {
     conn_t *k = &c->conns[i];
+    snprintf(k->ep, sizeof k->ep, "%s",
+             cfg->sample_endpoints ? cfg->sample_endpoints[i] : cfg->insert_endpoints[i]);
     k->lo = k->next_seq = 1;
     /* one batch in flight until the shard's first ack says how many it takes (its
      * credit): 64 actors starting with full windows queued ~130,000 transitions ahead
@@ -437,7 +458,132 @@ static void request(sac_replay_client_t *c, conn_t *k) {
     k->inflight++;
     k->last_request_ns = sac_clock_ns();
     c->st.sample_requests_sent++;
+    if (k->npend == MAX_PEND) { /* the oldest was long lost: forget it */
+      memmove(k->pend, k->pend + 1, (MAX_PEND - 1) * sizeof k->pend[0]);
+      k->npend--;
+    }
+    k->pend[k->npend++] = m.u.sample_request.request_id;
   }
+}
+
+/* Removes id from the connection's requests in flight; 0, or -1 when it is not there. */
+static int answered(conn_t *k, uint64_t id) {
+  for (uint32_t j = 0; j < k->npend; j++)
+    if (k->pend[j] == id) {
+      memmove(k->pend + j, k->pend + j + 1, (k->npend - j - 1) * sizeof k->pend[0]);
+      k->npend--;
+      return 0;
+    }
+  return -1;
+}
+
+const char *sac_replay_client_reject_name(int kind) {
+  if (kind >= 0 && kind < (int)SAC_WIRE_R_COUNT)
+    return sac_wire_reason_name((sac_wire_reason_t)kind);
+  if (kind == SAC_REPLAY_REJECT_REQUEST_ID)
+    return "request_id";
+  if (kind == SAC_REPLAY_REJECT_SHARD_ID)
+    return "shard_id";
+  return "unknown";
+}
+
+const char *sac_replay_client_fatal(const sac_replay_client_t *c) { return c->fatal; }
+
+/* Counts a refused sample reply and logs it: the first of each kind at once, later ones
+ * as one summary line per kind every REJECT_LOG_NS (a hostile or broken shard must not
+ * flood the log). */
+static void refuse(sac_replay_client_t *c, const conn_t *k, int kind, const char *detail) {
+  c->st.rejected_replies++;
+  c->st.rejected_by[kind]++;
+  uint64_t now = sac_clock_ns();
+  if (c->st.rejected_by[kind] == 1 || now - c->reject_log_ns[kind] >= REJECT_LOG_NS) {
+    if (c->st.rejected_by[kind] == 1)
+      SAC_WARN("replay-client", "refused a sample reply from %s (%s): %s; counted as reason \"%s\"", k->ep,
+               sac_replay_client_reject_name(kind), detail, sac_replay_client_reject_name(kind));
+    else
+      SAC_WARN("replay-client",
+               "refused %llu more sample replies (%s) since the last line, %llu in all; latest from %s: %s",
+               (unsigned long long)c->reject_unlogged[kind] + 1, sac_replay_client_reject_name(kind),
+               (unsigned long long)c->st.rejected_by[kind], k->ep, detail);
+    c->reject_log_ns[kind] = now;
+    c->reject_unlogged[kind] = 0;
+  } else {
+    c->reject_unlogged[kind]++;
+  }
+}
+
+/* A shard that can never serve this client: SAC_ECONFIG with the reason logged. */
+static int fatal(sac_replay_client_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fatal(sac_replay_client_t *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->fatal, sizeof c->fatal, fmt, ap);
+  va_end(ap);
+  SAC_ERROR("replay-client", "%s", c->fatal);
+  return SAC_ECONFIG;
+}
+
+/* Checks a decoded sample reply from connection i against what was asked. 0: a batch to
+ * return; 1: refused or an error reply (counted); SAC_ECONFIG: the shard can never serve. */
+static int check_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_batch_t *b) {
+  conn_t *k = &c->conns[i];
+  char d[384];
+  /* sizes first: a shard of another environment says so even in its error replies */
+  if ((c->cfg.obs_dim && b->obs_dim && b->obs_dim != c->cfg.obs_dim) ||
+      (c->cfg.act_dim && b->act_dim && b->act_dim != c->cfg.act_dim)) {
+    refuse(c, k, SAC_WIRE_R_DIMS, "observation or action size differs");
+    return fatal(c,
+                 "shard %u at %s stores observations of size %u and actions of size %u, but this learner's "
+                 "environment has observations of size %u and actions of size %u: point --shards at shards "
+                 "started for this environment (sac-replay --obs_dim %u --act_dim %u)",
+                 b->shard_id, k->ep, b->obs_dim, b->act_dim, c->cfg.obs_dim, c->cfg.act_dim, c->cfg.obs_dim,
+                 c->cfg.act_dim);
+  }
+  if (b->n == 0 && b->request_id == 0) {
+    /* a shard's answer to something of ours it refused outright (a message it could not
+     * decode carries no request id): not an answer to a sample request */
+    c->st.shard_refusals++;
+    uint64_t now = sac_clock_ns();
+    if (c->st.shard_refusals == 1 || now - c->refusal_log_ns >= REJECT_LOG_NS) {
+      SAC_WARN("replay-client", "shard %u at %s refused a message of this client: %s (%llu such replies)",
+               b->shard_id, k->ep, b->error, (unsigned long long)c->st.shard_refusals);
+      c->refusal_log_ns = now;
+    }
+    return 1;
+  }
+  if (answered(k, b->request_id) != 0) {
+    snprintf(d, sizeof d, "request id %llu is not one this connection has in flight",
+             (unsigned long long)b->request_id);
+    refuse(c, k, SAC_REPLAY_REJECT_REQUEST_ID, d);
+    return 1;
+  }
+  if (k->inflight)
+    k->inflight--;
+  if (b->n == 0) {
+    if (strstr(b->error, "max_sample_batch"))
+      return fatal(
+          c,
+          "shard %u at %s refuses batches of %u rows (\"%s\"): raise its --max_sample_batch or lower "
+          "the learner's --batch_size",
+          b->shard_id, k->ep, c->cfg.batch_size, b->error);
+    /* the shard could not serve (rate limiter timeout, empty, busy): ask again after a
+     * short pause rather than in a tight loop */
+    c->st.sample_errors++;
+    k->backoff_until_ns = k->last_reply_ns + 10000000ull;
+    return 1;
+  }
+  if (b->n != c->cfg.batch_size) {
+    snprintf(d, sizeof d, "%u rows where %u were asked for", b->n, c->cfg.batch_size);
+    refuse(c, k, SAC_WIRE_R_ROWS, d);
+    return 1;
+  }
+  if (c->shard_map[b->shard_id] >= 0 && (size_t)c->shard_map[b->shard_id] != i) {
+    snprintf(d, sizeof d, "shard id %u, which %.255s already has (two shards with one --shard_id?)",
+             b->shard_id, c->conns[c->shard_map[b->shard_id]].ep);
+    refuse(c, k, SAC_REPLAY_REJECT_SHARD_ID, d);
+    return 1;
+  }
+  return 0;
 }
 
 static void top_up(sac_replay_client_t *c, uint64_t now) {
@@ -481,24 +627,27 @@ int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_
       if (sac_net_recv(k->smp, c->rbuf, c->rcap, SAC_NET_DONTWAIT, &len, NULL) != 0)
         continue;
       k->last_reply_ns = sac_clock_ns();
-      if (k->inflight)
-        k->inflight--;
       sac_wire_msg_t m;
-      sac_wire_reason_t why;
-      if (len >= c->rcap || sac_wire_decode(c->dec, c->rbuf, len, &c->lim, &m, &why) != 0 ||
-          m.type != SAC_WIRE_SAMPLE_BATCH) {
-        c->st.rejected_replies++;
+      sac_wire_reason_t why = SAC_WIRE_R_TOO_BIG;
+      if (len >= c->rcap || sac_wire_decode(c->dec, c->rbuf, len, &c->slim, &m, &why) != 0) {
+        char d[160];
+        snprintf(d, sizeof d, "%s (%zu bytes)", sac_wire_reason_str(why), len);
+        refuse(c, k, why, d);
+        if (k->inflight) /* most likely the answer to one of ours, spoilt: ask again */
+          k->inflight--;
         k->backoff_until_ns = k->last_reply_ns + 10000000ull;
+        continue;
+      }
+      if (m.type != SAC_WIRE_SAMPLE_BATCH) {
+        refuse(c, k, SAC_WIRE_R_UNEXPECTED, "a message other than a SampleBatch");
         continue;
       }
       const sac_wire_sample_batch_t *b = &m.u.sample_batch;
-      if (b->n == 0) {
-        /* the shard could not serve (rate limiter timeout, empty, busy): ask again
-         * after a short pause rather than in a tight loop */
-        c->st.sample_errors++;
-        k->backoff_until_ns = k->last_reply_ns + 10000000ull;
+      int ck = check_reply(c, i, b);
+      if (ck < 0)
+        return ck;
+      if (ck > 0)
         continue;
-      }
       request(c, k); /* keep `prefetch` requests in flight */
       c->shard_map[b->shard_id] = (int16_t)i;
       *out = (sac_replay_batch_t){.n = b->n,

@@ -85,10 +85,22 @@ typedef struct {
   const uint64_t *indices;
 } sac_replay_batch_t;
 
-/* The next batch from any shard, waiting up to timeout_ms. 0; SAC_ETIMEOUT (no shard
- * answered with a batch in time: the rate limiter is holding the learner back, or no
- * shard is up). Shard errors (e.g. a rate-limiter timeout) are counted and not returned. */
+/* The next batch from any shard, waiting up to timeout_ms. A batch returned is exactly
+ * what was asked for: batch_size rows, the configured obs_dim/act_dim, n indices of the
+ * answering shard, the request id of a request in flight on that connection, finite
+ * values. Any other reply is refused, counted by kind (stats rejected_by, see
+ * sac_replay_client_reject_name) and logged (the first of each kind at once, then at
+ * most one summary line per kind every 10 s); nothing of it is returned, so no index of
+ * a refused reply can reach a priority update.
+ * Returns 0; SAC_ETIMEOUT (no shard answered with a batch in time: the rate limiter is
+ * holding the learner back, or no shard is up); SAC_ECONFIG when a shard can never serve
+ * this client: its observation or action size differs from obs_dim/act_dim (its error
+ * replies carry its sizes too) or it refuses batch_size as over its max_sample_batch
+ * (logged with the shard's endpoint and the sizes; sac_replay_client_fatal has the
+ * line). Other shard errors (e.g. a rate-limiter timeout) are counted and not returned. */
 int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_batch_t *out);
+/* The reason of the last SAC_ECONFIG from sample ("" if none). */
+const char *sac_replay_client_fatal(const sac_replay_client_t *c);
 /* Sends new priorities (finite, >= 0) for indices from sampled batches, each to the
  * shard that owns it. 0; SAC_EINVAL (non-finite or negative priority: nothing sent);
  * SAC_EAGAIN (a shard's queue was full: that part was dropped). */
@@ -110,6 +122,8 @@ int sac_replay_client_info(sac_replay_client_t *c, size_t shard, int timeout_ms,
 int sac_replay_client_info_cached(sac_replay_client_t *c, size_t shard, int refresh_ms,
                                   sac_wire_shard_info_t *out, uint64_t *age_ns);
 
+enum { SAC_REPLAY_REJECT_REQUEST_ID = SAC_WIRE_R_COUNT, SAC_REPLAY_REJECT_SHARD_ID, SAC_REPLAY_REJECT_KINDS };
+
 typedef struct {
   uint64_t batches_sent, batches_acked, batches_resent, duplicates_acked, insert_errors, insert_timeouts;
   uint64_t superseded_batches; /* refused: a newer client with our actor id has sent */
@@ -117,8 +131,17 @@ typedef struct {
   uint64_t reconnects;
   uint64_t samples_received, sample_errors, sample_requests_sent, sample_requests_reissued;
   uint64_t priority_updates_sent, priority_updates_dropped;
-  uint64_t rejected_replies; /* replies from a shard that failed validation */
+  uint64_t rejected_replies; /* replies from a shard that failed validation (all kinds, acks too) */
+  /* sample replies refused, by kind: [0, SAC_WIRE_R_COUNT) the wire reason (dims, rows,
+   * nonfinite, ...), then SAC_REPLAY_REJECT_REQUEST_ID (answers no request in flight on
+   * that connection) and SAC_REPLAY_REJECT_SHARD_ID (a shard id another connection has) */
+  uint64_t rejected_by[SAC_REPLAY_REJECT_KINDS];
+  /* error replies with request id 0: the shard refused a message of this client that it
+   * could not read a request id from (logged: the first at once, then every 10 s) */
+  uint64_t shard_refusals;
 } sac_replay_client_stats_t;
 void sac_replay_client_stats(const sac_replay_client_t *c, sac_replay_client_stats_t *out);
+/* snake_case name of a rejection kind (a metric label), never NULL. */
+const char *sac_replay_client_reject_name(int kind);
 
 #endif

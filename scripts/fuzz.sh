@@ -7,7 +7,8 @@
 #   file + command line + environment), fuzz_weights (weights subscriber: decode and shape
 #   check over a real PUB/SUB), fuzz_snapshot (replay snapshot files), fuzz_checkpoint
 #   (learner checkpoint files), fuzz_policy (policy.bin files), fuzz_http (the /metrics
-#   endpoint's request parser, over TCP on 127.0.0.1).
+#   endpoint's request parser, over TCP on 127.0.0.1), fuzz_sample_reply (the learner's
+#   replay client receiving and checking SampleBatch replies from a fake shard).
 # Each target's corpus lives in build-fuzz/corpus/TARGET/, seeded with valid inputs the
 # target writes itself; a finding is written to build-fuzz/crashes/TARGET-* and makes the
 # script exit 1 after the remaining targets have run. Exit 2: cannot build (no clang).
@@ -18,7 +19,7 @@ if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then
   secs=$1
   shift
 fi
-all=(fuzz_wire fuzz_config fuzz_weights fuzz_snapshot fuzz_checkpoint fuzz_policy fuzz_http)
+all=(fuzz_wire fuzz_config fuzz_weights fuzz_snapshot fuzz_checkpoint fuzz_policy fuzz_http fuzz_sample_reply)
 targets=()
 while [[ $# -gt 0 && $1 != -- ]]; do
   targets+=("$1")
