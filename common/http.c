@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include "common/error.h"
@@ -63,7 +65,12 @@ void sac_http_config_default(sac_http_config_t *c) {
   snprintf(c->addr, sizeof c->addr, "0.0.0.0");
   c->port = 0;
   c->max_request_bytes = 8192;
-  c->max_connections = 64;
+  /* 256 slots of 8 KiB: more than the 200 slow connections of the issue 14 attack, and a
+   * quarter at most of the process's descriptors, which its ZeroMQ sockets need too */
+  struct rlimit nofile;
+  c->max_connections = 256;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur / 4 < 256)
+    c->max_connections = nofile.rlim_cur / 4 > 16 ? (int)(nofile.rlim_cur / 4) : 16;
   c->timeout_ms = 10000;
   c->header_timeout_ms = 2000;
 }
@@ -281,6 +288,17 @@ static size_t header_end(const char *s, size_t n, size_t from) {
   return 0;
 }
 
+/* nread more bytes of the request arrived at c->req + c->len. */
+static void took(conn_t *c, size_t nread) {
+  size_t before = c->len;
+  c->len += nread;
+  c->req[c->len] = '\0';
+  if (header_end(c->req, c->len, before) > 0)
+    handle(c);
+  else if (c->len >= c->h->cfg.max_request_bytes)
+    respond_text(c, 431, "Request Header Fields Too Large", "request too large\n", NULL, 0);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   (void)buf;
   conn_t *c = s->data;
@@ -294,13 +312,20 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c);
     return;
   }
-  size_t before = c->len;
-  c->len += (size_t)nread;
-  c->req[c->len] = '\0';
-  if (header_end(c->req, c->len, before) > 0)
-    handle(c);
-  else if (c->len >= c->h->cfg.max_request_bytes)
-    respond_text(c, 431, "Request Header Fields Too Large", "request too large\n", NULL, 0);
+  took(c, (size_t)nread);
+}
+
+/* Reads what has already arrived on a just-accepted connection. A health probe sends its
+ * request with the connect, so it is answered here, before later connections of the
+ * same burst could evict it from the reading list. */
+static void read_arrived(conn_t *c) {
+  uv_os_fd_t fd;
+  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) != 0)
+    return;
+  ssize_t k = recv(fd, c->req, c->h->cfg.max_request_bytes, MSG_DONTWAIT);
+  if (k > 0)
+    took(c, (size_t)k);
+  /* nothing yet, EOF or an error: the read callback sees it */
 }
 
 static void on_reject_closed(uv_handle_t *hd) { free(hd); }
@@ -359,8 +384,11 @@ static void on_connection(uv_stream_t *server, int status) {
       (uint64_t)(h->cfg.header_timeout_ms < h->cfg.timeout_ms ? h->cfg.header_timeout_ms : h->cfg.timeout_ms);
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
       uv_timer_start(&c->timer, on_timeout, header_ms, 0) != 0 ||
-      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
     conn_close(c);
+    return;
+  }
+  read_arrived(c);
 }
 
 /* ---- life cycle -------------------------------------------------------------------- */

@@ -26,7 +26,7 @@ typedef struct {
   char addr[64];            /* numeric IPv4 or IPv6 address to bind, e.g. "0.0.0.0", "127.0.0.1", "::" */
   int port;                 /* 0: a free port (see sac_http_port) */
   size_t max_request_bytes; /* request line and headers; default 8192 */
-  int max_connections;      /* open at once; default 64 */
+  int max_connections;      /* open at once; default 256 (a quarter of RLIMIT_NOFILE when lower) */
   int timeout_ms;           /* deadline of the response and drain, from the request; default 10000 */
   int header_timeout_ms;    /* the request must be complete this long after accept; default 2000 */
   /* /healthz: NULL answers 200 "ok"; else 200 "ok" when health(health_ud, why, cap)
@@ -36,8 +36,8 @@ typedef struct {
   void *health_ud;
 } sac_http_config_t;
 
-/* Defaults: 0.0.0.0, port 0, 8 KiB requests, 64 connections, 2 s to send the request,
- * 10 s for the rest. */
+/* Defaults: 0.0.0.0, port 0, 8 KiB requests, 256 connections (fewer when the process
+ * may open fewer than 1024 descriptors), 2 s to send the request, 10 s for the rest. */
 void sac_http_config_default(sac_http_config_t *c);
 
 typedef struct sac_http sac_http_t;
