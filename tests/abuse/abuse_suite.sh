@@ -17,7 +17,9 @@
 # and progress goes on: the shard's inserted-batches counter (fed by the good actor) and
 # the learner's update count both rise; the suite fails when either has not moved for
 # STALL_S seconds (a wait on progress, not on the clock). After each phase both must move
-# again. At the end each process must exit 0 within 5 s of its SIGTERM.
+# again; after the huge and sequence phases the shard must have refused every attacking
+# batch (its rejected-messages counter). At the end each process must exit 0 within 5 s
+# of its SIGTERM.
 #
 # usage: abuse_suite.sh SAC_LEARNER SAC_ACTOR SAC_REPLAY ABUSE_CLIENT
 # env:   ABUSE_PHASES (default "unread weights slowloris huge sequence stop": a subset runs
@@ -67,6 +69,20 @@ done
 log "up: shard $INS / $SMP, weights on $WEIGHTS_PORT, metrics ports shard0 ${MPORT[shard0]} learner ${MPORT[learner]} actor0 ${MPORT[actor0]}"
 
 inserted() { metric shard0 sac_replay_inserted_batches_total; }
+# rejected: the shard's refused messages, summed over every reason (empty when unreadable)
+rejected() {
+  # shellcheck disable=SC2016
+  timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
+    _ "${MPORT[shard0]}" 2>/dev/null | awk '/^sac_replay_rejected_messages_total[{ ]/ { s += $2; n++ } END { if (n) printf "%d", s }'
+}
+# refused_by_shard BEFORE N WHAT: the shard's rejected count rose by at least N since BEFORE
+refused_by_shard() {
+  local now
+  now=$(rejected)
+  [[ -n "$now" && -n "$1" ]] || fail "cannot read the shard's rejected messages"
+  ((now - $1 >= $2)) || fail "the shard refused $((now - $1)) of the $2 $3 batches (it must refuse each)"
+  log "the shard refused the $3 batches ($((now - $1)) more rejected messages)"
+}
 updates() { last_num "$T/learner.log" "learner: steps " "updates "; }
 LAST_INS=-1 LAST_UPD=-1 INS_AT=$SECONDS UPD_AT=$SECONDS
 declare -A RSS_PEAK=()
@@ -152,15 +168,21 @@ if wants slowloris; then
   progress_after
 fi
 if wants huge; then
+  r0=$(rejected)
   attack huge "$CLIENT" insert "$INS" "$OBS_DIM" "$ACT_DIM" 77 huge 30
+  refused_by_shard "$r0" 30 huge-value
   progress_after
   # the values reached no update: 20 more seconds of finite losses (check_all greps)
   for ((i = 0; i < 20; i++)); do check_all; sleep 1; done
 fi
 if wants sequence; then
+  r0=$(rejected)
   attack acked "$CLIENT" insert "$INS" "$OBS_DIM" "$ACT_DIM" 0 acked 1
+  refused_by_shard "$r0" 1 acked_through=2^64-1
   progress_after
+  r0=$(rejected)
   attack session "$CLIENT" insert "$INS" "$OBS_DIM" "$ACT_DIM" 0 session 1
+  refused_by_shard "$r0" 1 session=2^64-1
   progress_after
   # the good actor (id 0) still stores: its batches keep landing for a further while
   progress_after
