@@ -784,9 +784,10 @@ Test(config, error_cap) {
 }
 
 /* An allocation failure while reading is an error, never an end of file: on the old code
- * the file below loaded as "batch_size = 3" alone, the huge second line lost to a failed
- * getline() that read as end of file. The address-space limit makes the read buffer
- * allocation fail; it applies only to this test's own process. */
+ * the file below loaded as "batch_size = 3" alone, its long comment line lost to a failed
+ * getline() that read as end of file (read whole, it says batch_size 4). The
+ * address-space limit makes the 1 MiB read buffer fail; it applies only to this test's
+ * own process. */
 Test(config, allocation_failure_is_not_eof) {
 #if defined(__SANITIZE_ADDRESS__)
   cr_skip_test("an address-space limit breaks AddressSanitizer");
@@ -799,10 +800,11 @@ Test(config, allocation_failure_is_not_eof) {
   const char *p = tmp_file("");
   FILE *f = fopen(p, "w");
   cr_assert_not_null(f);
-  fputs("batch_size = 3\nname = \"", f);
+  /* a valid config when read whole: batch_size 4 */
+  fputs("batch_size = 3\n# ", f);
   for (int i = 0; i < (900 << 10); i++)
     fputc('y', f);
-  fputs("\"\nbatch_size = 4\n", f);
+  fputs("\nbatch_size = 4\n", f);
   fclose(f);
   /* the capture's temp file and the log need a little; 1 MiB of buffer must not fit */
   FILE *statm = fopen("/proc/self/statm", "r");
@@ -821,5 +823,6 @@ Test(config, allocation_failure_is_not_eof) {
   setrlimit(RLIMIT_AS, &rl);
   cr_assert_eq(rc, SAC_ECONFIG, "a failed allocation must fail the load (rc %d, batch_size %d); log:\n%.500s",
                rc, c.batch, err ? err : "");
+  cr_assert_not_null(strstr(err, "out of memory"), "the load failed for another reason:\n%.500s", err);
   free(err);
 }
