@@ -191,7 +191,7 @@ static int run_service(const learner_cfg_t *c) {
   lc.envs_per_actor = c->envs_per_actor;
   if (c->shards[0] && sac_learner_set_shards(&lc, c->shards))
     return 2;
-  if (sac_learner_check_cfg(&lc) != 0) /* before anything starts (issue 14) */
+  if (sac_learner_check_cfg(&lc, NULL, 0) != 0) /* before anything starts (issue 14) */
     return 2;
   const char *w = c->weights[0] ? c->weights : (lc.n_shards ? "tcp://*:5570" : "inproc://sacfleet-weights");
   /* CurveZMQ (docs/RELIABILITY.md): the weights PUB binds, the shard DEALERs connect;
@@ -322,6 +322,17 @@ int main(int argc, char **argv) {
   }
   if (c.curve_key[0] || c.curve_server_key[0] || c.curve_allow[0])
     SAC_WARN("learner", "the curve_* options are not used by --mode local (it opens no ZeroMQ socket)");
+  {
+    int64_t cap = c.t.buffer_capacity < c.t.total_steps ? c.t.buffer_capacity : c.t.total_steps;
+    if ((int64_t)c.batch > cap) { /* the local trainer updates once its ring holds a batch */
+      SAC_ERROR(
+          "learner",
+          "--batch_size %d is more than the local replay ever holds (min(--buffer_capacity, --total_steps) "
+          "= %lld): no update would run",
+          c.batch, (long long)cap);
+      return 2;
+    }
+  }
   if (c.t.learning_starts >= c.t.total_steps)
     SAC_WARN("learner", "learning_starts (%lld) >= total_steps (%lld): no update will run",
              (long long)c.t.learning_starts, (long long)c.t.total_steps);

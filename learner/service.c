@@ -94,7 +94,11 @@ int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list) {
  * a shard holds at least 4 of them. */
 #define EMBEDDED_MAX_BATCH_ROWS 4096u
 
-int sac_learner_check_cfg(const sac_learner_cfg_t *c) {
+int sac_learner_check_cfg(const sac_learner_cfg_t *c, char *why, size_t cap) {
+  char line[512];
+  if (!why)
+    why = line, cap = sizeof line;
+  why[0] = '\0';
   if (c->n_shards) /* remote shards: their own configuration is theirs to check */
     return 0;
   const int S = c->embedded_shards > 0 ? c->embedded_shards : 1;
@@ -103,28 +107,31 @@ int sac_learner_check_cfg(const sac_learner_cfg_t *c) {
   if (c->hp.batch > need)
     need = c->hp.batch;
   if (per < need) {
-    SAC_ERROR(
-        "learner",
+    snprintf(
+        why, cap,
         "--buffer_capacity %lld is too small for %d embedded shard(s): each shard holds buffer_capacity / "
         "embedded_shards = %lld transitions and needs at least %lld (4 x the %u-row batches the actors "
         "insert, and --batch_size %d): use --buffer_capacity %lld or more, or fewer --embedded_shards",
         (long long)c->buffer_capacity, S, (long long)per, (long long)need, EMBEDDED_MAX_BATCH_ROWS,
         c->hp.batch, (long long)need * S);
+    SAC_ERROR("learner", "%s", why);
     return SAC_ECONFIG;
   }
   if (per >= (int64_t)UINT32_MAX) {
-    SAC_ERROR(
-        "learner",
+    snprintf(
+        why, cap,
         "--buffer_capacity %lld gives each of the %d embedded shard(s) %lld transitions, over the 2^32 - 1 "
         "one shard holds: lower it or use more --embedded_shards",
         (long long)c->buffer_capacity, S, (long long)per);
+    SAC_ERROR("learner", "%s", why);
     return SAC_ECONFIG;
   }
   if (c->learning_starts / S > per) {
-    SAC_ERROR("learner",
-              "--learning_starts %lld is more than the embedded shards can hold (--buffer_capacity %lld): no "
-              "shard would ever serve a batch; lower --learning_starts or raise --buffer_capacity",
-              (long long)c->learning_starts, (long long)c->buffer_capacity);
+    snprintf(why, cap,
+             "--learning_starts %lld is more than the embedded shards can hold (--buffer_capacity %lld): no "
+             "shard would ever serve a batch; lower --learning_starts or raise --buffer_capacity",
+             (long long)c->learning_starts, (long long)c->buffer_capacity);
+    SAC_ERROR("learner", "%s", why);
     return SAC_ECONFIG;
   }
   return 0;
@@ -473,7 +480,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   hp.obs_dim = sp->obs_dim;
   hp.act_dim = sp->act_dim;
   hp.seed = cfg->seed;
-  if ((rc = sac_learner_check_cfg(cfg)) != 0)
+  if ((rc = sac_learner_check_cfg(cfg, NULL, 0)) != 0)
     goto out;
   const size_t reply_bytes = sample_reply_bytes(hp.batch, hp.obs_dim, hp.act_dim);
   if (reply_bytes > MAX_SAMPLE_REPLY_BYTES) {

@@ -73,8 +73,9 @@ int sac_learner_set_shards(sac_learner_cfg_t *c, const char *list);
 /* Checks the options that can never work together, before anything starts: in the
  * embedded default, a replay capacity per shard below what one shard needs (4 x its
  * 4096-row insert batches, and batch_size) or below learning_starts per shard. 0 or
- * SAC_ECONFIG with a line naming the learner options to change. */
-int sac_learner_check_cfg(const sac_learner_cfg_t *c);
+ * SAC_ECONFIG with a line naming the learner options to change (logged, and copied into
+ * why when not NULL). */
+int sac_learner_check_cfg(const sac_learner_cfg_t *c, char *why, size_t cap);
 /* Runs until total_steps were stored or *stop. 0 or a negative code (logged): SAC_ECONFIG
  * for a configuration that cannot work (sac_learner_check_cfg, a shard of another
  * environment, a batch no shard serves), SAC_ENONFINITE after max_nonfinite_updates

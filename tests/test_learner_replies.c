@@ -523,13 +523,21 @@ Test(learner, impossible_shard_ports_refused) {
 Test(learner, small_buffer_capacity_names_learner_options) {
   sac_learner_cfg_t c;
   sac_learner_cfg_default(&c);
+  char why[512];
   c.buffer_capacity = 100;
-  cr_expect_eq(sac_learner_check_cfg(&c), SAC_ECONFIG);
+  cr_expect_eq(sac_learner_check_cfg(&c, why, sizeof why), SAC_ECONFIG);
+  cr_expect(strstr(why, "--buffer_capacity") && strstr(why, "--embedded_shards") &&
+                !strstr(why, "max_batch_rows"),
+            "%s", why);
   c.buffer_capacity = 1000000;
   c.hp.batch = 1 << 20;
-  cr_expect_eq(sac_learner_check_cfg(&c), SAC_ECONFIG);
+  cr_expect_eq(sac_learner_check_cfg(&c, why, sizeof why), SAC_ECONFIG);
+  cr_expect(strstr(why, "--batch_size 1048576") != NULL, "%s", why);
   c.hp.batch = 256;
-  cr_expect_eq(sac_learner_check_cfg(&c), 0);
+  cr_expect_eq(sac_learner_check_cfg(&c, why, sizeof why), 0);
   c.learning_starts = 2000000;
-  cr_expect_eq(sac_learner_check_cfg(&c), SAC_ECONFIG);
+  cr_expect_eq(sac_learner_check_cfg(&c, why, sizeof why), SAC_ECONFIG);
+  cr_expect(strstr(why, "--learning_starts") != NULL, "%s", why);
+  c.n_shards = 1; /* remote shards check their own capacity */
+  cr_expect_eq(sac_learner_check_cfg(&c, why, sizeof why), 0);
 }
