@@ -100,6 +100,9 @@ int main(int argc, char **argv) {
   int err = ctx ? sac_net_ctx_set_curve(ctx, &curve) : SAC_ENOMEM;
   sac_net_curve_clear(&curve);
   if (err) {
+    /* set_curve logs its own failures; a context that could not be made says nothing */
+    if (!ctx)
+      SAC_ERROR("actor", "cannot create the ZeroMQ context: %s", sac_strerror(err));
     sac_net_ctx_destroy(&ctx);
     return 1;
   }

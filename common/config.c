@@ -3,12 +3,14 @@
  * does not know any binary's options, and it keeps no state between calls.
  *
  * Every source is read in full even after an error, so one run reports every bad key
- * and value rather than the first one only; the result is SAC_ECONFIG if any was bad. */
+ * and value rather than the first one only (a config file: up to its first 10 errors);
+ * the result is SAC_ECONFIG if any was bad. */
 #include "common/config.h"
 
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -17,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -322,101 +326,155 @@ static char *unquote(char *v, const char **why) {
   return v;
 }
 
-/* Reads one config file. Returns 0 or SAC_ECONFIG (every bad line is logged). */
-static int load_file(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
+/* A config file is a few KiB of text. The byte cap keeps a wrong path (a disk image, a
+ * log) from being read into memory, and the error cap keeps a binary file from printing
+ * one error per line (issue 14, defect 11). */
+#define CFG_MAX_FILE_BYTES (1u << 20)
+#define CFG_MAX_FILE_ERRORS 10
+
+/* Reads the regular file at path, at most CFG_MAX_FILE_BYTES, into a NUL-terminated
+ * malloc'd *out of *len bytes. Only regular files: /dev/zero or /dev/urandom never end
+ * and a FIFO may never start. A read or allocation error is an error, never an end of
+ * file. 0 or SAC_ECONFIG (logged); *out is NULL on error. */
+static int read_capped(const char *path, char **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
+  /* O_NONBLOCK: opening a FIFO without a writer must not hang; it is refused below */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     SAC_ERROR("config", "cannot open config file '%s': %s", path, strerror(errno));
     return SAC_ECONFIG;
   }
-  int rc = 0;
-  char *line = NULL, *section = NULL, *key = NULL;
-  size_t line_cap = 0, key_cap = 0;
+  struct stat st;
+  const char *why = NULL;
+  char *buf = NULL;
+  size_t n = 0;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    why = "not a regular file";
+  else if (st.st_size > (off_t)CFG_MAX_FILE_BYTES)
+    why = "too big";
+  else if (!(buf = malloc(CFG_MAX_FILE_BYTES + 2)))
+    why = "out of memory";
+  /* one byte past the cap tells a file that grew after fstat */
+  while (!why) {
+    ssize_t r = read(fd, buf + n, CFG_MAX_FILE_BYTES + 1 - n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      why = strerror(errno);
+    else if (r == 0)
+      break;
+    else if ((n += (size_t)r) > CFG_MAX_FILE_BYTES)
+      why = "too big";
+  }
+  close(fd);
+  if (why) {
+    SAC_ERROR("config", "cannot read config file '%s': %s (a regular file of at most %u bytes is expected)",
+              path, why, CFG_MAX_FILE_BYTES);
+    free(buf);
+    return SAC_ECONFIG;
+  }
+  buf[n] = '\0';
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+/* Parses one "key = value" or "[section]" line (NUL-terminated, no newline) of a config
+ * file. src names the line for error messages; *section is the current section (may be
+ * replaced). Returns 0, SAC_ECONFIG (bad line, logged) or SAC_ENOMEM (logged). */
+static int parse_line(const sac_cfg_opt_t *opts, size_t n_opts, void *target, char *line, const char *src,
+                      char **section) {
+  char *s = trim(line);
+  if (*s == '\0' || *s == '#')
+    return 0;
+  if (*s == '[') {
+    strip_comment(s);
+    s = trim(s);
+    size_t n = strlen(s);
+    char *name = n >= 2 && s[n - 1] == ']' ? (s[n - 1] = '\0', trim(s + 1)) : NULL;
+    if (!name || *name == '\0' || strpbrk(name, "[]= \t")) {
+      SAC_ERROR("config", "%s: malformed section header", src);
+      return SAC_ECONFIG;
+    }
+    char *copy = strdup(name);
+    if (!copy) {
+      SAC_ERROR("config", "%s: out of memory", src);
+      return SAC_ENOMEM;
+    }
+    free(*section);
+    *section = copy;
+    return 0;
+  }
+  char *eq = strchr(s, '=');
+  if (!eq) {
+    SAC_ERROR("config", "%s: expected 'key = value', got '%.80s'", src, s);
+    return SAC_ECONFIG;
+  }
+  *eq = '\0';
+  char *k = trim(s), *v = trim(eq + 1);
+  if (*k == '\0') {
+    SAC_ERROR("config", "%s: missing key before '='", src);
+    return SAC_ECONFIG;
+  }
+  if (*v == '"') {
+    const char *why = NULL;
+    if (!unquote(v, &why)) {
+      SAC_ERROR("config", "%s: %.80s: %s", src, k, why);
+      return SAC_ECONFIG;
+    }
+  } else {
+    strip_comment(v);
+    v = trim(v);
+  }
+  /* "[replay]" + "capacity" names the option "replay.capacity". */
+  size_t need = (*section ? strlen(*section) + 1 : 0) + strlen(k) + 1;
+  char *key = malloc(need);
+  if (!key) {
+    SAC_ERROR("config", "%s: out of memory", src);
+    return SAC_ENOMEM;
+  }
+  if (*section)
+    snprintf(key, need, "%s.%s", *section, k);
+  else
+    snprintf(key, need, "%s", k);
+  int rc = sac_config_set(opts, n_opts, target, key, v, src) != 0 ? SAC_ECONFIG : 0;
+  free(key);
+  return rc;
+}
+
+/* Reads one config file. Returns 0 or SAC_ECONFIG. Every bad line is logged, up to
+ * CFG_MAX_FILE_ERRORS; then reading stops with "too many errors". */
+static int load_file(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *path) {
+  char *text;
+  size_t text_len;
+  if (read_capped(path, &text, &text_len) != 0)
+    return SAC_ECONFIG;
+  char *section = NULL;
+  int errors = 0, rc = 0;
   size_t lineno = 0;
-  ssize_t len;
-  while ((len = getline(&line, &line_cap, f)) >= 0) {
+  for (char *line = text; line < text + text_len && rc != SAC_ENOMEM;) {
+    char *nl = memchr(line, '\n', (size_t)(text + text_len - line));
+    char *end = nl ? nl : text + text_len;
+    *end = '\0';
     lineno++;
     char src[512];
     snprintf(src, sizeof src, "%s:%zu", path, lineno);
-    if (strlen(line) != (size_t)len) {
+    if (strlen(line) != (size_t)(end - line)) {
       SAC_ERROR("config", "%s: NUL byte in line", src);
       rc = SAC_ECONFIG;
-      continue;
-    }
-    char *s = trim(line);
-    if (*s == '\0' || *s == '#')
-      continue;
-    if (*s == '[') {
-      strip_comment(s);
-      s = trim(s);
-      size_t n = strlen(s);
-      char *name = n >= 2 && s[n - 1] == ']' ? (s[n - 1] = '\0', trim(s + 1)) : NULL;
-      if (!name || *name == '\0' || strpbrk(name, "[]= \t")) {
-        SAC_ERROR("config", "%s: malformed section header", src);
-        rc = SAC_ECONFIG;
-        continue;
-      }
-      free(section);
-      section = strdup(name);
-      if (!section) {
-        rc = SAC_ECONFIG;
-        SAC_ERROR("config", "%s: out of memory", src);
-        break;
-      }
-      continue;
-    }
-    char *eq = strchr(s, '=');
-    if (!eq) {
-      SAC_ERROR("config", "%s: expected 'key = value', got '%s'", src, s);
-      rc = SAC_ECONFIG;
-      continue;
-    }
-    *eq = '\0';
-    char *k = trim(s), *v = trim(eq + 1);
-    if (*k == '\0') {
-      SAC_ERROR("config", "%s: missing key before '='", src);
-      rc = SAC_ECONFIG;
-      continue;
-    }
-    if (*v == '"') {
-      const char *why = NULL;
-      if (!unquote(v, &why)) {
-        SAC_ERROR("config", "%s: %s: %s", src, k, why);
-        rc = SAC_ECONFIG;
-        continue;
-      }
     } else {
-      strip_comment(v);
-      v = trim(v);
+      rc = parse_line(opts, n_opts, target, line, src, &section);
     }
-    /* "[replay]" + "capacity" names the option "replay.capacity". */
-    size_t need = (section ? strlen(section) + 1 : 0) + strlen(k) + 1;
-    if (need > key_cap) {
-      char *nk = realloc(key, need);
-      if (!nk) {
-        rc = SAC_ECONFIG;
-        SAC_ERROR("config", "%s: out of memory", src);
-        break;
-      }
-      key = nk;
-      key_cap = need;
+    if (rc != 0 && ++errors >= CFG_MAX_FILE_ERRORS && end < text + text_len) {
+      SAC_ERROR("config", "%s: too many errors (%d), the rest of the file is not read", path, errors);
+      break;
     }
-    if (section)
-      snprintf(key, key_cap, "%s.%s", section, k);
-    else
-      snprintf(key, key_cap, "%s", k);
-    if (sac_config_set(opts, n_opts, target, key, v, src) != 0)
-      rc = SAC_ECONFIG;
+    line = end + 1;
   }
-  if (ferror(f)) {
-    SAC_ERROR("config", "error reading config file '%s': %s", path, strerror(errno));
-    rc = SAC_ECONFIG;
-  }
-  free(line);
   free(section);
-  free(key);
-  fclose(f);
-  return rc;
+  free(text);
+  return errors ? SAC_ECONFIG : 0;
 }
 
 static int env_allowed(const char *name, size_t len) {

@@ -27,6 +27,8 @@ typedef struct {
  * - File: "key = value" lines; blank lines and lines starting with '#' are skipped, and
  *   " # ..." after an unquoted value is a comment. A value may be double-quoted (escapes
  *   \" \\ \n \t) to keep blanks or '#'. "[section]" makes later keys "section.key".
+ *   It must be a regular file of at most 1 MiB (a device, a FIFO or a bigger file is
+ *   refused, never read); reading stops after its first 10 bad lines.
  * - Environment: SAC_<KEY> for every option. Every other SAC_* variable is an error,
  *   except the non-option variables SAC_CONFIG, SAC_LOG_LEVEL and SAC_LOG_JSON (the list
  *   k_env_allow in config.c; extend it there when a module reads a new SAC_* variable).

@@ -3,7 +3,10 @@
  * fixed request buffer until the blank line that ends the headers, answer with one
  * write, half-close, discard whatever the client still sends until it closes (so the
  * kernel does not reset the connection under an unread response), close. A timer per
- * connection bounds the whole exchange. sac_http_stop wakes the loop with a uv_async_t,
+ * connection bounds the request (header_timeout_ms from accept), then the rest of the
+ * exchange (timeout_ms from the request). When every slot is taken, the connection that
+ * has been reading its request longest is closed to make room: slow clients cannot
+ * starve a health check (issue 14, defect 13). sac_http_stop wakes the loop with a uv_async_t,
  * which closes every handle; the loop then runs out of handles and the thread ends. */
 #include "common/http.h"
 
@@ -14,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include "common/error.h"
@@ -28,6 +33,11 @@ struct sac_http {
   uv_thread_t thread;
   int port;
   int n_conns; /* loop thread only */
+  /* connections still reading their request, oldest first: the ones evicted when the
+   * server is full (loop thread only) */
+  struct conn *reading_head, *reading_tail;
+  /* counters, written by the loop thread, read at scrape time */
+  atomic_uint_fast64_t evicted, rejected, header_timeouts;
 
   _Atomic(struct route *) route; /* sac_http_add_route: set once, read by the loop thread */
 };
@@ -40,8 +50,10 @@ struct route {
 
 typedef enum { C_READING, C_WRITING, C_DRAINING } conn_state_t;
 
-typedef struct {
+typedef struct conn {
   sac_http_t *h;
+  struct conn *prev, *next; /* in h's reading list while state is C_READING */
+  int listed;
   uv_tcp_t tcp;
   uv_timer_t timer;
   uv_write_t wr;
@@ -61,18 +73,52 @@ void sac_http_config_default(sac_http_config_t *c) {
   snprintf(c->addr, sizeof c->addr, "0.0.0.0");
   c->port = 0;
   c->max_request_bytes = 8192;
-  c->max_connections = 64;
+  /* 256 slots of 8 KiB: more than the 200 slow connections of the issue 14 attack, and a
+   * quarter at most of the process's descriptors, which its ZeroMQ sockets need too */
+  struct rlimit nofile;
+  c->max_connections = 256;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur / 4 < 256)
+    c->max_connections = nofile.rlim_cur / 4 > 16 ? (int)(nofile.rlim_cur / 4) : 16;
   c->timeout_ms = 10000;
+  c->header_timeout_ms = 2000;
 }
 
 /* ---- connections ------------------------------------------------------------------- */
+
+/* The reading list: a connection joins it when accepted and leaves it when it has sent
+ * its request or closes. Its head is the connection that has been reading longest. */
+static void unlist(conn_t *c) {
+  if (!c->listed)
+    return;
+  sac_http_t *h = c->h;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    h->reading_head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else
+    h->reading_tail = c->prev;
+  c->prev = c->next = NULL;
+  c->listed = 0;
+}
+
+static void enlist(conn_t *c) {
+  sac_http_t *h = c->h;
+  c->prev = h->reading_tail;
+  c->next = NULL;
+  if (h->reading_tail)
+    h->reading_tail->next = c;
+  else
+    h->reading_head = c;
+  h->reading_tail = c;
+  c->listed = 1;
+}
 
 static void on_conn_closed(uv_handle_t *hd) {
   conn_t *c = hd->data;
   if (--c->open_handles > 0)
     return;
-  if (c->counted)
-    c->h->n_conns--;
   free(c->req);
   free(c->resp);
   free(c);
@@ -82,11 +128,21 @@ static void conn_close(conn_t *c) {
   if (c->closing)
     return;
   c->closing = 1;
+  unlist(c);
+  if (c->counted) { /* its slot is free now: an eviction makes room at once */
+    c->counted = 0;
+    c->h->n_conns--;
+  }
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
   uv_close((uv_handle_t *)&c->timer, on_conn_closed);
 }
 
-static void on_timeout(uv_timer_t *t) { conn_close(t->data); }
+static void on_timeout(uv_timer_t *t) {
+  conn_t *c = t->data;
+  if (c->state == C_READING)
+    atomic_fetch_add(&c->h->header_timeouts, 1);
+  conn_close(c);
+}
 
 static void on_drain_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
@@ -127,6 +183,13 @@ static void on_written(uv_write_t *req, int status) {
 static void respond(conn_t *c, int code, const char *reason, const char *ctype, const char *extra,
                     const char *body, size_t len, int head_only) {
   uv_read_stop((uv_stream_t *)&c->tcp);
+  unlist(c);
+  /* the request is in: the rest of the exchange gets the whole-connection deadline */
+  uv_timer_stop(&c->timer);
+  if (uv_timer_start(&c->timer, on_timeout, (uint64_t)c->h->cfg.timeout_ms, 0) != 0) {
+    conn_close(c);
+    return;
+  }
   char hdr[512];
   int n = snprintf(hdr, sizeof hdr,
                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
@@ -246,6 +309,17 @@ static size_t header_end(const char *s, size_t n, size_t from) {
   return 0;
 }
 
+/* nread more bytes of the request arrived at c->req + c->len. */
+static void took(conn_t *c, size_t nread) {
+  size_t before = c->len;
+  c->len += nread;
+  c->req[c->len] = '\0';
+  if (header_end(c->req, c->len, before) > 0)
+    handle(c);
+  else if (c->len >= c->h->cfg.max_request_bytes)
+    respond_text(c, 431, "Request Header Fields Too Large", "request too large\n", NULL, 0);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   (void)buf;
   conn_t *c = s->data;
@@ -259,13 +333,20 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c);
     return;
   }
-  size_t before = c->len;
-  c->len += (size_t)nread;
-  c->req[c->len] = '\0';
-  if (header_end(c->req, c->len, before) > 0)
-    handle(c);
-  else if (c->len >= c->h->cfg.max_request_bytes)
-    respond_text(c, 431, "Request Header Fields Too Large", "request too large\n", NULL, 0);
+  took(c, (size_t)nread);
+}
+
+/* Reads what has already arrived on a just-accepted connection. A health probe sends its
+ * request with the connect, so it is answered here, before later connections of the
+ * same burst could evict it from the reading list. */
+static void read_arrived(conn_t *c) {
+  uv_os_fd_t fd;
+  if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) != 0)
+    return;
+  ssize_t k = recv(fd, c->req, c->h->cfg.max_request_bytes, MSG_DONTWAIT);
+  if (k > 0)
+    took(c, (size_t)k);
+  /* nothing yet, EOF or an error: the read callback sees it */
 }
 
 static void on_reject_closed(uv_handle_t *hd) { free(hd); }
@@ -276,8 +357,17 @@ static void on_connection(uv_stream_t *server, int status) {
     SAC_DEBUG("http", "accept failed: %s", uv_strerror(status));
     return;
   }
+  if (h->n_conns >= h->cfg.max_connections && h->reading_head) {
+    /* Full: the connection that has been reading its request longest makes room. A
+     * health check sends its request at once, so slow or silent clients (slowloris)
+     * are the ones evicted, never the probe that keeps a container alive. */
+    atomic_fetch_add(&h->evicted, 1);
+    conn_close(h->reading_head);
+  }
   if (h->n_conns >= h->cfg.max_connections) {
-    /* accept and close at once: leaving it in the backlog would stall the listener */
+    /* every slot is writing a response: accept and close at once (leaving it in the
+     * backlog would stall the listener) */
+    atomic_fetch_add(&h->rejected, 1);
     uv_tcp_t *t = malloc(sizeof *t);
     if (!t)
       return;
@@ -310,10 +400,16 @@ static void on_connection(uv_stream_t *server, int status) {
   c->open_handles = 2;
   c->counted = 1;
   h->n_conns++;
+  enlist(c);
+  uint64_t header_ms =
+      (uint64_t)(h->cfg.header_timeout_ms < h->cfg.timeout_ms ? h->cfg.header_timeout_ms : h->cfg.timeout_ms);
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
-      uv_timer_start(&c->timer, on_timeout, (uint64_t)h->cfg.timeout_ms, 0) != 0 ||
-      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+      uv_timer_start(&c->timer, on_timeout, header_ms, 0) != 0 ||
+      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
     conn_close(c);
+    return;
+  }
+  read_arrived(c);
 }
 
 /* ---- life cycle -------------------------------------------------------------------- */
@@ -340,6 +436,24 @@ static void run(void *arg) {
   uv_run(&h->loop, UV_RUN_DEFAULT); /* returns when on_wake has closed every handle */
 }
 
+/* The server's own series. Missing series (a registry out of memory) only cost
+ * visibility, so failures are left to the registry's log line. */
+static void register_metrics(sac_http_t *h) {
+  if (!h->metrics)
+    return;
+  sac_metrics_counter_read(
+      h->metrics, "sac_http_connections_evicted_total",
+      "connections still sending their request closed to make room for a new one (server full)", NULL,
+      sac_metric_read_atomic_u64, &h->evicted, 1.0, h);
+  sac_metrics_counter_read(h->metrics, "sac_http_connections_rejected_total",
+                           "connections closed at accept: every slot was busy answering", NULL,
+                           sac_metric_read_atomic_u64, &h->rejected, 1.0, h);
+  sac_metrics_counter_read(
+      h->metrics, "sac_http_header_timeouts_total",
+      "connections closed because their request was not complete within header_timeout_ms", NULL,
+      sac_metric_read_atomic_u64, &h->header_timeouts, 1.0, h);
+}
+
 /* Closes what start set up, for a failed start (the thread never ran). */
 static void teardown(sac_http_t *h, int server_open, int wake_open) {
   if (server_open)
@@ -354,9 +468,11 @@ static void teardown(sac_http_t *h, int server_open, int wake_open) {
 int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_http_t **out) {
   *out = NULL;
   if (cfg->port < 0 || cfg->port > 65535 || cfg->max_request_bytes < 64 ||
-      cfg->max_request_bytes > (1u << 24) || cfg->max_connections < 1 || cfg->timeout_ms < 1) {
-    SAC_ERROR("http", "bad server settings (port %d, %zu request bytes, %d connections, %d ms)", cfg->port,
-              cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms);
+      cfg->max_request_bytes > (1u << 24) || cfg->max_connections < 1 || cfg->timeout_ms < 1 ||
+      cfg->header_timeout_ms < 1) {
+    SAC_ERROR(
+        "http", "bad server settings (port %d, %zu request bytes, %d connections, %d ms, %d ms for headers)",
+        cfg->port, cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms, cfg->header_timeout_ms);
     return SAC_ECONFIG;
   }
   struct sockaddr_storage sa;
@@ -371,6 +487,9 @@ int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_htt
     return SAC_ENOMEM;
   h->cfg = *cfg;
   h->metrics = metrics;
+  atomic_init(&h->evicted, 0);
+  atomic_init(&h->rejected, 0);
+  atomic_init(&h->header_timeouts, 0);
   if ((rc = uv_loop_init(&h->loop)) != 0) {
     SAC_ERROR("http", "uv_loop_init: %s", uv_strerror(rc));
     free(h);
@@ -415,6 +534,7 @@ int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_htt
     teardown(h, 1, 1);
     return SAC_ENOMEM;
   }
+  register_metrics(h);
   *out = h;
   return 0;
 }
@@ -427,6 +547,8 @@ void sac_http_stop(sac_http_t **hp) {
     return;
   uv_async_send(&h->wake);
   uv_thread_join(&h->thread);
+  if (h->metrics)
+    sac_metrics_forget(h->metrics, h);
   int rc = uv_loop_close(&h->loop);
   if (rc != 0)
     SAC_WARN("http", "uv_loop_close: %s", uv_strerror(rc));

@@ -6,9 +6,13 @@
  *
  * It is not a general web server: no keep-alive, no request bodies, no TLS, no
  * chunked encoding. It is built to survive what a network does to it: requests are
- * read into a fixed buffer, each connection has a deadline (slow or silent clients are
- * dropped when it passes), connections over the limit are accepted and closed at once,
- * and any error closes the connection and nothing else.
+ * read into a fixed buffer, a request must be complete within header_timeout_ms of the
+ * accept and the whole exchange within timeout_ms of the request (slow or silent clients
+ * are dropped when a deadline passes), a new connection over the limit evicts the one
+ * that has been sending its request longest (or, when every slot is answering, is
+ * accepted and closed at once), and any error closes the connection and nothing else.
+ * So a slowloris attack cannot starve /healthz. Counters of evictions, rejections and
+ * header timeouts go to the metrics registry (sac_http_*_total).
  *
  * Thread-safety: sac_http_start and sac_http_stop from one owner thread; sac_http_port
  * from any thread. The registry is borrowed and must outlive the server. */
@@ -22,8 +26,9 @@ typedef struct {
   char addr[64];            /* numeric IPv4 or IPv6 address to bind, e.g. "0.0.0.0", "127.0.0.1", "::" */
   int port;                 /* 0: a free port (see sac_http_port) */
   size_t max_request_bytes; /* request line and headers; default 8192 */
-  int max_connections;      /* open at once; default 64 */
-  int timeout_ms;           /* whole-connection deadline; default 10000 */
+  int max_connections;      /* open at once; default 256 (a quarter of RLIMIT_NOFILE when lower) */
+  int timeout_ms;           /* deadline of the response and drain, from the request; default 10000 */
+  int header_timeout_ms;    /* the request must be complete this long after accept; default 2000 */
   /* /healthz: NULL answers 200 "ok"; else 200 "ok" when health(health_ud, why, cap)
    * returns 1, 503 with the text it wrote in why when it returns 0. Called on the
    * server's thread, so it must be thread-safe. */
@@ -31,7 +36,8 @@ typedef struct {
   void *health_ud;
 } sac_http_config_t;
 
-/* Defaults: 0.0.0.0, port 0, 8 KiB requests, 64 connections, 10 s deadline. */
+/* Defaults: 0.0.0.0, port 0, 8 KiB requests, 256 connections (fewer when the process
+ * may open fewer than 1024 descriptors), 2 s to send the request, 10 s for the rest. */
 void sac_http_config_default(sac_http_config_t *c);
 
 typedef struct sac_http sac_http_t;

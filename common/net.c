@@ -144,6 +144,8 @@ void sac_net_opts_default(sac_net_opts_t *o) {
   o->linger_ms = 0;
   o->reconnect_ivl_ms = 100;
   o->reconnect_ivl_max_ms = 2000;
+  o->zmtp3_only = 1;
+  o->handshake_ivl_ms = 5000;
 }
 
 static int setopt_int(void *s, int opt, int v, const char *name) {
@@ -184,6 +186,10 @@ void *sac_net_socket(sac_net_ctx_t *c, sac_net_type_t type, const sac_net_opts_t
     rc = setopt_int(s, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE");
   if (!rc && o->conflate)
     rc = setopt_int(s, ZMQ_CONFLATE, 1, "ZMQ_CONFLATE");
+  if (!rc && o->zmtp3_only && SAC_ZCHK(zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, "sacfleet", 8)) < 0)
+    rc = SAC_ENET;
+  if (!rc && o->handshake_ivl_ms > 0)
+    rc = setopt_int(s, ZMQ_HANDSHAKE_IVL, o->handshake_ivl_ms, "ZMQ_HANDSHAKE_IVL");
   if (!rc && o->heartbeat_ivl_ms > 0) {
     rc = setopt_int(s, ZMQ_HEARTBEAT_IVL, o->heartbeat_ivl_ms, "ZMQ_HEARTBEAT_IVL");
     if (!rc && o->heartbeat_timeout_ms > 0)

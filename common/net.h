@@ -77,6 +77,15 @@ typedef struct {
   int conflate;             /* ZMQ_CONFLATE: keep only the last message (SUB) */
   int heartbeat_ivl_ms;     /* ZMTP heartbeats (0: off), detect dead peers */
   int heartbeat_timeout_ms;
+  /* ZMTP 3 peers only (default 1): a connection whose greeting is not ZMTP 3 is closed
+   * during the handshake. Without it libzmq reads any byte stream as ZMTP 1.0 frames,
+   * so random bytes on a port become messages (on a PUB: subscriptions, each one growing
+   * the subscription trie and later walked in the caller's thread). Done by giving the
+   * socket a ZAP domain, which makes libzmq refuse unversioned peers; without a ZAP
+   * handler in the context the NULL mechanism still admits every ZMTP 3 peer. */
+  int zmtp3_only;
+  int handshake_ivl_ms; /* ZMQ_HANDSHAKE_IVL: a peer that has not completed its handshake
+                         * by then is dropped (0: libzmq's 30 s) */
 } sac_net_opts_t;
 
 /* The defaults described above. Cannot fail. */

@@ -47,6 +47,13 @@ sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint,
   sac_net_opts_t o;
   sac_net_opts_default(&o);
   o.sndhwm = 4;
+  /* What a PUB receives is subscriptions, and a subscriber of weights sends one: the
+   * empty topic. A bigger message can only be an attack on the subscription trie (a
+   * 1 MiB topic cost the learner 100+ MB); its sender is disconnected. The cap applies
+   * to the handshake commands too: READY takes 27 bytes, CURVE's INITIATE needs more
+   * than 256 (issue 14, defect 5). */
+  o.max_msg_bytes = ctx && sac_net_ctx_curve(ctx) ? 512 : 64;
+  o.rcvhwm = 16;
   if (!ctx)
     ctx = p->own = sac_net_ctx_new(1);
   p->sock = p->buf && ctx ? sac_net_socket(ctx, SAC_NET_PUB, &o) : NULL;

@@ -3,7 +3,13 @@
  * them between steps. A received message is decoded and validated (common/wire.h) and
  * must describe the policy the subscriber runs: layer chain consistent, input obs_dim,
  * output 2 * act_dim, ReLU hidden layers, finite values. Anything else is dropped with
- * a log line and counted. Publisher and subscriber are each used by one thread. */
+ * a log line and counted. Publisher and subscriber are each used by one thread.
+ *
+ * The publisher faces the network: a peer that sends a message bigger than an empty
+ * subscription and a handshake need (64 bytes, 512 with CURVE) is disconnected, and so
+ * is anything that is not ZMTP 3 (common/net.h). libzmq keeps every distinct topic a
+ * connected peer subscribes to, so many small topics still cost memory until that peer
+ * leaves: on networks with untrusted hosts, CURVE with an allow-list is the bound. */
 #ifndef SAC_COMMON_WEIGHTS_H
 #define SAC_COMMON_WEIGHTS_H
 #include <stddef.h>

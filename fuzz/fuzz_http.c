@@ -180,9 +180,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   long n = exchange(data, size, answer_due);
   if (!answer_due)
     return 0;
-  /* The server keeps at most 64 connections and closes any more at once, unanswered
-   * (documented); the resets of earlier inputs may not have reached it yet. So "no
-   * answer" is only a finding when it persists for half a second. */
+  /* The server keeps at most max_connections (256 by default) and makes room by closing
+   * the connection that has been reading longest, or closes a new one at once when every
+   * slot is answering (documented); the resets of earlier inputs may not have reached it
+   * yet. So "no answer" is only a finding when it persists for half a second. */
   for (int tries = 0; n <= 0 && tries < 50; tries++) {
     usleep(10000);
     n = exchange(data, size, answer_due);

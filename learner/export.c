@@ -67,8 +67,10 @@ static void emit_int8(FILE *f, const char *name, const int8_t *v, size_t n) {
 int sac_export_c(const char *dir, const char *prefix, const sac_mlp_desc_t *d, const float *params, int int8,
                  double obs_scale, sac_export_report_t *report) {
   memset(report, 0, sizeof *report);
-  if (!*prefix || !(isalpha((unsigned char)prefix[0]) || prefix[0] == '_'))
+  if (!*prefix || !(isalpha((unsigned char)prefix[0]) || prefix[0] == '_')) {
+    SAC_ERROR("export", "prefix \"%s\" is not a C identifier (a letter or '_' first)", prefix);
     return SAC_EINVAL;
+  }
   for (const char *p = prefix; *p; p++)
     if (!isalnum((unsigned char)*p) && *p != '_') {
       SAC_ERROR("export", "prefix \"%s\" is not a C identifier", prefix);

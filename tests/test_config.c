@@ -7,11 +7,14 @@
  * variable first (one stray SAC_* in the caller's environment would be an "unknown key")
  * and removes its temporary files afterwards. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -721,4 +724,127 @@ Test(config, dump_write_error) {
   expect_ok(&c, NOARGS);
   cr_assert_eq(sac_config_dump(k_opts, N_OPTS, &c, f), SAC_EIO);
   fclose(f);
+}
+
+/* ---- hostile config sources (issue 14, defect 11) ------------------------------------ */
+
+/* Loads --config path, expecting SAC_ECONFIG with the log naming want; returns the log. */
+static char *expect_file_refused(const char *path, const char *want) {
+  cfg_t c;
+  char *err = NULL;
+  int rc = load_v(&c, NULL, &err, ARGS("--config", path));
+  cr_assert_eq(rc, SAC_ECONFIG, "--config %s: expected SAC_ECONFIG, got %d; log:\n%s", path, rc, err);
+  cr_assert_not_null(strstr(err, want), "--config %s: log does not say '%s':\n%s", path, want, err);
+  return err;
+}
+
+/* Endless devices are refused at once instead of being read until memory runs out
+ * (/dev/zero) or printing an error per line for ever (/dev/urandom). The timeout is
+ * what fails on code that reads them. */
+Test(config, endless_devices_refused, .timeout = 20) {
+  free(expect_file_refused("/dev/zero", "not a regular file"));
+  free(expect_file_refused("/dev/urandom", "not a regular file"));
+}
+
+/* A FIFO nobody writes to would block open() and read() for ever. */
+Test(config, fifo_refused_without_hanging, .timeout = 20) {
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/sac_cfg_fifo_%d", (int)getpid());
+  unlink(path);
+  cr_assert_eq(mkfifo(path, 0600), 0, "mkfifo: %s", strerror(errno));
+  char *err = expect_file_refused(path, "not a regular file");
+  unlink(path);
+  free(err);
+}
+
+/* A regular file over the cap is refused whole, without being read (a sparse 2 MiB file
+ * would be 2 MiB of NUL bytes); one just under the cap loads. */
+Test(config, size_cap) {
+  const char *big = tmp_file("");
+  cr_assert_eq(truncate(big, 2 << 20), 0);
+  free(expect_file_refused(big, "too big"));
+
+  /* the negative control: 1 MiB minus a little of comments, then a key, is a config */
+  const char *ok = tmp_file("");
+  FILE *f = fopen(ok, "w");
+  cr_assert_not_null(f);
+  char row[1024];
+  memset(row, 'x', sizeof row - 2);
+  row[0] = '#';
+  row[sizeof row - 2] = '\n';
+  row[sizeof row - 1] = '\0';
+  for (int i = 0; i < 1000; i++)
+    fputs(row, f);
+  fputs("batch_size = 77\n", f);
+  fclose(f);
+  cfg_t c;
+  expect_ok(&c, ARGS("--config", ok));
+  cr_assert_eq(c.batch, 77, "a file under the cap is read to its end");
+}
+
+/* A file of garbage stops after the first few errors, with a line saying so. */
+Test(config, error_cap) {
+  const char *p = tmp_file("");
+  FILE *f = fopen(p, "w");
+  cr_assert_not_null(f);
+  for (int i = 0; i < 5000; i++)
+    fprintf(f, "garbage line %d\n", i);
+  fclose(f);
+  char *err = expect_file_refused(p, "too many errors");
+  int lines = 0;
+  for (const char *q = err; (q = strstr(q, "expected 'key = value'")); q++)
+    lines++;
+  cr_assert(lines >= 1 && lines <= 10, "%d error lines for 5000 bad lines (at most 10 expected)", lines);
+  cr_assert_null(strstr(err, ":11:"), "line 11 is not reported:\n%.2000s", err);
+  free(err);
+
+  /* a short bad file still reports every bad line and no "too many" */
+  p = tmp_file("a = 1\nb = 2\nbatch_size = 3\n");
+  err = expect_file_refused(p, "'b'");
+  cr_assert_null(strstr(err, "too many errors"), "%s", err);
+  free(err);
+}
+
+/* An allocation failure while reading is an error, never an end of file: on the old code
+ * the file below loaded as "batch_size = 3" alone, its long comment line lost to a failed
+ * getline() that read as end of file (read whole, it says batch_size 4). The
+ * address-space limit makes the 1 MiB read buffer fail; it applies only to this test's
+ * own process. */
+Test(config, allocation_failure_is_not_eof) {
+#if defined(__SANITIZE_ADDRESS__)
+  cr_skip_test("an address-space limit breaks AddressSanitizer");
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  cr_skip_test("an address-space limit breaks AddressSanitizer");
+#endif
+#endif
+  const char *p = tmp_file("");
+  FILE *f = fopen(p, "w");
+  cr_assert_not_null(f);
+  /* a valid config when read whole: batch_size 4 */
+  fputs("batch_size = 3\n# ", f);
+  for (int i = 0; i < (900 << 10); i++)
+    fputc('y', f);
+  fputs("\nbatch_size = 4\n", f);
+  fclose(f);
+  /* the capture's temp file and the log need a little; 1 MiB of buffer must not fit */
+  FILE *statm = fopen("/proc/self/statm", "r");
+  if (!statm)
+    cr_skip_test("no /proc/self/statm");
+  unsigned long pages = 0;
+  cr_assert_eq(fscanf(statm, "%lu", &pages), 1);
+  fclose(statm);
+  struct rlimit rl = {.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (256u << 10),
+                      .rlim_max = RLIM_INFINITY};
+  cr_assert_eq(setrlimit(RLIMIT_AS, &rl), 0);
+  cfg_t c;
+  char *err = NULL;
+  int rc = load_v(&c, NULL, &err, ARGS("--config", p));
+  rl.rlim_cur = RLIM_INFINITY;
+  setrlimit(RLIMIT_AS, &rl);
+  cr_assert_eq(rc, SAC_ECONFIG, "a failed allocation must fail the load (rc %d, batch_size %d); log:\n%.500s",
+               rc, c.batch, err ? err : "");
+  cr_assert_not_null(strstr(err, "out of memory"), "the load failed for another reason:\n%.500s", err);
+  free(err);
 }

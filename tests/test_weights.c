@@ -1,8 +1,16 @@
 /* Weights publish/subscribe over inproc: the subscriber takes the latest version, checks
  * the shape it runs, and drops (and counts) anything else. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/net.h"
@@ -94,4 +102,179 @@ Test(weights, wrong_shape_and_nonfinite_are_dropped_and_counted) {
   sac_weights_pub_destroy(&pub);
   sac_net_ctx_destroy(&ctx);
   free(p);
+}
+
+/* ---- the PUB socket facing the network (issue 14, defect 5) -------------------------- */
+
+/* A raw TCP peer of the weights PUB, speaking ZMTP 3.0 by hand: what an attacker sends,
+ * byte for byte, without libzmq's client-side limits. */
+static int raw_connect(const char *bound) {
+  const char *colon = strrchr(bound, ':');
+  cr_assert_not_null(colon);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect: %s", strerror(errno));
+  return fd;
+}
+
+static void send_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
+    if (k <= 0)
+      return; /* closed by the server meanwhile: what some tests expect */
+    p += k;
+    len -= (size_t)k;
+  }
+}
+
+/* The ZMTP 3.0 greeting of a NULL-mechanism client, and READY as a SUB. */
+static void zmtp_hello_as_sub(int fd) {
+  unsigned char g[64] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0, 'N', 'U', 'L', 'L'};
+  send_all(fd, g, sizeof g);
+  static const unsigned char ready[] = {0x04, 25,  5,   'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c', 'k', 'e',
+                                        't',  '-', 'T', 'y', 'p', 'e', 0,   0,   0,  3,   'S', 'U', 'B'};
+  send_all(fd, ready, sizeof ready);
+  /* libzmq takes a message that arrives before it has sent its own READY for a bad
+   * handshake command: wait for its greeting (64 bytes) and READY (27) first, as a real
+   * client does */
+  size_t got = 0;
+  char buf[256];
+  for (int i = 0; i < 100 && got < 64 + 27; i++) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 20) <= 0)
+      continue;
+    ssize_t k = recv(fd, buf, sizeof buf < 64 + 27 - got ? sizeof buf : 64 + 27 - got, 0);
+    if (k <= 0)
+      break;
+    got += (size_t)k;
+  }
+  cr_assert_eq(got, 64 + 27, "the publisher's handshake did not come (%zu bytes)", got);
+}
+
+/* A subscription message: 0x01 then the topic (len bytes of 'x'), as a long frame. */
+static void zmtp_subscribe(int fd, size_t len) {
+  unsigned char hdr[10] = {0x02};
+  uint64_t size = len + 1;
+  for (int i = 0; i < 8; i++)
+    hdr[1 + i] = (unsigned char)(size >> (56 - 8 * i));
+  hdr[9] = 1;
+  send_all(fd, hdr, sizeof hdr);
+  char *topic = malloc(len + 1);
+  cr_assert_not_null(topic);
+  memset(topic, 'x', len);
+  send_all(fd, topic, len);
+  free(topic);
+}
+
+/* Reads what the server sends until it closes the connection or timeout_ms passes,
+ * publishing meanwhile (as the learner does). Returns 1 closed, 0 still open; *bytes
+ * gets how much was received. */
+static int wait_closed(int fd, sac_weights_pub_t *pub, const float *p, int timeout_ms, size_t *bytes) {
+  uint64_t end = sac_clock_ns() + (uint64_t)timeout_ms * 1000000ull;
+  *bytes = 0;
+  while (sac_clock_ns() < end) {
+    sac_weights_publish(pub, 1, p);
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 20) <= 0)
+      continue;
+    char buf[65536];
+    ssize_t k = recv(fd, buf, sizeof buf, 0);
+    if (k <= 0)
+      return 1;
+    *bytes += (size_t)k;
+  }
+  return 0;
+}
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return -1;
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+      break;
+  fclose(f);
+  return kib;
+}
+
+typedef struct {
+  sac_net_ctx_t *ctx;
+  sac_weights_pub_t *pub;
+  float *p;
+  char bound[256];
+} pub_fixture_t;
+
+static void pub_up(pub_fixture_t *f) {
+  f->ctx = sac_net_ctx_new(1);
+  cr_assert_not_null(f->ctx);
+  sac_mlp_desc_t d;
+  sac_mlp_desc_init(&d, 3, 16, 2, 2, SAC_ACT_RELU, 1);
+  f->p = calloc(sac_mlp_param_count(&d), sizeof(float));
+  f->pub = sac_weights_pub_new(f->ctx, "tcp://127.0.0.1:*", &d, f->bound, sizeof f->bound);
+  cr_assert_not_null(f->pub);
+}
+
+static void pub_down(pub_fixture_t *f) {
+  sac_weights_pub_destroy(&f->pub);
+  sac_net_ctx_destroy(&f->ctx);
+  free(f->p);
+}
+
+/* A 1 MiB subscription topic cost the learner 100+ MB of subscription trie on the old
+ * code, and the connection stayed. Now its sender is disconnected and memory stays. The
+ * control: the same hand-made client with the empty topic a real subscriber sends stays
+ * connected and receives weights, so the refusal is the size, not the client. */
+Test(weights, oversized_subscription_disconnected, .timeout = 60) {
+  pub_fixture_t f;
+  pub_up(&f);
+  int good = raw_connect(f.bound);
+  zmtp_hello_as_sub(good);
+  zmtp_subscribe(good, 0);
+  size_t got = 0;
+  cr_assert_eq(wait_closed(good, f.pub, f.p, 1500, &got), 0, "a well-formed subscriber was disconnected");
+  cr_assert_gt(got, 64 + 100, "the well-formed subscriber received no weights (%zu bytes)", got);
+
+  long before = rss_kib();
+  for (int i = 0; i < 3; i++) {
+    int bad = raw_connect(f.bound);
+    zmtp_hello_as_sub(bad);
+    zmtp_subscribe(bad, (size_t)1 << 20);
+    cr_expect_eq(wait_closed(bad, f.pub, f.p, 5000, &got), 1,
+                 "the 1 MiB subscription's sender is still connected");
+    close(bad);
+  }
+  long grew = rss_kib() - before;
+  cr_expect_lt(grew, 32 * 1024, "3 subscriptions of 1 MiB grew the publisher by %ld KiB", grew);
+  cr_expect_eq(wait_closed(good, f.pub, f.p, 500, &got), 0, "the good subscriber is still served");
+  close(good);
+  pub_down(&f);
+}
+
+/* Random bytes are not ZMTP 3: libzmq used to read them as ZMTP 1.0 frames, turning
+ * garbage into subscriptions that the publishing thread then processed (300 such
+ * connections kept the learner inside libzmq past SIGTERM). Now such a connection is
+ * closed during the handshake. */
+Test(weights, random_bytes_disconnected, .timeout = 60) {
+  pub_fixture_t f;
+  pub_up(&f);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 14, 5);
+  for (int i = 0; i < 20; i++) {
+    int fd = raw_connect(f.bound);
+    unsigned char junk[4096];
+    for (size_t k = 0; k < sizeof junk; k++)
+      junk[k] = (unsigned char)(sac_rng_uniform(&rng) * 256);
+    junk[0] = (unsigned char)(i + 1); /* a ZMTP 1.0 frame length, as 255 of 256 random starts are */
+    send_all(fd, junk, sizeof junk);
+    size_t got = 0;
+    cr_expect_eq(wait_closed(fd, f.pub, f.p, 3000, &got), 1, "connection %d sending random bytes still open",
+                 i);
+    close(fd);
+  }
+  pub_down(&f);
 }

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317 # functions below are called through wait_until and attack
+# abuse_suite (issue 14, "Deliver"): a bounded adversarial client (abuse_client) against a
+# live shard, a live learner in service mode sampling from it, and one well-behaved actor,
+# all on loopback. The attacks, one phase each:
+#   unread    4 DEALERs send 1024 sample requests of 4096 rows each and never read a reply
+#   weights   3 subscriptions of 1 MiB and 300 raw connections of random bytes on the
+#             learner's weights PUB port
+#   slowloris 200 connections writing 1 byte/s on the shard's and on the learner's
+#             metrics port
+#   huge      30 transition batches with rewards of 3e38 (finite, absurd)
+#   sequence  batches claiming the good actor's id with acked_through 2^64-1, then with
+#             session 2^64-1
+#   stop      SIGTERM to each process while garbage keeps arriving on every ZeroMQ port
+# Throughout each phase, every second: every process is alive, its VmRSS is under
+# RSS_MAX_KIB, /healthz of each answers 200 within 1 s, the learner's losses are finite,
+# and progress goes on: the shard's inserted-batches counter (fed by the good actor) and
+# the learner's update count both rise; the suite fails when either has not moved for
+# STALL_S seconds (a wait on progress, not on the clock). After each phase both must move
+# again; after the huge and sequence phases the shard must have refused every attacking
+# batch (its rejected-messages counter). At the end each process must exit 0 within 5 s
+# of its SIGTERM.
+#
+# usage: abuse_suite.sh SAC_LEARNER SAC_ACTOR SAC_REPLAY ABUSE_CLIENT
+# env:   ABUSE_PHASES (default "unread weights slowloris huge sequence stop": a subset runs
+#        only those), DIST_DEADLINE_S (240), DIST_KEEP=1 keeps the logs
+source "$(dirname "${BASH_SOURCE[0]}")/../dist/lib.sh" || { echo "FAIL: $0: cannot load lib.sh"; exit 1; }
+dist_init abuse_suite 240
+[[ $# -eq 4 ]] || { echo "usage: $0 SAC_LEARNER SAC_ACTOR SAC_REPLAY ABUSE_CLIENT"; exit 2; }
+check_binaries "$1" "$2" "$3"
+CLIENT=$4
+[[ -x "$CLIENT" ]] || fail "not an executable: $CLIENT"
+command -v ss >/dev/null || skip "ss (iproute2) is needed to pick free ports"
+PHASES=${ABUSE_PHASES:-unread weights slowloris huge sequence stop}
+PHASES=${PHASES//,/ }
+
+# A small, fast run: Pendulum, one shard, 64-row batches, a small network. Nothing here
+# is about learning; the run only has to keep moving.
+# shellcheck disable=SC2034 # read by lib.sh (shard_args, learner_args)
+BATCH=64
+# shellcheck disable=SC2034
+LEARNING_STARTS=500
+# shellcheck disable=SC2034
+BUFFER=100000
+# Memory bound of every process, KiB. Unattacked they sit at 10-40 MiB (the shard's ring
+# is 100000 Pendulum transitions); the defects this suite guards against took a shard to
+# 800 MiB (unread replies) and a learner to 400 MiB (garbage subscriptions).
+RSS_MAX_KIB=$((256 * 1024))
+# Progress: fail when the shard's insert counter or the learner's update count has not
+# moved for this long.
+STALL_S=30
+
+# no sample/insert ratio: the rate limiter would hold most sample requests back, and
+# the unread-replies attack needs a shard that answers every one
+start_local_shard shard0 1 0 --samples_per_insert=0
+start_local_learner learner "" --total_steps=1000000000 --hidden=64 --eval_every=0 --eval_episodes=2
+start_local_actor actor0 1 0
+DIST_WATCH="shard0 learner actor0"
+PROCS=(shard0 learner actor0)
+INS=${SHARD_INS[0]}
+SMP=${SHARD_SMP[0]}
+port_of() { sed -n 's|.*metrics on http://127\.0\.0\.1:\([0-9][0-9]*\)/metrics.*|\1|p' "$T/$1.log" | tail -n 1; }
+declare -A MPORT=()
+has_port() { [[ -n "$(port_of "$1")" ]]; }
+for n in "${PROCS[@]}"; do
+  wait_until 30 "$n's metrics port" has_port "$n"
+  MPORT[$n]=$(port_of "$n")
+done
+log "up: shard $INS / $SMP, weights on $WEIGHTS_PORT, metrics ports shard0 ${MPORT[shard0]} learner ${MPORT[learner]} actor0 ${MPORT[actor0]}"
+
+inserted() { metric shard0 sac_replay_inserted_batches_total; }
+# rejected: the shard's refused messages, summed over every reason (empty when unreadable)
+rejected() {
+  # shellcheck disable=SC2016
+  timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /metrics HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
+    _ "${MPORT[shard0]}" 2>/dev/null | awk '/^sac_replay_rejected_messages_total[{ ]/ { s += $2; n++ } END { if (n) printf "%d", s }'
+}
+# refused_by_shard BEFORE N WHAT: the shard's rejected count rose by at least N since BEFORE
+refused_by_shard() {
+  local now
+  now=$(rejected)
+  [[ -n "$now" && -n "$1" ]] || fail "cannot read the shard's rejected messages"
+  ((now - $1 >= $2)) || fail "the shard refused $((now - $1)) of the $2 $3 batches (it must refuse each)"
+  log "the shard refused the $3 batches ($((now - $1)) more rejected messages)"
+}
+updates() { last_num "$T/learner.log" "learner: steps " "updates "; }
+LAST_INS=-1 LAST_UPD=-1 INS_AT=$SECONDS UPD_AT=$SECONDS
+declare -A RSS_PEAK=()
+
+# check_all: one round of every assertion; fails the suite on the first broken one.
+check_all() {
+  local n r v
+  check_watch
+  deadline_check
+  for n in "${PROCS[@]}"; do
+    r=$(rss_kib "$(pid_of "$n")")
+    [[ -n "$r" ]] || fail "$n is gone"
+    ((r > ${RSS_PEAK[$n]:-0})) && RSS_PEAK[$n]=$r
+    ((r <= RSS_MAX_KIB)) || fail "$n VmRSS $r KiB is over the bound of $RSS_MAX_KIB KiB"
+    "$CLIENT" healthz "${MPORT[$n]}" 1000 >"$T/healthz.out" 2>&1 ||
+      fail "$n /healthz did not answer 200 within 1 s: $(cat "$T/healthz.out")"
+  done
+  v=$(grep -a -m1 -E '(q_loss|pi_loss) [-+]?(nan|inf)' "$T/learner.log") && fail "non-finite loss in the learner: $v"
+  v=$(inserted)
+  if [[ -n "$v" ]] && ((v > LAST_INS)); then LAST_INS=$v INS_AT=$SECONDS; fi
+  ((SECONDS - INS_AT <= STALL_S)) || fail "the good actor's inserts have not moved for $STALL_S s (shard counter at $LAST_INS)"
+  v=$(updates)
+  if [[ -n "$v" ]] && ((v > LAST_UPD)); then LAST_UPD=$v UPD_AT=$SECONDS; fi
+  ((SECONDS - UPD_AT <= STALL_S)) || fail "the learner's updates have not moved for $STALL_S s (at $LAST_UPD)"
+  return 0
+}
+
+# progress_after: both counters move past where they were when it was called (bounded by STALL_S).
+progress_after() {
+  local i0=$LAST_INS u0=$LAST_UPD end=$((SECONDS + STALL_S))
+  while ((SECONDS <= end)); do
+    check_all
+    ((LAST_INS > i0 && LAST_UPD > u0)) && return 0
+    sleep 1
+  done
+  fail "no progress within $STALL_S s after the attack (inserts $i0 -> $LAST_INS, updates $u0 -> $LAST_UPD)"
+}
+
+# attack NAME CMD...: runs CMD (abuse_client with a bounded attack) in the background,
+# checking everything every second while it runs; its output goes to the log.
+attack() {
+  local name=$1 pid i
+  shift
+  log "attack $name: $*"
+  "$@" >>"$T/attack-$name.log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 200; i++)); do # bounded: every attack ends within its own seconds
+    kill -0 "$pid" 2>/dev/null || break
+    check_all
+    sleep 1
+  done
+  wait "$pid" || fail "attack $name: abuse_client failed: $(cat "$T/attack-$name.log")"
+  log "attack $name done: $(tr '\n' ' ' <"$T/attack-$name.log")"
+}
+
+wants() { [[ " $PHASES " == *" $1 "* ]]; }
+
+# The run is moving before any attack.
+first_updates() { ge "$(updates)" 1; }
+wait_until 60 "the first updates" first_updates
+check_all
+progress_after
+
+if wants unread; then
+  attack unread "$CLIENT" unread "$SMP" 4 1024 4096 10
+  progress_after
+fi
+if wants weights; then
+  "$CLIENT" bigsub "$WEIGHTS_PORT" 1048576 3 >>"$T/attack-bigsub.log" 2>&1 &
+  BIGSUB=$!
+  attack garbage "$CLIENT" garbage "$WEIGHTS_PORT" 300 10
+  wait "$BIGSUB" || fail "bigsub failed: $(cat "$T/attack-bigsub.log")"
+  log "bigsub done: $(cat "$T/attack-bigsub.log")"
+  grep -q ', 3 disconnected by the publisher' "$T/attack-bigsub.log" ||
+    fail "the weights PUB kept a 1 MiB subscription's sender connected: $(cat "$T/attack-bigsub.log")"
+  progress_after
+fi
+if wants slowloris; then
+  "$CLIENT" slowloris "${MPORT[shard0]}" 200 10 >>"$T/attack-slowloris-shard.log" 2>&1 &
+  SLOW=$!
+  attack slowloris-learner "$CLIENT" slowloris "${MPORT[learner]}" 200 10
+  wait "$SLOW" || fail "slowloris on the shard failed"
+  progress_after
+fi
+if wants huge; then
+  r0=$(rejected)
+  attack huge "$CLIENT" insert "$INS" "$OBS_DIM" "$ACT_DIM" 77 huge 30
+  refused_by_shard "$r0" 30 huge-value
+  progress_after
+  # the values reached no update: 20 more seconds of finite losses (check_all greps)
+  for ((i = 0; i < 20; i++)); do check_all; sleep 1; done
+fi
+if wants sequence; then
+  r0=$(rejected)
+  attack acked "$CLIENT" insert "$INS" "$OBS_DIM" "$ACT_DIM" 0 acked 1
+  refused_by_shard "$r0" 1 acked_through=2^64-1
+  progress_after
+  r0=$(rejected)
+  attack session "$CLIENT" insert "$INS" "$OBS_DIM" "$ACT_DIM" 0 session 1
+  refused_by_shard "$r0" 1 session=2^64-1
+  progress_after
+  # the good actor (id 0) still stores: its batches keep landing for a further while
+  progress_after
+fi
+for n in "${PROCS[@]}"; do log "$n VmRSS peak ${RSS_PEAK[$n]:-?} KiB (bound $RSS_MAX_KIB KiB)"; done
+
+if wants stop; then
+  # SIGTERM while garbage keeps arriving on the weights port and both shard ports
+  for p in "$WEIGHTS_PORT" "${INS##*:}" "${SMP##*:}"; do
+    "$CLIENT" garbage "$p" 100 20 >>"$T/attack-stop-$p.log" 2>&1 &
+    on_cleanup "kill $! 2>/dev/null"
+  done
+  sleep 3
+  for n in actor0 learner shard0; do
+    pid=$(pid_of "$n")
+    exited "$pid" && fail "$n had already ended (exit ${DIST_RC_OF[$pid]})"
+    t0=$(date +%s%N)
+    kill -TERM "$pid"
+    for ((i = 0; i < 50; i++)); do
+      exited "$pid" && break
+      sleep 0.1
+    done
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    exited "$pid" || fail "$n (pid $pid) still running 5 s after SIGTERM"
+    [[ ${DIST_RC_OF[$pid]} == 0 ]] || fail "$n exited with ${DIST_RC_OF[$pid]} on SIGTERM, not 0"
+    log "$n stopped on SIGTERM in $ms ms (exit 0)"
+    DIST_WATCH=${DIST_WATCH//$n/}
+  done
+fi
+no_crash_in_logs
+pass "phases: $PHASES"
