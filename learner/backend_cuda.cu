@@ -132,7 +132,11 @@ typedef struct {
   alloc_rec_t *allocs;
   size_t n_allocs, cap_allocs;
   size_t bytes, peak;
-  uint64_t alloc_calls, graph_launches, degraded, epi_fallbacks;
+  uint64_t alloc_calls, graph_launches, degraded;
+  /* eager matmul calls that ran without their fused bias epilogue, by why: bias
+   * under-aligned, no algorithm with the epilogue at the precision's compute type,
+   * the fused matmul refused at run time (graph replays do not count) */
+  uint64_t epi_fb_align, epi_fb_heuristic, epi_fb_launch;
   int err; /* first failure (SAC_EBACKEND / SAC_ENOMEM), latched */
   int warned_plans;
 } cu_t;
@@ -633,7 +637,10 @@ static int plan_build(cu_t *im, plan_t *p, const gemm_t *g, cublasComputeType_t 
 }
 
 /* The cached plan for g, built on first use (never during a capture in practice: the
- * warm-up updates run every shape eagerly first). NULL when no algorithm exists. */
+ * warm-up updates run every shape eagerly first). NULL when no algorithm exists. A plan
+ * with a fused epilogue is only ever built at the precision's own compute type: where
+ * the heuristic refuses it, the caller drops the epilogue (matmul + bias kernel) rather
+ * than lowering bf16/fp16 to TF32 or 32F for the sake of a fused bias. */
 static plan_t *get_plan(cu_t *im, const gemm_t *g, int epi) {
   plan_key_t key;
   memset(&key, 0, sizeof key);
@@ -667,7 +674,7 @@ static plan_t *get_plan(cu_t *im, const gemm_t *g, int epi) {
       {CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F},
       {CUBLAS_COMPUTE_32F_FAST_16F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F}};
   for (int c = 0; c < 3; c++) {
-    if (c > 0 && chains[im->prec][c] == chains[im->prec][c - 1])
+    if (c > 0 && (epi != EPI_NONE || chains[im->prec][c] == chains[im->prec][c - 1]))
       break;
     if (plan_build(im, p, g, chains[im->prec][c]) == 0) {
       p->ok = 1;
@@ -689,11 +696,20 @@ static plan_t *get_plan(cu_t *im, const gemm_t *g, int epi) {
  * algorithm fall back to one product per member. */
 static void gemm(cu_t *im, const gemm_t *g) {
   int epi = EPI_NONE;
-  if (g->bias && (g->act == SAC_ACT_RELU || g->act == SAC_ACT_NONE) &&
-      align_of(g->bias, g->m, g->batch) >= 16)
-    epi = g->act == SAC_ACT_RELU ? EPI_RELU_BIAS : EPI_BIAS;
+  if (g->bias && (g->act == SAC_ACT_RELU || g->act == SAC_ACT_NONE)) {
+    if (align_of(g->bias, g->m, g->batch) >= 16)
+      epi = g->act == SAC_ACT_RELU ? EPI_RELU_BIAS : EPI_BIAS;
+    else
+      im->epi_fb_align++;
+  }
   plan_t *p = get_plan(im, g, epi);
-  if (p && p->epi_failed) {
+  if (epi != EPI_NONE && (!p || p->epi_failed)) {
+    /* no fused algorithm at this compute type (or refused at run time): the plain
+     * matmul at the same compute type, then the bias/activation kernel */
+    if (!p)
+      im->epi_fb_heuristic++;
+    else
+      im->epi_fb_launch++;
     epi = EPI_NONE;
     p = get_plan(im, g, epi);
   }
@@ -726,8 +742,7 @@ static void gemm(cu_t *im, const gemm_t *g) {
     SAC_WARN("cuda", "fused bias epilogue refused (%s) for m %d n %d k %d: bias added separately",
              lt_status_name(st), g->m, g->n, g->k);
     p->epi_failed = 1;
-    im->epi_fallbacks++;
-    gemm(im, g);
+    gemm(im, g); /* counted there, as every later call of this shape */
     return;
   }
   if (ck_lt(im, 1, st, "cublasLtMatmul", __FILE__, __LINE__))
@@ -1338,7 +1353,13 @@ static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
   if (!strcmp(key, "degraded_gemms"))
     return *out = (double)im->degraded, 0;
   if (!strcmp(key, "epilogue_fallbacks"))
-    return *out = (double)im->epi_fallbacks, 0;
+    return *out = (double)(im->epi_fb_align + im->epi_fb_heuristic + im->epi_fb_launch), 0;
+  if (!strcmp(key, "epilogue_fallbacks_alignment"))
+    return *out = (double)im->epi_fb_align, 0;
+  if (!strcmp(key, "epilogue_fallbacks_heuristic"))
+    return *out = (double)im->epi_fb_heuristic, 0;
+  if (!strcmp(key, "epilogue_fallbacks_launch"))
+    return *out = (double)im->epi_fb_launch, 0;
   if (!strcmp(key, "matmul_plans"))
     return *out = (double)im->n_plans, 0;
   if (!strcmp(key, "precision"))
