@@ -1337,6 +1337,20 @@ static int cu_set_option(sac_backend_t *be, const char *key, const char *value) 
     im->growth_interval = (int)v;
     return write_scaler(im, &sc);
   }
+  if (!strcmp(key, "loss_scale_good")) { /* the growth counter, restored from a checkpoint */
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (im->prec != PREC_FP16)
+      return SAC_ENOTFOUND;
+    if (*end || v < 0 || v > 1000000000L)
+      return SAC_EINVAL;
+    scaler_t sc;
+    int rc = read_scaler(im, &sc);
+    if (rc)
+      return rc;
+    sc.good = (int)v;
+    return write_scaler(im, &sc);
+  }
   return SAC_ENOTFOUND;
 }
 
@@ -1371,15 +1385,19 @@ static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
     *out = (double)(key[7] == 'u' ? total_b - free_b : total_b);
     return 0;
   }
-  if (!strcmp(key, "loss_scale") || !strcmp(key, "skipped_steps")) {
+  if (!strcmp(key, "loss_scale") || !strcmp(key, "skipped_steps") || !strcmp(key, "loss_scale_good")) {
     if (im->capturing >= 0)
       return SAC_ESTATE;
+    if (!strcmp(key, "loss_scale_good") && im->prec != PREC_FP16)
+      return SAC_ENOTFOUND; /* no scaler state to keep outside fp16 */
     scaler_t sc;
     int rc = read_scaler(im, &sc);
     if (rc)
       return rc;
-    if (key[0] == 'l')
+    if (!strcmp(key, "loss_scale"))
       *out = im->prec == PREC_FP16 ? sc.scale : 1.0;
+    else if (!strcmp(key, "loss_scale_good"))
+      *out = (double)sc.good;
     else
       *out = (double)sc.skipped;
     return 0;

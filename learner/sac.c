@@ -4,6 +4,7 @@
 #include "learner/sac.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -576,4 +577,32 @@ int sac_set_buffer(sac_t *s, int which, const float *in, size_t n) {
 int sac_get_noise(sac_t *s, int tag, float *out) {
   size_t n = (size_t)s->hp.batch * s->hp.act_dim;
   return s->be->ops->download(s->be, out, tag == NOISE_NEXT ? s->eps2 + n : s->eps2, n);
+}
+
+int sac_get_scaler(sac_t *s, sac_scaler_state_t *out) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  double scale, good;
+  if (!ops->get_metric || ops->get_metric(s->be, "loss_scale_good", &good) != 0 ||
+      ops->get_metric(s->be, "loss_scale", &scale) != 0)
+    return SAC_ENOTFOUND;
+  out->scale = (float)scale;
+  out->good = (int32_t)good;
+  return 0;
+}
+
+int sac_set_scaler(sac_t *s, const sac_scaler_state_t *in) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  double good;
+  if (!ops->get_metric || !ops->set_option || ops->get_metric(s->be, "loss_scale_good", &good) != 0)
+    return SAC_ENOTFOUND;
+  if (!(in->scale > 0.0f) || isinf(in->scale) || in->good < 0)
+    return SAC_EINVAL;
+  char v[64];
+  snprintf(v, sizeof v, "%.9g", (double)in->scale);
+  int rc = ops->set_option(s->be, "loss_scale", v); /* also zeroes the growth counter */
+  if (rc == 0) {
+    snprintf(v, sizeof v, "%d", (int)in->good);
+    rc = ops->set_option(s->be, "loss_scale_good", v);
+  }
+  return rc;
 }

@@ -105,6 +105,18 @@ void sac_set_step(sac_t *s, uint64_t step);
 void sac_get_noise_key(const sac_t *s, uint32_t key[2]);
 void sac_set_noise_key(sac_t *s, const uint32_t key[2]);
 
+/* The fp16 loss scaler's state (cuda backend in fp16): the scale and the updates
+ * without overflow since it last changed. Part of a checkpoint, so a resumed fp16 run
+ * goes on with the scale it had. sac_get_scaler: 0, or SAC_ENOTFOUND where the backend
+ * has no loss scaler (cpu; cuda in fp32/tf32/bf16). sac_set_scaler: 0, SAC_ENOTFOUND
+ * or SAC_EINVAL (scale not finite and > 0, good < 0). Setup time only. */
+typedef struct {
+  float scale;
+  int32_t good;
+} sac_scaler_state_t;
+int sac_get_scaler(sac_t *s, sac_scaler_state_t *out);
+int sac_set_scaler(sac_t *s, const sac_scaler_state_t *in);
+
 /* Where an update's time goes, filled when a profile is attached (the backend is
  * synchronised between phases, which costs a little on a GPU). Seconds, accumulated. */
 typedef struct {
