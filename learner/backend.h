@@ -133,6 +133,15 @@ typedef struct sac_backend_ops {
    * SAC_ENOTFOUND. Setup time only: not between graph_begin and graph_end. */
   int (*set_option)(sac_backend_t *be, const char *key, const char *value);
   int (*get_metric)(sac_backend_t *be, const char *key, double *out);
+  /* Data-parallel fp16. A backend that skips an Adam step on an overflow it saw in its
+   * own backward pass (the cuda backend in fp16) must make that decision together with
+   * the other ranks, or their weights part for good. overflow_export writes the pending
+   * step's overflow flag as 0.0f or 1.0f into dst (1 float of backend memory);
+   * overflow_import sets the flag from src (nonzero: overflow). The data-parallel hook
+   * all-reduces the slot with the gradients, so every rank skips, or none. In order with
+   * the ops; graph-capturable. NULL (both) where a backend never skips a step (cpu). */
+  void (*overflow_export)(sac_backend_t *be, float *dst);
+  void (*overflow_import)(sac_backend_t *be, const float *src);
   /* The device stream the ops are enqueued on (a cudaStream_t), for a collective that
    * must run in order with them (learner/collective.h, nccl). Cannot fail. */
   void *(*native_stream)(sac_backend_t *be);

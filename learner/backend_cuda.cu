@@ -498,6 +498,11 @@ __global__ void k_scaler_update(scaler_t *sc) {
 }
 
 __global__ void k_set_u64(unsigned long long *p, unsigned long long v) { *p = v; }
+
+/* Data-parallel fp16: the overflow flag out to a float slot that is all-reduced with the
+ * gradients, and back (nonzero after the reduction: some rank overflowed). */
+__global__ void k_ovf_export(const int *ovf, float *dst) { *dst = *ovf ? 1.0f : 0.0f; }
+__global__ void k_ovf_import(int *ovf, const float *src) { *ovf = *src != 0.0f; }
 __global__ void k_inc_u64(unsigned long long *p) { *p += 1ull; }
 
 typedef struct {
@@ -1072,6 +1077,18 @@ static void cu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n,
   LAUNCHED(im, "k_polyak");
 }
 
+static void cu_overflow_export(sac_backend_t *be, float *dst) {
+  cu_t *im = IM(be);
+  k_ovf_export<<<1, 1, 0, im->stream>>>(&im->ds->overflow, dst);
+  LAUNCHED(im, "k_ovf_export");
+}
+
+static void cu_overflow_import(sac_backend_t *be, const float *src) {
+  cu_t *im = IM(be);
+  k_ovf_import<<<1, 1, 0, im->stream>>>(&im->ds->overflow, src);
+  LAUNCHED(im, "k_ovf_import");
+}
+
 static void cu_update_end(sac_backend_t *be) {
   cu_t *im = IM(be);
   if (im->prec != PREC_FP16)
@@ -1478,6 +1495,8 @@ static const sac_backend_ops_t k_cuda_ops = {
     .stage_commit = cu_stage_commit,
     .set_option = cu_set_option,
     .get_metric = cu_get_metric,
+    .overflow_export = cu_overflow_export,
+    .overflow_import = cu_overflow_import,
     .native_stream = cu_native_stream,
 };
 
@@ -1489,7 +1508,8 @@ static int preload_kernels(cu_t *im) {
                        (const void *)k_critic_target, (const void *)k_critic_loss,    (const void *)k_actor_loss,
                        (const void *)k_alpha_loss,    (const void *)k_nonfinite,      (const void *)k_adam,
                        (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
-                       (const void *)k_inc_u64,       (const void *)k_scatter};
+                       (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
+                       (const void *)k_ovf_import};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))
