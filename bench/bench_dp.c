@@ -70,11 +70,7 @@ int main(int argc, char **argv) {
   sac_backend_t *be = NULL;
   int rc;
   if (strcmp(c.backend, "cuda") == 0) {
-#ifdef SAC_HAVE_CUDA
     rc = sac_backend_cuda_new(c.device >= 0 ? c.device : c.rank, &be);
-#else
-    rc = SAC_EUNSUPPORTED;
-#endif
   } else {
     rc = sac_backend_new(c.backend, c.threads, &be);
   }

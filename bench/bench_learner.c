@@ -119,8 +119,90 @@ static double sgemm_check(void) {
   return worst;
 }
 
+/* ---- the machine's sgemm ceiling, measured beside every run (issue 17) -------------------
+ * Two yardsticks on the benchmark's threads, each the best of a few repetitions:
+ *  - big: one 2048^3 sgemm on T OpenBLAS threads (the textbook peak);
+ *  - shapes: the update's dominant shape (batch x hidden x hidden), T independent
+ *    single-threaded sgemms at once, one per thread: what this many cores do at the sizes
+ *    an update multiplies when nothing else is in the way.
+ * The ceiling is the larger of the two; the fraction reached is achieved / ceiling, per run,
+ * so machine load (shared machines) hits numerator and denominator alike. */
+#include <pthread.h>
+
+typedef struct {
+  int m, n, k, reps;
+  float *a, *b, *c;
+  pthread_barrier_t *start;
+} sg_job_t;
+
+static void *sg_thread(void *p) {
+  sg_job_t *j = p;
+  pthread_barrier_wait(j->start);
+  for (int r = 0; r < j->reps; r++)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j->m, j->n, j->k, 1.0f, j->a, j->k, j->b, j->n,
+                0.0f, j->c, j->n);
+  return NULL;
+}
+
+static float *sg_buf(size_t n) {
+  float *p = malloc(n * sizeof(float));
+  for (size_t i = 0; p && i < n; i++)
+    p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  return p;
+}
+
+/* GFLOP/s of T threads each running `reps` single-threaded (m, n, k) sgemms at once. */
+static double sg_parallel(int T, int m, int n, int k, int reps) {
+  sg_job_t j[64];
+  pthread_t tid[64];
+  pthread_barrier_t start;
+  T = T < 1 ? 1 : (T > 64 ? 64 : T);
+  pthread_barrier_init(&start, NULL, (unsigned)T);
+  for (int t = 0; t < T; t++)
+    j[t] = (sg_job_t){m,     n, k, reps, sg_buf((size_t)m * k), sg_buf((size_t)k * n), sg_buf((size_t)m * n),
+                      &start};
+  double t0 = sac_clock_s();
+  for (int t = 1; t < T; t++)
+    pthread_create(&tid[t], NULL, sg_thread, &j[t]);
+  sg_thread(&j[0]);
+  for (int t = 1; t < T; t++)
+    pthread_join(tid[t], NULL);
+  double dt = sac_clock_s() - t0;
+  for (int t = 0; t < T; t++)
+    free(j[t].a), free(j[t].b), free(j[t].c);
+  pthread_barrier_destroy(&start);
+  return 2.0 * m * n * k * reps * T / dt * 1e-9;
+}
+
+typedef struct {
+  double big, shapes;
+} ceiling_t;
+
+static ceiling_t measure_ceiling(int T, int B, int H) {
+  ceiling_t c = {0, 0};
+  enum { N = 2048 };
+  float *a = sg_buf((size_t)N * N), *b = sg_buf((size_t)N * N), *cc = sg_buf((size_t)N * N);
+  openblas_set_num_threads(T); /* the backend runs OpenBLAS single-threaded; the yardstick does not */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, cc, N);
+  for (int r = 0; r < 2; r++) {
+    double t0 = sac_clock_s();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, cc, N);
+    double g = 2.0 * N * N * N / (sac_clock_s() - t0) * 1e-9;
+    c.big = g > c.big ? g : c.big;
+  }
+  openblas_set_num_threads(1);
+  free(a), free(b), free(cc);
+  int reps = (int)(2e9 / (2.0 * B * H * H)) + 1; /* about 2 GFLOP per thread */
+  for (int r = 0; r < 2; r++) {
+    double g = sg_parallel(T, B, H, H, reps);
+    c.shapes = g > c.shapes ? g : c.shapes;
+  }
+  return c;
+}
+
 typedef struct {
   double ups, sample_s, target_s, critic_s, actor_s, opt_s, total_s;
+  ceiling_t ceil;
 } run_t;
 
 /* One timed run: warmup, then `updates` updates each on a freshly sampled batch from a
@@ -280,13 +362,26 @@ int main(int argc, char **argv) {
          c.config, hp.obs_dim, hp.act_dim, hp.hidden, hp.depth, hp.batch, c.backend, c.precision,
          c.graphs && be->ops->graph_launch && !c.profile ? ", graphs" : "", c.recompute ? ", recompute" : "",
          c.threads, c.runs, c.updates);
+  const int cpu = strcmp(c.backend, "cpu") == 0;
+  const int T = c.threads > 0 ? c.threads : openblas_get_num_procs();
+  double *frac = calloc((size_t)c.runs, sizeof(double)), *big = calloc((size_t)c.runs, sizeof(double)),
+         *shp = calloc((size_t)c.runs, sizeof(double));
   for (int r = 0; r < c.runs; r++) {
+    if (cpu)
+      runs[r].ceil = measure_ceiling(T, hp.batch, hp.hidden);
     if ((rc = run_ours(&c, be, &hp, &runs[r], &flops)) != 0) {
       fprintf(stderr, "run failed: %s\n", sac_strerror(rc));
       return 1;
     }
     ups[r] = runs[r].ups;
     printf("  run %d: sacfleet %.1f updates/s", r + 1, runs[r].ups);
+    if (cpu) {
+      double ceil = runs[r].ceil.big > runs[r].ceil.shapes ? runs[r].ceil.big : runs[r].ceil.shapes;
+      big[r] = runs[r].ceil.big, shp[r] = runs[r].ceil.shapes;
+      frac[r] = flops * runs[r].ups * 1e-9 / ceil;
+      printf("   ceiling: sgemm 2048^3 %.1f, %dx%dx%d x%d threads %.1f GFLOP/s; reached %.2f", big[r],
+             hp.batch, hp.hidden, hp.hidden, T, shp[r], frac[r]);
+    }
     if (c.peer) {
       double p = run_peer(&c, &hp);
       if (!isnan(p))
@@ -316,6 +411,18 @@ int main(int argc, char **argv) {
     printf("| PyTorch peer updates/s (median of %d) | %.1f |\n", npeer, m_peer);
     printf("| ratio sacfleet / peer | %.2fx |\n", m_ups / m_peer);
   }
+  if (cpu) {
+    double mb = median(big, c.runs), ms2 = median(shp, c.runs), mf = median(frac, c.runs);
+    double ceil = mb > ms2 ? mb : ms2;
+    printf("| sgemm 2048^3 on %d threads, GFLOP/s (median) | %.1f |\n", T, mb);
+    printf("| sgemm %dx%dx%d, %d at once single-threaded, GFLOP/s (median) | %.1f |\n", hp.batch, hp.hidden,
+           hp.hidden, T, ms2);
+    printf("| ceiling: updates/s at the larger of the two | %.1f |\n", ceil / (flops * 1e-9));
+    printf("| fraction of the ceiling reached (median of per-run ratios) | %.2f |\n", mf);
+    printf("ceiling-result preset=%s threads=%d sgemm2048_gflops=%.1f sgemm_shapes_gflops=%.1f "
+           "achieved_gflops=%.1f fraction=%.3f\n",
+           c.config, T, mb, ms2, gflops, mf);
+  }
   printf("| time for 1M updates | %.2f h |\n", hours);
   printf("| cost of 1M updates at $%.2f/h | $%.3f |\n", c.price, hours * c.price);
   /* what the backend reports (device memory, graph replays, loss scale), and one line
@@ -341,7 +448,7 @@ int main(int argc, char **argv) {
          c.config, c.backend, c.precision, c.graphs && be->ops->graph_launch && !c.profile, c.recompute,
          hp.batch, hp.hidden, hp.depth, m_ups, ms, peak / 1048576.0, launches, scale, skipped);
   if (!c.profile) {
-    free(runs), free(ups), free(peer);
+    free(runs), free(ups), free(peer), free(frac), free(big), free(shp);
     sac_backend_destroy(&be);
     return 0;
   }
@@ -355,7 +462,7 @@ int main(int argc, char **argv) {
     printf("| %s | %.3f | %.0f%% |\n", names[i], med[i] * 1e3, 100.0 * med[i] * m_ups);
   printf("| other (loop, profiling syncs) | %.3f | %.0f%% |\n", (1.0 / m_ups - sum) * 1e3,
          100.0 * (1.0 / m_ups - sum) * m_ups);
-  free(runs), free(ups), free(peer);
+  free(runs), free(ups), free(peer), free(frac), free(big), free(shp);
   sac_backend_destroy(&be);
   return 0;
 }

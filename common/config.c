@@ -33,7 +33,7 @@ _Static_assert(sizeof(long long) == sizeof(int64_t), "INT64 options are parsed w
 
 /* SAC_* variables that are read by something other than an option table. Anything else
  * under SAC_ that matches no option is a typo we want reported, not silently ignored. */
-static const char *const k_env_allow[] = {"SAC_CONFIG", "SAC_LOG_LEVEL", "SAC_LOG_JSON"};
+static const char *const k_env_allow[] = {"SAC_CONFIG", "SAC_LOG_LEVEL", "SAC_LOG_JSON", "SAC_CUDA_MODULE"};
 
 #define ENV_NAME_MAX 256
 
@@ -565,7 +565,9 @@ static void print_usage(const sac_cfg_opt_t *opts, size_t n_opts, const char *pr
   printf("  --config FILE\n      read options from FILE (overrides SAC_CONFIG)\n"
          "  --help\n      print this text and exit\n"
          "  --version\n      print the version and exit\n"
-         "\nOther environment variables: SAC_LOG_LEVEL (error|warn|info|debug), SAC_LOG_JSON.\n");
+         "\nOther environment variables: SAC_LOG_LEVEL (error|warn|info|debug), SAC_LOG_JSON,\n"
+         "  SAC_CUDA_MODULE (path of libsacfleet-cuda.so, the cuda backend's module, where it is\n"
+         "  not next to the binary or in <prefix>/lib/sacfleet).\n");
 }
 
 int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int argc, char **argv,

@@ -186,6 +186,12 @@ static void handle(conn_t *c) {
     return;
   }
   if (is_health) {
+    char why[512] = "ok";
+    if (c->h->cfg.health && !c->h->cfg.health(c->h->cfg.health_ud, why, sizeof why - 2)) {
+      strcat(why, "\n");
+      respond_text(c, 503, "Service Unavailable", why, NULL, head);
+      return;
+    }
     respond_text(c, 200, "OK", "ok\n", NULL, head);
     return;
   }
@@ -409,6 +415,12 @@ void sac_http_stop(sac_http_t **hp) {
 
 sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int port,
                                    sac_metrics_t *metrics) {
+  return sac_http_serve_metrics_health(component, addr, port, metrics, NULL, NULL);
+}
+
+sac_http_t *sac_http_serve_metrics_health(const char *component, const char *addr, int port,
+                                          sac_metrics_t *metrics, int (*health)(void *, char *, size_t),
+                                          void *health_ud) {
   if (port < 0) {
     SAC_INFO(component, "metrics endpoint disabled (metrics_port < 0)");
     return NULL;
@@ -420,6 +432,8 @@ sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int 
     return NULL;
   }
   c.port = port;
+  c.health = health;
+  c.health_ud = health_ud;
   sac_http_t *h = NULL;
   int rc = sac_http_start(&c, metrics, &h);
   if (rc != 0) {

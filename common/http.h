@@ -24,6 +24,11 @@ typedef struct {
   size_t max_request_bytes; /* request line and headers; default 8192 */
   int max_connections;      /* open at once; default 64 */
   int timeout_ms;           /* whole-connection deadline; default 10000 */
+  /* /healthz: NULL answers 200 "ok"; else 200 "ok" when health(health_ud, why, cap)
+   * returns 1, 503 with the text it wrote in why when it returns 0. Called on the
+   * server's thread, so it must be thread-safe. */
+  int (*health)(void *ud, char *why, size_t cap);
+  void *health_ud;
 } sac_http_config_t;
 
 /* Defaults: 0.0.0.0, port 0, 8 KiB requests, 64 connections, 10 s deadline. */
@@ -45,5 +50,9 @@ void sac_http_stop(sac_http_t **h);
  * it serves ("<component>: metrics on http://ADDR:PORT/metrics"). A failure to start is
  * logged and returns NULL: metrics are not worth stopping a training run for. */
 sac_http_t *sac_http_serve_metrics(const char *component, const char *addr, int port, sac_metrics_t *metrics);
+/* The same with a /healthz check (sac_http_config_t.health). */
+sac_http_t *sac_http_serve_metrics_health(const char *component, const char *addr, int port,
+                                          sac_metrics_t *metrics, int (*health)(void *, char *, size_t),
+                                          void *health_ud);
 
 #endif

@@ -121,3 +121,32 @@ void sac_log(sac_log_level_t level, const char *module, const char *fmt, ...) {
   ssize_t w = write(STDERR_FILENO, line, n);
   (void)w;
 }
+
+/* ------------------------------------------------------------------ rate-limited lines */
+
+int sac_log_limited(sac_log_limit_t *l, double every_s, sac_log_level_t level, const char *module,
+                    const char *fmt, ...) {
+  if ((int)level > (int)sac_log_get_level())
+    return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  unsigned long long now = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+  unsigned long long gap = every_s > 0.0 ? (unsigned long long)(every_s * 1e9) : 0ull;
+  unsigned long long next = atomic_load(&l->next_ns);
+  /* one thread wins the slot; the others count themselves as suppressed */
+  if (now < next || !atomic_compare_exchange_strong(&l->next_ns, &next, now + gap)) {
+    atomic_fetch_add(&l->suppressed, 1);
+    return 0;
+  }
+  unsigned long long skipped = atomic_exchange(&l->suppressed, 0);
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (skipped)
+    sac_log(level, module, "%s (%llu similar lines suppressed)", msg, skipped);
+  else
+    sac_log(level, module, "%s", msg);
+  return 1;
+}

@@ -1,10 +1,13 @@
 /* Atomic, checksummed snapshot files (see snapshot.h). */
 #include "common/snapshot.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -202,9 +205,85 @@ void sac_snap_writer_abort(sac_snap_writer_t *w) {
   w->tmp[0] = '\0';
 }
 
+static const char *sac_snap_file_kind(mode_t m) {
+  return S_ISDIR(m)    ? "a directory"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+                       : "not a regular file";
+}
+
+/* Removes "<base>.tmp.<pid>" in dir for pids that are not live processes. */
+static uint64_t remove_stale_tmp(const char *dir, const char *base) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  uint64_t n = 0;
+  size_t bl = strlen(base);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *nm = e->d_name;
+    if (strncmp(nm, base, bl) != 0 || strncmp(nm + bl, ".tmp.", 5) != 0)
+      continue;
+    const char *digits = nm + bl + 5;
+    char *end = NULL;
+    errno = 0;
+    long pid = strtol(digits, &end, 10);
+    if (!digits[0] || *end || errno || pid <= 0)
+      continue;
+    if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+      continue; /* a live process (perhaps another shard writing this path) */
+    char full[8400];
+    snprintf(full, sizeof full, "%s/%s", dir, nm);
+    struct stat sb;
+    if (lstat(full, &sb) != 0 || !S_ISREG(sb.st_mode))
+      continue;
+    if (unlink(full) == 0) {
+      SAC_WARN("snapshot", "removed %s (%lld bytes), left by process %ld that stopped mid-snapshot", full,
+               (long long)sb.st_size, pid);
+      n++;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+int sac_snap_prepare(const char *path, uint64_t *removed) {
+  if (removed)
+    *removed = 0;
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    SAC_ERROR("snapshot",
+              "snapshot path %s is %s, not a regular file: name a file (it is created if missing)", path,
+              sac_snap_file_kind(sb.st_mode));
+    return SAC_EINVAL;
+  }
+  char d1[4096], d2[4096];
+  snprintf(d1, sizeof d1, "%s", path);
+  snprintf(d2, sizeof d2, "%s", path);
+  const char *dir = dirname(d1), *base = basename(d2);
+  char probe[8400];
+  snprintf(probe, sizeof probe, "%s/.%s.probe.%ld", dir, base, (long)getpid());
+  int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    SAC_ERROR("snapshot", "cannot create files in %s, the folder of snapshot %s: %s", dir, path,
+              strerror(errno));
+    return SAC_EIO;
+  }
+  close(fd);
+  unlink(probe);
+  uint64_t n = remove_stale_tmp(dir, base);
+  if (removed)
+    *removed = n;
+  return 0;
+}
+
 int sac_snap_reader_open(sac_snap_reader_t *r, const char *path, uint32_t kind) {
   memset(r, 0, sizeof *r);
-  r->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer; nothing but a regular file
+   * is read */
+  r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (r->fd < 0) {
     if (errno == ENOENT)
       return SAC_ENOTFOUND;
@@ -218,6 +297,13 @@ int sac_snap_reader_open(sac_snap_reader_t *r, const char *path, uint32_t kind) 
     SAC_ERROR("snapshot", "cannot stat %s: %s", path, strerror(errno));
     goto fail;
   }
+  if (!S_ISREG(sb.st_mode)) {
+    SAC_ERROR("snapshot", "%s is %s, not a regular file: a snapshot path must name a file", path,
+              sac_snap_file_kind(sb.st_mode));
+    rc = SAC_EINVAL;
+    goto fail;
+  }
+  fcntl(r->fd, F_SETFL, fcntl(r->fd, F_GETFL) & ~O_NONBLOCK);
   if ((uint64_t)sb.st_size < HEADER_BYTES + TRAILER_BYTES || read_all(r->fd, h, sizeof h) != 0) {
     SAC_ERROR("snapshot", "%s is truncated: %lld bytes, shorter than a header and trailer", path,
               (long long)sb.st_size);

@@ -44,6 +44,15 @@ int sac_snap_writer_commit(sac_snap_writer_t *w);
 /* Removes the temporary file. Idempotent. */
 void sac_snap_writer_abort(sac_snap_writer_t *w);
 
+/* What an owner does once before its first snapshot at path: refuses a path that exists
+ * and is not a regular file (a directory, FIFO, device: SAC_EINVAL, logged), checks
+ * that the folder takes new files by creating and removing one (SAC_EIO, logged), and
+ * removes the "<path>.tmp.<pid>" files that a process killed mid-snapshot left behind:
+ * only those of this exact path whose pid is not a live process (a live one may be
+ * another process writing the same path; it is left alone). *removed (may be NULL)
+ * gets how many were removed. */
+int sac_snap_prepare(const char *path, uint64_t *removed);
+
 typedef struct {
   int fd;
   uint64_t payload_bytes, read_bytes;
@@ -51,8 +60,9 @@ typedef struct {
   uint32_t kind;
 } sac_snap_reader_t;
 
-/* Opens and fully verifies path. 0; SAC_ENOTFOUND (no file); SAC_EVERSION (another
- * format); SAC_EIO (truncated or unreadable); SAC_ECHECKSUM (corrupt). Each failure is
+/* Opens and fully verifies path. 0; SAC_ENOTFOUND (no file); SAC_EINVAL (not a regular
+ * file: never read, so a FIFO cannot block); SAC_EVERSION (another format); SAC_EIO
+ * (truncated or unreadable); SAC_ECHECKSUM (corrupt). Each failure is
  * logged with the path and what was wrong. */
 int sac_snap_reader_open(sac_snap_reader_t *r, const char *path, uint32_t kind);
 /* Reads the next len payload bytes. 0 or SAC_EIO (past the payload, or a read error). */

@@ -33,10 +33,10 @@ const char *sac_wire_reason_str(sac_wire_reason_t r) {
 }
 
 const char *sac_wire_reason_name(sac_wire_reason_t r) {
-  static const char *names[] = {"none",       "too_big", "malformed",    "version",   "no_body",
-                                "unexpected", "dims",    "length",       "nonfinite", "rows",
-                                "flag",       "env_id",  "episode_ends", "tail",      "index",
-                                "value",      "frames",  "window",       "session",   "busy"};
+  static const char *names[] = {"none",         "too_big", "malformed", "version",  "no_body", "unexpected",
+                                "dims",         "length",  "nonfinite", "rows",     "flag",    "env_id",
+                                "episode_ends", "tail",    "index",     "value",    "frames",  "window",
+                                "session",      "busy",    "range",     "sequence", "actors"};
   _Static_assert(sizeof names / sizeof names[0] == SAC_WIRE_R_COUNT, "reason names");
   if ((unsigned)r >= SAC_WIRE_R_COUNT)
     return "unknown";
@@ -109,6 +109,17 @@ static int all_finite(const float *p, size_t n) {
   return bad == 0;
 }
 
+/* 1 when every value is finite and |x| <= max (max > 0; 0: finite only). NaN fails
+ * the comparison, so one pass checks both. */
+static int all_within(const float *p, size_t n, float max) {
+  if (max <= 0.0f)
+    return 1;
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad |= (uint32_t) !(fabsf(p[i]) <= max);
+  return bad == 0;
+}
+
 static int all_01(const uint8_t *p, size_t n) {
   uint8_t bad = 0;
   for (size_t i = 0; i < n; i++)
@@ -174,6 +185,10 @@ static int check_transitions(sac_wire_decoder_t *d, const sac_wire_transitions_t
     REJECT(SAC_EINVAL, SAC_WIRE_R_DIMS);
   if (t->seq == 0)
     REJECT(SAC_EINVAL, SAC_WIRE_R_WINDOW);
+  /* every seq <= acked_through was acknowledged to the sender, so the batch it sends
+   * (not acknowledged yet) is above it */
+  if (t->acked_through >= t->seq)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_SEQUENCE);
   if (t->n_next > t->n || t->n_tail > t->n || t->n_episodes > t->n)
     REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
   if (!t->env_ids || !t->obs || !t->action || !t->reward || !t->terminated || !t->truncated ||
@@ -191,6 +206,12 @@ static int check_transitions(sac_wire_decoder_t *d, const sac_wire_transitions_t
       !all_finite(t->next_obs ? t->next_obs : t->obs, t->next_obs ? (size_t)t->n_next * od : 0) ||
       !all_finite(t->tail_obs ? t->tail_obs : t->obs, t->tail_obs ? (size_t)t->n_tail * od : 0))
     REJECT(SAC_ENONFINITE, SAC_WIRE_R_NONFINITE);
+  const float mx = lim->max_abs_value;
+  if (!all_within(t->obs, n * od, mx) || !all_within(t->action, n * ad, mx) ||
+      !all_within(t->reward, n, mx) ||
+      (t->next_obs && !all_within(t->next_obs, (size_t)t->n_next * od, mx)) ||
+      (t->tail_obs && !all_within(t->tail_obs, (size_t)t->n_tail * od, mx)))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_RANGE);
   /* next_obs rows: strictly increasing, exactly the ended rows */
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
@@ -266,6 +287,11 @@ static int check_sample_batch(const sac_wire_sample_batch_t *b, const sac_wire_l
   if (!all_finite(b->obs, n * b->obs_dim) || !all_finite(b->next_obs, n * b->obs_dim) ||
       !all_finite(b->action, n * b->act_dim) || !all_finite(b->reward, n) || !all_finite(b->weights, n))
     REJECT(SAC_ENONFINITE, SAC_WIRE_R_NONFINITE);
+  if (!all_within(b->obs, n * b->obs_dim, lim->max_abs_value) ||
+      !all_within(b->next_obs, n * b->obs_dim, lim->max_abs_value) ||
+      !all_within(b->action, n * b->act_dim, lim->max_abs_value) ||
+      !all_within(b->reward, n, lim->max_abs_value))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_RANGE);
   for (size_t i = 0; i < n; i++) {
     if (b->terminated[i] != 0.0f && b->terminated[i] != 1.0f)
       REJECT(SAC_EINVAL, SAC_WIRE_R_FLAG);

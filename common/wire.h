@@ -57,7 +57,10 @@
   X(FRAMES, "wrong number of message frames")                                                                \
   X(WINDOW, "sequence number beyond the dedup window or zero")                                               \
   X(SESSION, "batch of a superseded client session (a newer client with this actor id has sent)")            \
-  X(BUSY, "shard busy: its queue of held inserts is full; resend later")
+  X(BUSY, "shard busy: its queue of held inserts is full; resend later")                                     \
+  X(RANGE, "value outside the receiver's configured finite range")                                           \
+  X(SEQUENCE, "sequence fields inconsistent (acked_through not below seq, or a jump beyond the allowed)")    \
+  X(ACTORS, "too many actors tracked and none idle long enough to forget")
 
 typedef enum {
 #define SAC__WIRE_REASON_ENUM(name, msg) SAC_WIRE_R_##name,
@@ -228,6 +231,8 @@ typedef struct {
   uint32_t max_layers;       /* weights (0: 64) */
   uint32_t max_layer_dim;    /* weights (0: 65536) */
   uint32_t accept_mask;      /* bit (1u << type) for each accepted type; 0: all */
+  float max_abs_value;       /* transitions / sample batches: |obs|, |action|, |reward| <= this,
+                                else SAC_WIRE_R_RANGE (0: only finiteness is checked) */
 } sac_wire_limits_t;
 
 #define SAC_WIRE_DEFAULT_MAX_MSG (4u << 20)

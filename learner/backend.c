@@ -1,23 +1,38 @@
-/* Backend selection by name (see backend.h). */
+/* Backend selection by name (see backend.h). The cuda backend lives in the CUDA module
+ * (cuda_module.h), opened here on first use. */
 #include <string.h>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "learner/backend.h"
+#include "learner/cuda_module.h"
+
+int sac_backend_cuda_new(int device, sac_backend_t **out) {
+  *out = NULL;
+  const sac_cuda_module_t *m;
+  if (sac_cuda_module_get(&m) != 0) {
+    SAC_ERROR("backend",
+              "backend \"cuda\" is not available: the CUDA module (%s) is not installed or not "
+              "loadable (see the line above); --backend cpu needs no module",
+              SAC_CUDA_MODULE_FILE);
+    return SAC_EUNSUPPORTED;
+  }
+  int n = 0;
+  char why[256];
+  if (m->device_count(&n, why, sizeof why) != 0 || device < 0 || device >= n) {
+    SAC_ERROR("backend", "backend \"cuda\": the CUDA module %s is loaded, but there is no usable GPU %d (%s)",
+              sac_cuda_module_path(), device, n ? "fewer devices" : why);
+    return SAC_ENODEV;
+  }
+  return m->backend_new(device, out);
+}
 
 int sac_backend_new(const char *name, int threads, sac_backend_t **out) {
   *out = NULL;
   if (strcmp(name, "cpu") == 0)
     return sac_backend_cpu_new(threads, out);
-  if (strcmp(name, "cuda") == 0) {
-#ifdef SAC_HAVE_CUDA
+  if (strcmp(name, "cuda") == 0)
     return sac_backend_cuda_new(0, out);
-#else
-    SAC_ERROR("backend",
-              "backend \"cuda\" is not built in (configure with -DSAC_WITH_CUDA=ON where nvcc exists)");
-    return SAC_EUNSUPPORTED;
-#endif
-  }
   SAC_ERROR("backend", "unknown backend \"%s\" (known: cpu, cuda)", name);
   return SAC_ENOTFOUND;
 }

@@ -155,8 +155,9 @@ struct sac_backend {
 };
 
 /* Creates a backend by name ("cpu", "cuda"). threads: CPU threads for "cpu" (0 = all
- * cores). Returns 0, SAC_ENOTFOUND (unknown name), SAC_EUNSUPPORTED (not built in),
- * SAC_ENODEV (no usable GPU) or SAC_ENOMEM. */
+ * cores). Returns 0, SAC_ENOTFOUND (unknown name), SAC_EUNSUPPORTED (the CUDA module is
+ * not installed or not loadable: learner/cuda_module.h), SAC_ENODEV (module loaded, no
+ * usable GPU) or SAC_ENOMEM; each failure logs which. */
 int sac_backend_new(const char *name, int threads, sac_backend_t **out);
 /* Applies the learner's precision ("fp32", "tf32", "bf16", "fp16") and CUDA-graph choice
  * (graphs: 1 on, 0 off) through set_option. A backend without options (cpu) takes
@@ -166,8 +167,7 @@ int sac_backend_configure(sac_backend_t *be, const char *precision, int graphs);
 void sac_backend_destroy(sac_backend_t **be);
 
 int sac_backend_cpu_new(int threads, sac_backend_t **out);
-#ifdef SAC_HAVE_CUDA
+/* The cuda backend on a device, through the CUDA module (same codes as sac_backend_new). */
 int sac_backend_cuda_new(int device, sac_backend_t **out);
-#endif
 
 #endif

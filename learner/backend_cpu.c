@@ -1,10 +1,24 @@
 /* The cpu backend: OpenBLAS sgemm for the layers and plain loops for everything else.
  * It is the readable reference the cuda backend is checked against, so the math here is
  * written for clarity first; the GEMMs carry almost all of the time.
- * "Backend memory" is 64-byte aligned host memory. Deterministic for a fixed thread
- * count: OpenBLAS sgemm does not split the reduction dimension across threads. */
+ * "Backend memory" is 64-byte aligned host memory.
+ *
+ * Threads (issue 17): SAC's GEMMs are small (256 x 256 x 256 and below), where OpenBLAS's
+ * own threading spends much of its time waking and joining threads once per GEMM. So with
+ * T > 1 threads the backend runs OpenBLAS single-threaded and splits each op itself over
+ * a pool of T - 1 workers plus the caller, once per op rather than once per GEMM: the twin
+ * critics' members go to different threads (independent GEMMs in parallel), one-member
+ * layers split their rows (forward, input gradient) or their output columns (weight
+ * gradient, with the activation backward and the bias gradient of those columns), and the
+ * Adam and Polyak passes split their range. Workers spin briefly for the next op, then
+ * sleep. Every element is computed by exactly one thread in a fixed order, so results are
+ * deterministic for a fixed thread count (and equal the one-thread results up to the
+ * GEMM kernel's blocking). */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,9 +26,151 @@
 #include "common/philox.h"
 #include "learner/backend.h"
 
+/* ---- the thread pool: fork-join, one job at a time ------------------------------------ */
+
+#define CPU_MAX_THREADS 64
+#define CPU_SPIN 2000 /* pause iterations (tens of microseconds) a worker spins for the next job before sleeping */
+
+typedef void (*cpu_job_fn)(void *arg, int part, int nparts);
+
+typedef struct cpu_pool {
+  int n; /* threads, the caller included */
+  pthread_t tid[CPU_MAX_THREADS];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  _Atomic unsigned gen; /* bumped for each job */
+  _Atomic int pending;  /* workers still running the current job */
+  _Atomic int sleepers; /* workers waiting on cv */
+  _Atomic int stop;
+  cpu_job_fn fn;
+  void *arg;
+} cpu_pool_t;
+
+typedef struct {
+  cpu_pool_t *pool;
+  int part;
+} cpu_worker_t;
+
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static void *cpu_worker_main(void *p) {
+  cpu_worker_t *w = p;
+  cpu_pool_t *pool = w->pool;
+  unsigned seen = 0;
+  for (;;) {
+    unsigned g;
+    int spins = 0;
+    while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
+           !atomic_load(&pool->stop)) {
+      if (++spins < CPU_SPIN) {
+        cpu_pause();
+        continue;
+      }
+      pthread_mutex_lock(&pool->mu);
+      atomic_fetch_add(&pool->sleepers, 1);
+      while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
+        pthread_cond_wait(&pool->cv, &pool->mu);
+      atomic_fetch_sub(&pool->sleepers, 1);
+      pthread_mutex_unlock(&pool->mu);
+      spins = 0;
+    }
+    if (atomic_load(&pool->stop))
+      break;
+    seen = g;
+    pool->fn(pool->arg, w->part, pool->n);
+    atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
+  }
+  free(w);
+  return NULL;
+}
+
+/* Runs fn(arg, part, n) for every part in [0, n): part 0 on the caller. */
+static void cpu_run(cpu_pool_t *pool, cpu_job_fn fn, void *arg) {
+  if (!pool || pool->n < 2) {
+    fn(arg, 0, 1);
+    return;
+  }
+  pool->fn = fn;
+  pool->arg = arg;
+  atomic_store_explicit(&pool->pending, pool->n - 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
+  if (atomic_load(&pool->sleepers) > 0) {
+    pthread_mutex_lock(&pool->mu);
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+  }
+  fn(arg, 0, pool->n);
+  /* a worker that is not running (more threads than free cores) must get the core: spin
+   * briefly, then yield it */
+  for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++)
+    if (spins < 2000)
+      cpu_pause();
+    else
+      sched_yield();
+}
+
+static void cpu_pool_destroy(cpu_pool_t *pool) {
+  if (!pool)
+    return;
+  pthread_mutex_lock(&pool->mu);
+  atomic_store(&pool->stop, 1);
+  pthread_cond_broadcast(&pool->cv);
+  pthread_mutex_unlock(&pool->mu);
+  for (int i = 1; i < pool->n; i++)
+    pthread_join(pool->tid[i], NULL);
+  pthread_mutex_destroy(&pool->mu);
+  pthread_cond_destroy(&pool->cv);
+  free(pool);
+}
+
+/* n threads in all (n - 1 workers); NULL where n < 2 or on failure (then ops run serially). */
+static cpu_pool_t *cpu_pool_new(int n) {
+  if (n < 2)
+    return NULL;
+  if (n > CPU_MAX_THREADS)
+    n = CPU_MAX_THREADS;
+  cpu_pool_t *pool = calloc(1, sizeof *pool);
+  if (!pool)
+    return NULL;
+  pthread_mutex_init(&pool->mu, NULL);
+  pthread_cond_init(&pool->cv, NULL);
+  pool->n = 1;
+  for (int i = 1; i < n; i++) {
+    cpu_worker_t *w = malloc(sizeof *w);
+    if (!w)
+      break;
+    w->pool = pool, w->part = i;
+    if (pthread_create(&pool->tid[i], NULL, cpu_worker_main, w) != 0) {
+      free(w);
+      break;
+    }
+    pool->n = i + 1;
+  }
+  if (pool->n < 2) {
+    cpu_pool_destroy(pool);
+    return NULL;
+  }
+  return pool;
+}
+
 typedef struct {
   int threads;
+  cpu_pool_t *pool; /* NULL with one thread */
 } cpu_impl_t;
+
+static cpu_pool_t *pool_of(sac_backend_t *be) { return ((cpu_impl_t *)be->impl)->pool; }
+
+/* [lo, hi) of part p of n over `total` items, in chunks of `align` items where possible */
+static void split_range(size_t total, int p, int n, size_t align, size_t *lo, size_t *hi) {
+  size_t chunks = (total + align - 1) / align;
+  size_t c0 = chunks * (size_t)p / (size_t)n, c1 = chunks * (size_t)(p + 1) / (size_t)n;
+  *lo = c0 * align < total ? c0 * align : total;
+  *hi = c1 * align < total ? c1 * align : total;
+}
 
 static int cpu_alloc(sac_backend_t *be, size_t n, float **out) {
   (void)be;
@@ -44,6 +200,7 @@ static int cpu_sync(sac_backend_t *be) {
 }
 
 static void cpu_destroy(sac_backend_t *be) {
+  cpu_pool_destroy(pool_of(be));
   free(be->impl);
   free(be);
 }
@@ -93,57 +250,139 @@ SAC_VEC static void act_bwd_colsum(float *restrict dY, const float *restrict Y, 
   }
 }
 
-/* Y_k = act(X_k W_k + b_k) */
-static void cpu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
-  (void)be;
+/* One unit of a layer's forward: member k, rows [r0, r1): Y_k = act(X_k W_k + b_k), the
+ * bias and activation applied while that block of Y is still in cache. */
+static void fwd_block(const sac_linear_t *L, float *Y, int ldy, int k, int r0, int r1) {
   const size_t wsz = (size_t)L->n_in * L->n_out;
-  for (int k = 0; k < L->K; k++) {
-    const float *Wk = L->W + k * wsz;
-    float *Yk = Y + (size_t)k * L->n_out;
-    if (L->shared) {
-      int row = 0;
-      for (int s = 0; s < L->n_seg; s++) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L->B, L->n_out, L->seg[s].n, 1.0f, L->seg[s].p,
-                    L->seg[s].ld, Wk + (size_t)row * L->n_out, L->n_out, s == 0 ? 0.0f : 1.0f, Yk, ldy);
-        row += L->seg[s].n;
-      }
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L->B, L->n_out, L->n_in, 1.0f,
-                  L->seg[0].p + (size_t)k * L->n_in, L->seg[0].ld, Wk, L->n_out, 0.0f, Yk, ldy);
+  const float *Wk = L->W + k * wsz;
+  float *Yk = Y + (size_t)r0 * ldy + (size_t)k * L->n_out;
+  const int rows = r1 - r0;
+  if (rows <= 0)
+    return;
+  if (L->shared) {
+    int row = 0;
+    for (int s = 0; s < L->n_seg; s++) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, L->n_out, L->seg[s].n, 1.0f,
+                  L->seg[s].p + (size_t)r0 * L->seg[s].ld, L->seg[s].ld, Wk + (size_t)row * L->n_out,
+                  L->n_out, s == 0 ? 0.0f : 1.0f, Yk, ldy);
+      row += L->seg[s].n;
     }
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, L->n_out, L->n_in, 1.0f,
+                L->seg[0].p + (size_t)r0 * L->seg[0].ld + (size_t)k * L->n_in, L->seg[0].ld, Wk, L->n_out,
+                0.0f, Yk, ldy);
   }
-  bias_act(Y, ldy, L->b, L->B, L->K * L->n_out, L->act);
+  bias_act(Yk, ldy, L->b + (size_t)k * L->n_out, rows, L->n_out, L->act);
 }
 
-static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
-                           float *dW, float *db, float *dX[2], const int ldx[2]) {
-  (void)be;
-  act_bwd_colsum(dY, Y, ldy, L->B, L->K * L->n_out, L->act, db);
+typedef struct {
+  const sac_linear_t *L;
+  float *Y;
+  int ldy;
+} fwd_job_t;
+
+/* Units are (member, row chunk): with K >= parts whole members, else each member's rows
+ * in parts / K chunks of 16 rows' granularity. Part p takes units p, p + parts, ... */
+static void fwd_job(void *arg, int part, int parts) {
+  const fwd_job_t *j = arg;
+  const sac_linear_t *L = j->L;
+  int R = L->K >= parts ? 1 : parts / L->K;
+  for (int u = part; u < L->K * R; u += parts) {
+    size_t r0, r1;
+    split_range((size_t)L->B, u % R, R, 16, &r0, &r1);
+    fwd_block(L, j->Y, j->ldy, u / R, (int)r0, (int)r1);
+  }
+}
+
+static void cpu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
+  fwd_job_t j = {L, Y, ldy};
+  cpu_run(pool_of(be), fwd_job, &j);
+}
+
+typedef struct {
+  const sac_linear_t *L;
+  float *dY, *dW, *db;
+  const float *Y;
+  int ldy;
+  float **dX;
+  const int *ldx;
+} bwd_job_t;
+
+/* Phase 1, by output columns: the activation backward, the bias gradient and the weight
+ * gradient of columns [c0, c1) of member k (dW_k[:, c] = X_k^T dY_k[:, c]). */
+static void bwd_cols(const bwd_job_t *j, int k, int c0, int c1) {
+  const sac_linear_t *L = j->L;
+  const int w = c1 - c0;
+  if (w <= 0)
+    return;
+  const size_t col = (size_t)k * L->n_out + (size_t)c0;
+  act_bwd_colsum(j->dY + col, j->Y + col, j->ldy, L->B, w, L->act, j->db ? j->db + col : NULL);
+  if (!j->dW)
+    return;
+  const size_t wsz = (size_t)L->n_in * L->n_out;
+  float *dWk = j->dW + k * wsz + c0;
+  if (L->shared) {
+    int row = 0;
+    for (int s = 0; s < L->n_seg; s++) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L->seg[s].n, w, L->B, 1.0f, L->seg[s].p,
+                  L->seg[s].ld, j->dY + col, j->ldy, 0.0f, dWk + (size_t)row * L->n_out, L->n_out);
+      row += L->seg[s].n;
+    }
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L->n_in, w, L->B, 1.0f,
+                L->seg[0].p + (size_t)k * L->n_in, L->seg[0].ld, j->dY + col, j->ldy, 0.0f, dWk, L->n_out);
+  }
+}
+
+static void bwd_cols_job(void *arg, int part, int parts) {
+  const bwd_job_t *j = arg;
+  const sac_linear_t *L = j->L;
+  int R = L->K >= parts ? 1 : parts / L->K;
+  for (int u = part; u < L->K * R; u += parts) {
+    size_t c0, c1;
+    split_range((size_t)L->n_out, u % R, R, 16, &c0, &c1);
+    bwd_cols(j, u / R, (int)c0, (int)c1);
+  }
+}
+
+/* Phase 2, by rows: the input gradient of rows [r0, r1), summed over members in order. */
+static void bwd_rows_job(void *arg, int part, int parts) {
+  const bwd_job_t *j = arg;
+  const sac_linear_t *L = j->L;
+  size_t lo, hi;
+  split_range((size_t)L->B, part, parts, 16, &lo, &hi);
+  const int rows = (int)(hi - lo);
+  if (rows <= 0)
+    return;
   const size_t wsz = (size_t)L->n_in * L->n_out;
   for (int k = 0; k < L->K; k++) {
-    const float *dYk = dY + (size_t)k * L->n_out;
+    const float *dYk = j->dY + lo * (size_t)j->ldy + (size_t)k * L->n_out;
     const float *Wk = L->W + k * wsz;
     if (L->shared) {
       int row = 0;
       for (int s = 0; s < L->n_seg; s++) {
         int n = L->seg[s].n;
-        if (dW)
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, L->n_out, L->B, 1.0f, L->seg[s].p,
-                      L->seg[s].ld, dYk, ldy, 0.0f, dW + k * wsz + (size_t)row * L->n_out, L->n_out);
-        if (dX && dX[s])
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L->B, n, L->n_out, 1.0f, dYk, ldy,
-                      Wk + (size_t)row * L->n_out, L->n_out, k == 0 ? 0.0f : 1.0f, dX[s], ldx[s]);
+        if (j->dX[s])
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, L->n_out, 1.0f, dYk, j->ldy,
+                      Wk + (size_t)row * L->n_out, L->n_out, k == 0 ? 0.0f : 1.0f,
+                      j->dX[s] + lo * (size_t)j->ldx[s], j->ldx[s]);
         row += n;
       }
-    } else {
-      if (dW)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L->n_in, L->n_out, L->B, 1.0f,
-                    L->seg[0].p + (size_t)k * L->n_in, L->seg[0].ld, dYk, ldy, 0.0f, dW + k * wsz, L->n_out);
-      if (dX && dX[0])
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L->B, L->n_in, L->n_out, 1.0f, dYk, ldy, Wk,
-                    L->n_out, 0.0f, dX[0] + (size_t)k * L->n_in, ldx[0]);
+    } else if (j->dX[0]) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L->n_in, L->n_out, 1.0f, dYk, j->ldy, Wk,
+                  L->n_out, 0.0f, j->dX[0] + lo * (size_t)j->ldx[0] + (size_t)k * L->n_in, j->ldx[0]);
     }
   }
+}
+
+static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                           float *dW, float *db, float *dX[2], const int ldx[2]) {
+  float *nodx[2] = {NULL, NULL};
+  const int noldx[2] = {0, 0};
+  bwd_job_t j = {L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx};
+  cpu_run(pool_of(be), bwd_cols_job, &j);
+  if (j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]))
+    cpu_run(pool_of(be), bwd_rows_job, &j);
 }
 
 static void cpu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
@@ -274,13 +513,32 @@ SAC_VEC static void adam_loop(float *restrict p, const float *restrict g, float 
   }
 }
 
+typedef struct {
+  float *p, *m, *v;
+  const float *g;
+  size_t n;
+  float b1, b2, step, sqrt_bc2, eps;
+} adam_job_t;
+
+/* below this many parameters a pass is not worth waking a thread for */
+#define CPU_PAR_MIN_N 16384
+
+static void adam_job(void *arg, int part, int parts) {
+  const adam_job_t *a = arg;
+  size_t lo, hi;
+  split_range(a->n, part, parts, 64, &lo, &hi);
+  if (hi > lo)
+    adam_loop(a->p + lo, a->g + lo, a->m + lo, a->v + lo, hi - lo, a->b1, a->b2, a->step, a->sqrt_bc2,
+              a->eps);
+}
+
 static void cpu_adam(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
                      const sac_adam_hp_t *hp, float *t) {
-  (void)be;
   *t += 1.0f;
   const float b1 = hp->beta1, b2 = hp->beta2;
   const float bc1 = 1.0f - powf(b1, *t), bc2 = 1.0f - powf(b2, *t);
-  adam_loop(p, g, m, v, n, b1, b2, hp->lr / bc1, sqrtf(bc2), hp->eps);
+  adam_job_t a = {p, m, v, g, n, b1, b2, hp->lr / bc1, sqrtf(bc2), hp->eps};
+  cpu_run(n >= CPU_PAR_MIN_N ? pool_of(be) : NULL, adam_job, &a);
 }
 
 SAC_VEC static void polyak_loop(float *restrict tgt, const float *restrict src, size_t n, float tau) {
@@ -289,9 +547,24 @@ SAC_VEC static void polyak_loop(float *restrict tgt, const float *restrict src, 
     tgt[i] = keep * tgt[i] + tau * src[i];
 }
 
+typedef struct {
+  float *tgt;
+  const float *src;
+  size_t n;
+  float tau;
+} polyak_job_t;
+
+static void polyak_job(void *arg, int part, int parts) {
+  const polyak_job_t *a = arg;
+  size_t lo, hi;
+  split_range(a->n, part, parts, 64, &lo, &hi);
+  if (hi > lo)
+    polyak_loop(a->tgt + lo, a->src + lo, hi - lo, a->tau);
+}
+
 static void cpu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau) {
-  (void)be;
-  polyak_loop(tgt, src, n, tau);
+  polyak_job_t a = {tgt, src, n, tau};
+  cpu_run(n >= CPU_PAR_MIN_N ? pool_of(be) : NULL, polyak_job, &a);
 }
 
 static const sac_backend_ops_t k_cpu_ops = {
@@ -324,9 +597,12 @@ int sac_backend_cpu_new(int threads, sac_backend_t **out) {
     free(impl);
     return SAC_ENOMEM;
   }
-  if (threads > 0)
-    openblas_set_num_threads(threads);
-  impl->threads = openblas_get_num_threads();
+  if (threads <= 0)
+    threads = openblas_get_num_procs();
+  impl->threads = threads;
+  /* the pool splits each op; OpenBLAS runs single-threaded inside each part */
+  impl->pool = cpu_pool_new(threads);
+  openblas_set_num_threads(1);
   be->ops = &k_cpu_ops;
   be->impl = impl;
   *out = be;

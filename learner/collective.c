@@ -1,11 +1,12 @@
-/* The collective interface's calls (see collective.h), and the nccl entry points of a
- * build without NCCL, which say so. */
+/* The collective interface's calls (see collective.h), and the nccl entry points, which
+ * forward to the CUDA module. */
 #include "learner/collective.h"
 
 #include <assert.h>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "learner/cuda_module.h"
 
 int sac_coll_allreduce_mean(sac_coll_t *c, float *buf, size_t n) {
   assert(c);
@@ -42,20 +43,37 @@ void sac_coll_destroy(sac_coll_t **c) {
 int sac_coll_rank(const sac_coll_t *c) { return c->rank; }
 int sac_coll_size(const sac_coll_t *c) { return c->size; }
 
-#ifndef SAC_HAVE_NCCL
+/* The nccl collective lives in the CUDA module (cuda_module.h); these forward to it. */
+static const sac_cuda_module_t *nccl_module(void) {
+  const sac_cuda_module_t *m;
+  if (sac_cuda_module_get(&m) != 0) {
+    SAC_ERROR("dp",
+              "data-parallel: the nccl collective needs the CUDA module (%s, see the line above); use "
+              "dp_collective zmq",
+              SAC_CUDA_MODULE_FILE);
+    return NULL;
+  }
+  if (!m->nccl_new || !m->nccl_unique_id) {
+    SAC_ERROR("dp", "data-parallel: the CUDA module %s was built without nccl.h; use dp_collective zmq",
+              sac_cuda_module_path());
+    return NULL;
+  }
+  return m;
+}
+
+int sac_coll_nccl_available(void) {
+  const sac_cuda_module_t *m;
+  return sac_cuda_module_get(&m) == 0 && m->nccl_new != NULL;
+}
+
 int sac_coll_nccl_unique_id(unsigned char id[SAC_COLL_NCCL_ID_BYTES]) {
-  (void)id;
-  SAC_ERROR(
-      "dp",
-      "data-parallel: the nccl collective is not built in (it needs a CUDA build where nccl.h is found at "
-      "configure time); use dp_collective zmq");
-  return SAC_EUNSUPPORTED;
+  const sac_cuda_module_t *m = nccl_module();
+  return m ? m->nccl_unique_id(id) : SAC_EUNSUPPORTED;
 }
 
 int sac_coll_nccl_new(const unsigned char id[SAC_COLL_NCCL_ID_BYTES], int rank, int size, void *stream,
                       int timeout_ms, const char *hint, sac_coll_t **out) {
-  (void)id, (void)rank, (void)size, (void)stream, (void)timeout_ms, (void)hint;
   *out = NULL;
-  return sac_coll_nccl_unique_id(NULL);
+  const sac_cuda_module_t *m = nccl_module();
+  return m ? m->nccl_new(id, rank, size, stream, timeout_ms, hint, out) : SAC_EUNSUPPORTED;
 }
-#endif

@@ -6,7 +6,7 @@
  *    buffer to rank 0, which sums in rank order (0, 1, ..., L-1), divides by L and sends
  *    the same bytes back to everyone, so every rank ends with bit-identical results.
  *    Its constructor also runs the bootstrap handshake (hello, checked by rank 0).
- *  - "nccl" (collective_nccl.c, only in CUDA builds with NCCL): ncclAllReduce with
+ *  - "nccl" (collective_nccl.c, in the CUDA module where nccl.h was found): ncclAllReduce with
  *    ncclAvg on device memory, on the backend's stream, over a non-blocking
  *    communicator that is aborted when an operation overruns its timeout.
  *
@@ -100,5 +100,7 @@ int sac_coll_nccl_unique_id(unsigned char id[SAC_COLL_NCCL_ID_BYTES]);
  * SAC_EBACKEND (logged with NCCL's message). */
 int sac_coll_nccl_new(const unsigned char id[SAC_COLL_NCCL_ID_BYTES], int rank, int size, void *stream,
                       int timeout_ms, const char *hint, sac_coll_t **out);
+/* 1 where the CUDA module is loadable and has the nccl collective (loads it), else 0. */
+int sac_coll_nccl_available(void);
 
 #endif

@@ -1,6 +1,7 @@
 /* The nccl collective (see collective.h): NCCL on device memory, on the backend's CUDA
- * stream, for data-parallel learners on the cuda backend. Compiled only in CUDA builds
- * where CMake found NCCL (SAC_HAVE_NCCL); collective.c answers for the others.
+ * stream, for data-parallel learners on the cuda backend. Part of the CUDA module
+ * (cuda_module.h), built where CMake found nccl.h (SAC_HAVE_NCCL); collective.c forwards
+ * the sac_coll_nccl_* calls of the binaries to the module's copies.
  *
  * NCCL itself never times out: a rank that died leaves the others' kernels spinning. So
  * the communicator is non-blocking (config.blocking = 0), and every operation waits for

@@ -199,11 +199,7 @@ int sac_dp_new(const sac_dp_cfg_t *cfg, const char *config, sac_backend_t *be, s
     why[0] = '\0';
   const char *coll = cfg->collective;
   if (strcmp(coll, "auto") == 0) {
-#ifdef SAC_HAVE_NCCL
-    coll = be->ops->native_stream ? "nccl" : "zmq";
-#else
-    coll = "zmq";
-#endif
+    coll = be->ops->native_stream && sac_coll_nccl_available() ? "nccl" : "zmq";
   }
   if (strcmp(coll, "zmq") != 0 && strcmp(coll, "nccl") != 0) {
     if (why)

@@ -70,7 +70,8 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("precision", t.precision, "fp32",
         "compute precision: fp32; with --backend cuda also tf32, bf16, fp16 (fp32 master weights, fp16 "
         "with dynamic loss scaling)"),
-    OPT("graphs", SAC_CFG_BOOL, t.graphs, "true", 1, 0, "cuda: capture each update as CUDA graphs after warm-up"),
+    OPT("graphs", SAC_CFG_BOOL, t.graphs, "true", 1, 0,
+        "cuda: capture each update as CUDA graphs after warm-up"),
     OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024, "cpu backend threads (0 = all cores)"),
     OPT("total_steps", SAC_CFG_INT64, t.total_steps, "20000", 1, 1e15, "environment steps to train for"),
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
@@ -153,6 +154,22 @@ static void metrics_stop(void) {
   sac_metrics_destroy(&g_metrics);
 }
 
+/* The process's peak resident set (VmHWM of /proc/self/status) in MiB, for the result
+ * line: the footprint a run needed (issue 17; tests/footprint/footprint.sh bounds it).
+ * -1 where /proc is not mounted. */
+static double peak_rss_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return -1;
+  char line[256];
+  double kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %lf kB", &kib) == 1)
+      break;
+  fclose(f);
+  return kib < 0 ? -1 : kib / 1024.0;
+}
+
 static int run_service(const learner_cfg_t *c) {
   sac_learner_cfg_t lc;
   sac_learner_cfg_default(&lc);
@@ -230,17 +247,17 @@ static int run_service(const learner_cfg_t *c) {
   }
   if (dp_follower) { /* no evaluation and no run directory here: rank 0 has them */
     printf("result: data-parallel rank %d of %d: env %s  steps %lld  updates %lld  wall %.1f s  %.0f "
-           "updates/s\n",
+           "updates/s  peak RSS %.1f MiB\n",
            c->dp_rank, c->dp_size, lc.env, (long long)res.env_steps, (long long)res.updates, res.wall_seconds,
-           res.updates_per_second);
+           res.updates_per_second, peak_rss_mib());
     return 0;
   }
   printf(
       "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
-      "episodes  wall %.1f s  %.0f updates/s  %.0f steps/s  policy version %llu\n",
+      "episodes  wall %.1f s  %.0f updates/s  %.0f steps/s  policy version %llu  peak RSS %.1f MiB\n",
       lc.env, (long long)res.env_steps, (long long)res.updates, (long long)res.episodes,
       res.final_eval_return, res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second,
-      res.env_steps_per_second, (unsigned long long)res.policy_version);
+      res.env_steps_per_second, (unsigned long long)res.policy_version, peak_rss_mib());
   printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin, checkpoint.bin\n", rd.path);
   return 0;
 }
@@ -313,8 +330,8 @@ int main(int argc, char **argv) {
   }
   printf(
       "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
-      "episodes  wall %.1f s  %.0f updates/s\n",
+      "episodes  wall %.1f s  %.0f updates/s  peak RSS %.1f MiB\n",
       c.t.env, (long long)res.steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
-      res.best_eval_return, c.t.eval_episodes, res.wall_seconds, res.updates_per_second);
+      res.best_eval_return, c.t.eval_episodes, res.wall_seconds, res.updates_per_second, peak_rss_mib());
   return 0;
 }

@@ -83,11 +83,27 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
     sac_replay_server_config_t sc;
     sac_replay_server_config_default(&sc);
     sc.shard.shard_id = (uint32_t)i;
-    sc.shard.capacity = (uint64_t)(c->buffer_capacity / S > 1 ? c->buffer_capacity / S : 1);
+    /* Sized to the run (issue 17): never more slots than the run can fill. The shards
+     * share total_steps transitions; the actors' batches go round-robin over them, so a
+     * shard may get up to one batch per actor more than its share, and each batch may
+     * take one extra slot per environment (the obs-only tail of each environment's run
+     * of rows, replay/shard.h). Unused slots cost no memory (calloc'ed pages stay
+     * untouched), but the budget is also what a resumed run's larger replay may grow
+     * from (replay/shard.c). A batch may not exceed a quarter of a shard. */
+    uint64_t E = (uint64_t)c->envs_per_actor, rows = (uint64_t)ac.send_rows + 2 * E;
+    uint64_t share = (uint64_t)(c->total_steps / S + (i < c->total_steps % S)) + (uint64_t)N * rows;
+    uint64_t need = share + (share * E + (uint64_t)ac.send_rows - 1) / (uint64_t)ac.send_rows;
+    uint64_t cap = (uint64_t)(c->buffer_capacity / S > 1 ? c->buffer_capacity / S : 1);
+    cap = cap < need ? cap : need;
+    sc.shard.capacity = cap > 4 * rows ? cap : 4 * rows;
+    if (sc.shard.max_batch_rows > sc.shard.capacity / 4)
+      sc.shard.max_batch_rows = (uint32_t)(sc.shard.capacity / 4);
     sc.shard.obs_dim = (uint32_t)sp->obs_dim;
     sc.shard.act_dim = (uint32_t)sp->act_dim;
     sc.shard.sampler = c->prioritized ? SAC_REPLAY_PRIORITIZED : SAC_REPLAY_UNIFORM;
     sc.shard.alpha = c->per_alpha;
+    /* the learner asks for batches of hp.batch rows: no larger sample has to fit a message */
+    sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
     uint64_t min_size = (uint64_t)(c->learning_starts / S);
     sc.shard.min_size = min_size > (uint64_t)c->hp.batch ? min_size : (uint64_t)c->hp.batch;
     /* every update samples one batch from one shard: per shard, B * UTD samples per insert */
@@ -302,7 +318,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     threads = cores - cfg->embedded_actors > 1 ? (int)(cores - cfg->embedded_actors) : 1;
   }
   if ((rc = sac_backend_new(cfg->backend, threads, &be)) != 0 ||
-      (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0 || (rc = sac_new(&hp, be, &sac)) != 0)
+      (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0 ||
+      (rc = sac_new(&hp, be, &sac)) != 0)
     goto out;
   sac_ckpt_counters_t ck = {0};
   if (cfg->resume[0]) {

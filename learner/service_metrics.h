@@ -31,13 +31,11 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "learner/backend.h"
+#include "learner/cuda_module.h"
 #include "learner/sac.h"
 #include "learner/service.h"
 #include "replay/server.h"
 #include "replay/server_metrics.h"
-#ifdef SAC_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 typedef struct {
   sac_metrics_t *r;
@@ -138,9 +136,9 @@ static inline void sac_nvml__free(void *user) {
  * found in NVML by its PCI bus id) at scrape time. 1 when registered, 0 when NVML is
  * not there (the series are then absent), logged once either way. */
 static inline int sac_service_metrics__nvml(sac_service_metrics_t *m) {
-#ifdef SAC_HAVE_CUDA
   char bus[32];
-  if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, 0) != cudaSuccess) {
+  const sac_cuda_module_t *cm;
+  if (sac_cuda_module_get(&cm) != 0 || cm->pci_bus_id(0, bus, (int)sizeof bus) != 0) {
     SAC_INFO("learner", "metrics: no GPU utilisation (no PCI bus id for device 0)");
     return 0;
   }
@@ -178,10 +176,6 @@ static inline int sac_service_metrics__nvml(sac_service_metrics_t *m) {
     return 0;
   SAC_INFO("learner", "metrics: GPU utilisation and memory from NVML (device %s)", bus);
   return 1;
-#else
-  (void)m;
-  return 0;
-#endif
 }
 
 /* ---- embedded shards and actors ------------------------------------------------------- */

@@ -6,6 +6,7 @@
  * Exit codes: 0 stopped cleanly (or --help/--version), 2 configuration error,
  * 3 unusable snapshot (refused), 4 cannot bind, 1 anything else (e.g. the final
  * snapshot failed). */
+#include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -48,6 +49,12 @@ typedef struct {
   char metrics_addr[64];
   int metrics_port;
   char curve_key[1024], curve_allow[1024];
+  double max_abs_value;
+  int64_t max_reply_queue_bytes;
+  int max_sample_peers;
+  int64_t max_seq_jump;
+  double max_session_ahead_s, actor_idle_s;
+  int adopt_snapshot;
 } opts_t;
 
 #define O(f) offsetof(opts_t, f)
@@ -92,6 +99,20 @@ static const sac_cfg_opt_t k_opts[] = {
      "snapshot file (empty: no snapshots); restored at start"},
     {"snapshot_interval_s", SAC_CFG_DOUBLE, O(snapshot_interval_s), 0, "60", 0, 1e9,
      "seconds between snapshots (0: only at shutdown)"},
+    {"adopt_snapshot", SAC_CFG_BOOL, O(adopt_snapshot), 0, "0", SAC_CFG_UNBOUNDED,
+     "load a snapshot written by another shard_id (else refused: exit code 3)"},
+    {"max_abs_value", SAC_CFG_DOUBLE, O(max_abs_value), 0, "1e6", 0, 3e38,
+     "inserted observations, actions and rewards must be within +-this (0: any finite value)"},
+    {"max_reply_queue_bytes", SAC_CFG_INT64, O(max_reply_queue_bytes), 0, "16777216", 1, 1073741824.0,
+     "bytes of sample replies queued for one connection that does not read (beyond: dropped, counted)"},
+    {"max_sample_peers", SAC_CFG_INT, O(max_sample_peers), 0, "16", 1, 4096,
+     "connections served samples at once (one silent for 10 s gives its place to a new one)"},
+    {"max_seq_jump", SAC_CFG_INT64, O(max_seq_jump), 0, "1048576", 0, 9.2e18,
+     "largest move of an actor's dedup window by acked_through in one batch (0: any)"},
+    {"max_session_ahead_s", SAC_CFG_DOUBLE, O(max_session_ahead_s), 0, "3600", 0, 1e9,
+     "refuse batches whose session starts this far ahead of this host's clock (0: no check)"},
+    {"actor_idle_s", SAC_CFG_DOUBLE, O(actor_idle_s), 0, "600", 0, 1e9,
+     "an actor silent this long is forgotten when max_actors are tracked and a new one arrives (0: never)"},
     {"start_empty_on_bad_snapshot", SAC_CFG_BOOL, O(start_empty_on_bad_snapshot), 0, "0", SAC_CFG_UNBOUNDED,
      "move an unusable snapshot aside and start empty instead of refusing to start"},
     {"ready_file", SAC_CFG_STRING, O(ready_file), 1024, "", SAC_CFG_UNBOUNDED,
@@ -138,6 +159,15 @@ static int write_ready(const char *path, const sac_replay_server_t *s, const sac
   return 0;
 }
 
+/* /healthz: 503 while snapshots fail (sac_replay_server_healthy) */
+static int health(void *ud, char *why, size_t cap) { return sac_replay_server_healthy(ud, why, cap); }
+
+/* Every failing exit says why, last, whatever was logged before it. */
+static int exit_why(int code, const char *what, int err) {
+  SAC_ERROR("replay", "exiting with code %d: %s (%s)", code, what, sac_strerror(err));
+  return code;
+}
+
 int main(int argc, char **argv) {
   opts_t o;
   memset(&o, 0, sizeof o);
@@ -164,7 +194,7 @@ int main(int argc, char **argv) {
     c.shard.sampler = SAC_REPLAY_PRIORITIZED;
   } else {
     SAC_ERROR("replay", "sampler must be uniform or prioritized, not '%s'", o.sampler);
-    return 2;
+    return exit_why(2, "bad sampler option", SAC_ECONFIG);
   }
   c.shard.alpha = o.alpha;
   c.shard.priority_eps = o.priority_eps;
@@ -188,6 +218,17 @@ int main(int argc, char **argv) {
   snprintf(c.snapshot_path, sizeof c.snapshot_path, "%s", o.snapshot_path);
   c.snapshot_interval_s = o.snapshot_interval_s;
   c.start_empty_on_bad_snapshot = o.start_empty_on_bad_snapshot;
+  c.shard.adopt_snapshot = o.adopt_snapshot;
+  c.shard.max_seq_jump = (uint64_t)o.max_seq_jump;
+  c.shard.max_session_ahead_s = o.max_session_ahead_s;
+  c.shard.actor_idle_s = o.actor_idle_s;
+  c.max_abs_value = o.max_abs_value;
+  c.max_reply_queue_bytes = (size_t)o.max_reply_queue_bytes;
+  c.max_sample_peers = (uint32_t)o.max_sample_peers;
+  /* Large messages (sample replies, batches) are mmap'd and given back to the system
+   * when freed: with glibc's adaptive threshold they came from the heap after the
+   * first free, and a burst of queued replies stayed in the process for good. */
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -199,19 +240,23 @@ int main(int argc, char **argv) {
   sac_net_curve_t curve;
   int err = sac_auth_configure(o.curve_key, "", o.curve_allow, SAC_AUTH_BINDS, &curve);
   if (err)
-    return 2;
+    return exit_why(2, "the CurveZMQ options (curve_key, curve_allow) cannot be used", err);
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   err = ctx ? sac_net_ctx_set_curve(ctx, &curve) : SAC_ENOMEM;
   sac_net_curve_clear(&curve);
   if (err) {
     sac_net_ctx_destroy(&ctx);
-    return 1;
+    return exit_why(1, "cannot create the ZeroMQ context", err);
   }
   sac_replay_server_t *srv = sac_replay_server_new(&c, ctx, &err);
   sac_net_ctx_destroy(&ctx); /* the server holds its own reference */
-  if (!srv)
-    return err == SAC_ECONFIG ? (c.snapshot_path[0] && access(c.snapshot_path, F_OK) == 0 ? 3 : 2)
-                              : (err == SAC_ENET ? 4 : 1);
+  if (!srv) {
+    if (err == SAC_ECONFIG)
+      return exit_why(c.snapshot_path[0] && access(c.snapshot_path, F_OK) == 0 ? 3 : 2,
+                      "the configuration or the snapshot was refused", err);
+    return exit_why(err == SAC_ENET ? 4 : 1,
+                    err == SAC_ENET ? "cannot bind an endpoint" : "cannot start the shard", err);
+  }
   g_srv = srv;
   sa.sa_handler = on_stop;
   sigaction(SIGINT, &sa, NULL);
@@ -227,7 +272,7 @@ int main(int argc, char **argv) {
         sac_replay_metrics_register(metrics, srv, c.shard.shard_id, c.snapshot_path[0] != 0, NULL) != 0 ||
         sac_auth_metrics_register(metrics) != 0)
       SAC_WARN("replay", "some metrics series are missing (out of memory)");
-    http = sac_http_serve_metrics("replay", o.metrics_addr, o.metrics_port, metrics);
+    http = sac_http_serve_metrics_health("replay", o.metrics_addr, o.metrics_port, metrics, health, srv);
   }
   if (o.ready_file[0] && write_ready(o.ready_file, srv, http) != 0)
     SAC_WARN("replay", "cannot write the ready file %s", o.ready_file);
@@ -236,6 +281,8 @@ int main(int argc, char **argv) {
   sac_http_stop(&http);
   sac_metrics_destroy(&metrics);
   sac_replay_server_destroy(&srv);
-  SAC_INFO("replay", "stopped%s", rc ? " (the final snapshot failed)" : "");
-  return rc ? 1 : 0;
+  if (rc)
+    return exit_why(1, "the final snapshot failed", rc);
+  SAC_INFO("replay", "stopped");
+  return 0;
 }

@@ -8,13 +8,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/snapshot.h"
 
 #define ID_MAX 256
+/* A sample peer silent this long may give its place to a new one. Longer than the
+ * ZMTP heartbeat timeout below (2 + 6 s): by then a peer that does not read has been
+ * disconnected by ZeroMQ (its queued replies freed), and one that reads has drained. */
+#define PEER_IDLE_NS 10000000000ull
+
+typedef struct {
+  unsigned char id[ID_MAX];
+  size_t id_len;
+  uint64_t seen_ns;
+} peer_t;
 
 typedef struct {
   unsigned char id[ID_MAX];
@@ -55,6 +67,9 @@ struct sac_replay_server {
   pending_t *pend;
   uint32_t pend_head, pend_count;
   uint64_t next_request_log_ns;
+  /* sample peers being served (max_sample_peers): bounds the replies queued in total */
+  peer_t *peers;
+  uint32_t n_peers;
   /* control */
   atomic_int stop, snap_req, running;
   pthread_t thread;
@@ -78,6 +93,41 @@ void sac_replay_server_config_default(sac_replay_server_config_t *c) {
   c->snapshot_interval_s = 60.0;
   c->max_held_batches = 4096;
   c->max_held_bytes = 64u << 20;
+  c->max_abs_value = 1e6;
+  c->max_reply_queue_bytes = 16u << 20;
+  c->max_sample_peers = 16;
+}
+
+size_t sac_replay_server_largest_reply(const sac_replay_server_config_t *cfg) {
+  static const uint64_t dummy[1];
+  sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_BATCH};
+  /* sizes only: the encoder's size pass reads lengths, never the (dummy) data */
+  m.u.sample_batch = (sac_wire_sample_batch_t){.request_id = UINT64_MAX,
+                                               .n = cfg->shard.max_sample_batch,
+                                               .obs_dim = cfg->shard.obs_dim,
+                                               .act_dim = cfg->shard.act_dim,
+                                               .shard_id = SAC_WIRE_MAX_SHARDS - 1,
+                                               .obs = (const float *)dummy,
+                                               .action = (const float *)dummy,
+                                               .reward = (const float *)dummy,
+                                               .terminated = (const float *)dummy,
+                                               .next_obs = (const float *)dummy,
+                                               .indices = dummy,
+                                               .weights = (const float *)dummy,
+                                               .error = ""};
+  return sac_wire_encoded_size(&m);
+}
+
+int sac_replay_server_healthy(sac_replay_server_t *s, char *why, size_t cap) {
+  sac_replay_stats_t st;
+  sac_replay_server_stats(s, &st);
+  if (st.snapshot_failing) {
+    snprintf(why, cap, "snapshots to %s are failing (%llu failures so far; see the log)",
+             s->cfg.snapshot_path, (unsigned long long)st.snapshot_failures_total);
+    return 0;
+  }
+  snprintf(why, cap, "ok");
+  return 1;
 }
 
 const char *sac_replay_server_insert_endpoint(const sac_replay_server_t *s) { return s->ins_ep; }
@@ -89,7 +139,14 @@ static int restore(sac_replay_server_t *s) {
   const char *path = s->cfg.snapshot_path;
   if (!path[0])
     return 0;
-  int rc = sac_replay_shard_load(s->shard, path);
+  /* a path that can never hold a snapshot, or a folder that takes no files, fails the
+   * start rather than every snapshot (and the stop) later */
+  int rc = sac_snap_prepare(path, &s->st.stale_temporaries_removed);
+  if (rc) {
+    SAC_ERROR("replay", "refusing to start: snapshots cannot be written to %s (%s)", path, sac_strerror(rc));
+    return SAC_ECONFIG;
+  }
+  rc = sac_replay_shard_load(s->shard, path);
   if (rc == 0) {
     sac_replay_shard_stats_t ss;
     sac_replay_shard_stats(s->shard, &ss);
@@ -100,6 +157,14 @@ static int restore(sac_replay_server_t *s) {
   if (rc == SAC_ENOTFOUND) {
     SAC_INFO("replay", "no snapshot at %s: starting empty", path);
     return 0;
+  }
+  if (rc == SAC_EINVAL || rc == SAC_ESTATE) {
+    /* not a regular file, or another shard's good snapshot: nothing to move aside (a
+     * directory or another shard's data must not be renamed), whatever the flags say */
+    SAC_ERROR("replay", "refusing to start: %s cannot be this shard's snapshot (%s)", path,
+              rc == SAC_EINVAL ? "not a regular file"
+                               : "it belongs to another shard; adopt_snapshot=1 takes it");
+    return SAC_ECONFIG;
   }
   if (!s->cfg.start_empty_on_bad_snapshot) {
     SAC_ERROR("replay",
@@ -119,19 +184,69 @@ static int restore(sac_replay_server_t *s) {
 
 /* ------------------------------------------------------------------ create / destroy */
 
+/* 1 when a tcp:// endpoint ends in ":*" or ":<1..65535>" (ZeroMQ would bind a random
+ * port for 99999); other transports are ZeroMQ's to check. */
+static int endpoint_port_ok(const char *ep) {
+  if (strncmp(ep, "tcp://", 6) != 0)
+    return 1;
+  const char *c = strrchr(ep + 6, ':');
+  if (!c || !c[1])
+    return 0;
+  if (strcmp(c + 1, "*") == 0)
+    return 1;
+  char *end = NULL;
+  long p = strtol(c + 1, &end, 10);
+  return *end == '\0' && c[1] >= '0' && c[1] <= '9' && p >= 1 && p <= 65535;
+}
+
+/* Logs the first broken constraint (only that one) and returns SAC_ECONFIG, or 0. */
+static int check_config(const sac_replay_server_config_t *cfg) {
+  const char *bad = NULL;
+  if (!endpoint_port_ok(cfg->insert_endpoint) || !endpoint_port_ok(cfg->sample_endpoint)) {
+    SAC_ERROR("replay",
+              "invalid server configuration: insert_endpoint \"%s\" / sample_endpoint \"%s\": a tcp:// "
+              "endpoint needs a port 1..65535 or * (a free port)",
+              cfg->insert_endpoint, cfg->sample_endpoint);
+    return SAC_ECONFIG;
+  }
+  if (cfg->insert_credit == 0 || cfg->insert_credit > 64)
+    bad = "insert_credit must be 1..64";
+  else if (cfg->max_pending_samples == 0)
+    bad = "max_pending_samples must be > 0";
+  else if (cfg->max_msg_bytes < 4096 || cfg->max_msg_bytes > (1u << 30))
+    bad = "max_msg_bytes must be 4 KiB..1 GiB";
+  else if (cfg->max_held_batches == 0)
+    bad = "max_held_batches must be > 0";
+  else if (cfg->max_held_bytes < cfg->max_msg_bytes)
+    bad = "max_held_bytes must be >= max_msg_bytes";
+  else if (!(cfg->max_abs_value >= 0.0 && cfg->max_abs_value <= 3e38))
+    bad = "max_abs_value must be 0 (finite only) or up to 3e38";
+  else if (cfg->max_sample_peers == 0)
+    bad = "max_sample_peers must be > 0";
+  if (bad) {
+    SAC_ERROR("replay", "invalid server configuration: %s", bad);
+    return SAC_ECONFIG;
+  }
+  size_t largest = sac_replay_server_largest_reply(cfg);
+  if (largest == 0 || largest > cfg->max_msg_bytes) {
+    SAC_ERROR("replay",
+              "invalid server configuration: a sample of max_sample_batch=%u rows (obs %u, act %u) takes %zu "
+              "bytes, more than max_msg_bytes=%zu; raise max_msg_bytes or lower max_sample_batch",
+              cfg->shard.max_sample_batch, cfg->shard.obs_dim, cfg->shard.act_dim, largest,
+              cfg->max_msg_bytes);
+    return SAC_ECONFIG;
+  }
+  return 0;
+}
+
 sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg, sac_net_ctx_t *ctx,
                                            int *err) {
   int dummy;
   if (!err)
     err = &dummy;
   *err = SAC_ECONFIG;
-  if (cfg->insert_credit == 0 || cfg->insert_credit > 64 || cfg->max_pending_samples == 0 ||
-      cfg->max_msg_bytes < 4096 || cfg->max_msg_bytes > (1u << 30) || cfg->max_held_batches == 0 ||
-      cfg->max_held_bytes < cfg->max_msg_bytes) {
-    SAC_ERROR("replay", "invalid server configuration: insert_credit must be 1..64, max_pending_samples > 0, "
-                        "max_msg_bytes 4 KiB..1 GiB, max_held_batches > 0, max_held_bytes >= max_msg_bytes");
+  if (check_config(cfg) != 0)
     return NULL;
-  }
   sac_replay_server_t *s = calloc(1, sizeof *s);
   if (!s) {
     *err = SAC_ENOMEM;
@@ -151,14 +266,23 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
   s->smp_buf = malloc(s->buf_cap);
   s->out_buf = malloc(s->out_cap);
   s->pend = calloc(cfg->max_pending_samples, sizeof *s->pend);
-  /* virtual until used: the pages of held_buf are touched only while inserts are held */
+  s->peers = calloc(cfg->max_sample_peers, sizeof *s->peers);
+  /* virtual until used: the pages of held_buf are touched only while inserts are held
+   * (MAP_NORESERVE: the whole documented range maps, also where malloc refused 64 GiB) */
   s->held_cap = cfg->max_held_bytes;
   s->held = calloc(cfg->max_held_batches, sizeof *s->held);
-  s->held_buf = malloc(s->held_cap);
+  s->held_buf =
+      mmap(NULL, s->held_cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (s->held_buf == MAP_FAILED)
+    s->held_buf = NULL;
   s->ins_dec = sac_wire_decoder_new(cfg->max_msg_bytes);
   s->smp_dec = sac_wire_decoder_new(cfg->max_msg_bytes);
   if (!s->ins_buf || !s->smp_buf || !s->out_buf || !s->pend || !s->ins_dec || !s->smp_dec || !s->held ||
-      !s->held_buf) {
+      !s->held_buf || !s->peers) {
+    SAC_ERROR("replay",
+              "out of memory allocating the server's buffers (max_msg_bytes %zu, max_held_bytes %zu, "
+              "max_held_batches %u, max_pending_samples %u)",
+              cfg->max_msg_bytes, cfg->max_held_bytes, cfg->max_held_batches, cfg->max_pending_samples);
     *err = SAC_ENOMEM;
     goto fail;
   }
@@ -169,7 +293,8 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
       .max_rows = cfg->shard.max_batch_rows,
       .max_env_id = cfg->max_env_id,
       .accept_mask = SAC_WIRE_ACCEPT(SAC_WIRE_TRANSITIONS) | SAC_WIRE_ACCEPT(SAC_WIRE_HELLO) |
-                     SAC_WIRE_ACCEPT(SAC_WIRE_HEARTBEAT) | SAC_WIRE_ACCEPT(SAC_WIRE_INFO_REQUEST)};
+                     SAC_WIRE_ACCEPT(SAC_WIRE_HEARTBEAT) | SAC_WIRE_ACCEPT(SAC_WIRE_INFO_REQUEST),
+      .max_abs_value = (float)cfg->max_abs_value};
   s->smp_lim = (sac_wire_limits_t){
       .max_msg_bytes = cfg->max_msg_bytes,
       .obs_dim = cfg->shard.obs_dim,
@@ -200,6 +325,11 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
   o.heartbeat_ivl_ms = 2000;
   o.heartbeat_timeout_ms = 6000;
   s->ins = sac_net_socket(s->ctx, SAC_NET_ROUTER, &o);
+  /* ZMQ_SNDHWM counts messages: sized from the largest reply, it bounds the bytes queued
+   * for a connection that does not read (sends beyond it fail at once and are counted) */
+  size_t largest = sac_replay_server_largest_reply(cfg);
+  size_t hwm = cfg->max_reply_queue_bytes / largest;
+  o.sndhwm = hwm < 1 ? 1 : hwm > 4096 ? 4096 : (int)hwm;
   s->smp = sac_net_socket(s->ctx, SAC_NET_ROUTER, &o);
   *err = SAC_ENET;
   if (!s->ins || !s->smp)
@@ -239,8 +369,10 @@ void sac_replay_server_destroy(sac_replay_server_t **sp) {
   free(s->smp_buf);
   free(s->out_buf);
   free(s->pend);
+  free(s->peers);
   free(s->held);
-  free(s->held_buf);
+  if (s->held_buf)
+    munmap(s->held_buf, s->held_cap);
   pthread_mutex_destroy(&s->mu);
   free(s);
   *sp = NULL;
@@ -248,17 +380,47 @@ void sac_replay_server_destroy(sac_replay_server_t **sp) {
 
 /* ------------------------------------------------------------------ replies */
 
-static void reply(sac_replay_server_t *s, void *sock, const unsigned char *id, size_t id_len,
-                  const sac_wire_msg_t *m) {
+/* Starts a reply: the routing frame. Fails (counted) when the peer is gone or its
+ * queue is full (it does not read): nothing more is sent to it then. */
+static int reply_begin(sac_replay_server_t *s, void *sock, const unsigned char *id, size_t id_len) {
+  if (sac_net_send(sock, id, id_len, SAC_NET_SNDMORE | SAC_NET_DONTWAIT) != 0) {
+    s->st.replies_dropped_total++;
+    return -1;
+  }
+  return 0;
+}
+
+/* Ends a reply begun with reply_begin: the message. One that does not fit
+ * max_msg_bytes (or cannot be encoded) is answered with an error of its type instead,
+ * counted and logged (rate-limited): the peer always gets an answer. */
+static void reply_end(sac_replay_server_t *s, void *sock, const sac_wire_msg_t *m) {
   size_t len = 0;
   int rc = sac_wire_encode(m, s->out_buf, s->out_cap, &len);
   if (rc) {
-    SAC_ERROR("replay", "cannot encode a reply: %s", sac_strerror(rc));
-    return;
+    s->st.replies_unencodable_total++;
+    SAC_ERROR_EVERY(10.0, "replay", "cannot encode a reply of type %d (%s): answering with an error",
+                    (int)m->type, sac_strerror(rc));
+    sac_wire_msg_t e = *m;
+    const char *why = "reply larger than max_msg_bytes: ask for fewer rows";
+    if (e.type == SAC_WIRE_SAMPLE_BATCH)
+      e.u.sample_batch = (sac_wire_sample_batch_t){.request_id = m->u.sample_batch.request_id,
+                                                   .obs_dim = m->u.sample_batch.obs_dim,
+                                                   .act_dim = m->u.sample_batch.act_dim,
+                                                   .shard_id = m->u.sample_batch.shard_id,
+                                                   .error = why};
+    else if (e.type == SAC_WIRE_ACK)
+      e.u.ack.error = why;
+    if (sac_wire_encode(&e, s->out_buf, s->out_cap, &len) != 0)
+      len = 0; /* cannot happen for these small messages; an empty frame ends the reply */
   }
-  if (sac_net_send(sock, id, id_len, SAC_NET_SNDMORE | SAC_NET_DONTWAIT) != 0 ||
-      sac_net_send(sock, s->out_buf, len, SAC_NET_DONTWAIT) != 0)
+  if (sac_net_send(sock, s->out_buf, len, SAC_NET_DONTWAIT) != 0)
     s->st.replies_dropped_total++;
+}
+
+static void reply(sac_replay_server_t *s, void *sock, const unsigned char *id, size_t id_len,
+                  const sac_wire_msg_t *m) {
+  if (reply_begin(s, sock, id, id_len) == 0)
+    reply_end(s, sock, m);
 }
 
 /* actor: whose batch this answers (the credit is granted to it); UINT32_MAX when the
@@ -320,7 +482,8 @@ static void count_reject(sac_replay_server_t *s, sac_wire_reason_t why, const ch
 /* ------------------------------------------------------------------ receiving */
 
 /* Receives [identity][payload] from a ROUTER. Returns 1 with a message, 0 when there is
- * none, -1 when a malformed multipart was consumed (and counted). */
+ * none, -1 when a malformed multipart was consumed (counted; the caller answers it:
+ * the routing id is known). */
 static int recv_routed(sac_replay_server_t *s, void *sock, unsigned char *id, size_t *id_len,
                        unsigned char *buf, size_t *len, const char *where) {
   int more = 0;
@@ -452,6 +615,8 @@ static int handle_insert(sac_replay_server_t *s) {
   unsigned char id[ID_MAX];
   size_t id_len = 0, len = 0;
   int got = recv_routed(s, s->ins, id, &id_len, s->ins_buf, &len, "insert");
+  if (got < 0)
+    send_ack(s, id, id_len, UINT32_MAX, 0, NULL, sac_wire_reason_str(SAC_WIRE_R_FRAMES));
   if (got <= 0)
     return got < 0 ? 0 : -1;
   sac_wire_msg_t m;
@@ -520,10 +685,20 @@ static void send_sample_error(sac_replay_server_t *s, const unsigned char *id, s
 
 static void serve_sample(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint64_t rid,
                          uint32_t n, float beta) {
+  /* the routing frame first: a peer whose queue is full (it does not read) gets
+   * nothing sampled, encoded or queued */
+  if (reply_begin(s, s->smp, id, id_len) != 0)
+    return;
   sac_replay_sample_t b;
   int rc = sac_replay_shard_sample(s->shard, n, beta, &b);
   if (rc) {
-    send_sample_error(s, id, id_len, rid, "replay is empty");
+    sac_wire_msg_t e = {.type = SAC_WIRE_SAMPLE_BATCH};
+    e.u.sample_batch = (sac_wire_sample_batch_t){.request_id = rid,
+                                                 .obs_dim = s->cfg.shard.obs_dim,
+                                                 .act_dim = s->cfg.shard.act_dim,
+                                                 .shard_id = s->cfg.shard.shard_id,
+                                                 .error = "replay is empty"};
+    reply_end(s, s->smp, &e);
     return;
   }
   sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_BATCH};
@@ -540,7 +715,35 @@ static void serve_sample(sac_replay_server_t *s, const unsigned char *id, size_t
                                                .indices = b.indices,
                                                .weights = b.weights,
                                                .error = ""};
-  reply(s, s->smp, id, id_len, &m);
+  reply_end(s, s->smp, &m);
+}
+
+/* 1 when this peer may be served samples: it is one of the max_sample_peers being
+ * served, or takes a free place or that of one silent for PEER_IDLE_NS. Bounds the
+ * replies queued in total to max_sample_peers x max_reply_queue_bytes. */
+static int peer_admit(sac_replay_server_t *s, const unsigned char *id, size_t id_len) {
+  uint64_t now = sac_clock_ns();
+  uint32_t idle = UINT32_MAX;
+  for (uint32_t i = 0; i < s->n_peers; i++) {
+    peer_t *p = &s->peers[i];
+    if (p->id_len == id_len && memcmp(p->id, id, id_len) == 0) {
+      p->seen_ns = now;
+      return 1;
+    }
+    if (now - p->seen_ns >= PEER_IDLE_NS && (idle == UINT32_MAX || p->seen_ns < s->peers[idle].seen_ns))
+      idle = i;
+  }
+  peer_t *p = NULL;
+  if (s->n_peers < s->cfg.max_sample_peers)
+    p = &s->peers[s->n_peers++];
+  else if (idle != UINT32_MAX)
+    p = &s->peers[idle];
+  if (!p)
+    return 0;
+  memcpy(p->id, id, id_len);
+  p->id_len = id_len;
+  p->seen_ns = now;
+  return 1;
 }
 
 static void serve_pending(sac_replay_server_t *s) {
@@ -591,6 +794,8 @@ static void handle_sample(sac_replay_server_t *s) {
   unsigned char id[ID_MAX];
   size_t id_len = 0, len = 0;
   int got = recv_routed(s, s->smp, id, &id_len, s->smp_buf, &len, "sample");
+  if (got < 0)
+    send_sample_error(s, id, id_len, 0, sac_wire_reason_str(SAC_WIRE_R_FRAMES));
   if (got <= 0)
     return;
   sac_wire_msg_t m;
@@ -602,15 +807,22 @@ static void handle_sample(sac_replay_server_t *s) {
   }
   int rc = sac_wire_decode(s->smp_dec, s->smp_buf, len, &s->smp_lim, &m, &why);
   if (rc) {
+    /* every rejected message is answered (request id 0 unless it was a sample request) */
     count_reject(s, why, "sample", id, id_len);
-    if (m.type == SAC_WIRE_SAMPLE_REQUEST || m.type == SAC_WIRE_NONE)
-      send_sample_error(s, id, id_len, m.type == SAC_WIRE_SAMPLE_REQUEST ? m.u.sample_request.request_id : 0,
-                        sac_wire_reason_str(why));
+    send_sample_error(s, id, id_len, m.type == SAC_WIRE_SAMPLE_REQUEST ? m.u.sample_request.request_id : 0,
+                      sac_wire_reason_str(why));
     return;
   }
   switch (m.type) {
   case SAC_WIRE_SAMPLE_REQUEST: {
     const sac_wire_sample_request_t *q = &m.u.sample_request;
+    if (!peer_admit(s, id, id_len)) {
+      s->st.sample_peers_refused_total++;
+      SAC_WARN_EVERY(10.0, "replay", "sample request refused: max_sample_peers=%u peers are being served",
+                     s->cfg.max_sample_peers);
+      send_sample_error(s, id, id_len, q->request_id, "busy: too many sample peers (max_sample_peers)");
+      return;
+    }
     if (q->batch_size > s->cfg.shard.max_sample_batch) {
       count_reject(s, SAC_WIRE_R_ROWS, "sample", id, id_len);
       send_sample_error(s, id, id_len, q->request_id, "batch_size over this shard's max_sample_batch");
@@ -669,9 +881,11 @@ static void snapshot(sac_replay_server_t *s, const char *why) {
   double dt = (double)(sac_clock_ns() - t0) * 1e-9;
   if (rc) {
     s->st.snapshot_failures_total++;
+    s->st.snapshot_failing = 1; /* /healthz says so until a snapshot succeeds */
     SAC_ERROR("replay", "%s snapshot to %s failed: %s", why, s->cfg.snapshot_path, sac_strerror(rc));
     return;
   }
+  s->st.snapshot_failing = 0;
   s->st.snapshots_total++;
   s->st.snapshot_inserted_total = ss.inserted_rows_total;
   s->st.last_snapshot_unix_ns = sac_wallclock_ns();

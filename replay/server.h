@@ -47,11 +47,16 @@ typedef struct {
   int start_empty_on_bad_snapshot;
   uint32_t max_held_batches; /* inserts held while the rate limiter holds them back */
   size_t max_held_bytes;     /* and their bytes (>= max_msg_bytes); beyond: answered "busy" */
+  /* Hostile or broken peers (docs/REPLAY.md "Memory bounds"): */
+  double max_abs_value;         /* |obs|, |action|, |reward| of inserted transitions (0: finite only) */
+  size_t max_reply_queue_bytes; /* sample replies queued for one connection (ZMQ_SNDHWM sized from
+                                   the largest reply; beyond: dropped and counted) */
+  uint32_t max_sample_peers;    /* connections served samples at once (an idle one is replaced) */
 } sac_replay_server_config_t;
 
 /* Defaults: shard defaults, tcp ports 5560 and 5561 on all interfaces, 4 MiB messages, credit 16,
  * 1024 pending samples, 10 s maximum sample timeout, env ids < 2^20, no snapshots,
- * interval 60 s. */
+ * interval 60 s, max_abs_value 1e6, 16 MiB of replies per connection, 16 sample peers. */
 void sac_replay_server_config_default(sac_replay_server_config_t *c);
 
 /* Counters and gauges for metrics (issue 5 exports them). */
@@ -78,7 +83,11 @@ typedef struct {
   uint64_t last_snapshot_unix_ns;   /* 0: none yet (age = now - this) */
   double last_snapshot_seconds;     /* how long writing it took */
   uint64_t last_snapshot_bytes;
-  uint64_t restored_transitions; /* restored from a snapshot at start */
+  uint64_t restored_transitions;       /* restored from a snapshot at start */
+  uint64_t replies_unencodable_total;  /* replies over max_msg_bytes: an error was sent instead */
+  uint64_t sample_peers_refused_total; /* sample requests refused: max_sample_peers busy */
+  uint64_t stale_temporaries_removed;  /* <snapshot>.tmp.<pid> files of dead processes removed at start */
+  int snapshot_failing;                /* the last snapshot attempt failed (health) */
 } sac_replay_stats_t;
 
 typedef struct sac_replay_server sac_replay_server_t;
@@ -89,6 +98,12 @@ typedef struct sac_replay_server sac_replay_server_t;
  * SAC_ENET (cannot bind), SAC_ENOMEM. */
 sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg, sac_net_ctx_t *ctx,
                                            int *err);
+/* Bytes of the largest sample reply cfg can produce (max_sample_batch rows); a config
+ * whose largest reply does not fit max_msg_bytes is refused by sac_replay_server_new. */
+size_t sac_replay_server_largest_reply(const sac_replay_server_config_t *cfg);
+/* 1 when the server is healthy; else 0 with the reason in why (e.g. snapshots failing).
+ * Any thread (reads the published stats). */
+int sac_replay_server_healthy(sac_replay_server_t *s, char *why, size_t cap);
 /* Endpoints actually bound (with the port chosen for "tcp://host:*"). */
 const char *sac_replay_server_insert_endpoint(const sac_replay_server_t *s);
 const char *sac_replay_server_sample_endpoint(const sac_replay_server_t *s);

@@ -27,6 +27,7 @@ typedef struct {
   sac_metric_t *ins_waits, *ins_wait_s, *smp_waits, *smp_wait_s, *smp_timeouts, *smp_busy, *dropped, *info;
   sac_metric_t *pending, *parked, *actors, *transition_bytes, *slot_bytes, *spi, *can_insert, *can_sample;
   sac_metric_t *held, *held_bytes, *held_dups, *held_full;
+  sac_metric_t *unencodable, *peers_refused, *actors_expired, *stale_tmp, *snap_failing;
   sac_metric_t *lost, *snapshots, *snap_failures, *snap_age, *snap_seconds, *snap_bytes, *restored;
 } sac_replay_metrics__t;
 
@@ -63,6 +64,13 @@ static inline void sac_replay_metrics__collect(void *user) {
   sac_metric_set(m->held_dups, (double)s.held_duplicates_total);
   sac_metric_set(m->held_full, (double)s.held_full_total);
   sac_metric_set(m->actors, (double)h->actors);
+  sac_metric_set(m->unencodable, (double)s.replies_unencodable_total);
+  sac_metric_set(m->peers_refused, (double)s.sample_peers_refused_total);
+  sac_metric_set(m->actors_expired, (double)h->actors_expired_total);
+  if (m->stale_tmp)
+    sac_metric_set(m->stale_tmp, (double)s.stale_temporaries_removed);
+  if (m->snap_failing)
+    sac_metric_set(m->snap_failing, (double)s.snapshot_failing);
   sac_metric_set(m->transition_bytes, h->bytes_per_transition);
   sac_metric_set(m->slot_bytes, h->bytes_per_slot);
   sac_metric_set(m->spi, h->limiter_spi);
@@ -153,6 +161,12 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
   SAC__C(held_full, "sac_replay_insert_busy_total",
          "Insert batches answered busy: the queue of held batches was full (the client resends).");
   SAC__G(actors, "sac_replay_actors", "Actors tracked for deduplication.");
+  SAC__C(unencodable, "sac_replay_replies_unencodable_total",
+         "Replies that could not be encoded within max_msg_bytes; an error reply was sent instead.");
+  SAC__C(peers_refused, "sac_replay_sample_peers_refused_total",
+         "Sample requests refused because max_sample_peers other connections were being served.");
+  SAC__C(actors_expired, "sac_replay_actors_expired_total",
+         "Idle actors forgotten (silent for actor_idle_s) to make room for a new actor.");
   SAC__G(transition_bytes, "sac_replay_transition_size_bytes", "Storage bytes per stored transition.");
   SAC__G(slot_bytes, "sac_replay_slot_size_bytes", "Storage bytes per ring slot.");
   SAC__G(spi, "sac_replay_rate_limiter_samples_per_insert",
@@ -167,6 +181,10 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
   if (snapshots) {
     SAC__C(snapshots, "sac_replay_snapshots_total", "Snapshots written.");
     SAC__C(snap_failures, "sac_replay_snapshot_failures_total", "Snapshots that failed.");
+    SAC__G(snap_failing, "sac_replay_snapshot_failing",
+           "1 while the last snapshot attempt failed (then /healthz answers 503).");
+    SAC__C(stale_tmp, "sac_replay_snapshot_stale_temporaries_removed_total",
+           "Temporary snapshot files of dead processes removed at start.");
     SAC__G(snap_age, "sac_replay_snapshot_age_seconds",
            "Seconds since the last snapshot was written (since the server started when none yet).");
     SAC__G(snap_seconds, "sac_replay_last_snapshot_duration_seconds",

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
@@ -27,6 +28,7 @@ typedef struct {
   uint32_t actor, used;
   uint64_t session, last, bits; /* bits: bit i set = seq last + 1 + i stored */
   uint32_t granted;             /* credit last granted (sac_replay_shard_credit) */
+  uint64_t active_ns;           /* last batch (sac_clock_ns), for expiring idle actors */
 } actor_t;
 
 struct sac_replay_shard {
@@ -46,6 +48,8 @@ struct sac_replay_shard {
   uint64_t inserted_batches, duplicate_batches, sampled_rows, sample_batches;
   uint64_t prio_updates, prio_stale, prio_foreign, acked_lost;
   uint64_t granted_total; /* sum of the actors' granted credit */
+  uint64_t actors_expired;
+  uint64_t next_expiry_scan_ns; /* a full table with nobody idle is not rescanned before this */
 };
 
 void sac_replay_shard_config_default(sac_replay_shard_config_t *c) {
@@ -64,6 +68,9 @@ void sac_replay_shard_config_default(sac_replay_shard_config_t *c) {
   c->max_actors = 4096;
   c->max_streams = 65536;
   c->seed = 1;
+  c->max_seq_jump = 1u << 20;
+  c->max_session_ahead_s = 3600.0;
+  c->actor_idle_s = 600.0;
 }
 
 const sac_replay_shard_config_t *sac_replay_shard_config(const sac_replay_shard_t *sh) { return &sh->cfg; }
@@ -87,6 +94,15 @@ sac_replay_shard_t *sac_replay_shard_new(const sac_replay_shard_config_t *cfg, i
   if (cfg->capacity < 4ull * cfg->max_batch_rows || cfg->capacity >= UINT32_MAX) {
     SAC_ERROR("replay", "capacity %llu must be at least 4 x max_batch_rows (%u) and below 2^32",
               (unsigned long long)cfg->capacity, cfg->max_batch_rows);
+    return NULL;
+  }
+  if (cfg->min_size > cfg->capacity) {
+    SAC_ERROR("replay", "min_size %llu is above capacity %llu: the shard could never serve a sample",
+              (unsigned long long)cfg->min_size, (unsigned long long)cfg->capacity);
+    return NULL;
+  }
+  if (!(cfg->max_session_ahead_s >= 0.0) || !(cfg->actor_idle_s >= 0.0)) {
+    SAC_ERROR("replay", "max_session_ahead_s and actor_idle_s must be >= 0");
     return NULL;
   }
   if (cfg->max_sample_batch == 0 || cfg->max_actors == 0 || cfg->max_actors > (1u << 24) ||
@@ -177,8 +193,59 @@ static uint32_t hash_u32(uint32_t x) {
   return x;
 }
 
+/* Removes the entry at slot i of the linear-probing table, moving later entries of
+ * the same probe run back so that every remaining one is still found. */
+static void actor_remove(sac_replay_shard_t *sh, uint32_t i) {
+  uint32_t mask = sh->actors_mask;
+  sh->granted_total -= sh->actors[i].granted;
+  memset(&sh->actors[i], 0, sizeof sh->actors[i]);
+  sh->n_actors--;
+  for (uint32_t j = (i + 1) & mask; sh->actors[j].used; j = (j + 1) & mask) {
+    uint32_t home = hash_u32(sh->actors[j].actor) & mask;
+    /* entry j may move to the hole at i when i lies cyclically in [home, j) */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      sh->actors[i] = sh->actors[j];
+      memset(&sh->actors[j], 0, sizeof sh->actors[j]);
+      i = j;
+    }
+  }
+}
+
+/* Makes room for a new actor when the table is full: forgets the one silent longest,
+ * if it has been silent for actor_idle_s. Its dedup window goes with it: should it come
+ * back, its acked_through moves a fresh window past what it was told is stored. 1 when
+ * a slot was freed. */
+static int actor_expire_one(sac_replay_shard_t *sh) {
+  if (sh->cfg.actor_idle_s <= 0.0)
+    return 0;
+  uint64_t now = sac_clock_ns();
+  if (now < sh->next_expiry_scan_ns)
+    return 0;
+  uint64_t idle = (uint64_t)(sh->cfg.actor_idle_s * 1e9);
+  uint32_t oldest = UINT32_MAX;
+  for (uint32_t i = 0; i <= sh->actors_mask; i++) {
+    const actor_t *a = &sh->actors[i];
+    if (a->used && now - a->active_ns >= idle &&
+        (oldest == UINT32_MAX || a->active_ns < sh->actors[oldest].active_ns))
+      oldest = i;
+  }
+  if (oldest == UINT32_MAX) {
+    sh->next_expiry_scan_ns = now + 100000000ull; /* a flood of new ids scans 10 times a second */
+    return 0;
+  }
+  SAC_INFO_EVERY(10.0, "replay", "forgot actor %u, silent for %.0f s, to make room for a new actor",
+                 sh->actors[oldest].actor, (double)(now - sh->actors[oldest].active_ns) * 1e-9);
+  actor_remove(sh, oldest);
+  sh->actors_expired++;
+  return 1;
+}
+
 static actor_t *actor_get(sac_replay_shard_t *sh, uint32_t actor, int create) {
   uint32_t mask = sh->actors_mask;
+  if (create && sh->n_actors >= sh->cfg.max_actors && !actor_get(sh, actor, 0)) {
+    if (!actor_expire_one(sh))
+      return NULL;
+  }
   for (uint32_t h = hash_u32(actor) & mask, probes = 0; probes <= mask; h = (h + 1) & mask, probes++) {
     actor_t *a = &sh->actors[h];
     if (!a->used) {
@@ -187,6 +254,7 @@ static actor_t *actor_get(sac_replay_shard_t *sh, uint32_t actor, int create) {
       memset(a, 0, sizeof *a);
       a->used = 1;
       a->actor = actor;
+      a->active_ns = sac_clock_ns();
       sh->n_actors++;
       return a;
     }
@@ -206,12 +274,33 @@ static void actor_advance(actor_t *a) {
 sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
                                         sac_replay_insert_result_t *res) {
   memset(res, 0, sizeof *res);
+  if (sh->cfg.max_session_ahead_s > 0.0) {
+    /* A session is (start time in microseconds << 12 | noise): one far in the future
+     * would make every later session of this actor id "older" and lock it out. */
+    uint64_t now_us = sac_wallclock_ns() / 1000u;
+    uint64_t ahead_us = (uint64_t)(sh->cfg.max_session_ahead_s * 1e6);
+    if ((t->session >> 12) > now_us + ahead_us) {
+      SAC_WARN_EVERY(10.0, "replay", "batch from actor %u refused: its session starts %.0f s in the future",
+                     t->actor_id, (double)((t->session >> 12) - now_us) * 1e-6);
+      res->kind = SAC_REPLAY_SEQ_REJECT;
+      res->reason = SAC_WIRE_R_SEQUENCE;
+      return res->kind;
+    }
+  }
   actor_t *a = actor_get(sh, t->actor_id, 1);
   if (!a) {
-    SAC_WARN("replay", "batch from actor %u refused: already tracking max_actors=%u actors", t->actor_id,
-             sh->cfg.max_actors);
+    SAC_WARN_EVERY(10.0, "replay",
+                   "batch from actor %u refused: already tracking max_actors=%u actors, none silent for "
+                   "actor_idle_s=%.0f s",
+                   t->actor_id, sh->cfg.max_actors, sh->cfg.actor_idle_s);
     res->kind = SAC_REPLAY_SEQ_REJECT;
-    res->reason = SAC_WIRE_R_VALUE;
+    res->reason = SAC_WIRE_R_ACTORS;
+    return res->kind;
+  }
+  a->active_ns = sac_clock_ns();
+  if (t->acked_through >= t->seq) { /* the wire check, for callers that skip it */
+    res->kind = SAC_REPLAY_SEQ_REJECT;
+    res->reason = SAC_WIRE_R_SEQUENCE;
     return res->kind;
   }
   if (a->session != t->session) {
@@ -225,7 +314,8 @@ sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_t
       return res->kind;
     }
     if (a->session || a->last)
-      SAC_INFO("replay", "actor %u started a new session; its dedup window is reset", t->actor_id);
+      SAC_INFO_EVERY(10.0, "replay", "actor %u started a new session; its dedup window is reset",
+                     t->actor_id);
     a->session = t->session;
     a->last = 0;
     a->bits = 0;
@@ -234,15 +324,29 @@ sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_t
     /* The client was told these were stored, but this shard does not have them: it
      * restarted from an older snapshot. They are gone; move the window past them. */
     uint64_t d = t->acked_through - a->last;
+    if ((a->last || a->bits) && sh->cfg.max_seq_jump && d > sh->cfg.max_seq_jump) {
+      /* within a session this shard has stored in, so far a jump is a broken or
+       * hostile sender, not a restart: refused, the window stays */
+      SAC_WARN_EVERY(10.0, "replay",
+                     "batch from actor %u refused: acked_through %llu is %llu past its window "
+                     "(max_seq_jump %llu)",
+                     t->actor_id, (unsigned long long)t->acked_through, (unsigned long long)d,
+                     (unsigned long long)sh->cfg.max_seq_jump);
+      res->kind = SAC_REPLAY_SEQ_REJECT;
+      res->reason = SAC_WIRE_R_SEQUENCE;
+      res->acked_seq = a->last;
+      return res->kind;
+    }
     uint64_t lost = d;
     for (uint64_t i = 0; i < d && i < 64; i++)
       lost -= (a->bits >> i) & 1u;
     if (lost) {
-      sh->acked_lost += lost;
-      SAC_WARN("replay",
-               "actor %u: %llu acknowledged batches up to seq %llu are not in this shard "
-               "(restarted from an older snapshot)",
-               t->actor_id, (unsigned long long)lost, (unsigned long long)t->acked_through);
+      /* saturating: a counter never goes down */
+      sh->acked_lost = sh->acked_lost + lost < sh->acked_lost ? UINT64_MAX : sh->acked_lost + lost;
+      SAC_WARN_EVERY(10.0, "replay",
+                     "actor %u: %llu acknowledged batches up to seq %llu are not in this shard "
+                     "(restarted from an older snapshot)",
+                     t->actor_id, (unsigned long long)lost, (unsigned long long)t->acked_through);
     }
     a->bits = d >= 64 ? 0 : a->bits >> d;
     a->last = t->acked_through;
@@ -410,6 +514,7 @@ void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats
   o->obs_only_slots = sh->st.obs_only_slots;
   o->tails_reused_total = sh->st.tails_reused;
   o->actors = sh->n_actors;
+  o->actors_expired_total = sh->actors_expired;
   double extra = sh->prioritized ? (double)(sizeof(double) + sizeof(float)) : 0.0;
   o->bytes_per_slot = sac_replay_storage_bytes_per_slot(&sh->st) + extra;
   o->bytes_per_transition = sac_replay_storage_bytes_per_transition(&sh->st, extra);
@@ -616,7 +721,11 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
               (unsigned long long)m[M_VERSION], PAYLOAD_VERSION);
     return SAC_EVERSION;
   }
-  if (m[M_CAPACITY] != sh->cfg.capacity || m[M_OBS_DIM] != sh->cfg.obs_dim ||
+  /* A larger shard may take a snapshot whose ring never wrapped: its slots 0..alloc-1 are
+   * the same slots here (a resumed embedded run whose step budget, and so its replay
+   * capacity, grew: learner/service.c sizes the replay to the run). */
+  int grows = m[M_CAPACITY] < sh->cfg.capacity && m[M_ALLOC] <= m[M_CAPACITY];
+  if ((m[M_CAPACITY] != sh->cfg.capacity && !grows) || m[M_OBS_DIM] != sh->cfg.obs_dim ||
       m[M_ACT_DIM] != sh->cfg.act_dim || m[M_OBS_F16] != (uint64_t)(sh->cfg.obs_f16 != 0) ||
       m[M_ACT_F16] != (uint64_t)(sh->cfg.act_f16 != 0) || m[M_SAMPLER] != (uint64_t)sh->prioritized) {
     sac_snap_reader_close(&r);
@@ -631,9 +740,20 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
         sh->prioritized ? "prioritized" : "uniform");
     return SAC_ECONFIG;
   }
-  if (m[M_SHARD] != sh->cfg.shard_id)
-    SAC_WARN("replay", "snapshot %s belongs to shard %llu, loading it as shard %u", path,
+  if (m[M_SHARD] != sh->cfg.shard_id) {
+    if (!sh->cfg.adopt_snapshot) {
+      /* serving it would hand out another shard's data under this id and ack that
+       * shard's actors' new batches as duplicates */
+      sac_snap_reader_close(&r);
+      SAC_ERROR("replay",
+                "snapshot %s belongs to shard %llu, not to this shard %u: refusing it (check shard_id and "
+                "snapshot_path, or start with adopt_snapshot=1 to take it over)",
+                path, (unsigned long long)m[M_SHARD], sh->cfg.shard_id);
+      return SAC_ESTATE;
+    }
+    SAC_WARN("replay", "snapshot %s belongs to shard %llu, adopted as shard %u (adopt_snapshot=1)", path,
              (unsigned long long)m[M_SHARD], sh->cfg.shard_id);
+  }
   sac_replay_storage_t *st = &sh->st;
   sac_replay_storage_reset(st);
   memset(sh->actors, 0, ((size_t)sh->actors_mask + 1) * sizeof *sh->actors);
@@ -669,6 +789,7 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
     a->session = rec.session;
     a->last = rec.last;
     a->bits = rec.bits;
+    a->active_ns = sac_clock_ns(); /* idle time counts from the restart */
   }
   for (uint64_t i = 0; i < m[M_N_STREAMS]; i++) {
     sac_replay_stream_t e;

@@ -37,11 +37,20 @@ typedef struct {
   uint32_t max_actors;
   uint32_t max_streams;
   uint64_t seed;
+  /* Hostile or broken senders (docs/REPLAY.md "Sequence fields"): */
+  uint64_t max_seq_jump;      /* largest forward move of an actor's window by acked_through
+                                 within a session it has stored in (0: any) */
+  double max_session_ahead_s; /* sessions encode their start time (replay/client.c): one
+                                 further ahead of this shard's clock is refused (0: no check) */
+  double actor_idle_s;        /* an actor silent this long may be forgotten when the table
+                                 of max_actors is full and a new actor arrives (0: never) */
+  int adopt_snapshot;         /* load a snapshot written by another shard id (else refused) */
 } sac_replay_shard_config_t;
 
 /* Defaults: capacity 1M, obs 17, act 6, fp32, uniform, alpha 0.6, eps 1e-6, min_size
  * 1000, spi 0 (off), max_batch_rows 4096, max_sample_batch 4096, 4096 actors, 65536
- * streams, seed 1. */
+ * streams, seed 1, max_seq_jump 2^20, max_session_ahead_s 3600, actor_idle_s 600,
+ * adopt_snapshot 0. */
 void sac_replay_shard_config_default(sac_replay_shard_config_t *c);
 
 typedef struct sac_replay_shard sac_replay_shard_t;
@@ -115,6 +124,7 @@ typedef struct {
   uint64_t acked_batches_lost_total; /* batches acked before a restart from an older snapshot */
   uint64_t obs_only_slots, tails_reused_total;
   uint64_t actors;
+  uint64_t actors_expired_total; /* idle actors forgotten to make room for a new one */
   double bytes_per_slot, bytes_per_transition;
   /* rate limiter */
   double limiter_spi, limiter_diff, limiter_min_diff, limiter_max_diff;
@@ -129,8 +139,10 @@ void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats
 int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *bytes);
 /* Replaces the shard's contents with the snapshot at path. 0; SAC_ENOTFOUND (no file,
  * shard unchanged); SAC_ECONFIG (snapshot of a shard with other dimensions, capacity,
- * storage or sampler: shard unchanged); SAC_EIO / SAC_ECHECKSUM / SAC_EVERSION / SAC_EPROTO
- * (truncated, corrupt, other format, inconsistent content: the shard is left empty). */
+ * storage or sampler: shard unchanged); SAC_ESTATE (a good snapshot of another shard id
+ * and adopt_snapshot is off: shard unchanged; the file is someone else's, not broken); SAC_EIO /
+ * SAC_ECHECKSUM / SAC_EVERSION / SAC_EPROTO (truncated, corrupt, other format, inconsistent content: the
+ * shard is left empty). */
 int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path);
 
 #endif

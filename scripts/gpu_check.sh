@@ -28,12 +28,14 @@ bundle() {
   local dir=${1:-build-gpu-bundle} bdir=build-gpu-release
   cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DSAC_WITH_CUDA=ON -DSAC_CUDA_ARCHITECTURES="80;90" >/dev/null ||
     return 1
-  cmake --build "$bdir" -j"$(nproc)" --target test_backend_cuda sac-bench-learner || return 1
+  cmake --build "$bdir" -j"$(nproc)" --target test_backend_cuda sac-bench-learner sacfleet-cuda || return 1
   cmake --build "$bdir" -j"$(nproc)" --target sac-learner || echo "bundle: sac-learner did not build (skipped)"
   cmake --build "$bdir" -j"$(nproc)" --target sac-bench-dp || echo "bundle: sac-bench-dp did not build (skipped)"
   local stage
   stage=$(mktemp -d /tmp/gpu_bundle.XXXXXX) || return 1
-  mkdir -p "$stage/bin" "$stage/lib" || return 1
+  mkdir -p "$stage/bin" "$stage/lib/sacfleet" || return 1
+  # the CUDA module, where the binaries look for it (<bin>/../lib/sacfleet, learner/cuda_module.h)
+  cp "$bdir/lib/sacfleet/libsacfleet-cuda.so" "$stage/lib/sacfleet/" || return 1
   local bins=("$bdir/tests/test_backend_cuda" "$bdir/bench/sac-bench-learner")
   [ -x "$bdir/learner/sac-learner" ] && bins+=("$bdir/learner/sac-learner")
   [ -x "$bdir/bench/sac-bench-dp" ] && bins+=("$bdir/bench/sac-bench-dp")
@@ -41,7 +43,7 @@ bundle() {
   # every shared library but the C library family, the compiler runtime and CUDA's
   # (the GPU machine has newer ones of those; ours would shadow them)
   local skip='/(libc|libm|libpthread|libdl|librt|libresolv|libutil|libnsl|ld-linux[^/]*|libgcc_s|libstdc\+\+|libcuda|libcublas[^/]*|libnvidia[^/]*)\.so'
-  for b in "${bins[@]}"; do
+  for b in "${bins[@]}" "$bdir/lib/sacfleet/libsacfleet-cuda.so"; do
     ldd "$b" | awk '/=> \// {print $3}'
   done | sort -u | grep -Ev "$skip" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
   # glibc symbol versions the bundle needs, so the GPU machine can say if it is too old
@@ -90,10 +92,11 @@ main() {
     pkg-config --exists libzmq libprotobuf-c libuv openblas 2>/dev/null && [ -f /usr/include/criterion/criterion.h ]; then
     echo "== build (native, Release, CUDA)"
     if cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSAC_WITH_CUDA=ON -DSAC_CUDA_ARCHITECTURES=90 >/dev/null &&
-      cmake --build build-gpu -j16 --target test_backend_cuda sac-bench-learner; then
+      cmake --build build-gpu -j16 --target test_backend_cuda sac-bench-learner sacfleet-cuda; then
       cmake --build build-gpu -j16 --target sac-learner || note "sac-learner did not build"
       cmake --build build-gpu -j16 --target sac-bench-dp || note "sac-bench-dp did not build"
-      mkdir -p "$RES/bin"
+      mkdir -p "$RES/bin" "$RES/lib/sacfleet"
+      cp build-gpu/lib/sacfleet/libsacfleet-cuda.so "$RES/lib/sacfleet/" # found from bin/ as ../lib/sacfleet
       cp build-gpu/tests/test_backend_cuda build-gpu/bench/sac-bench-learner "$RES/bin/"
       [ -x build-gpu/learner/sac-learner ] && cp build-gpu/learner/sac-learner "$RES/bin/"
       [ -x build-gpu/bench/sac-bench-dp ] && cp build-gpu/bench/sac-bench-dp "$RES/bin/"

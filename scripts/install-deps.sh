@@ -8,6 +8,7 @@ pkgs=(build-essential cmake pkg-config git
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev libopenblas-dev libcriterion-dev
       iproute2 procps bc)
 pkgs+=(prometheus curl) # promtool and a Prometheus server for tests/test_metrics*
+pkgs+=(time binutils) # /usr/bin/time -v and readelf: tests/footprint (peak RSS, no CUDA in NEEDED)
 pkgs+=(libmujoco-dev python3-dev) # envs/mujoco (MuJoCo 2.2.2) and envs/gym_bridge (embedded CPython); tests also need: pip install "gymnasium[mujoco]"
 if [ "${SAC_WITH_PEER:-1}" = 1 ]; then pkgs+=(python3-torch); fi
 missing=()

@@ -159,6 +159,132 @@ Test(backend_cpu, linear_shared_two_segments_identity) { check_linear(1, SAC_ACT
 Test(backend_cpu, linear_ensemble_blocks_relu) { check_linear(0, SAC_ACT_RELU); }
 Test(backend_cpu, linear_ensemble_blocks_identity) { check_linear(0, SAC_ACT_NONE); }
 
+/* The same finite-difference checks with the op split over a thread pool (issue 17). */
+static void use_threads(int threads) {
+  sac_backend_destroy(&be);
+  cr_assert_eq(sac_backend_new("cpu", threads, &be), 0);
+}
+Test(backend_cpu, linear_shared_two_segments_relu_2_threads) {
+  use_threads(2), check_linear(1, SAC_ACT_RELU);
+}
+Test(backend_cpu, linear_ensemble_blocks_tanh_3_threads) { use_threads(3), check_linear(0, SAC_ACT_TANH); }
+
+/* The split ops (members on threads, rows or output columns split, Adam and Polyak split
+ * by range) against the one-thread composition on shapes that split unevenly: every
+ * output within float rounding of the one-thread result, and bit-identical between two
+ * runs at the same thread count. */
+typedef struct {
+  int B, n1, n2, n_out, K, shared;
+  sac_act_t act;
+} split_case_t;
+
+static void run_layer(sac_backend_t *b, const split_case_t *c, const float *src, float *out) {
+  const int n_in = c->n1 + c->n2, w1 = c->shared ? c->n1 : c->K * c->n1;
+  const size_t nX1 = (size_t)c->B * w1, nX2 = (size_t)c->B * (c->n2 ? c->n2 : 1),
+               nW = (size_t)c->K * n_in * c->n_out, nb = (size_t)c->K * c->n_out,
+               nY = (size_t)c->B * c->K * c->n_out;
+  float *X1, *X2, *W, *bb, *Y, *dY, *dW, *db, *dX1, *dX2;
+  float **all[] = {&X1, &X2, &W, &bb, &Y, &dY, &dW, &db, &dX1, &dX2};
+  size_t sz[] = {nX1, nX2, nW, nb, nY, nY, nW, nb, nX1, nX2};
+  for (int i = 0; i < 10; i++)
+    cr_assert_eq(b->ops->alloc(b, sz[i], all[i]), 0);
+  size_t off = 0;
+  memcpy(X1, src + off, nX1 * 4), off += nX1;
+  memcpy(X2, src + off, nX2 * 4), off += nX2;
+  memcpy(W, src + off, nW * 4), off += nW;
+  memcpy(bb, src + off, nb * 4), off += nb;
+  memcpy(dY, src + off, nY * 4);
+  sac_linear_t L = {.B = c->B,
+                    .n_in = c->shared ? n_in : c->n1,
+                    .n_out = c->n_out,
+                    .K = c->K,
+                    .shared = c->shared,
+                    .n_seg = c->shared ? 2 : 1,
+                    .W = W,
+                    .b = bb,
+                    .act = c->act};
+  L.seg[0] = (sac_seg_t){X1, w1, w1};
+  if (c->shared)
+    L.seg[1] = (sac_seg_t){X2, c->n2, c->n2};
+  b->ops->linear_fwd(b, &L, Y, c->K * c->n_out);
+  float *dX[2] = {dX1, c->shared ? dX2 : NULL};
+  int ldx[2] = {w1, c->n2};
+  b->ops->linear_bwd(b, &L, dY, Y, c->K * c->n_out, dW, db, dX, ldx);
+  float *outs[] = {Y, dY, dW, db, dX1, dX2};
+  size_t on[] = {nY, nY, nW, nb, nX1, c->shared ? nX2 : 0};
+  for (int i = 0; i < 6; i++)
+    memcpy(out, outs[i], on[i] * 4), out += on[i];
+  for (int i = 0; i < 10; i++)
+    b->ops->free(b, *all[i]);
+}
+
+Test(backend_cpu, split_ops_match_the_one_thread_composition) {
+  const split_case_t cases[] = {
+      {256, 17, 6, 256, 2, 1, SAC_ACT_RELU},  /* critics' first layer */
+      {256, 256, 0, 256, 2, 0, SAC_ACT_RELU}, /* critics' hidden layer */
+      {256, 256, 0, 1, 2, 0, SAC_ACT_NONE},   /* critics' output */
+      {512, 17, 0, 256, 1, 0, SAC_ACT_RELU},  /* actor's first layer, 2B rows */
+      {256, 256, 0, 12, 1, 0, SAC_ACT_NONE},  /* actor's output */
+      {37, 5, 3, 33, 2, 1, SAC_ACT_TANH},     /* odd sizes everywhere */
+      {41, 7, 0, 19, 1, 0, SAC_ACT_TANH},     {3, 4, 0, 2, 1, 0, SAC_ACT_RELU}, /* fewer rows than threads */
+  };
+  sac_backend_t *one, *many[3];
+  cr_assert_eq(sac_backend_new("cpu", 1, &one), 0);
+  const int threads[3] = {2, 3, 4};
+  for (int t = 0; t < 3; t++)
+    cr_assert_eq(sac_backend_new("cpu", threads[t], &many[t]), 0);
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    const split_case_t *c = &cases[ci];
+    const int n_in = c->n1 + c->n2, w1 = c->shared ? c->n1 : c->K * c->n1;
+    const size_t nY = (size_t)c->B * c->K * c->n_out, nW = (size_t)c->K * n_in * c->n_out;
+    const size_t nin =
+        (size_t)c->B * w1 + (size_t)c->B * (c->n2 ? c->n2 : 1) + nW + (size_t)c->K * c->n_out + nY;
+    const size_t nout =
+        2 * nY + nW + (size_t)c->K * c->n_out + (size_t)c->B * w1 + (c->shared ? (size_t)c->B * c->n2 : 0);
+    float *src = malloc(nin * 4), *ref = malloc(nout * 4), *got = malloc(nout * 4), *again = malloc(nout * 4);
+    fill(src, nin, -1, 1);
+    run_layer(one, c, src, ref);
+    for (int t = 0; t < 3; t++) {
+      run_layer(many[t], c, src, got);
+      run_layer(many[t], c, src, again);
+      cr_expect_eq(memcmp(got, again, nout * 4), 0, "case %zu, %d threads: not deterministic", ci,
+                   threads[t]);
+      for (size_t i = 0; i < nout; i++)
+        if (!(fabsf(got[i] - ref[i]) <= 1e-5f * (1.0f + fabsf(ref[i])))) {
+          cr_expect(0, "case %zu, %d threads: output %zu is %.9g, one thread %.9g", ci, threads[t], i, got[i],
+                    ref[i]);
+          break;
+        }
+    }
+    free(src), free(ref), free(got), free(again);
+  }
+  /* Adam and Polyak over a range long enough to be split (and a tail that is not a
+   * multiple of the chunk): elementwise, so bit-identical to one thread */
+  const size_t n = 100003;
+  float *p[2], *g = malloc(n * 4), *m[2], *v[2], *tg[2], t[2] = {0, 0};
+  fill(g, n, -1, 1);
+  sac_backend_t *bs[2] = {one, many[0]};
+  for (int k = 0; k < 2; k++) {
+    p[k] = malloc(n * 4), m[k] = calloc(n, 4), v[k] = calloc(n, 4), tg[k] = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+      p[k][i] = 0.001f * (float)(i % 1000), tg[k][i] = -p[k][i];
+    sac_adam_hp_t hp = {1e-3f, 0.9f, 0.999f, 1e-8f};
+    for (int s = 0; s < 3; s++)
+      bs[k]->ops->adam(bs[k], p[k], g, m[k], v[k], n, &hp, &t[k]);
+    bs[k]->ops->polyak(bs[k], tg[k], p[k], n, 0.005f);
+  }
+  cr_expect_eq(memcmp(p[0], p[1], n * 4), 0, "split Adam differs from one thread");
+  cr_expect_eq(memcmp(m[0], m[1], n * 4), 0);
+  cr_expect_eq(memcmp(v[0], v[1], n * 4), 0);
+  cr_expect_eq(memcmp(tg[0], tg[1], n * 4), 0, "split Polyak differs from one thread");
+  for (int k = 0; k < 2; k++)
+    free(p[k]), free(m[k]), free(v[k]), free(tg[k]);
+  free(g);
+  sac_backend_destroy(&one);
+  for (int t2 = 0; t2 < 3; t2++)
+    sac_backend_destroy(&many[t2]);
+}
+
 /* J = sum Ga . a + sum Gl . logp over the head, as a function of P. */
 typedef struct {
   int B, A;

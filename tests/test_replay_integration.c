@@ -348,6 +348,7 @@ Test(replay_integration, bad_input_against_a_live_shard) {
                         "--act_dim=2",
                         "--min_size=10",
                         "--max_msg_bytes=65536",
+                        "--max_sample_batch=512", /* its largest reply must fit 64 KiB */
                         "--sampler=prioritized",
                         NULL};
   shard_t s;

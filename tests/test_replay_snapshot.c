@@ -281,3 +281,47 @@ Test(replay_snapshot, periodic_snapshots_are_taken, .init = setup, .fini = teard
   cr_assert_eq(sac_replay_server_join(s), 0);
   sac_replay_server_destroy(&s);
 }
+
+/* A resumed run may grow its replay (learner/service.c sizes it to the run's steps): a
+ * snapshot whose ring never wrapped loads into a larger shard with every transition; one
+ * that wrapped is still refused (its slot order would not survive), as is a smaller shard. */
+Test(replay_snapshot, unwrapped_snapshot_loads_into_a_larger_shard, .init = setup, .fini = teardown) {
+  sac_replay_sampler_kind_t kinds[] = {SAC_REPLAY_UNIFORM, SAC_REPLAY_PRIORITIZED};
+  for (int k = 0; k < 2; k++) {
+    sac_replay_shard_config_t c = config(kinds[k]);
+    sac_replay_shard_t *a = sac_replay_shard_new(&c, NULL);
+    fill(a, 20); /* 1200 rows into 2048 slots: not wrapped */
+    char path[400], wrapped[400];
+    snprintf(path, sizeof path, "%s/small%d.snap", g_dir, k);
+    snprintf(wrapped, sizeof wrapped, "%s/wrapped%d.snap", g_dir, k);
+    cr_assert_eq(sac_replay_shard_save(a, path, NULL), 0);
+    fill(a, 50); /* now wrapped */
+    cr_assert_eq(sac_replay_shard_save(a, wrapped, NULL), 0);
+    sac_replay_shard_config_t big = c;
+    big.capacity = 4 * c.capacity;
+    sac_replay_shard_t *b = sac_replay_shard_new(&big, NULL);
+    cr_assert_eq(sac_replay_shard_load(b, path), 0, "an unwrapped snapshot loads into a larger shard");
+    sac_replay_shard_stats_t sa, sb;
+    sac_replay_shard_t *a1 = sac_replay_shard_new(&c, NULL);
+    cr_assert_eq(sac_replay_shard_load(a1, path), 0);
+    sac_replay_shard_stats(a1, &sa);
+    sac_replay_shard_stats(b, &sb);
+    cr_assert_eq(sb.size, sa.size);
+    cr_assert_eq(sb.inserted_rows_total, sa.inserted_rows_total);
+    sac_replay_sample_t s;
+    cr_assert_eq(sac_replay_shard_sample(b, 256, 0.4f, &s), 0, "the grown shard samples");
+    fill(b, 40); /* and keeps inserting past the old capacity */
+    sac_replay_shard_stats(b, &sb);
+    cr_assert_gt(sb.size, sa.size);
+    cr_assert_eq(sac_replay_shard_load(b, wrapped), SAC_ECONFIG,
+                 "a wrapped snapshot needs the same capacity");
+    sac_replay_shard_config_t small = c;
+    small.capacity = c.capacity / 2;
+    sac_replay_shard_t *d = sac_replay_shard_new(&small, NULL);
+    cr_assert_eq(sac_replay_shard_load(d, path), SAC_ECONFIG, "a smaller shard is refused");
+    sac_replay_shard_destroy(&a);
+    sac_replay_shard_destroy(&a1);
+    sac_replay_shard_destroy(&b);
+    sac_replay_shard_destroy(&d);
+  }
+}

@@ -54,10 +54,13 @@ static double *dcopy(const float *f, size_t n) {
 }
 
 /* A small SAC (obs 3, act 2, 2 x 6, batch 5) on the cpu backend with a random batch. */
+static int g_threads = 1; /* cpu backend threads of the fixture and of run_updates */
+static int g_batch = 16;  /* run_updates' batch */
+
 static void fixture_init(fixture_t *f, int with_weights) {
   memset(f, 0, sizeof *f);
   f->B = 5, f->O = 3, f->A = 2;
-  cr_assert_eq(sac_backend_new("cpu", 1, &f->be), 0);
+  cr_assert_eq(sac_backend_new("cpu", g_threads, &f->be), 0);
   sac_hparams_t hp;
   sac_hparams_default(&hp, f->O, f->A);
   hp.hidden = 6;
@@ -147,6 +150,11 @@ static void check_critic_loss_gradient(int with_weights) {
 
 Test(sac, critic_loss_gradient_matches_finite_differences) { check_critic_loss_gradient(0); }
 Test(sac, weighted_critic_loss_gradient_matches_finite_differences) { check_critic_loss_gradient(1); }
+/* the same with the ops split over two threads (the critics' members on different threads) */
+Test(sac, critic_loss_gradient_matches_finite_differences_2_threads) {
+  g_threads = 2;
+  check_critic_loss_gradient(1);
+}
 
 Test(sac, actor_and_alpha_loss_gradients_match_finite_differences) {
   fixture_t f;
@@ -178,11 +186,11 @@ Test(sac, actor_and_alpha_loss_gradients_match_finite_differences) {
 static void run_updates(uint64_t seed, int n, float *losses) {
   sac_backend_t *be;
   sac_t *s;
-  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  cr_assert_eq(sac_backend_new("cpu", g_threads, &be), 0);
   sac_hparams_t hp;
   sac_hparams_default(&hp, 3, 1);
   hp.hidden = 32;
-  hp.batch = 16;
+  hp.batch = g_batch;
   hp.seed = seed;
   cr_assert_eq(sac_new(&hp, be, &s), 0);
   sac_rng_t rng;
@@ -209,6 +217,25 @@ Test(sac, same_seed_gives_identical_losses_after_100_updates) {
   cr_expect_neq(memcmp(a, c, sizeof a), 0, "another seed: other losses");
   for (int i = 0; i < 300; i++)
     cr_assert(isfinite(a[i]));
+}
+
+/* Whole updates with the ops split over 2 and 3 threads (issue 17): bit-identical for a
+ * seed at a thread count, and within float rounding of one thread over 20 updates. */
+Test(sac, split_updates_are_deterministic_and_match_one_thread) {
+  float one[60], two[60], two_again[60], three[60];
+  g_batch = 48; /* enough rows that the actor's layers split too */
+  g_threads = 1, run_updates(5, 20, one);
+  g_threads = 2, run_updates(5, 20, two), run_updates(5, 20, two_again);
+  g_threads = 3, run_updates(5, 20, three);
+  g_threads = 1, g_batch = 16;
+  cr_expect_eq(memcmp(two, two_again, sizeof two), 0, "2 threads: not deterministic");
+  for (int i = 0; i < 60; i++) {
+    cr_assert(isfinite(two[i]));
+    cr_expect(fabsf(two[i] - one[i]) <= 1e-4f * (1.0f + fabsf(one[i])), "update %d: 2 threads %g, one %g",
+              i / 3, two[i], one[i]);
+    cr_expect(fabsf(three[i] - one[i]) <= 1e-4f * (1.0f + fabsf(one[i])), "update %d: 3 threads %g, one %g",
+              i / 3, three[i], one[i]);
+  }
 }
 
 Test(sac, truncation_bootstraps_termination_does_not) {
