@@ -159,6 +159,19 @@ struct sac_backend {
  * not installed or not loadable: learner/cuda_module.h), SAC_ENODEV (module loaded, no
  * usable GPU) or SAC_ENOMEM; each failure logs which. */
 int sac_backend_new(const char *name, int threads, sac_backend_t **out);
+/* --device: which GPU a learner opens. SAC_DEVICE_AUTO lets the data-parallel rank pick
+ * (sac_device_for_rank), so several learners on one multi-GPU host open different GPUs
+ * (NCCL refuses two ranks on one device). */
+#define SAC_DEVICE_AUTO (-1)
+/* Parses a --device value: "auto" (or "") gives SAC_DEVICE_AUTO, a decimal N in
+ * [0, 1023] gives N. 0 or SAC_ECONFIG (logged). */
+int sac_device_parse(const char *s, int *out);
+/* The device a learner opens: `device` itself when it is not SAC_DEVICE_AUTO, otherwise
+ * dp_rank % device_count (device 0 where the count is not positive). Pure: tested on CPU. */
+int sac_device_for_rank(int device, int dp_rank, int device_count);
+/* sac_backend_new on a chosen device (ignored by "cpu"): device may be SAC_DEVICE_AUTO,
+ * then dp_rank and the module's device count choose (sac_device_for_rank). */
+int sac_backend_new_on(const char *name, int threads, int device, int dp_rank, sac_backend_t **out);
 /* Applies the learner's precision ("fp32", "tf32", "bf16", "fp16") and CUDA-graph choice
  * (graphs: 1 on, 0 off) through set_option. A backend without options (cpu) takes
  * fp32 only: anything else is SAC_ECONFIG with a line saying it needs the cuda backend,

@@ -29,6 +29,7 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   strcpy(c->backend, "cpu");
   strcpy(c->precision, "fp32");
   c->graphs = 1;
+  c->device = SAC_DEVICE_AUTO;
   c->seed = 1;
   sac_hparams_default(&c->hp, 1, 1);
   c->total_steps = 20000;
@@ -317,7 +318,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cores - cfg->embedded_actors > 1 ? (int)(cores - cfg->embedded_actors) : 1;
   }
-  if ((rc = sac_backend_new(cfg->backend, threads, &be)) != 0 ||
+  if ((rc = sac_backend_new_on(cfg->backend, threads, cfg->device, cfg->dp.rank, &be)) != 0 ||
       (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0 ||
       (rc = sac_new(&hp, be, &sac)) != 0)
     goto out;

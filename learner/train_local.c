@@ -19,6 +19,7 @@ void sac_train_cfg_default(sac_train_cfg_t *cfg) {
   strcpy(cfg->backend, "cpu");
   strcpy(cfg->precision, "fp32");
   cfg->graphs = 1;
+  cfg->device = SAC_DEVICE_AUTO;
   cfg->total_steps = 20000;
   cfg->learning_starts = 1000;
   cfg->updates_per_step = 1;
@@ -141,7 +142,7 @@ int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user
   hp.obs_dim = sp->obs_dim;
   hp.act_dim = sp->act_dim;
   hp.seed = cfg->seed;
-  if ((rc = sac_backend_new(cfg->backend, cfg->threads, &be)) != 0 ||
+  if ((rc = sac_backend_new_on(cfg->backend, cfg->threads, cfg->device, 0, &be)) != 0 ||
       (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0)
     goto out;
   if ((rc = sac_new(&hp, be, &sac)) != 0)

@@ -505,3 +505,47 @@ Test(backend_cpu, precision_other_than_fp32_is_refused) {
   cr_assert_eq(sac_backend_configure(be, "fp16", 0), SAC_ECONFIG);
   cr_assert_eq(sac_backend_configure(be, "fp8", 1), SAC_ECONFIG);
 }
+
+/* --device (issue 16, point 5b): parsing, and the rank -> GPU mapping that keeps two
+ * data-parallel learners on one host off the same GPU. */
+Test(device, parse) {
+  int d = 42;
+  cr_assert_eq(sac_device_parse("auto", &d), 0);
+  cr_assert_eq(d, SAC_DEVICE_AUTO);
+  cr_assert_eq(sac_device_parse("", &d), 0);
+  cr_assert_eq(d, SAC_DEVICE_AUTO);
+  cr_assert_eq(sac_device_parse("0", &d), 0);
+  cr_assert_eq(d, 0);
+  cr_assert_eq(sac_device_parse("7", &d), 0);
+  cr_assert_eq(d, 7);
+  const char *bad[] = {"-1", "x", "1x", "+1", " 1", "1024", "99999999999999999999", "auto1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    d = 42;
+    cr_assert_eq(sac_device_parse(bad[i], &d), SAC_ECONFIG, "\"%s\" accepted", bad[i]);
+    cr_assert_eq(d, 42, "\"%s\" changed the output", bad[i]);
+  }
+}
+
+Test(device, rank_mapping) {
+  /* an explicit device wins over the rank */
+  cr_assert_eq(sac_device_for_rank(3, 5, 8), 3);
+  cr_assert_eq(sac_device_for_rank(0, 1, 2), 0);
+  /* auto: ranks spread over the host's GPUs, and two ranks on a host with as many GPUs
+   * never share one */
+  for (int n = 1; n <= 8; n++) {
+    int used[8] = {0};
+    for (int r = 0; r < n; r++) {
+      int d = sac_device_for_rank(SAC_DEVICE_AUTO, r, n);
+      cr_assert(d >= 0 && d < n);
+      cr_assert_eq(used[d]++, 0, "ranks share GPU %d of %d", d, n);
+    }
+  }
+  cr_assert_eq(sac_device_for_rank(SAC_DEVICE_AUTO, 5, 4), 1);
+  /* no GPU count known (or no GPU): GPU 0, and sac_backend_cuda_new says why */
+  cr_assert_eq(sac_device_for_rank(SAC_DEVICE_AUTO, 3, 0), 0);
+  cr_assert_eq(sac_device_for_rank(SAC_DEVICE_AUTO, 3, -1), 0);
+  /* the cpu backend takes any device */
+  sac_backend_t *b = NULL;
+  cr_assert_eq(sac_backend_new_on("cpu", 1, 5, 2, &b), 0);
+  sac_backend_destroy(&b);
+}
