@@ -29,7 +29,8 @@
 /* ---- the thread pool: fork-join, one job at a time ------------------------------------ */
 
 #define CPU_MAX_THREADS 64
-#define CPU_SPIN 2000 /* pause iterations (tens of microseconds) a worker spins for the next job before sleeping */
+#define CPU_SPIN                                                                                             \
+  2000 /* pause iterations (tens of microseconds) a worker spins for the next job before sleeping */
 
 typedef void (*cpu_job_fn)(void *arg, int part, int nparts);
 
@@ -174,8 +175,10 @@ static void split_range(size_t total, int p, int n, size_t align, size_t *lo, si
 
 static int cpu_alloc(sac_backend_t *be, size_t n, float **out) {
   (void)be;
-  size_t bytes = ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
-  float *p = aligned_alloc(64, bytes);
+  /* 256 bytes, as cudaMalloc: sac.c's blocks inside a buffer are 256-byte aligned
+   * relative to its start (issue 16), and this makes them so in memory too */
+  size_t bytes = ((n ? n : 1) * sizeof(float) + 255) & ~(size_t)255;
+  float *p = aligned_alloc(256, bytes);
   if (!p)
     return SAC_ENOMEM;
   memset(p, 0, bytes);

@@ -398,7 +398,7 @@ int sac_dp_attach(sac_dp_t *dp, sac_t *sac) {
   }
   if (!dp->grad->device_memory && ops->native_stream) {
     /* the largest segments of each phase: all parameters is enough for both */
-    size_t n = sac_param_count(sac);
+    size_t n = sac_grad_capacity(sac); /* the hook's segments are padded (sac.h) */
     for (int i = 0; i < 3; i++) {
       size_t ni = i < 2 ? n : 1;
       if (!(dp->stage[i] = malloc(ni * sizeof(float))))

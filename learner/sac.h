@@ -90,6 +90,22 @@ int sac_td_errors(sac_t *s, float *out);
 /* Flat parameter layout: [actor | critics | log alpha]. */
 size_t sac_param_count(const sac_t *s);
 size_t sac_actor_param_count(const sac_t *s);
+/* The backend buffers hold the parameters padded (issue 16): the actor block, the
+ * critics' block, log alpha and, inside the two MLPs, every layer's W and b start on a
+ * 256-byte boundary; the padding is zero. sac_get_buffer, sac_set_buffer, sac_get_actor
+ * and checkpoints use the packed layout above, so nothing outside sac.c sees it, except
+ * the gradient hook's segments (padded blocks; sac_grad_capacity floats at most, the
+ * padding zero on every rank). sac_layout says where the blocks are (for tests):
+ * offsets in floats from each buffer's start. */
+typedef struct {
+  size_t critic, log_alpha, total;
+  size_t actor_w[SAC_MLP_MAX_LAYERS], actor_b[SAC_MLP_MAX_LAYERS];
+  size_t critic_w[SAC_MLP_MAX_LAYERS], critic_b[SAC_MLP_MAX_LAYERS];
+  int n_layers;
+  const float *params, *grads, *adam_m, *adam_v, *target; /* backend memory */
+} sac_layout_t;
+void sac_layout(const sac_t *s, sac_layout_t *out);
+size_t sac_grad_capacity(const sac_t *s);
 /* Copies the actor's parameters (the Weights layout) to host memory. */
 int sac_get_actor(sac_t *s, float *out);
 

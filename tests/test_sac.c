@@ -9,6 +9,7 @@
  * networks are small (width 6) so float32 accumulation error stays ~1e-6. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -314,4 +315,96 @@ Test(sac, rejects_bad_hyperparameters) {
   hp.tau = 0;
   cr_expect_lt(sac_new(&hp, be, &s), 0);
   sac_backend_destroy(&be);
+}
+
+/* Issue 16, point 3: every block of the parameter, gradient and Adam buffers (actor,
+ * critics, log alpha, and each layer's W and b) starts on a 256-byte boundary whatever
+ * the action size; the padding stays zero through updates; the public (packed) layout
+ * round-trips through sac_set_buffer / sac_get_buffer / sac_get_actor. */
+static int aligned256(const float *base, size_t off) { return ((uintptr_t)(base + off) & 255u) == 0; }
+
+static void check_layout(int O, int A, int H) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, O, A);
+  hp.hidden = H;
+  hp.batch = 8;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_layout_t L;
+  sac_layout(s, &L);
+  const float *bufs[] = {L.params, L.grads, L.adam_m, L.adam_v};
+  for (int i = 0; i < 4; i++) {
+    cr_assert(aligned256(bufs[i], 0) && aligned256(bufs[i], L.critic) && aligned256(bufs[i], L.log_alpha),
+              "A=%d H=%d: buffer %d: a block is not 256-byte aligned", A, H, i);
+    for (int l = 0; l < L.n_layers; l++)
+      cr_assert(aligned256(bufs[i], L.actor_w[l]) && aligned256(bufs[i], L.actor_b[l]) &&
+                    aligned256(bufs[i], L.critic_w[l]) && aligned256(bufs[i], L.critic_b[l]),
+                "A=%d H=%d: layer %d of buffer %d is not 256-byte aligned", A, H, l, i);
+  }
+  for (int l = 0; l < L.n_layers; l++)
+    cr_assert(aligned256(L.target, L.critic_w[l] - L.critic) &&
+              aligned256(L.target, L.critic_b[l] - L.critic));
+  /* packed round trip, and the packed values where the layout says (cpu: host memory) */
+  size_t n = sac_param_count(s), na = sac_actor_param_count(s), nc = sac_buffer_len(s, SAC_BUF_TARGET);
+  float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+  sac_rng_t rng;
+  sac_rng_init(&rng, 5, 5);
+  for (size_t i = 0; i < n; i++)
+    in[i] = (float)sac_rng_uniform_range(&rng, -1, 1);
+  cr_assert_eq(sac_set_buffer(s, SAC_BUF_PARAMS, in, n), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, out, n), 0);
+  cr_assert_eq(memcmp(in, out, n * sizeof(float)), 0, "A=%d: params do not round-trip", A);
+  memset(out, 0, n * sizeof(float));
+  cr_assert_eq(sac_get_actor(s, out), 0);
+  cr_assert_eq(memcmp(in, out, na * sizeof(float)), 0, "A=%d: actor export differs from params", A);
+  const sac_mlp_desc_t *cd = sac_critic_desc(s);
+  for (int l = 0; l < L.n_layers; l++) {
+    cr_assert_eq(L.params[L.critic_w[l]], in[na + sac_mlp_weight_offset(cd, l)]);
+    cr_assert_eq(L.params[L.critic_b[l]], in[na + sac_mlp_bias_offset(cd, l)]);
+  }
+  cr_assert_eq(L.params[L.log_alpha], in[n - 1]);
+  cr_assert_eq(sac_set_buffer(s, SAC_BUF_TARGET, in + 3, nc), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, out, nc), 0);
+  cr_assert_eq(memcmp(in + 3, out, nc * sizeof(float)), 0, "A=%d: target does not round-trip", A);
+  /* a partial write keeps the rest */
+  cr_assert_eq(sac_set_buffer(s, SAC_BUF_PARAMS, out, 5), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, out, n), 0);
+  cr_assert_eq(memcmp(in + 5, out + 5, (n - 5) * sizeof(float)), 0);
+  /* the padding is zero after updates (nothing leaks into it) */
+  sac_set_buffer(s, SAC_BUF_PARAMS, in, n);
+  for (int u = 0; u < 3; u++) {
+    fill_batch(s, &rng, hp.batch, O, A, 0);
+    sac_update(s);
+  }
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, out, n), 0);
+  size_t nonzero_pad = 0, real = 0;
+  char *is_real = calloc(L.total, 1);
+  for (int l = 0; l < L.n_layers; l++) {
+    const sac_mlp_desc_t *ad = sac_actor_desc(s);
+    size_t nw = (size_t)ad->sizes[l] * ad->sizes[l + 1], nb = (size_t)ad->sizes[l + 1];
+    memset(is_real + L.actor_w[l], 1, nw), memset(is_real + L.actor_b[l], 1, nb);
+    nw = (size_t)2 * cd->sizes[l] * cd->sizes[l + 1], nb = (size_t)2 * cd->sizes[l + 1];
+    memset(is_real + L.critic_w[l], 1, nw), memset(is_real + L.critic_b[l], 1, nb);
+  }
+  is_real[L.log_alpha] = 1;
+  for (size_t i = 0; i < L.total; i++) {
+    real += is_real[i];
+    for (int b = 0; b < 4; b++)
+      nonzero_pad += !is_real[i] && bufs[b][i] != 0.0f;
+  }
+  cr_assert_eq(real, n, "A=%d: the layout maps %zu floats, not %zu", A, real, n);
+  cr_assert_eq(nonzero_pad, 0, "A=%d: %zu padding floats are not zero after updates", A, nonzero_pad);
+  free(is_real), free(in), free(out);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+Test(sac, blocks_are_256_byte_aligned_for_odd_action_sizes) {
+  const int acts[] = {1, 3, 6, 17};
+  for (int i = 0; i < 4; i++) {
+    check_layout(3, acts[i], 6);
+    check_layout(17, acts[i], 256);
+  }
 }
