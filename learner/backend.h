@@ -145,6 +145,14 @@ typedef struct sac_backend_ops {
   /* The device stream the ops are enqueued on (a cudaStream_t), for a collective that
    * must run in order with them (learner/collective.h, nccl). Cannot fail. */
   void *(*native_stream)(sac_backend_t *be);
+  /* Reading a small result back without waiting for the ops enqueued after it (PER
+   * priorities one update late, docs/LEARNER.md): fetch enqueues, in order with the ops,
+   * a copy of n floats of src into the backend's host slot `slot` (0 or 1); fetch_wait
+   * waits for that copy only (not for later ops) and copies it into host dst. Not
+   * between graph_begin and graph_end. 0, SAC_EINVAL, SAC_ENOMEM or SAC_EBACKEND. NULL
+   * (both) where ops run synchronously (cpu): sac.c then downloads at fetch time. */
+  int (*fetch)(sac_backend_t *be, int slot, const float *src, size_t n);
+  int (*fetch_wait)(sac_backend_t *be, int slot, float *dst, size_t n);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4

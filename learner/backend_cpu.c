@@ -570,6 +570,14 @@ static void cpu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n
   cpu_run(n >= CPU_PAR_MIN_N ? pool_of(be) : NULL, polyak_job, &a);
 }
 
+/* Staging is a plain copy here (the ops run synchronously, so there is nothing to
+ * overlap), but it is the path the learner service and --mode local take on every
+ * backend: every CPU test runs it. */
+static int cpu_stage_commit(sac_backend_t *be) {
+  (void)be;
+  return 0;
+}
+
 static const sac_backend_ops_t k_cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -589,6 +597,8 @@ static const sac_backend_ops_t k_cpu_ops = {
     .alpha_loss = cpu_alpha_loss,
     .adam = cpu_adam,
     .polyak = cpu_polyak,
+    .stage = cpu_copy,
+    .stage_commit = cpu_stage_commit,
 };
 
 int sac_backend_cpu_new(int threads, sac_backend_t **out) {

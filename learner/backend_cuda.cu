@@ -128,6 +128,10 @@ typedef struct {
   /* staging */
   stage_slot_t slot[2];
   int cur;
+  /* fetch: small results read back one update late (pinned; events per slot) */
+  float *fetch_host[2];
+  size_t fetch_cap[2];
+  cudaEvent_t fetch_done[2];
   /* accounting */
   alloc_rec_t *allocs;
   size_t n_allocs, cap_allocs;
@@ -1276,6 +1280,48 @@ static int cu_stage_commit(sac_backend_t *be) {
   return 0;
 }
 
+/* Fetch: a device->host copy into pinned slot memory, in order on the compute stream,
+ * with an event to wait on, so the learner reads update N's priorities while update
+ * N + 1 runs (a plain download would wait for N + 1 too). */
+static int cu_fetch(sac_backend_t *be, int slot, const float *src, size_t n) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  if (!im->fetch_done[slot] && CK(im, cudaEventCreateWithFlags(&im->fetch_done[slot], cudaEventDisableTiming)))
+    return SAC_EBACKEND;
+  if (n > im->fetch_cap[slot]) { /* first use only: a steady batch size never grows it */
+    if (CK(im, cudaEventSynchronize(im->fetch_done[slot])))
+      return SAC_EBACKEND;
+    if (im->fetch_host[slot])
+      CKN(im, cudaFreeHost(im->fetch_host[slot]));
+    im->fetch_host[slot] = NULL, im->fetch_cap[slot] = 0;
+    if (cudaMallocHost((void **)&im->fetch_host[slot], n * sizeof(float)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      im->fetch_host[slot] = NULL;
+      SAC_ERROR("cuda", "cudaMallocHost(%zu) failed", n * sizeof(float));
+      return SAC_ENOMEM;
+    }
+    im->fetch_cap[slot] = n;
+  }
+  if ((n && CK(im, cudaMemcpyAsync(im->fetch_host[slot], src, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                   im->stream))) ||
+      CK(im, cudaEventRecord(im->fetch_done[slot], im->stream)))
+    return SAC_EBACKEND;
+  return 0;
+}
+
+static int cu_fetch_wait(sac_backend_t *be, int slot, float *dst, size_t n) {
+  cu_t *im = IM(be);
+  if (slot < 0 || slot > 1 || n > im->fetch_cap[slot] || !im->fetch_done[slot])
+    return SAC_EINVAL;
+  if (CK(im, cudaEventSynchronize(im->fetch_done[slot])))
+    return SAC_EBACKEND;
+  memcpy(dst, im->fetch_host[slot], n * sizeof(float));
+  return im->err;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* options and metrics                                                                    */
 
@@ -1443,6 +1489,12 @@ static void cu_destroy(sac_backend_t *be) {
       plan_release(&im->plans[i]);
     free(im->plans);
     for (int i = 0; i < 2; i++) {
+      if (im->fetch_host[i])
+        CKN(im, cudaFreeHost(im->fetch_host[i]));
+      if (im->fetch_done[i])
+        CKN(im, cudaEventDestroy(im->fetch_done[i]));
+    }
+    for (int i = 0; i < 2; i++) {
       stage_slot_t *s = &im->slot[i];
       if (s->host)
         CKN(im, cudaFreeHost(s->host));
@@ -1498,6 +1550,8 @@ static const sac_backend_ops_t k_cuda_ops = {
     .overflow_export = cu_overflow_export,
     .overflow_import = cu_overflow_import,
     .native_stream = cu_native_stream,
+    .fetch = cu_fetch,
+    .fetch_wait = cu_fetch_wait,
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a

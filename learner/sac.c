@@ -61,6 +61,7 @@ struct sac {
   size_t off_critic, off_alpha, n_dev; /* padded offsets; n_dev = padded total */
   span_t spans[SAC_MAX_SPANS];         /* packed <-> padded, in order: actor, critics, alpha */
   int n_spans, n_actor_spans;
+  float *td_host[2]; /* sac_td_errors_fetch's slots where the backend has no fetch */
   float *host;       /* n_dev floats: packing and unpacking at setup, checkpoint and publish time */
   float *steps;      /* Adam step counters: critic, actor, alpha */
   mlp_acts_t aa, ca; /* hidden activations of the actor and of the critics */
@@ -315,7 +316,8 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   ALLOC(s->m, s->n_dev);
   ALLOC(s->v, s->n_dev);
   ALLOC(s->target, s->cl.len);
-  if (!(s->host = calloc(s->n_dev, sizeof(float)))) {
+  if (!(s->host = calloc(s->n_dev, sizeof(float))) ||
+      !(s->td_host[0] = calloc((size_t)2 * B, sizeof(float)))) {
     rc = SAC_ENOMEM;
     goto err;
   }
@@ -447,6 +449,7 @@ void sac_destroy(sac_t **sp) {
       be->ops->free(be, s->ca.own[l]);
   }
   free(s->host);
+  free(s->td_host[0]);
   free(s);
   *sp = NULL;
 }
@@ -625,6 +628,43 @@ int sac_stats(sac_t *s, sac_stats_t *out) {
 
 int sac_td_errors(sac_t *s, float *out) {
   return s->be->ops->download(s->be, out, s->td, (size_t)s->hp.batch);
+}
+
+int sac_td_errors_fetch(sac_t *s, int slot) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  if (ops->fetch)
+    return ops->fetch(s->be, slot, s->td, (size_t)s->hp.batch);
+  /* synchronous ops (cpu): the update is done; keep its values until collected */
+  return ops->download(s->be, s->td_host[0] + (size_t)slot * s->hp.batch, s->td, (size_t)s->hp.batch);
+}
+
+int sac_td_errors_collect(sac_t *s, int slot, float *out) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  if (ops->fetch_wait)
+    return ops->fetch_wait(s->be, slot, out, (size_t)s->hp.batch);
+  memcpy(out, s->td_host[0] + (size_t)slot * s->hp.batch, sizeof(float) * (size_t)s->hp.batch);
+  return 0;
+}
+
+int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const size_t B = (size_t)s->hp.batch, O = (size_t)s->hp.obs_dim, A = (size_t)s->hp.act_dim;
+  sac_batch_t *d = &s->batch;
+  float *dst[6] = {d->obs, d->next_obs, d->action, d->reward, d->terminated, d->weights};
+  const float *src[6] = {b->obs, b->next_obs, b->action, b->reward, b->terminated, b->weights};
+  const size_t n[6] = {B * O, B * O, B * A, B, B, B};
+  const int use_stage = staged && ops->stage && ops->stage_commit;
+  int rc = 0;
+  for (int i = 0; i < 6 && rc == 0; i++)
+    if (src[i])
+      rc = use_stage ? ops->stage(s->be, dst[i], src[i], n[i]) : ops->upload(s->be, dst[i], src[i], n[i]);
+  if (rc == 0 && use_stage)
+    rc = ops->stage_commit(s->be);
+  return rc;
 }
 
 int sac_get_actor(sac_t *s, float *out) {

@@ -84,8 +84,28 @@ typedef int (*sac_grad_hook_t)(void *user, int phase, float *const *segs, const 
 void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user);
 /* Copies the last update's statistics to the host (waits for the backend). */
 int sac_stats(sac_t *s, sac_stats_t *out);
-/* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. */
+/* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. Waits
+ * for every op enqueued so far. */
 int sac_td_errors(sac_t *s, float *out);
+/* The same, one update late, without a synchronisation per update (issue 16):
+ * sac_td_errors_fetch, right after sac_update, enqueues a copy of that update's values
+ * into slot (0 or 1); sac_td_errors_collect waits for that copy only (not for the
+ * updates enqueued after it) and hands the values out. Use the two slots alternately:
+ * fetch N into slot N & 1, update N + 1, collect N. */
+int sac_td_errors_fetch(sac_t *s, int slot);
+int sac_td_errors_collect(sac_t *s, int slot, float *out);
+
+/* A sampled batch in host memory (the replay client's, --mode local's ring). */
+typedef struct {
+  const float *obs, *next_obs, *action; /* (B, obs_dim), (B, obs_dim), (B, act_dim) */
+  const float *reward, *terminated;     /* (B) */
+  const float *weights;                 /* (B) importance weights; NULL: keep the current ones */
+} sac_host_batch_t;
+/* Makes b the batch the next update reads; b is reusable on return. staged 1 (the
+ * learner's path): through the backend's stage / stage_commit, so on a GPU the copy
+ * overlaps the update already enqueued; a backend without staging uploads. staged 0:
+ * plain uploads (kept to show the two give identical results). 0 or a backend error. */
+int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged);
 
 /* Flat parameter layout: [actor | critics | log alpha]. */
 size_t sac_param_count(const sac_t *s);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "common/rng.h"
 #include "learner/sac.h"
 #include "sac_ref.h"
@@ -407,4 +408,103 @@ Test(sac, blocks_are_256_byte_aligned_for_odd_action_sizes) {
     check_layout(3, acts[i], 6);
     check_layout(17, acts[i], 256);
   }
+}
+
+/* Issue 16, point 1: the learner loads every batch through sac_load_batch staged
+ * (stage / stage_commit); on the cpu backend that must give bit-identical results to
+ * the old path of plain uploads. Negative control: one changed reward shows the
+ * comparison sees a difference. */
+static void run_loaded(int staged, int poke, float *params_out, float *td_out) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 5, 3);
+  hp.hidden = 16;
+  hp.batch = 12;
+  hp.policy_delay = 2;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  const int B = hp.batch, O = 5, A = 3;
+  float obs[12 * 5], nobs[12 * 5], act[12 * 3], rew[12], term[12], w[12];
+  sac_rng_t rng;
+  sac_rng_init(&rng, 9, 9);
+  for (int u = 0; u < 6; u++) {
+    for (int i = 0; i < B * O; i++)
+      obs[i] = (float)sac_rng_uniform_range(&rng, -1, 1), nobs[i] = (float)sac_rng_uniform_range(&rng, -1, 1);
+    for (int i = 0; i < B * A; i++)
+      act[i] = (float)sac_rng_uniform_range(&rng, -1, 1);
+    for (int i = 0; i < B; i++)
+      rew[i] = (float)sac_rng_uniform_range(&rng, -1, 1), term[i] = (float)(i % 5 == 0),
+      w[i] = (float)sac_rng_uniform_range(&rng, 0.5, 1);
+    if (poke && u == 3)
+      rew[2] += 1e-3f;
+    sac_host_batch_t hb = {obs, nobs, act, rew, term, u % 2 ? w : NULL};
+    cr_assert_eq(sac_load_batch(s, &hb, staged), 0);
+    memset(obs, 0x7f, sizeof obs); /* the host batch is reusable on return */
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_td_errors(s, td_out + (size_t)u * B), 0);
+  }
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, params_out, sac_param_count(s)), 0);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+Test(sac, staged_batches_match_uploaded_bit_for_bit) {
+  enum { NP = 20000 };
+  float *p[3], td[3][6 * 12];
+  for (int i = 0; i < 3; i++)
+    p[i] = calloc(NP, sizeof(float));
+  run_loaded(0, 0, p[0], td[0]);
+  run_loaded(1, 0, p[1], td[1]);
+  run_loaded(1, 1, p[2], td[2]);
+  sac_backend_t *be;
+  sac_t *s;
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 5, 3);
+  hp.hidden = 16;
+  hp.batch = 12;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  size_t n = sac_param_count(s);
+  cr_assert(n <= NP);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+  cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0,
+               "staged and uploaded batches give different weights");
+  cr_assert_eq(memcmp(td[0], td[1], sizeof td[0]), 0,
+               "staged and uploaded batches give different priorities");
+  cr_assert_neq(memcmp(p[0], p[2], n * sizeof(float)), 0, "negative control: a changed reward went unseen");
+  for (int i = 0; i < 3; i++)
+    free(p[i]);
+}
+
+/* PER one update late: fetch after update N into slot N & 1, collect after update
+ * N + 1; the values are update N's, exactly as sac_td_errors right after it. */
+Test(sac, td_errors_fetched_one_update_late_are_that_updates) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 4, 2);
+  hp.hidden = 8;
+  hp.batch = 10;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 3, 3);
+  float now[5][10], late[10];
+  for (int u = 0; u < 5; u++) {
+    fill_batch(s, &rng, hp.batch, 4, 2, 0);
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_td_errors(s, now[u]), 0);
+    cr_assert_eq(sac_td_errors_fetch(s, u & 1), 0);
+    if (u > 0) {
+      cr_assert_eq(sac_td_errors_collect(s, (u - 1) & 1, late), 0);
+      cr_assert_eq(memcmp(late, now[u - 1], sizeof late), 0, "update %d's priorities", u - 1);
+      cr_assert_neq(memcmp(late, now[u], sizeof late), 0, "negative control: updates %d and %d agree", u - 1,
+                    u);
+    }
+  }
+  cr_assert_eq(sac_td_errors_fetch(s, 2), SAC_EINVAL);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
 }
