@@ -45,6 +45,17 @@ typedef struct {
   float lr, beta1, beta2, eps;
 } sac_adam_hp_t;
 
+/* One parameter group of a multi-tensor Adam step (adam_polyak). */
+typedef struct {
+  float *p;
+  const float *g;
+  float *m, *v;
+  size_t n;
+  sac_adam_hp_t hp;
+  float *t; /* the group's step counter (1 float of backend memory) */
+} sac_adam_group_t;
+#define SAC_ADAM_MAX_GROUPS 4
+
 /* Scalars the fused SAC kernels read; pointers are backend memory. */
 typedef struct {
   int B, A;
@@ -153,6 +164,13 @@ typedef struct sac_backend_ops {
    * (both) where ops run synchronously (cpu): sac.c then downloads at fetch time. */
   int (*fetch)(sac_backend_t *be, int slot, const float *src, size_t n);
   int (*fetch_wait)(sac_backend_t *be, int slot, float *dst, size_t n);
+  /* Fused (issue 16, fewer kernels): the adam op on each of n_groups groups in order,
+   * then polyak(tgt, src, n_polyak, tau) when n_polyak > 0, as one launch. src is either
+   * disjoint from every group's p or exactly one group's whole p (then the Polyak reads
+   * it after that Adam step, as the unfused order does). Results equal the unfused ops'
+   * (tests/test_backend_cpu.c, test_backend_cuda.c). NULL: sac.c issues the ops one by one. */
+  void (*adam_polyak)(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
+                      const float *src, size_t n_polyak, float tau);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4

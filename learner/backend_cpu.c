@@ -578,6 +578,18 @@ static int cpu_stage_commit(sac_backend_t *be) {
   return 0;
 }
 
+/* The fused Adam + Polyak tail: here simply the unfused ops in their order (a CPU has no
+ * launch to save); it exists so sac.c runs the fused path on every backend and the cuda
+ * kernel has a reference to be tested against. */
+static void cpu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
+                            const float *src, size_t n_polyak, float tau) {
+  /* through the table: a wrapper of these ops (test_dp.c's fp16 emulation) stays in force */
+  for (int i = 0; i < n_groups; i++)
+    be->ops->adam(be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
+  if (n_polyak)
+    be->ops->polyak(be, tgt, src, n_polyak, tau);
+}
+
 static const sac_backend_ops_t k_cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -599,6 +611,7 @@ static const sac_backend_ops_t k_cpu_ops = {
     .polyak = cpu_polyak,
     .stage = cpu_copy,
     .stage_commit = cpu_stage_commit,
+    .adam_polyak = cpu_adam_polyak,
 };
 
 int sac_backend_cpu_new(int threads, sac_backend_t **out) {

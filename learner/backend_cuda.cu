@@ -488,6 +488,66 @@ __global__ void k_polyak(float *tgt, const float *src, size_t n, float keep, flo
     tgt[i] = keep * tgt[i] + tau * src[i];
 }
 
+/* Multi-tensor Adam + Polyak (adam_polyak): groups side by side in one grid-stride
+ * index space, then the Polyak segment (pgroup < 0), or the Polyak done by the thread
+ * that stepped the element (pgroup = the group whose p is Polyak's src). Each block reads
+ * every group's step counter at its start; the last block to finish advances them, as
+ * k_adam does. fp32 / tf32 / bf16 only (fp16 takes the unfused ops: its skip logic). */
+typedef struct {
+  float *p[SAC_ADAM_MAX_GROUPS], *m[SAC_ADAM_MAX_GROUPS], *v[SAC_ADAM_MAX_GROUPS], *t[SAC_ADAM_MAX_GROUPS];
+  const float *g[SAC_ADAM_MAX_GROUPS];
+  unsigned long long off[SAC_ADAM_MAX_GROUPS + 1];
+  float lr[SAC_ADAM_MAX_GROUPS], b1[SAC_ADAM_MAX_GROUPS], b2[SAC_ADAM_MAX_GROUPS], eps[SAC_ADAM_MAX_GROUPS];
+  int n;
+  float *tgt;
+  const float *src;
+  unsigned long long pn;
+  int pgroup;
+  float keep, tau;
+} adam_multi_t;
+
+__global__ void k_adam_polyak(adam_multi_t a, unsigned int *done) {
+  __shared__ float s_step[SAC_ADAM_MAX_GROUPS], s_sqrt_bc2[SAC_ADAM_MAX_GROUPS];
+  if (threadIdx.x < (unsigned)a.n) {
+    const int j = threadIdx.x;
+    float tt = *a.t[j] + 1.0f;
+    s_step[j] = a.lr[j] / (1.0f - powf(a.b1[j], tt));
+    s_sqrt_bc2[j] = sqrtf(1.0f - powf(a.b2[j], tt));
+  }
+  __syncthreads();
+  const unsigned long long total = a.off[a.n] + (a.pgroup < 0 ? a.pn : 0ull);
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < total;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    if (i >= a.off[a.n]) { /* the separate Polyak segment */
+      unsigned long long k = i - a.off[a.n];
+      a.tgt[k] = a.keep * a.tgt[k] + a.tau * a.src[k];
+      continue;
+    }
+    int j = 0;
+    while (i >= a.off[j + 1])
+      j++;
+    const unsigned long long k = i - a.off[j];
+    const float b1 = a.b1[j], b2 = a.b2[j], gi = a.g[j][k];
+    float mi = b1 * a.m[j][k] + (1.0f - b1) * gi;
+    float vi = b2 * a.v[j][k] + (1.0f - b2) * gi * gi;
+    a.m[j][k] = mi;
+    a.v[j][k] = vi;
+    float pi = a.p[j][k] - s_step[j] * mi / (sqrtf(vi) / s_sqrt_bc2[j] + a.eps[j]);
+    a.p[j][k] = pi;
+    if (j == a.pgroup && k < a.pn)
+      a.tgt[k] = a.keep * a.tgt[k] + a.tau * pi;
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();
+    unsigned int prev = atomicAdd(done, 1u);
+    if (prev == gridDim.x - 1) {
+      for (int j = 0; j < a.n; j++)
+        *a.t[j] = *a.t[j] + 1.0f;
+      *done = 0;
+    }
+  }
+}
+
 /* End of an fp16 update: back off after a skipped step, grow after a run of good ones. */
 __global__ void k_scaler_update(scaler_t *sc) {
   if (sc->found_inf) {
@@ -1081,6 +1141,33 @@ static void cu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n,
   LAUNCHED(im, "k_polyak");
 }
 
+static void cu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt, const float *src,
+                           size_t n_polyak, float tau) {
+  cu_t *im = IM(be);
+  if (im->prec == PREC_FP16 || n_groups < 1 || n_groups > SAC_ADAM_MAX_GROUPS) {
+    for (int i = 0; i < n_groups; i++)
+      cu_adam(be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
+    if (n_polyak)
+      cu_polyak(be, tgt, src, n_polyak, tau);
+    return;
+  }
+  adam_multi_t a;
+  memset(&a, 0, sizeof a);
+  a.n = n_groups;
+  for (int j = 0; j < n_groups; j++) {
+    a.p[j] = g[j].p, a.g[j] = g[j].g, a.m[j] = g[j].m, a.v[j] = g[j].v, a.t[j] = g[j].t;
+    a.lr[j] = g[j].hp.lr, a.b1[j] = g[j].hp.beta1, a.b2[j] = g[j].hp.beta2, a.eps[j] = g[j].hp.eps;
+    a.off[j + 1] = a.off[j] + g[j].n;
+  }
+  a.tgt = tgt, a.src = src, a.pn = n_polyak, a.keep = 1.0f - tau, a.tau = tau, a.pgroup = -1;
+  for (int j = 0; j < n_groups && n_polyak; j++)
+    if (src == g[j].p && n_polyak == g[j].n)
+      a.pgroup = j;
+  size_t total = a.off[n_groups] + (a.pgroup < 0 ? n_polyak : 0);
+  k_adam_polyak<<<grid_for(total, NFLAG), THREADS, 0, im->stream>>>(a, &im->ds->done);
+  LAUNCHED(im, "k_adam_polyak");
+}
+
 static void cu_overflow_export(sac_backend_t *be, float *dst) {
   cu_t *im = IM(be);
   k_ovf_export<<<1, 1, 0, im->stream>>>(&im->ds->overflow, dst);
@@ -1552,6 +1639,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .native_stream = cu_native_stream,
     .fetch = cu_fetch,
     .fetch_wait = cu_fetch_wait,
+    .adam_polyak = cu_adam_polyak,
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a
@@ -1563,7 +1651,7 @@ static int preload_kernels(cu_t *im) {
                        (const void *)k_alpha_loss,    (const void *)k_nonfinite,      (const void *)k_adam,
                        (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
                        (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
-                       (const void *)k_ovf_import};
+                       (const void *)k_ovf_import,    (const void *)k_adam_polyak};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))

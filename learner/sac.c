@@ -88,6 +88,7 @@ struct sac {
    * steps the actor (step % policy_delay == 0), 0 = critic only */
   int eager_runs[2];    /* eager updates so far (capture waits for two: lazy initialisation) */
   int graph_ok[2];      /* a graph of this phase is captured and launchable */
+  int unfused;          /* 1: the unfused ops (sac_set_unfused; tests, kernel counts) */
   sac_grad_hook_t hook; /* data-parallel gradient averaging (NULL: none) */
   void *hook_user;
 };
@@ -525,6 +526,11 @@ void sac_compute_actor_grads(sac_t *s) {
   lap(s, PROF(actor));
 }
 
+void sac_set_unfused(sac_t *s, int unfused) {
+  s->unfused = unfused;
+  s->graph_ok[0] = s->graph_ok[1] = 0;
+}
+
 void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user) {
   s->hook = fn;
   s->hook_user = user;
@@ -546,6 +552,20 @@ static int grad_hook(sac_t *s, int phase) {
   return s->hook(s->hook_user, phase, segs, ns, k);
 }
 
+/* Adam over groups, then (polyak) the target critics: one fused op where the backend
+ * has it, else the ops one by one (the same results). */
+static void optimizer_tail(sac_t *s, const sac_adam_group_t *g, int n, int polyak) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  if (ops->adam_polyak && !s->unfused) {
+    ops->adam_polyak(s->be, g, n, s->target, critic_params(s), polyak ? s->cl.len : 0, s->hp.tau);
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    ops->adam(s->be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
+  if (polyak)
+    ops->polyak(s->be, s->target, critic_params(s), s->cl.len, s->hp.tau);
+}
+
 /* The ops of one update, enqueued on the backend (or recorded into a graph). 0, or a
  * hook's error (the update stopped there). */
 static int update_ops(sac_t *s) {
@@ -561,19 +581,30 @@ static int update_ops(sac_t *s) {
   sac_compute_critic_grads(s);
   if (s->hook && (rc = grad_hook(s, SAC_GRAD_CRITIC)) != 0)
     return rc;
-  ops->adam(s->be, critic_params(s), s->grads + s->off_critic, s->m + s->off_critic, s->v + s->off_critic,
-            s->cl.len, &critic_hp, s->steps + 0);
-  lap(s, PROF(optimizer));
-  if (s->step % (uint64_t)s->hp.policy_delay == 0) {
+  /* the optimizer tails: each one fused launch where the backend has adam_polyak (the
+   * critics' step must land before the actor's gradient reads the critics) */
+  sac_adam_group_t gc = {critic_params(s),
+                         s->grads + s->off_critic,
+                         s->m + s->off_critic,
+                         s->v + s->off_critic,
+                         s->cl.len,
+                         critic_hp,
+                         s->steps + 0};
+  sac_adam_group_t ga[2] = {{actor_params(s), s->grads, s->m, s->v, s->al.len, actor_hp, s->steps + 1},
+                            {log_alpha(s), s->grads + s->off_alpha, s->m + s->off_alpha, s->v + s->off_alpha,
+                             1, alpha_hp, s->steps + 2}};
+  const int actor_step = s->step % (uint64_t)s->hp.policy_delay == 0;
+  if (!actor_step) { /* critic step and Polyak */
+    optimizer_tail(s, &gc, 1, 1);
+    lap(s, PROF(optimizer));
+  } else {
+    optimizer_tail(s, &gc, 1, 0);
+    lap(s, PROF(optimizer));
     sac_compute_actor_grads(s);
     if (s->hook && (rc = grad_hook(s, SAC_GRAD_ACTOR)) != 0)
       return rc;
-    ops->adam(s->be, actor_params(s), s->grads, s->m, s->v, s->al.len, &actor_hp, s->steps + 1);
-    if (s->hp.autotune_alpha)
-      ops->adam(s->be, log_alpha(s), s->grads + s->off_alpha, s->m + s->off_alpha, s->v + s->off_alpha, 1,
-                &alpha_hp, s->steps + 2);
+    optimizer_tail(s, ga, s->hp.autotune_alpha ? 2 : 1, 1);
   }
-  ops->polyak(s->be, s->target, critic_params(s), s->cl.len, s->hp.tau);
   if (ops->update_end)
     ops->update_end(s->be);
   lap(s, PROF(optimizer));

@@ -82,6 +82,9 @@ int sac_update(sac_t *s);
 enum { SAC_GRAD_CRITIC = 0, SAC_GRAD_ACTOR = 1 };
 typedef int (*sac_grad_hook_t)(void *user, int phase, float *const *segs, const size_t *ns, int n_segs);
 void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user);
+/* 1: issue the unfused ops even where the backend has fused ones (adam_polyak): for the
+ * tests that compare the two and the kernel counts of sac-bench-learner. Setup time. */
+void sac_set_unfused(sac_t *s, int unfused);
 /* Copies the last update's statistics to the host (waits for the backend). */
 int sac_stats(sac_t *s, sac_stats_t *out);
 /* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. Waits

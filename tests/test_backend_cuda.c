@@ -454,6 +454,53 @@ static void run_optimizer(const char *prec, float scale) {
 }
 
 Test(backend_cuda, adam_and_polyak_match_cpu) { run_optimizer("fp32", 1.0f); }
+
+/* Issue 16: the fused multi-tensor Adam + Polyak kernel against the cpu backend's
+ * adam_polyak (itself tested against the unfused ops in test_backend_cpu.c): critic
+ * step + Polyak of the stepped group, and actor + log alpha steps + Polyak of another
+ * buffer; step counters advanced on the device. */
+static void run_fused_tail(int polyak_of_group) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 43, 3);
+  const size_t n0 = 70001, n1 = 1;
+  float *hp = hrand(&rng, n0, -1, 1), *hg = hrand(&rng, n0, -0.1, 0.1), *hm = hrand(&rng, n0, -0.01, 0.01),
+        *hv = hrand(&rng, n0, 0, 1e-4), *ht = hrand(&rng, n0, -1, 1);
+  float t0 = 5.0f;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *p[2][2], *g[2][2], *m[2][2], *v[2][2], *t[2][2], *tgt[2], *src[2];
+  for (int i = 0; i < 2; i++) {
+    for (int k = 0; k < 2; k++) {
+      size_t n = k ? n1 : n0;
+      p[i][k] = bput(bes[i], hp, n), g[i][k] = bput(bes[i], hg, n), m[i][k] = bput(bes[i], hm, n);
+      v[i][k] = bput(bes[i], hv, n), t[i][k] = bput(bes[i], &t0, 1);
+    }
+    tgt[i] = bput(bes[i], ht, n0), src[i] = bput(bes[i], hg, n0);
+    sac_adam_group_t grp[2] = {
+        {p[i][0], g[i][0], m[i][0], v[i][0], n0, {1e-3f, 0.9f, 0.999f, 1e-8f}, t[i][0]},
+        {p[i][1], g[i][1], m[i][1], v[i][1], n1, {3e-4f, 0.9f, 0.999f, 1e-8f}, t[i][1]}};
+    cr_assert_not_null(bes[i]->ops->adam_polyak);
+    bes[i]->ops->adam_polyak(bes[i], grp, polyak_of_group ? 1 : 2, tgt[i], polyak_of_group ? p[i][0] : src[i],
+                             n0, 0.005f);
+  }
+  for (int k = 0; k < (polyak_of_group ? 1 : 2); k++) {
+    size_t n = k ? n1 : n0;
+    compare(k ? "fused adam: group 1 p" : "fused adam: group 0 p", "fp32", gpu, p[1][k], cpu, p[0][k], n,
+            TOL_ELEM);
+    compare("fused adam: m", "fp32", gpu, m[1][k], cpu, m[0][k], n, TOL_ELEM);
+    compare("fused adam: v", "fp32", gpu, v[1][k], cpu, v[0][k], n, TOL_ELEM);
+    float tg;
+    cr_assert_eq(gpu->ops->download(gpu, &tg, t[1][k], 1), 0);
+    cr_expect_eq(tg, 6.0f, "group %d step counter advanced on the device: %g", k, tg);
+  }
+  compare("fused adam: polyak target", "fp32", gpu, tgt[1], cpu, tgt[0], n0, TOL_ELEM);
+  free(hp), free(hg), free(hm), free(hv), free(ht);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, fused_adam_polyak_of_stepped_group_matches_cpu) { run_fused_tail(1); }
+Test(backend_cuda, fused_adam_groups_then_polyak_match_cpu) { run_fused_tail(0); }
 Test(backend_cuda, adam_unscales_fp16_gradients) { run_optimizer("fp16", 4096.0f); }
 
 Test(backend_cuda, fp16_adam_skips_step_with_inf_gradient_and_scale_backs_off) {

@@ -508,3 +508,38 @@ Test(sac, td_errors_fetched_one_update_late_are_that_updates) {
   sac_destroy(&s);
   sac_backend_destroy(&be);
 }
+
+/* Issue 16, point 6: a whole run with the fused optimizer tails (adam_polyak) equals the
+ * unfused ops bit for bit (policy_delay 2: both phases). */
+Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) {
+  float *p[2];
+  size_t n = 0;
+  for (int f = 0; f < 2; f++) {
+    sac_backend_t *be;
+    sac_t *s;
+    cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+    sac_hparams_t hp;
+    sac_hparams_default(&hp, 3, 1);
+    hp.hidden = 16;
+    hp.batch = 8;
+    hp.policy_delay = 2;
+    cr_assert_eq(sac_new(&hp, be, &s), 0);
+    sac_set_unfused(s, f == 0);
+    sac_rng_t rng;
+    sac_rng_init(&rng, 4, 4);
+    for (int u = 0; u < 7; u++) {
+      fill_batch(s, &rng, hp.batch, 3, 1, 0);
+      cr_assert_eq(sac_update(s), 0);
+    }
+    n = sac_param_count(s);
+    p[f] = malloc((n + 3 + sac_buffer_len(s, SAC_BUF_TARGET)) * sizeof(float));
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, p[f], n), 0);
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, p[f] + n, 3), 0);
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, p[f] + n + 3, sac_buffer_len(s, SAC_BUF_TARGET)), 0);
+    n += 3 + sac_buffer_len(s, SAC_BUF_TARGET);
+    sac_destroy(&s);
+    sac_backend_destroy(&be);
+  }
+  cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0, "fused and unfused optimizer tails differ");
+  free(p[0]), free(p[1]);
+}
