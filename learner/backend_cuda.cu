@@ -137,6 +137,7 @@ typedef struct {
   size_t n_allocs, cap_allocs;
   size_t bytes, peak;
   uint64_t alloc_calls, graph_launches, degraded;
+  uint64_t launches; /* kernels and cuBLASLt matmuls enqueued eagerly or recorded */
   /* eager matmul calls that ran without their fused bias epilogue, by why: bias
    * under-aligned, no algorithm with the epilogue at the precision's compute type,
    * the fused matmul refused at run time (graph replays do not count) */
@@ -190,7 +191,9 @@ static int ck_lt(cu_t *im, int latch, cublasStatus_t s, const char *stmt, const 
 #define CKL(im, call) ck_lt((im), 1, (call), #call, __FILE__, __LINE__)
 #define CKLN(im, call) ck_lt((im), 0, (call), #call, __FILE__, __LINE__)
 /* after every kernel launch: a bad configuration shows here, a fault at the next sync */
-#define LAUNCHED(im, name) ck_cuda((im), 1, cudaGetLastError(), "launch of " name, __FILE__, __LINE__)
+/* every kernel launch goes through LAUNCHED: it also counts them (kernel_launches) */
+#define LAUNCHED(im, name)                                                                                   \
+  ((im)->launches++, ck_cuda((im), 1, cudaGetLastError(), "launch of " name, __FILE__, __LINE__))
 
 static unsigned grid_for(size_t n, unsigned cap) {
   size_t g = (n + THREADS - 1) / THREADS;
@@ -807,6 +810,7 @@ static void gemm(cu_t *im, const gemm_t *g) {
   }
   cublasStatus_t st = cublasLtMatmul(im->lt, p->op, &one, g->A, p->la, g->B, p->lb, &beta, g->D, p->ld, g->D, p->ld,
                                      &p->algo, im->ws, WORKSPACE_BYTES, im->stream);
+  im->launches++; /* one matmul call (cuBLASLt may run it as more than one kernel) */
   if (st != CUBLAS_STATUS_SUCCESS && epi != EPI_NONE && im->capturing < 0) {
     SAC_WARN("cuda", "fused bias epilogue refused (%s) for m %d n %d k %d: bias added separately",
              lt_status_name(st), g->m, g->n, g->k);
@@ -1514,6 +1518,8 @@ static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
     return *out = (double)im->alloc_calls, 0;
   if (!strcmp(key, "graph_launches"))
     return *out = (double)im->graph_launches, 0;
+  if (!strcmp(key, "kernel_launches"))
+    return *out = (double)im->launches, 0;
   if (!strcmp(key, "degraded_gemms"))
     return *out = (double)im->degraded, 0;
   if (!strcmp(key, "epilogue_fallbacks"))

@@ -526,6 +526,14 @@ void sac_compute_actor_grads(sac_t *s) {
   lap(s, PROF(actor));
 }
 
+int sac_swap_backend(sac_t *s, sac_backend_t *be) {
+  if (be->impl != s->be->impl)
+    return SAC_EINVAL;
+  s->be = be;
+  s->graph_ok[0] = s->graph_ok[1] = 0;
+  return 0;
+}
+
 void sac_set_unfused(sac_t *s, int unfused) {
   s->unfused = unfused;
   s->graph_ok[0] = s->graph_ok[1] = 0;

@@ -85,6 +85,9 @@ void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user);
 /* 1: issue the unfused ops even where the backend has fused ones (adam_polyak): for the
  * tests that compare the two and the kernel counts of sac-bench-learner. Setup time. */
 void sac_set_unfused(sac_t *s, int unfused);
+/* Replaces the backend by a wrapper of the same backend (same impl: the buffers stay
+ * valid), e.g. op_count.c's counting proxy. SAC_EINVAL for another backend. Setup time. */
+int sac_swap_backend(sac_t *s, sac_backend_t *be);
 /* Copies the last update's statistics to the host (waits for the backend). */
 int sac_stats(sac_t *s, sac_stats_t *out);
 /* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. Waits

@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "learner/op_count.h"
 #include "learner/sac.h"
 #include "sac_ref.h"
 
@@ -542,4 +543,30 @@ Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) {
   }
   cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0, "fused and unfused optimizer tails differ");
   free(p[0]), free(p[1]);
+}
+
+/* sac-bench-learner's op count (learner/op_count.c): the fused tails save two ops in an
+ * update that steps the actor (4 optimizer ops -> 2) and one in a critic-only update
+ * (2 -> 1); the proxy is taken out again (the updates after it run on the backend). */
+Test(sac, op_count_sees_the_fused_tails) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 3, 1);
+  hp.hidden = 8;
+  hp.batch = 4;
+  hp.policy_delay = 2;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  int64_t f[2], u[2];
+  cr_assert_eq(sac_count_update_ops(s, be, 0, f), 0);
+  cr_assert_eq(sac_count_update_ops(s, be, 1, u), 0);
+  cr_assert_eq(u[0] - f[0], 2, "actor step: %lld fused vs %lld unfused", (long long)f[0], (long long)u[0]);
+  cr_assert_eq(u[1] - f[1], 1, "critic only: %lld fused vs %lld unfused", (long long)f[1], (long long)u[1]);
+  cr_assert(f[0] > f[1], "a critic-only update has fewer ops");
+  sac_backend_t other = {be->ops, NULL};
+  cr_assert_eq(sac_swap_backend(s, &other), SAC_EINVAL);
+  cr_assert_eq(sac_update(s), 0);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
 }
