@@ -891,3 +891,88 @@ Test(backend_cuda, recompute_same_updates_on_cuda_and_saves_memory) {
   cr_expect_lt(ck, full, "recompute keeps fewer activations");
   free(a), free(b);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* issue 16: odd action sizes, policy_delay under graphs, graphs in bf16 / fp16          */
+
+/* n updates (H 256, batch 256) with the given shape, precision, graphs and policy delay;
+ * returns the parameters (packed) and their count, and the alignment fallbacks seen */
+static float *run_shape(const char *prec, int graphs, int O, int A, int delay, int n_updates, size_t *n_out,
+                        double *fb_align) {
+  sac_backend_t *gpu = cuda_or_skip(prec);
+  cr_assert_eq(gpu->ops->set_option(gpu, "graphs", graphs ? "1" : "0"), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, O, A);
+  hp.batch = 256, hp.seed = 19, hp.policy_delay = delay;
+  sac_t *s;
+  cr_assert_eq(sac_new(&hp, gpu, &s), 0);
+  hbatch_t hb;
+  hbatch_init(&hb, 256, O, A);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 73, 3);
+  for (int u = 0; u < n_updates; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    sac_host_batch_t b = {hb.obs, hb.nobs, hb.act, hb.rew, hb.term, NULL};
+    cr_assert_eq(sac_load_batch(s, &b, 1), 0);
+    cr_assert_eq(sac_update(s), 0);
+  }
+  cr_assert_eq(gpu->ops->sync(gpu), 0);
+  float *p = params_of(s);
+  *n_out = sac_param_count(s);
+  if (fb_align)
+    *fb_align = metric(gpu, "epilogue_fallbacks_alignment");
+  if (graphs)
+    cr_expect_gt(metric(gpu, "graph_launches"), 0, "%s: graphs were launched", prec);
+  hbatch_free(&hb);
+  sac_destroy(&s);
+  sac_backend_destroy(&gpu);
+  return p;
+}
+
+/* Pendulum (A = 1): the whole update runs, stays finite, matches the cpu backend, and
+ * the odd action size costs no more epilogue fallbacks than A = 6 (the padded layout) */
+Test(backend_cuda, pendulum_odd_action_update_matches_cpu) {
+  size_t n, n6;
+  double fb1 = 0, fb6 = 0;
+  float *pg = run_shape("fp32", 0, 3, 1, 1, 20, &n, &fb1);
+  free(run_shape("fp32", 0, 17, 6, 1, 20, &n6, &fb6));
+  sac_backend_t *cpu = cpu_backend();
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 3, 1);
+  hp.batch = 256, hp.seed = 19;
+  sac_t *s;
+  cr_assert_eq(sac_new(&hp, cpu, &s), 0);
+  hbatch_t hb;
+  hbatch_init(&hb, 256, 3, 1);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 73, 3);
+  for (int u = 0; u < 20; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    sac_host_batch_t b = {hb.obs, hb.nobs, hb.act, hb.rew, hb.term, NULL};
+    cr_assert_eq(sac_load_batch(s, &b, 1), 0);
+    cr_assert_eq(sac_update(s), 0);
+  }
+  float *pc = params_of(s);
+  EXPECT_CLOSE("pendulum (A=1) params after 20 updates", "fp32", pg, pc, n, 5e-3);
+  fprintf(stderr, "  epilogue alignment fallbacks: A=1 %.0f, A=6 %.0f\n", fb1, fb6);
+  cr_expect_leq(fb1, fb6, "an odd action size adds epilogue fallbacks (%g > %g)", fb1, fb6);
+  free(pg), free(pc);
+  hbatch_free(&hb);
+  sac_destroy(&s);
+  sac_backend_destroy(&cpu);
+}
+
+static void graphs_equal_eager(const char *prec, int delay) {
+  size_t n;
+  float *pg = run_shape(prec, 1, 17, 6, delay, 30, &n, NULL);
+  float *pe = run_shape(prec, 0, 17, 6, delay, 30, &n, NULL);
+  fprintf(stderr, "  %s policy_delay %d: graph replay vs eager bitwise equal: %s (err %.2e)\n", prec, delay,
+          memcmp(pg, pe, n * sizeof(float)) ? "no" : "yes", nerr(pg, pe, n));
+  cr_expect_eq(memcmp(pg, pe, n * sizeof(float)), 0, "%s, policy_delay %d: graph replay differs from eager",
+               prec, delay);
+  free(pg), free(pe);
+}
+
+Test(backend_cuda, policy_delay_2_graph_replay_equals_eager) { graphs_equal_eager("fp32", 2); }
+Test(backend_cuda, graph_replay_equals_eager_bf16) { graphs_equal_eager("bf16", 1); }
+Test(backend_cuda, graph_replay_equals_eager_fp16) { graphs_equal_eager("fp16", 1); }
