@@ -169,6 +169,11 @@ typedef struct sac_backend_ops {
    * disjoint from every group's p or exactly one group's whole p (then the Polyak reads
    * it after that Adam step, as the unfused order does). Results equal the unfused ops'
    * (tests/test_backend_cpu.c, test_backend_cuda.c). NULL: sac.c issues the ops one by one. */
+  /* Fused: actor_loss(h, q, logp, dq, dlogp, stats_pi) and alpha_loss(h, logp, grad_alpha,
+   * stats_alpha) as one launch (both read only the forward values and log alpha). NULL:
+   * sac.c issues the two. */
+  void (*actor_alpha_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
+                           float *dq, float *dlogp, float *stats_pi, float *grad_alpha, float *stats_alpha);
   void (*adam_polyak)(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
                       const float *src, size_t n_polyak, float tau);
 } sac_backend_ops_t;

@@ -590,6 +590,14 @@ static void cpu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_
     be->ops->polyak(be, tgt, src, n_polyak, tau);
 }
 
+/* The fused actor + alpha loss: the two ops in order, through the table (as above). */
+static void cpu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
+                                 float *dq, float *dlogp, float *stats_pi, float *grad_alpha,
+                                 float *stats_alpha) {
+  be->ops->actor_loss(be, h, q, logp, dq, dlogp, stats_pi);
+  be->ops->alpha_loss(be, h, logp, grad_alpha, stats_alpha);
+}
+
 static const sac_backend_ops_t k_cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -611,6 +619,7 @@ static const sac_backend_ops_t k_cpu_ops = {
     .polyak = cpu_polyak,
     .stage = cpu_copy,
     .stage_commit = cpu_stage_commit,
+    .actor_alpha_loss = cpu_actor_alpha_loss,
     .adam_polyak = cpu_adam_polyak,
 };
 

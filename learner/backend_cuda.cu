@@ -392,7 +392,7 @@ __global__ void k_critic_loss(int B, const float *q, const float *y, const float
   }
 }
 
-__global__ void k_actor_loss(int B, const float *log_alpha, const float *q, const float *logp, float *dq, float *dlogp,
+__device__ void d_actor_loss(int B, const float *log_alpha, const float *q, const float *logp, float *dq, float *dlogp,
                              float *stats, const scaler_t *sc) {
   const float S = sc ? sc->scale : 1.0f;
   const float alpha = expf(*log_alpha), invB = 1.0f / (float)B;
@@ -413,7 +413,12 @@ __global__ void k_actor_loss(int B, const float *log_alpha, const float *q, cons
   }
 }
 
-__global__ void k_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *logp, float *grad,
+__global__ void k_actor_loss(int B, const float *log_alpha, const float *q, const float *logp, float *dq, float *dlogp,
+                             float *stats, const scaler_t *sc) {
+  d_actor_loss(B, log_alpha, q, logp, dq, dlogp, stats, sc);
+}
+
+__device__ void d_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *logp, float *grad,
                              float *stats, const scaler_t *sc) {
   double s = 0.0, unused = 0.0;
   for (int i = threadIdx.x; i < B; i += blockDim.x)
@@ -424,6 +429,21 @@ __global__ void k_alpha_loss(int B, float target_entropy, const float *log_alpha
     grad[0] = -mean * (sc ? sc->scale : 1.0f);
     stats[0] = -*log_alpha * mean;
   }
+}
+
+__global__ void k_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *logp, float *grad,
+                             float *stats, const scaler_t *sc) {
+  d_alpha_loss(B, target_entropy, log_alpha, logp, grad, stats, sc);
+}
+
+/* The two in one launch (issue 16); the barrier keeps the second block_sum2 from
+ * overwriting the shared sums while a thread still reads the first's result. */
+__global__ void k_actor_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *q,
+                                   const float *logp, float *dq, float *dlogp, float *stats_pi, float *grad_alpha,
+                                   float *stats_alpha, const scaler_t *sc) {
+  d_actor_loss(B, log_alpha, q, logp, dq, dlogp, stats_pi, sc);
+  __syncthreads();
+  d_alpha_loss(B, target_entropy, log_alpha, logp, grad_alpha, stats_alpha, sc);
 }
 
 /* flags[block] = some g in this block's share is inf or NaN */
@@ -1145,6 +1165,14 @@ static void cu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n,
   LAUNCHED(im, "k_polyak");
 }
 
+static void cu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
+                                float *dq, float *dlogp, float *stats_pi, float *grad_alpha, float *stats_alpha) {
+  cu_t *im = IM(be);
+  k_actor_alpha_loss<<<1, THREADS, 0, im->stream>>>(h->B, h->target_entropy, h->log_alpha, q, logp, dq, dlogp,
+                                                    stats_pi, grad_alpha, stats_alpha, loss_scaler(im));
+  LAUNCHED(im, "k_actor_alpha_loss");
+}
+
 static void cu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt, const float *src,
                            size_t n_polyak, float tau) {
   cu_t *im = IM(be);
@@ -1645,6 +1673,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .native_stream = cu_native_stream,
     .fetch = cu_fetch,
     .fetch_wait = cu_fetch_wait,
+    .actor_alpha_loss = cu_actor_alpha_loss,
     .adam_polyak = cu_adam_polyak,
 };
 
@@ -1657,7 +1686,8 @@ static int preload_kernels(cu_t *im) {
                        (const void *)k_alpha_loss,    (const void *)k_nonfinite,      (const void *)k_adam,
                        (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
                        (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
-                       (const void *)k_ovf_import,    (const void *)k_adam_polyak};
+                       (const void *)k_ovf_import,    (const void *)k_adam_polyak,
+                       (const void *)k_actor_alpha_loss};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))

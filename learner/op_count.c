@@ -77,6 +77,11 @@ static void px_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_g
                            const float *src, size_t n_polyak, float tau) {
   FWD(be, adam_polyak, g, n_groups, tgt, src, n_polyak, tau);
 }
+static void px_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
+                                float *dq, float *dlogp, float *stats_pi, float *grad_alpha,
+                                float *stats_alpha) {
+  FWD(be, actor_alpha_loss, h, q, logp, dq, dlogp, stats_pi, grad_alpha, stats_alpha);
+}
 static void px_update_end(sac_backend_t *be) {
   P(be)->count++;
   R(be)->ops->update_end(R(be));
@@ -94,6 +99,7 @@ int sac_count_update_ops(sac_t *s, sac_backend_t *real, int unfused, int64_t cou
   ops.critic_loss = px_critic_loss, ops.actor_loss = px_actor_loss, ops.alpha_loss = px_alpha_loss;
   ops.adam = px_adam, ops.polyak = px_polyak;
   ops.adam_polyak = r->adam_polyak ? px_adam_polyak : NULL;
+  ops.actor_alpha_loss = r->actor_alpha_loss ? px_actor_alpha_loss : NULL;
   ops.update_end = r->update_end ? px_update_end : NULL;
   proxy_t px = {{&ops, real->impl}, real, 0};
   int rc = sac_swap_backend(s, &px.base);

@@ -511,7 +511,14 @@ void sac_compute_actor_grads(sac_t *s) {
   sac_batch_t *b = &s->batch;
   /* L_pi = mean(alpha log pi(a~|s) - min Q(s, a~)), a~ reparameterised (rows [0, B)) */
   critics(s, critic_params(s), b->obs, s->a2, s->q);
-  ops->actor_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2);
+  /* L_alpha = -mean(log alpha (log pi + target entropy)) reads only the forward values:
+   * one fused launch with the actor loss where the backend has it */
+  const int fused = ops->actor_alpha_loss && !s->unfused;
+  if (fused)
+    ops->actor_alpha_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2,
+                          s->grads + s->off_alpha, s->stats + 4);
+  else
+    ops->actor_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2);
   /* dL/da~ through the critics (input gradient only: the critics are not stepped here) */
   sac_seg_t cin[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {s->a2, A, A}};
   float *dx[2] = {NULL, s->da};
@@ -521,8 +528,8 @@ void sac_compute_actor_grads(sac_t *s) {
   sac_seg_t ain = {b->obs, s->hp.obs_dim, s->hp.obs_dim};
   float *nodx[2] = {NULL, NULL};
   mlp_bwd(s, &s->ad, actor_params(s), s->grads, B, &ain, 1, &s->aa, s->P, s->dP, nodx, ldx);
-  /* L_alpha = -mean(log alpha (log pi + target entropy)) */
-  ops->alpha_loss(s->be, &s->head, s->logp2, s->grads + s->off_alpha, s->stats + 4);
+  if (!fused)
+    ops->alpha_loss(s->be, &s->head, s->logp2, s->grads + s->off_alpha, s->stats + 4);
   lap(s, PROF(actor));
 }
 

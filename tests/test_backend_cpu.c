@@ -617,3 +617,27 @@ static void fused_tail_case(int polyak_of_group) {
 
 Test(backend_cpu, fused_adam_polyak_equals_unfused_polyak_of_stepped_group) { fused_tail_case(1); }
 Test(backend_cpu, fused_adam_polyak_equals_unfused_two_groups_then_polyak) { fused_tail_case(0); }
+
+/* The fused actor + alpha loss equals actor_loss then alpha_loss, bit for bit. */
+Test(backend_cpu, fused_actor_alpha_loss_equals_the_two_ops) {
+  const int B = 37;
+  float *q = dev(2 * B), *logp = dev(B), *la = dev(1), *out[2][5];
+  fill(q, 2 * B, -3, 3), fill(logp, B, -4, 1);
+  la[0] = -0.7f;
+  sac_head_hp_t h = {.B = B, .A = 3, .gamma = 0.99f, .target_entropy = -3.0f, .log_alpha = la};
+  size_t sz[5] = {2 * (size_t)B, (size_t)B, 2, 1, 1}; /* dq, dlogp, stats_pi, grad_alpha, stats_alpha */
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 5; k++)
+      out[c][k] = dev(sz[k]);
+  be->ops->actor_loss(be, &h, q, logp, out[0][0], out[0][1], out[0][2]);
+  be->ops->alpha_loss(be, &h, logp, out[0][3], out[0][4]);
+  cr_assert_not_null(be->ops->actor_alpha_loss);
+  be->ops->actor_alpha_loss(be, &h, q, logp, out[1][0], out[1][1], out[1][2], out[1][3], out[1][4]);
+  for (int k = 0; k < 5; k++)
+    cr_assert_eq(memcmp(out[0][k], out[1][k], sz[k] * sizeof(float)), 0, "output %d differs", k);
+  cr_assert_neq(out[1][3][0], 0.0f, "the alpha gradient was written");
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 5; k++)
+      be->ops->free(be, out[c][k]);
+  be->ops->free(be, q), be->ops->free(be, logp), be->ops->free(be, la);
+}

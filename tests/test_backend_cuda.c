@@ -500,6 +500,47 @@ static void run_fused_tail(int polyak_of_group) {
 }
 
 Test(backend_cuda, fused_adam_polyak_of_stepped_group_matches_cpu) { run_fused_tail(1); }
+
+/* Issue 16: the fused actor + alpha loss kernel against the cpu op (fp32, and fp16
+ * where the gradients carry the loss scale) */
+static void run_fused_losses(const char *prec, float scale) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  if (scale != 1.0f) {
+    char v[32];
+    snprintf(v, sizeof v, "%g", scale);
+    cr_assert_eq(gpu->ops->set_option(gpu, "loss_scale", v), 0);
+  }
+  sac_rng_t rng;
+  sac_rng_init(&rng, 47, 3);
+  const int B = 256;
+  float *hq = hrand(&rng, 2 * (size_t)B, -3, 3), *hl = hrand(&rng, B, -4, 1), la = -0.3f;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *out[2][5];
+  size_t sz[5] = {2 * (size_t)B, (size_t)B, 2, 1, 1};
+  for (int i = 0; i < 2; i++) {
+    float *q = bput(bes[i], hq, 2 * (size_t)B), *logp = bput(bes[i], hl, B), *dla = bput(bes[i], &la, 1);
+    sac_head_hp_t h = {.B = B, .A = 6, .gamma = 0.99f, .target_entropy = -6.0f, .log_alpha = dla};
+    for (int k = 0; k < 5; k++)
+      out[i][k] = balloc(bes[i], sz[k]);
+    bes[i]->ops->actor_alpha_loss(bes[i], &h, q, logp, out[i][0], out[i][1], out[i][2], out[i][3], out[i][4]);
+  }
+  float *g = hcopy(gpu, out[1][3], 1), *c = hcopy(cpu, out[0][3], 1);
+  g[0] /= scale; /* fp16: the gradient carries the loss scale */
+  EXPECT_CLOSE("fused actor+alpha loss: alpha gradient", prec, g, c, 1, TOL_ELEM);
+  free(g), free(c);
+  compare("fused actor+alpha loss: actor stats", prec, gpu, out[1][2], cpu, out[0][2], 2, TOL_ELEM);
+  compare("fused actor+alpha loss: alpha stats", prec, gpu, out[1][4], cpu, out[0][4], 1, TOL_ELEM);
+  if (scale == 1.0f) {
+    compare("fused actor+alpha loss: dq", prec, gpu, out[1][0], cpu, out[0][0], sz[0], TOL_ELEM);
+    compare("fused actor+alpha loss: dlogp", prec, gpu, out[1][1], cpu, out[0][1], sz[1], TOL_ELEM);
+  }
+  free(hq), free(hl);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, fused_actor_alpha_loss_matches_cpu) { run_fused_losses("fp32", 1.0f); }
+Test(backend_cuda, fused_actor_alpha_loss_scales_fp16) { run_fused_losses("fp16", 1024.0f); }
 Test(backend_cuda, fused_adam_groups_then_polyak_match_cpu) { run_fused_tail(0); }
 Test(backend_cuda, adam_unscales_fp16_gradients) { run_optimizer("fp16", 4096.0f); }
 
