@@ -297,9 +297,19 @@ static void fwd_job(void *arg, int part, int parts) {
   }
 }
 
+/* Below this many multiply-adds a layer runs on the caller alone: waking a thread costs
+ * more than it saves (a 64-wide network's layers are a fraction of a millisecond), and on
+ * a loaded machine a woken thread may not run for a whole time slice. */
+#define CPU_PAR_MIN_MACS (1u << 20)
+
+static cpu_pool_t *layer_pool(sac_backend_t *be, const sac_linear_t *L) {
+  size_t n_in = L->shared ? (size_t)L->seg[0].n + (L->n_seg > 1 ? (size_t)L->seg[1].n : 0) : (size_t)L->n_in;
+  return (size_t)L->B * n_in * (size_t)L->n_out * (size_t)L->K >= CPU_PAR_MIN_MACS ? pool_of(be) : NULL;
+}
+
 static void cpu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
   fwd_job_t j = {L, Y, ldy};
-  cpu_run(pool_of(be), fwd_job, &j);
+  cpu_run(layer_pool(be, L), fwd_job, &j);
 }
 
 typedef struct {
@@ -383,9 +393,10 @@ static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, 
   float *nodx[2] = {NULL, NULL};
   const int noldx[2] = {0, 0};
   bwd_job_t j = {L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx};
-  cpu_run(pool_of(be), bwd_cols_job, &j);
+  cpu_pool_t *pool = layer_pool(be, L);
+  cpu_run(pool, bwd_cols_job, &j);
   if (j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]))
-    cpu_run(pool_of(be), bwd_rows_job, &j);
+    cpu_run(pool, bwd_rows_job, &j);
 }
 
 static void cpu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
@@ -524,7 +535,7 @@ typedef struct {
 } adam_job_t;
 
 /* below this many parameters a pass is not worth waking a thread for */
-#define CPU_PAR_MIN_N 16384
+#define CPU_PAR_MIN_N (1u << 17)
 
 static void adam_job(void *arg, int part, int parts) {
   const adam_job_t *a = arg;
@@ -623,6 +634,10 @@ static const sac_backend_ops_t k_cpu_ops = {
     .adam_polyak = cpu_adam_polyak,
 };
 
+static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
+static int default_threads;
+static void read_default_threads(void) { default_threads = openblas_get_num_threads(); }
+
 int sac_backend_cpu_new(int threads, sac_backend_t **out) {
   *out = NULL;
   sac_backend_t *be = calloc(1, sizeof *be);
@@ -632,8 +647,11 @@ int sac_backend_cpu_new(int threads, sac_backend_t **out) {
     free(impl);
     return SAC_ENOMEM;
   }
+  /* 0: OpenBLAS's own default (all cores, or OPENBLAS_NUM_THREADS), read once, before
+   * any backend set OpenBLAS to one thread */
+  pthread_once(&g_default_once, read_default_threads);
   if (threads <= 0)
-    threads = openblas_get_num_procs();
+    threads = default_threads > 0 ? default_threads : 1;
   impl->threads = threads;
   /* the pool splits each op; OpenBLAS runs single-threaded inside each part */
   impl->pool = cpu_pool_new(threads);

@@ -170,7 +170,8 @@ Test(backend_cpu, linear_shared_two_segments_relu_2_threads) {
 Test(backend_cpu, linear_ensemble_blocks_tanh_3_threads) { use_threads(3), check_linear(0, SAC_ACT_TANH); }
 
 /* The split ops (members on threads, rows or output columns split, Adam and Polyak split
- * by range) against the one-thread composition on shapes that split unevenly: every
+ * by range; layers under 2^20 multiply-adds stay on one thread) against the one-thread
+ * composition on shapes that split unevenly: every
  * output within float rounding of the one-thread result, and bit-identical between two
  * runs at the same thread count. */
 typedef struct {
@@ -227,6 +228,8 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
       {256, 256, 0, 12, 1, 0, SAC_ACT_NONE},  /* actor's output */
       {37, 5, 3, 33, 2, 1, SAC_ACT_TANH},     /* odd sizes everywhere */
       {41, 7, 0, 19, 1, 0, SAC_ACT_TANH},     {3, 4, 0, 2, 1, 0, SAC_ACT_RELU}, /* fewer rows than threads */
+      {301, 37, 0, 97, 1, 0, SAC_ACT_TANH}, /* odd sizes above the split threshold */
+      {129, 150, 7, 70, 2, 1, SAC_ACT_RELU},
   };
   sac_backend_t *one, *many[3];
   cr_assert_eq(sac_backend_new("cpu", 1, &one), 0);
@@ -260,7 +263,7 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
   }
   /* Adam and Polyak over a range long enough to be split (and a tail that is not a
    * multiple of the chunk): elementwise, so bit-identical to one thread */
-  const size_t n = 100003;
+  const size_t n = 300007;
   float *p[2], *g = malloc(n * 4), *m[2], *v[2], *tg[2], t[2] = {0, 0};
   fill(g, n, -1, 1);
   sac_backend_t *bs[2] = {one, many[0]};

@@ -59,6 +59,7 @@ static double *dcopy(const float *f, size_t n) {
 /* A small SAC (obs 3, act 2, 2 x 6, batch 5) on the cpu backend with a random batch. */
 static int g_threads = 1; /* cpu backend threads of the fixture and of run_updates */
 static int g_batch = 16;  /* run_updates' batch */
+static int g_hidden = 32; /* run_updates' hidden width */
 
 static void fixture_init(fixture_t *f, int with_weights) {
   memset(f, 0, sizeof *f);
@@ -192,7 +193,7 @@ static void run_updates(uint64_t seed, int n, float *losses) {
   cr_assert_eq(sac_backend_new("cpu", g_threads, &be), 0);
   sac_hparams_t hp;
   sac_hparams_default(&hp, 3, 1);
-  hp.hidden = 32;
+  hp.hidden = g_hidden;
   hp.batch = g_batch;
   hp.seed = seed;
   cr_assert_eq(sac_new(&hp, be, &s), 0);
@@ -226,11 +227,11 @@ Test(sac, same_seed_gives_identical_losses_after_100_updates) {
  * seed at a thread count, and within float rounding of one thread over 20 updates. */
 Test(sac, split_updates_are_deterministic_and_match_one_thread) {
   float one[60], two[60], two_again[60], three[60];
-  g_batch = 48; /* enough rows that the actor's layers split too */
+  g_batch = 64, g_hidden = 128; /* hidden layers above the backend's split threshold */
   g_threads = 1, run_updates(5, 20, one);
   g_threads = 2, run_updates(5, 20, two), run_updates(5, 20, two_again);
   g_threads = 3, run_updates(5, 20, three);
-  g_threads = 1, g_batch = 16;
+  g_threads = 1, g_batch = 16, g_hidden = 32;
   cr_expect_eq(memcmp(two, two_again, sizeof two), 0, "2 threads: not deterministic");
   for (int i = 0; i < 60; i++) {
     cr_assert(isfinite(two[i]));
