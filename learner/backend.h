@@ -172,6 +172,10 @@ typedef struct sac_backend_ops {
   /* Fused: actor_loss(h, q, logp, dq, dlogp, stats_pi) and alpha_loss(h, logp, grad_alpha,
    * stats_alpha) as one launch (both read only the forward values and log alpha). NULL:
    * sac.c issues the two. */
+  /* Fused: normal(out, n, key, stream, tag0) and normal(out + n, n, key, stream, tag1) as
+   * one launch (the policy noise of s and of s'). NULL: sac.c issues the two. */
+  void (*normal2)(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
+                  uint32_t tag0, uint32_t tag1);
   void (*actor_alpha_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
                            float *dq, float *dlogp, float *stats_pi, float *grad_alpha, float *stats_alpha);
   void (*adam_polyak)(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,

@@ -601,6 +601,13 @@ static void cpu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_
     be->ops->polyak(be, tgt, src, n_polyak, tau);
 }
 
+/* The fused noise of both halves: the two ops, through the table. */
+static void cpu_normal2(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
+                        uint32_t tag0, uint32_t tag1) {
+  be->ops->normal(be, out, n, key, stream, tag0);
+  be->ops->normal(be, out + n, n, key, stream, tag1);
+}
+
 /* The fused actor + alpha loss: the two ops in order, through the table (as above). */
 static void cpu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
                                  float *dq, float *dlogp, float *stats_pi, float *grad_alpha,
@@ -630,6 +637,7 @@ static const sac_backend_ops_t k_cpu_ops = {
     .polyak = cpu_polyak,
     .stage = cpu_copy,
     .stage_commit = cpu_stage_commit,
+    .normal2 = cpu_normal2,
     .actor_alpha_loss = cpu_actor_alpha_loss,
     .adam_polyak = cpu_adam_polyak,
 };

@@ -300,6 +300,23 @@ __global__ void k_normal(float *out, size_t n, uint32_t k0, uint32_t k1, unsigne
     out[i + 1] = z1;
 }
 
+/* normal2: blockIdx.y = 0 writes out[0, n) with tag0, 1 writes out[n, 2n) with tag1 */
+__global__ void k_normal2(float *out, size_t n, uint32_t k0, uint32_t k1, unsigned long long stream,
+                          const unsigned long long *delta, uint32_t tag0, uint32_t tag1) {
+  size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  size_t i = 2 * j;
+  if (i >= n)
+    return;
+  float *o = out + (blockIdx.y ? n : 0);
+  uint64_t s = stream + (delta ? *delta : 0ull);
+  uint32_t key[2] = {k0, k1};
+  float z0, z1;
+  sac_philox_normal2(key, (uint32_t)j, s, blockIdx.y ? tag1 : tag0, &z0, &z1);
+  o[i] = z0;
+  if (i + 1 < n)
+    o[i + 1] = z1;
+}
+
 #define HALF_LOG_2PI 0.91893853320467274178f
 #define LOG2F_ 0.69314718055994530942f
 
@@ -1091,6 +1108,18 @@ static void cu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t ke
   LAUNCHED(im, "k_normal");
 }
 
+static void cu_normal2(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
+                       uint32_t tag0, uint32_t tag1) {
+  cu_t *im = IM(be);
+  if (n == 0)
+    return;
+  size_t pairs = (n + 1) / 2;
+  const unsigned long long *delta = im->capturing >= 0 ? &im->ds->delta[im->capturing] : NULL;
+  dim3 grid((unsigned)((pairs + THREADS - 1) / THREADS), 2);
+  k_normal2<<<grid, THREADS, 0, im->stream>>>(out, n, key[0], key[1], (unsigned long long)stream, delta, tag0, tag1);
+  LAUNCHED(im, "k_normal2");
+}
+
 static const scaler_t *loss_scaler(cu_t *im) { return im->prec == PREC_FP16 ? &im->ds->scaler : NULL; }
 
 static void cu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, float *a, int lda,
@@ -1673,6 +1702,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .native_stream = cu_native_stream,
     .fetch = cu_fetch,
     .fetch_wait = cu_fetch_wait,
+    .normal2 = cu_normal2,
     .actor_alpha_loss = cu_actor_alpha_loss,
     .adam_polyak = cu_adam_polyak,
 };
@@ -1687,7 +1717,7 @@ static int preload_kernels(cu_t *im) {
                        (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
                        (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
                        (const void *)k_ovf_import,    (const void *)k_adam_polyak,
-                       (const void *)k_actor_alpha_loss};
+                       (const void *)k_actor_alpha_loss, (const void *)k_normal2};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))

@@ -480,8 +480,12 @@ static void critics(sac_t *s, const float *params, const float *obs, const float
 void sac_forward_policy(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int A = s->hp.act_dim, B = s->hp.batch;
-  ops->normal(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI);
-  ops->normal(s->be, s->eps2 + (size_t)B * A, (size_t)B * A, s->key, s->step, NOISE_NEXT);
+  if (ops->normal2 && !s->unfused) { /* one launch for both halves */
+    ops->normal2(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI, NOISE_NEXT);
+  } else {
+    ops->normal(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI);
+    ops->normal(s->be, s->eps2 + (size_t)B * A, (size_t)B * A, s->key, s->step, NOISE_NEXT);
+  }
   sac_seg_t in = {s->obs2, s->hp.obs_dim, s->hp.obs_dim};
   mlp_fwd(s, &s->ad, actor_params(s), 2 * B, &in, 1, &s->aa, s->P);
   ops->head_fwd(s->be, &s->head2, s->P, s->eps2, s->a2, A, s->logp2);

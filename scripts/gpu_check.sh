@@ -306,7 +306,7 @@ summary() {
     local t r
     for t in pendulum_odd_action_update_matches_cpu policy_delay_2_graph_replay_equals_eager \
       graph_replay_equals_eager_bf16 graph_replay_equals_eager_fp16 fused_adam_polyak_of_stepped_group_matches_cpu \
-      fused_adam_groups_then_polyak_match_cpu fused_actor_alpha_loss_matches_cpu fused_actor_alpha_loss_scales_fp16; do
+      fused_adam_groups_then_polyak_match_cpu fused_actor_alpha_loss_matches_cpu fused_actor_alpha_loss_scales_fp16 fused_normal2_matches_cpu; do
       r=$(grep -ao "\[\(PASS\|FAIL\|SKIP\)\] backend_cuda::$t" "$RES/tests.log" | head -1 | cut -d' ' -f1)
       echo "| issue 16: $t | ${r:-not run} |"
     done

@@ -644,3 +644,18 @@ Test(backend_cpu, fused_actor_alpha_loss_equals_the_two_ops) {
       be->ops->free(be, out[c][k]);
   be->ops->free(be, q), be->ops->free(be, logp), be->ops->free(be, la);
 }
+
+/* The fused noise of both halves equals two normal ops with the two tags, bit for bit
+ * (an odd n checks the halves' boundary). */
+Test(backend_cpu, fused_normal2_equals_two_normals) {
+  const size_t n = 37;
+  const uint32_t key[2] = {0x1234u, 0xabcdu};
+  float *a = dev(2 * n), *b = dev(2 * n);
+  be->ops->normal(be, a, n, key, 9, 1);
+  be->ops->normal(be, a + n, n, key, 9, 0);
+  cr_assert_not_null(be->ops->normal2);
+  be->ops->normal2(be, b, n, key, 9, 1, 0);
+  cr_assert_eq(memcmp(a, b, 2 * n * sizeof(float)), 0);
+  cr_assert_neq(memcmp(b, b + n, n * sizeof(float)), 0, "the two halves differ (their tags do)");
+  be->ops->free(be, a), be->ops->free(be, b);
+}

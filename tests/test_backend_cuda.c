@@ -540,6 +540,29 @@ static void run_fused_losses(const char *prec, float scale) {
 }
 
 Test(backend_cuda, fused_actor_alpha_loss_matches_cpu) { run_fused_losses("fp32", 1.0f); }
+
+/* Issue 16: the fused two-half noise against the cpu op (Philox bits identical;
+ * Box-Muller's transcendental functions may differ in the last bits: 1e-5 absolute) */
+Test(backend_cuda, fused_normal2_matches_cpu) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  const size_t n = 256 * 6 + 1;
+  const uint32_t key[2] = {7u, 11u};
+  float *o[2];
+  sac_backend_t *bes[2] = {cpu, gpu};
+  for (int i = 0; i < 2; i++) {
+    o[i] = balloc(bes[i], 2 * n);
+    bes[i]->ops->normal2(bes[i], o[i], n, key, 42, 1, 0);
+  }
+  float *g = hcopy(gpu, o[1], 2 * n), *c = hcopy(cpu, o[0], 2 * n);
+  double worst = 0;
+  for (size_t i = 0; i < 2 * n; i++)
+    worst = fmax(worst, fabs((double)g[i] - c[i]));
+  fprintf(stderr, "  fused normal2: max abs difference %.2e\n", worst);
+  cr_expect(worst <= 1e-5, "normal2 differs from the cpu by %g", worst);
+  free(g), free(c);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
 Test(backend_cuda, fused_actor_alpha_loss_scales_fp16) { run_fused_losses("fp16", 1024.0f); }
 Test(backend_cuda, fused_adam_groups_then_polyak_match_cpu) { run_fused_tail(0); }
 Test(backend_cuda, adam_unscales_fp16_gradients) { run_optimizer("fp16", 4096.0f); }
