@@ -27,7 +27,7 @@
 typedef struct {
   int rank, size, updates, warmup, threads, device, timeout_ms;
   int obs, act, hidden, depth, batch;
-  char coord[256], collective[16], backend[16];
+  char coord[256], collective[16], backend[16], precision[8];
 } cfg_t;
 
 #define O_(k, t, f, d, lo, hi, h)                                                                            \
@@ -40,6 +40,7 @@ static const sac_cfg_opt_t k_opts[] = {
     S_("coord", coord, "tcp://127.0.0.1:9300", "coordinator endpoint: rank 0 binds it"),
     S_("collective", collective, "zmq", "gradient collective: zmq or nccl"),
     S_("backend", backend, "cpu", "learner backend: cpu or cuda"),
+    S_("precision", precision, "fp32", "fp32; with cuda also tf32, bf16, fp16 (fp16: the shared overflow decision)"),
     O_("device", SAC_CFG_INT, device, "-1", -1, 64, "cuda device (-1: the rank)"),
     O_("threads", SAC_CFG_INT, threads, "1", 0, 256, "cpu backend threads"),
     O_("updates", SAC_CFG_INT, updates, "1000", 1, 1e9, "timed updates"),
@@ -74,8 +75,10 @@ int main(int argc, char **argv) {
   } else {
     rc = sac_backend_new(c.backend, c.threads, &be);
   }
+  if (rc == 0 && (rc = sac_backend_configure(be, c.precision, 0)) != 0)
+    sac_backend_destroy(&be);
   if (rc) {
-    fprintf(stderr, "sac-bench-dp: backend %s: %s\n", c.backend, sac_strerror(rc));
+    fprintf(stderr, "sac-bench-dp: backend %s (%s): %s\n", c.backend, c.precision, sac_strerror(rc));
     return 1;
   }
   sac_hparams_t hp;

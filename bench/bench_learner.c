@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "learner/op_count.h"
 #include "learner/sac.h"
 
 typedef struct {
@@ -301,6 +302,37 @@ static double run_peer(const bench_cfg_t *c, const sac_hparams_t *hp) {
   return ups;
 }
 
+/* Kernels per update (issue 16): the backend ops of one update counted through a proxy
+ * (learner/op_count.h), fused and unfused, and on cuda the backend's own launch count
+ * (kernels + cuBLASLt matmuls) over the same eager updates. */
+static void print_op_counts(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t *hp) {
+  sac_t *s = NULL;
+  int64_t fused[2] = {0, 0}, unfused[2] = {0, 0};
+  double k0 = NAN, k1 = NAN, k2 = NAN;
+  int has_k = be->ops->get_metric && be->ops->get_metric(be, "kernel_launches", &k0) == 0;
+  if (sac_new(hp, be, &s) != 0 || sac_count_update_ops(s, be, 0, fused) != 0 ||
+      (has_k && be->ops->get_metric(be, "kernel_launches", &k1) != 0) ||
+      sac_count_update_ops(s, be, 1, unfused) != 0 ||
+      (has_k && be->ops->get_metric(be, "kernel_launches", &k2) != 0)) {
+    fprintf(stderr, "counting the ops of an update failed\n");
+    sac_destroy(&s);
+    return;
+  }
+  printf("| backend ops per update (actor step / critic only), fused | %lld / %lld |\n", (long long)fused[0],
+         (long long)fused[1]);
+  printf("| backend ops per update (actor step / critic only), unfused | %lld / %lld |\n",
+         (long long)unfused[0], (long long)unfused[1]);
+  /* with policy_delay 1 each count is exactly one update */
+  if (has_k && hp->policy_delay == 1)
+    printf("| cuda launches per update (kernels + matmuls, eager), fused / unfused | %.0f / %.0f |\n",
+           k1 - k0, k2 - k1);
+  printf("ops-result preset=%s backend=%s precision=%s ops_fused=%lld ops_fused_critic_only=%lld "
+         "ops_unfused=%lld ops_unfused_critic_only=%lld\n",
+         c->config, c->backend, c->precision, (long long)fused[0], (long long)fused[1], (long long)unfused[0],
+         (long long)unfused[1]);
+  sac_destroy(&s);
+}
+
 int main(int argc, char **argv) {
   bench_cfg_t c;
   int action;
@@ -425,6 +457,7 @@ int main(int argc, char **argv) {
   }
   printf("| time for 1M updates | %.2f h |\n", hours);
   printf("| cost of 1M updates at $%.2f/h | $%.3f |\n", c.price, hours * c.price);
+  print_op_counts(&c, be, &hp);
   /* what the backend reports (device memory, graph replays, loss scale), and one line
    * for scripts to collect */
   double peak = NAN, launches = NAN, scale = NAN, skipped = NAN;

@@ -1,5 +1,6 @@
 /* Backend selection by name (see backend.h). The cuda backend lives in the CUDA module
  * (cuda_module.h), opened here on first use. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -27,14 +28,52 @@ int sac_backend_cuda_new(int device, sac_backend_t **out) {
   return m->backend_new(device, out);
 }
 
-int sac_backend_new(const char *name, int threads, sac_backend_t **out) {
+int sac_device_parse(const char *s, int *out) {
+  if (!s || !s[0] || strcmp(s, "auto") == 0) {
+    *out = SAC_DEVICE_AUTO;
+    return 0;
+  }
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (s[0] < '0' || s[0] > '9' || *end || v < 0 || v > 1023) {
+    SAC_ERROR("backend", "--device \"%s\" is neither auto nor a GPU index in [0, 1023]", s);
+    return SAC_ECONFIG;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+int sac_device_for_rank(int device, int dp_rank, int device_count) {
+  if (device >= 0)
+    return device;
+  if (device_count <= 0 || dp_rank < 0)
+    return 0;
+  return dp_rank % device_count;
+}
+
+int sac_backend_new_on(const char *name, int threads, int device, int dp_rank, sac_backend_t **out) {
   *out = NULL;
   if (strcmp(name, "cpu") == 0)
     return sac_backend_cpu_new(threads, out);
-  if (strcmp(name, "cuda") == 0)
-    return sac_backend_cuda_new(0, out);
+  if (strcmp(name, "cuda") == 0) {
+    int n = 0;
+    const sac_cuda_module_t *m;
+    if (device == SAC_DEVICE_AUTO && sac_cuda_module_get(&m) == 0) {
+      char why[256];
+      if (m->device_count(&n, why, sizeof why) != 0)
+        n = 0; /* sac_backend_cuda_new says why */
+    }
+    int d = sac_device_for_rank(device, dp_rank, n);
+    if (device == SAC_DEVICE_AUTO && n > 0)
+      SAC_INFO("backend", "cuda: data-parallel rank %d opens GPU %d of %d (--device auto)", dp_rank, d, n);
+    return sac_backend_cuda_new(d, out);
+  }
   SAC_ERROR("backend", "unknown backend \"%s\" (known: cpu, cuda)", name);
   return SAC_ENOTFOUND;
+}
+
+int sac_backend_new(const char *name, int threads, sac_backend_t **out) {
+  return sac_backend_new_on(name, threads, SAC_DEVICE_AUTO, 0, out);
 }
 
 int sac_backend_configure(sac_backend_t *be, const char *precision, int graphs) {

@@ -45,6 +45,17 @@ typedef struct {
   float lr, beta1, beta2, eps;
 } sac_adam_hp_t;
 
+/* One parameter group of a multi-tensor Adam step (adam_polyak). */
+typedef struct {
+  float *p;
+  const float *g;
+  float *m, *v;
+  size_t n;
+  sac_adam_hp_t hp;
+  float *t; /* the group's step counter (1 float of backend memory) */
+} sac_adam_group_t;
+#define SAC_ADAM_MAX_GROUPS 4
+
 /* Scalars the fused SAC kernels read; pointers are backend memory. */
 typedef struct {
   int B, A;
@@ -133,9 +144,42 @@ typedef struct sac_backend_ops {
    * SAC_ENOTFOUND. Setup time only: not between graph_begin and graph_end. */
   int (*set_option)(sac_backend_t *be, const char *key, const char *value);
   int (*get_metric)(sac_backend_t *be, const char *key, double *out);
+  /* Data-parallel fp16. A backend that skips an Adam step on an overflow it saw in its
+   * own backward pass (the cuda backend in fp16) must make that decision together with
+   * the other ranks, or their weights part for good. overflow_export writes the pending
+   * step's overflow flag as 0.0f or 1.0f into dst (1 float of backend memory);
+   * overflow_import sets the flag from src (nonzero: overflow). The data-parallel hook
+   * all-reduces the slot with the gradients, so every rank skips, or none. In order with
+   * the ops; graph-capturable. NULL (both) where a backend never skips a step (cpu). */
+  void (*overflow_export)(sac_backend_t *be, float *dst);
+  void (*overflow_import)(sac_backend_t *be, const float *src);
   /* The device stream the ops are enqueued on (a cudaStream_t), for a collective that
    * must run in order with them (learner/collective.h, nccl). Cannot fail. */
   void *(*native_stream)(sac_backend_t *be);
+  /* Reading a small result back without waiting for the ops enqueued after it (PER
+   * priorities one update late, docs/LEARNER.md): fetch enqueues, in order with the ops,
+   * a copy of n floats of src into the backend's host slot `slot` (0 or 1); fetch_wait
+   * waits for that copy only (not for later ops) and copies it into host dst. Not
+   * between graph_begin and graph_end. 0, SAC_EINVAL, SAC_ENOMEM or SAC_EBACKEND. NULL
+   * (both) where ops run synchronously (cpu): sac.c then downloads at fetch time. */
+  int (*fetch)(sac_backend_t *be, int slot, const float *src, size_t n);
+  int (*fetch_wait)(sac_backend_t *be, int slot, float *dst, size_t n);
+  /* Fused (issue 16, fewer kernels): the adam op on each of n_groups groups in order,
+   * then polyak(tgt, src, n_polyak, tau) when n_polyak > 0, as one launch. src is either
+   * disjoint from every group's p or exactly one group's whole p (then the Polyak reads
+   * it after that Adam step, as the unfused order does). Results equal the unfused ops'
+   * (tests/test_backend_cpu.c, test_backend_cuda.c). NULL: sac.c issues the ops one by one. */
+  /* Fused: actor_loss(h, q, logp, dq, dlogp, stats_pi) and alpha_loss(h, logp, grad_alpha,
+   * stats_alpha) as one launch (both read only the forward values and log alpha). NULL:
+   * sac.c issues the two. */
+  /* Fused: normal(out, n, key, stream, tag0) and normal(out + n, n, key, stream, tag1) as
+   * one launch (the policy noise of s and of s'). NULL: sac.c issues the two. */
+  void (*normal2)(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
+                  uint32_t tag0, uint32_t tag1);
+  void (*actor_alpha_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
+                           float *dq, float *dlogp, float *stats_pi, float *grad_alpha, float *stats_alpha);
+  void (*adam_polyak)(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
+                      const float *src, size_t n_polyak, float tau);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4
@@ -150,6 +194,19 @@ struct sac_backend {
  * not installed or not loadable: learner/cuda_module.h), SAC_ENODEV (module loaded, no
  * usable GPU) or SAC_ENOMEM; each failure logs which. */
 int sac_backend_new(const char *name, int threads, sac_backend_t **out);
+/* --device: which GPU a learner opens. SAC_DEVICE_AUTO lets the data-parallel rank pick
+ * (sac_device_for_rank), so several learners on one multi-GPU host open different GPUs
+ * (NCCL refuses two ranks on one device). */
+#define SAC_DEVICE_AUTO (-1)
+/* Parses a --device value: "auto" (or "") gives SAC_DEVICE_AUTO, a decimal N in
+ * [0, 1023] gives N. 0 or SAC_ECONFIG (logged). */
+int sac_device_parse(const char *s, int *out);
+/* The device a learner opens: `device` itself when it is not SAC_DEVICE_AUTO, otherwise
+ * dp_rank % device_count (device 0 where the count is not positive). Pure: tested on CPU. */
+int sac_device_for_rank(int device, int dp_rank, int device_count);
+/* sac_backend_new on a chosen device (ignored by "cpu"): device may be SAC_DEVICE_AUTO,
+ * then dp_rank and the module's device count choose (sac_device_for_rank). */
+int sac_backend_new_on(const char *name, int threads, int device, int dp_rank, sac_backend_t **out);
 /* Applies the learner's precision ("fp32", "tf32", "bf16", "fp16") and CUDA-graph choice
  * (graphs: 1 on, 0 off) through set_option. A backend without options (cpu) takes
  * fp32 only: anything else is SAC_ECONFIG with a line saying it needs the cuda backend,

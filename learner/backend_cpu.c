@@ -175,8 +175,10 @@ static void split_range(size_t total, int p, int n, size_t align, size_t *lo, si
 
 static int cpu_alloc(sac_backend_t *be, size_t n, float **out) {
   (void)be;
-  size_t bytes = ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
-  float *p = aligned_alloc(64, bytes);
+  /* 256 bytes, as cudaMalloc: sac.c's blocks inside a buffer are 256-byte aligned
+   * relative to its start (issue 16), and this makes them so in memory too */
+  size_t bytes = ((n ? n : 1) * sizeof(float) + 255) & ~(size_t)255;
+  float *p = aligned_alloc(256, bytes);
   if (!p)
     return SAC_ENOMEM;
   memset(p, 0, bytes);
@@ -579,6 +581,41 @@ static void cpu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n
   cpu_run(n >= CPU_PAR_MIN_N ? pool_of(be) : NULL, polyak_job, &a);
 }
 
+/* Staging is a plain copy here (the ops run synchronously, so there is nothing to
+ * overlap), but it is the path the learner service and --mode local take on every
+ * backend: every CPU test runs it. */
+static int cpu_stage_commit(sac_backend_t *be) {
+  (void)be;
+  return 0;
+}
+
+/* The fused Adam + Polyak tail: here simply the unfused ops in their order (a CPU has no
+ * launch to save); it exists so sac.c runs the fused path on every backend and the cuda
+ * kernel has a reference to be tested against. */
+static void cpu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
+                            const float *src, size_t n_polyak, float tau) {
+  /* through the table: a wrapper of these ops (test_dp.c's fp16 emulation) stays in force */
+  for (int i = 0; i < n_groups; i++)
+    be->ops->adam(be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
+  if (n_polyak)
+    be->ops->polyak(be, tgt, src, n_polyak, tau);
+}
+
+/* The fused noise of both halves: the two ops, through the table. */
+static void cpu_normal2(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
+                        uint32_t tag0, uint32_t tag1) {
+  be->ops->normal(be, out, n, key, stream, tag0);
+  be->ops->normal(be, out + n, n, key, stream, tag1);
+}
+
+/* The fused actor + alpha loss: the two ops in order, through the table (as above). */
+static void cpu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
+                                 float *dq, float *dlogp, float *stats_pi, float *grad_alpha,
+                                 float *stats_alpha) {
+  be->ops->actor_loss(be, h, q, logp, dq, dlogp, stats_pi);
+  be->ops->alpha_loss(be, h, logp, grad_alpha, stats_alpha);
+}
+
 static const sac_backend_ops_t k_cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -598,6 +635,11 @@ static const sac_backend_ops_t k_cpu_ops = {
     .alpha_loss = cpu_alpha_loss,
     .adam = cpu_adam,
     .polyak = cpu_polyak,
+    .stage = cpu_copy,
+    .stage_commit = cpu_stage_commit,
+    .normal2 = cpu_normal2,
+    .actor_alpha_loss = cpu_actor_alpha_loss,
+    .adam_polyak = cpu_adam_polyak,
 };
 
 static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;

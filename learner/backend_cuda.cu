@@ -128,11 +128,20 @@ typedef struct {
   /* staging */
   stage_slot_t slot[2];
   int cur;
+  /* fetch: small results read back one update late (pinned; events per slot) */
+  float *fetch_host[2];
+  size_t fetch_cap[2];
+  cudaEvent_t fetch_done[2];
   /* accounting */
   alloc_rec_t *allocs;
   size_t n_allocs, cap_allocs;
   size_t bytes, peak;
-  uint64_t alloc_calls, graph_launches, degraded, epi_fallbacks;
+  uint64_t alloc_calls, graph_launches, degraded;
+  uint64_t launches; /* kernels and cuBLASLt matmuls enqueued eagerly or recorded */
+  /* eager matmul calls that ran without their fused bias epilogue, by why: bias
+   * under-aligned, no algorithm with the epilogue at the precision's compute type,
+   * the fused matmul refused at run time (graph replays do not count) */
+  uint64_t epi_fb_align, epi_fb_heuristic, epi_fb_launch;
   int err; /* first failure (SAC_EBACKEND / SAC_ENOMEM), latched */
   int warned_plans;
 } cu_t;
@@ -182,7 +191,9 @@ static int ck_lt(cu_t *im, int latch, cublasStatus_t s, const char *stmt, const 
 #define CKL(im, call) ck_lt((im), 1, (call), #call, __FILE__, __LINE__)
 #define CKLN(im, call) ck_lt((im), 0, (call), #call, __FILE__, __LINE__)
 /* after every kernel launch: a bad configuration shows here, a fault at the next sync */
-#define LAUNCHED(im, name) ck_cuda((im), 1, cudaGetLastError(), "launch of " name, __FILE__, __LINE__)
+/* every kernel launch goes through LAUNCHED: it also counts them (kernel_launches) */
+#define LAUNCHED(im, name)                                                                                   \
+  ((im)->launches++, ck_cuda((im), 1, cudaGetLastError(), "launch of " name, __FILE__, __LINE__))
 
 static unsigned grid_for(size_t n, unsigned cap) {
   size_t g = (n + THREADS - 1) / THREADS;
@@ -289,6 +300,23 @@ __global__ void k_normal(float *out, size_t n, uint32_t k0, uint32_t k1, unsigne
     out[i + 1] = z1;
 }
 
+/* normal2: blockIdx.y = 0 writes out[0, n) with tag0, 1 writes out[n, 2n) with tag1 */
+__global__ void k_normal2(float *out, size_t n, uint32_t k0, uint32_t k1, unsigned long long stream,
+                          const unsigned long long *delta, uint32_t tag0, uint32_t tag1) {
+  size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  size_t i = 2 * j;
+  if (i >= n)
+    return;
+  float *o = out + (blockIdx.y ? n : 0);
+  uint64_t s = stream + (delta ? *delta : 0ull);
+  uint32_t key[2] = {k0, k1};
+  float z0, z1;
+  sac_philox_normal2(key, (uint32_t)j, s, blockIdx.y ? tag1 : tag0, &z0, &z1);
+  o[i] = z0;
+  if (i + 1 < n)
+    o[i + 1] = z1;
+}
+
 #define HALF_LOG_2PI 0.91893853320467274178f
 #define LOG2F_ 0.69314718055994530942f
 
@@ -381,7 +409,7 @@ __global__ void k_critic_loss(int B, const float *q, const float *y, const float
   }
 }
 
-__global__ void k_actor_loss(int B, const float *log_alpha, const float *q, const float *logp, float *dq, float *dlogp,
+__device__ void d_actor_loss(int B, const float *log_alpha, const float *q, const float *logp, float *dq, float *dlogp,
                              float *stats, const scaler_t *sc) {
   const float S = sc ? sc->scale : 1.0f;
   const float alpha = expf(*log_alpha), invB = 1.0f / (float)B;
@@ -402,7 +430,12 @@ __global__ void k_actor_loss(int B, const float *log_alpha, const float *q, cons
   }
 }
 
-__global__ void k_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *logp, float *grad,
+__global__ void k_actor_loss(int B, const float *log_alpha, const float *q, const float *logp, float *dq, float *dlogp,
+                             float *stats, const scaler_t *sc) {
+  d_actor_loss(B, log_alpha, q, logp, dq, dlogp, stats, sc);
+}
+
+__device__ void d_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *logp, float *grad,
                              float *stats, const scaler_t *sc) {
   double s = 0.0, unused = 0.0;
   for (int i = threadIdx.x; i < B; i += blockDim.x)
@@ -413,6 +446,21 @@ __global__ void k_alpha_loss(int B, float target_entropy, const float *log_alpha
     grad[0] = -mean * (sc ? sc->scale : 1.0f);
     stats[0] = -*log_alpha * mean;
   }
+}
+
+__global__ void k_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *logp, float *grad,
+                             float *stats, const scaler_t *sc) {
+  d_alpha_loss(B, target_entropy, log_alpha, logp, grad, stats, sc);
+}
+
+/* The two in one launch (issue 16); the barrier keeps the second block_sum2 from
+ * overwriting the shared sums while a thread still reads the first's result. */
+__global__ void k_actor_alpha_loss(int B, float target_entropy, const float *log_alpha, const float *q,
+                                   const float *logp, float *dq, float *dlogp, float *stats_pi, float *grad_alpha,
+                                   float *stats_alpha, const scaler_t *sc) {
+  d_actor_loss(B, log_alpha, q, logp, dq, dlogp, stats_pi, sc);
+  __syncthreads();
+  d_alpha_loss(B, target_entropy, log_alpha, logp, grad_alpha, stats_alpha, sc);
 }
 
 /* flags[block] = some g in this block's share is inf or NaN */
@@ -480,6 +528,66 @@ __global__ void k_polyak(float *tgt, const float *src, size_t n, float keep, flo
     tgt[i] = keep * tgt[i] + tau * src[i];
 }
 
+/* Multi-tensor Adam + Polyak (adam_polyak): groups side by side in one grid-stride
+ * index space, then the Polyak segment (pgroup < 0), or the Polyak done by the thread
+ * that stepped the element (pgroup = the group whose p is Polyak's src). Each block reads
+ * every group's step counter at its start; the last block to finish advances them, as
+ * k_adam does. fp32 / tf32 / bf16 only (fp16 takes the unfused ops: its skip logic). */
+typedef struct {
+  float *p[SAC_ADAM_MAX_GROUPS], *m[SAC_ADAM_MAX_GROUPS], *v[SAC_ADAM_MAX_GROUPS], *t[SAC_ADAM_MAX_GROUPS];
+  const float *g[SAC_ADAM_MAX_GROUPS];
+  unsigned long long off[SAC_ADAM_MAX_GROUPS + 1];
+  float lr[SAC_ADAM_MAX_GROUPS], b1[SAC_ADAM_MAX_GROUPS], b2[SAC_ADAM_MAX_GROUPS], eps[SAC_ADAM_MAX_GROUPS];
+  int n;
+  float *tgt;
+  const float *src;
+  unsigned long long pn;
+  int pgroup;
+  float keep, tau;
+} adam_multi_t;
+
+__global__ void k_adam_polyak(adam_multi_t a, unsigned int *done) {
+  __shared__ float s_step[SAC_ADAM_MAX_GROUPS], s_sqrt_bc2[SAC_ADAM_MAX_GROUPS];
+  if (threadIdx.x < (unsigned)a.n) {
+    const int j = threadIdx.x;
+    float tt = *a.t[j] + 1.0f;
+    s_step[j] = a.lr[j] / (1.0f - powf(a.b1[j], tt));
+    s_sqrt_bc2[j] = sqrtf(1.0f - powf(a.b2[j], tt));
+  }
+  __syncthreads();
+  const unsigned long long total = a.off[a.n] + (a.pgroup < 0 ? a.pn : 0ull);
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < total;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    if (i >= a.off[a.n]) { /* the separate Polyak segment */
+      unsigned long long k = i - a.off[a.n];
+      a.tgt[k] = a.keep * a.tgt[k] + a.tau * a.src[k];
+      continue;
+    }
+    int j = 0;
+    while (i >= a.off[j + 1])
+      j++;
+    const unsigned long long k = i - a.off[j];
+    const float b1 = a.b1[j], b2 = a.b2[j], gi = a.g[j][k];
+    float mi = b1 * a.m[j][k] + (1.0f - b1) * gi;
+    float vi = b2 * a.v[j][k] + (1.0f - b2) * gi * gi;
+    a.m[j][k] = mi;
+    a.v[j][k] = vi;
+    float pi = a.p[j][k] - s_step[j] * mi / (sqrtf(vi) / s_sqrt_bc2[j] + a.eps[j]);
+    a.p[j][k] = pi;
+    if (j == a.pgroup && k < a.pn)
+      a.tgt[k] = a.keep * a.tgt[k] + a.tau * pi;
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();
+    unsigned int prev = atomicAdd(done, 1u);
+    if (prev == gridDim.x - 1) {
+      for (int j = 0; j < a.n; j++)
+        *a.t[j] = *a.t[j] + 1.0f;
+      *done = 0;
+    }
+  }
+}
+
 /* End of an fp16 update: back off after a skipped step, grow after a run of good ones. */
 __global__ void k_scaler_update(scaler_t *sc) {
   if (sc->found_inf) {
@@ -494,6 +602,11 @@ __global__ void k_scaler_update(scaler_t *sc) {
 }
 
 __global__ void k_set_u64(unsigned long long *p, unsigned long long v) { *p = v; }
+
+/* Data-parallel fp16: the overflow flag out to a float slot that is all-reduced with the
+ * gradients, and back (nonzero after the reduction: some rank overflowed). */
+__global__ void k_ovf_export(const int *ovf, float *dst) { *dst = *ovf ? 1.0f : 0.0f; }
+__global__ void k_ovf_import(int *ovf, const float *src) { *ovf = *src != 0.0f; }
 __global__ void k_inc_u64(unsigned long long *p) { *p += 1ull; }
 
 typedef struct {
@@ -633,7 +746,10 @@ static int plan_build(cu_t *im, plan_t *p, const gemm_t *g, cublasComputeType_t 
 }
 
 /* The cached plan for g, built on first use (never during a capture in practice: the
- * warm-up updates run every shape eagerly first). NULL when no algorithm exists. */
+ * warm-up updates run every shape eagerly first). NULL when no algorithm exists. A plan
+ * with a fused epilogue is only ever built at the precision's own compute type: where
+ * the heuristic refuses it, the caller drops the epilogue (matmul + bias kernel) rather
+ * than lowering bf16/fp16 to TF32 or 32F for the sake of a fused bias. */
 static plan_t *get_plan(cu_t *im, const gemm_t *g, int epi) {
   plan_key_t key;
   memset(&key, 0, sizeof key);
@@ -667,7 +783,7 @@ static plan_t *get_plan(cu_t *im, const gemm_t *g, int epi) {
       {CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F},
       {CUBLAS_COMPUTE_32F_FAST_16F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F}};
   for (int c = 0; c < 3; c++) {
-    if (c > 0 && chains[im->prec][c] == chains[im->prec][c - 1])
+    if (c > 0 && (epi != EPI_NONE || chains[im->prec][c] == chains[im->prec][c - 1]))
       break;
     if (plan_build(im, p, g, chains[im->prec][c]) == 0) {
       p->ok = 1;
@@ -689,11 +805,20 @@ static plan_t *get_plan(cu_t *im, const gemm_t *g, int epi) {
  * algorithm fall back to one product per member. */
 static void gemm(cu_t *im, const gemm_t *g) {
   int epi = EPI_NONE;
-  if (g->bias && (g->act == SAC_ACT_RELU || g->act == SAC_ACT_NONE) &&
-      align_of(g->bias, g->m, g->batch) >= 16)
-    epi = g->act == SAC_ACT_RELU ? EPI_RELU_BIAS : EPI_BIAS;
+  if (g->bias && (g->act == SAC_ACT_RELU || g->act == SAC_ACT_NONE)) {
+    if (align_of(g->bias, g->m, g->batch) >= 16)
+      epi = g->act == SAC_ACT_RELU ? EPI_RELU_BIAS : EPI_BIAS;
+    else
+      im->epi_fb_align++;
+  }
   plan_t *p = get_plan(im, g, epi);
-  if (p && p->epi_failed) {
+  if (epi != EPI_NONE && (!p || p->epi_failed)) {
+    /* no fused algorithm at this compute type (or refused at run time): the plain
+     * matmul at the same compute type, then the bias/activation kernel */
+    if (!p)
+      im->epi_fb_heuristic++;
+    else
+      im->epi_fb_launch++;
     epi = EPI_NONE;
     p = get_plan(im, g, epi);
   }
@@ -722,12 +847,12 @@ static void gemm(cu_t *im, const gemm_t *g) {
   }
   cublasStatus_t st = cublasLtMatmul(im->lt, p->op, &one, g->A, p->la, g->B, p->lb, &beta, g->D, p->ld, g->D, p->ld,
                                      &p->algo, im->ws, WORKSPACE_BYTES, im->stream);
+  im->launches++; /* one matmul call (cuBLASLt may run it as more than one kernel) */
   if (st != CUBLAS_STATUS_SUCCESS && epi != EPI_NONE && im->capturing < 0) {
     SAC_WARN("cuda", "fused bias epilogue refused (%s) for m %d n %d k %d: bias added separately",
              lt_status_name(st), g->m, g->n, g->k);
     p->epi_failed = 1;
-    im->epi_fallbacks++;
-    gemm(im, g);
+    gemm(im, g); /* counted there, as every later call of this shape */
     return;
   }
   if (ck_lt(im, 1, st, "cublasLtMatmul", __FILE__, __LINE__))
@@ -983,6 +1108,18 @@ static void cu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t ke
   LAUNCHED(im, "k_normal");
 }
 
+static void cu_normal2(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
+                       uint32_t tag0, uint32_t tag1) {
+  cu_t *im = IM(be);
+  if (n == 0)
+    return;
+  size_t pairs = (n + 1) / 2;
+  const unsigned long long *delta = im->capturing >= 0 ? &im->ds->delta[im->capturing] : NULL;
+  dim3 grid((unsigned)((pairs + THREADS - 1) / THREADS), 2);
+  k_normal2<<<grid, THREADS, 0, im->stream>>>(out, n, key[0], key[1], (unsigned long long)stream, delta, tag0, tag1);
+  LAUNCHED(im, "k_normal2");
+}
+
 static const scaler_t *loss_scaler(cu_t *im) { return im->prec == PREC_FP16 ? &im->ds->scaler : NULL; }
 
 static void cu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps, float *a, int lda,
@@ -1055,6 +1192,53 @@ static void cu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n,
   cu_t *im = IM(be);
   k_polyak<<<grid_for(n, 1024), THREADS, 0, im->stream>>>(tgt, src, n, 1.0f - tau, tau);
   LAUNCHED(im, "k_polyak");
+}
+
+static void cu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
+                                float *dq, float *dlogp, float *stats_pi, float *grad_alpha, float *stats_alpha) {
+  cu_t *im = IM(be);
+  k_actor_alpha_loss<<<1, THREADS, 0, im->stream>>>(h->B, h->target_entropy, h->log_alpha, q, logp, dq, dlogp,
+                                                    stats_pi, grad_alpha, stats_alpha, loss_scaler(im));
+  LAUNCHED(im, "k_actor_alpha_loss");
+}
+
+static void cu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt, const float *src,
+                           size_t n_polyak, float tau) {
+  cu_t *im = IM(be);
+  if (im->prec == PREC_FP16 || n_groups < 1 || n_groups > SAC_ADAM_MAX_GROUPS) {
+    for (int i = 0; i < n_groups; i++)
+      cu_adam(be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
+    if (n_polyak)
+      cu_polyak(be, tgt, src, n_polyak, tau);
+    return;
+  }
+  adam_multi_t a;
+  memset(&a, 0, sizeof a);
+  a.n = n_groups;
+  for (int j = 0; j < n_groups; j++) {
+    a.p[j] = g[j].p, a.g[j] = g[j].g, a.m[j] = g[j].m, a.v[j] = g[j].v, a.t[j] = g[j].t;
+    a.lr[j] = g[j].hp.lr, a.b1[j] = g[j].hp.beta1, a.b2[j] = g[j].hp.beta2, a.eps[j] = g[j].hp.eps;
+    a.off[j + 1] = a.off[j] + g[j].n;
+  }
+  a.tgt = tgt, a.src = src, a.pn = n_polyak, a.keep = 1.0f - tau, a.tau = tau, a.pgroup = -1;
+  for (int j = 0; j < n_groups && n_polyak; j++)
+    if (src == g[j].p && n_polyak == g[j].n)
+      a.pgroup = j;
+  size_t total = a.off[n_groups] + (a.pgroup < 0 ? n_polyak : 0);
+  k_adam_polyak<<<grid_for(total, NFLAG), THREADS, 0, im->stream>>>(a, &im->ds->done);
+  LAUNCHED(im, "k_adam_polyak");
+}
+
+static void cu_overflow_export(sac_backend_t *be, float *dst) {
+  cu_t *im = IM(be);
+  k_ovf_export<<<1, 1, 0, im->stream>>>(&im->ds->overflow, dst);
+  LAUNCHED(im, "k_ovf_export");
+}
+
+static void cu_overflow_import(sac_backend_t *be, const float *src) {
+  cu_t *im = IM(be);
+  k_ovf_import<<<1, 1, 0, im->stream>>>(&im->ds->overflow, src);
+  LAUNCHED(im, "k_ovf_import");
 }
 
 static void cu_update_end(sac_backend_t *be) {
@@ -1244,6 +1428,48 @@ static int cu_stage_commit(sac_backend_t *be) {
   return 0;
 }
 
+/* Fetch: a device->host copy into pinned slot memory, in order on the compute stream,
+ * with an event to wait on, so the learner reads update N's priorities while update
+ * N + 1 runs (a plain download would wait for N + 1 too). */
+static int cu_fetch(sac_backend_t *be, int slot, const float *src, size_t n) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  if (!im->fetch_done[slot] && CK(im, cudaEventCreateWithFlags(&im->fetch_done[slot], cudaEventDisableTiming)))
+    return SAC_EBACKEND;
+  if (n > im->fetch_cap[slot]) { /* first use only: a steady batch size never grows it */
+    if (CK(im, cudaEventSynchronize(im->fetch_done[slot])))
+      return SAC_EBACKEND;
+    if (im->fetch_host[slot])
+      CKN(im, cudaFreeHost(im->fetch_host[slot]));
+    im->fetch_host[slot] = NULL, im->fetch_cap[slot] = 0;
+    if (cudaMallocHost((void **)&im->fetch_host[slot], n * sizeof(float)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      im->fetch_host[slot] = NULL;
+      SAC_ERROR("cuda", "cudaMallocHost(%zu) failed", n * sizeof(float));
+      return SAC_ENOMEM;
+    }
+    im->fetch_cap[slot] = n;
+  }
+  if ((n && CK(im, cudaMemcpyAsync(im->fetch_host[slot], src, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                   im->stream))) ||
+      CK(im, cudaEventRecord(im->fetch_done[slot], im->stream)))
+    return SAC_EBACKEND;
+  return 0;
+}
+
+static int cu_fetch_wait(sac_backend_t *be, int slot, float *dst, size_t n) {
+  cu_t *im = IM(be);
+  if (slot < 0 || slot > 1 || n > im->fetch_cap[slot] || !im->fetch_done[slot])
+    return SAC_EINVAL;
+  if (CK(im, cudaEventSynchronize(im->fetch_done[slot])))
+    return SAC_EBACKEND;
+  memcpy(dst, im->fetch_host[slot], n * sizeof(float));
+  return im->err;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* options and metrics                                                                    */
 
@@ -1322,6 +1548,20 @@ static int cu_set_option(sac_backend_t *be, const char *key, const char *value) 
     im->growth_interval = (int)v;
     return write_scaler(im, &sc);
   }
+  if (!strcmp(key, "loss_scale_good")) { /* the growth counter, restored from a checkpoint */
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (im->prec != PREC_FP16)
+      return SAC_ENOTFOUND;
+    if (*end || v < 0 || v > 1000000000L)
+      return SAC_EINVAL;
+    scaler_t sc;
+    int rc = read_scaler(im, &sc);
+    if (rc)
+      return rc;
+    sc.good = (int)v;
+    return write_scaler(im, &sc);
+  }
   return SAC_ENOTFOUND;
 }
 
@@ -1335,10 +1575,18 @@ static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
     return *out = (double)im->alloc_calls, 0;
   if (!strcmp(key, "graph_launches"))
     return *out = (double)im->graph_launches, 0;
+  if (!strcmp(key, "kernel_launches"))
+    return *out = (double)im->launches, 0;
   if (!strcmp(key, "degraded_gemms"))
     return *out = (double)im->degraded, 0;
   if (!strcmp(key, "epilogue_fallbacks"))
-    return *out = (double)im->epi_fallbacks, 0;
+    return *out = (double)(im->epi_fb_align + im->epi_fb_heuristic + im->epi_fb_launch), 0;
+  if (!strcmp(key, "epilogue_fallbacks_alignment"))
+    return *out = (double)im->epi_fb_align, 0;
+  if (!strcmp(key, "epilogue_fallbacks_heuristic"))
+    return *out = (double)im->epi_fb_heuristic, 0;
+  if (!strcmp(key, "epilogue_fallbacks_launch"))
+    return *out = (double)im->epi_fb_launch, 0;
   if (!strcmp(key, "matmul_plans"))
     return *out = (double)im->n_plans, 0;
   if (!strcmp(key, "precision"))
@@ -1350,15 +1598,19 @@ static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
     *out = (double)(key[7] == 'u' ? total_b - free_b : total_b);
     return 0;
   }
-  if (!strcmp(key, "loss_scale") || !strcmp(key, "skipped_steps")) {
+  if (!strcmp(key, "loss_scale") || !strcmp(key, "skipped_steps") || !strcmp(key, "loss_scale_good")) {
     if (im->capturing >= 0)
       return SAC_ESTATE;
+    if (!strcmp(key, "loss_scale_good") && im->prec != PREC_FP16)
+      return SAC_ENOTFOUND; /* no scaler state to keep outside fp16 */
     scaler_t sc;
     int rc = read_scaler(im, &sc);
     if (rc)
       return rc;
-    if (key[0] == 'l')
+    if (!strcmp(key, "loss_scale"))
       *out = im->prec == PREC_FP16 ? sc.scale : 1.0;
+    else if (!strcmp(key, "loss_scale_good"))
+      *out = (double)sc.good;
     else
       *out = (double)sc.skipped;
     return 0;
@@ -1386,6 +1638,12 @@ static void cu_destroy(sac_backend_t *be) {
     for (int i = 0; i < im->n_plans; i++)
       plan_release(&im->plans[i]);
     free(im->plans);
+    for (int i = 0; i < 2; i++) {
+      if (im->fetch_host[i])
+        CKN(im, cudaFreeHost(im->fetch_host[i]));
+      if (im->fetch_done[i])
+        CKN(im, cudaEventDestroy(im->fetch_done[i]));
+    }
     for (int i = 0; i < 2; i++) {
       stage_slot_t *s = &im->slot[i];
       if (s->host)
@@ -1439,7 +1697,14 @@ static const sac_backend_ops_t k_cuda_ops = {
     .stage_commit = cu_stage_commit,
     .set_option = cu_set_option,
     .get_metric = cu_get_metric,
+    .overflow_export = cu_overflow_export,
+    .overflow_import = cu_overflow_import,
     .native_stream = cu_native_stream,
+    .fetch = cu_fetch,
+    .fetch_wait = cu_fetch_wait,
+    .normal2 = cu_normal2,
+    .actor_alpha_loss = cu_actor_alpha_loss,
+    .adam_polyak = cu_adam_polyak,
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a
@@ -1450,7 +1715,9 @@ static int preload_kernels(cu_t *im) {
                        (const void *)k_critic_target, (const void *)k_critic_loss,    (const void *)k_actor_loss,
                        (const void *)k_alpha_loss,    (const void *)k_nonfinite,      (const void *)k_adam,
                        (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
-                       (const void *)k_inc_u64,       (const void *)k_scatter};
+                       (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
+                       (const void *)k_ovf_import,    (const void *)k_adam_polyak,
+                       (const void *)k_actor_alpha_loss, (const void *)k_normal2};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))

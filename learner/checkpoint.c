@@ -3,7 +3,10 @@
  *   | u64 n_params | u64 n_critic | u64 step | u64 updates, env_steps, policy_version
  *   | f64 wall_seconds | u32 noise_key[2]
  *   | f32 params[n_params] | f32 target[n_critic] | f32 adam_m[n_params]
- *   | f32 adam_v[n_params] | f32 adam_steps[3] */
+ *   | f32 adam_v[n_params] | f32 adam_steps[3]
+ * version 2 adds, after adam_steps: u32 has_scaler | f32 loss_scale | i32 scale_good
+ * | u32 0 (the fp16 loss scaler; has_scaler 0 where the backend has none). Version 1
+ * files still load (no scaler state: a fp16 run then starts from the initial scale). */
 #include "learner/checkpoint.h"
 
 #include <stdlib.h>
@@ -13,7 +16,7 @@
 #include "common/log.h"
 #include "common/snapshot.h"
 
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
 
 typedef struct {
   char magic[8];
@@ -23,6 +26,13 @@ typedef struct {
   double wall_seconds;
   uint32_t noise_key[2];
 } ckpt_head_t;
+
+typedef struct {
+  uint32_t has_scaler;
+  float scale;
+  int32_t good;
+  uint32_t zero;
+} ckpt_scaler_t;
 
 static const int k_bufs[] = {SAC_BUF_PARAMS, SAC_BUF_TARGET, SAC_BUF_ADAM_M, SAC_BUF_ADAM_V, SAC_BUF_STEPS};
 
@@ -53,6 +63,13 @@ int sac_checkpoint_save(sac_t *s, const char *path, const sac_ckpt_counters_t *c
     if (rc == 0)
       rc = sac_snap_write(&w, buf, n * sizeof(float));
   }
+  ckpt_scaler_t sc;
+  memset(&sc, 0, sizeof sc);
+  sac_scaler_state_t st;
+  if (sac_get_scaler(s, &st) == 0)
+    sc.has_scaler = 1, sc.scale = st.scale, sc.good = st.good;
+  if (rc == 0)
+    rc = sac_snap_write(&w, &sc, sizeof sc);
   if (rc == 0)
     rc = sac_snap_writer_commit(&w);
   else
@@ -73,8 +90,8 @@ int sac_checkpoint_load(sac_t *s, const char *path, sac_ckpt_counters_t *c) {
   float *bufs[5] = {0};
   if ((rc = sac_snap_read(&r, &h, sizeof h)) != 0)
     goto out;
-  if (memcmp(h.magic, "SACCKPT", 8) != 0 || h.version != CKPT_VERSION) {
-    SAC_ERROR("checkpoint", "%s: not a version-%u learner checkpoint", path, CKPT_VERSION);
+  if (memcmp(h.magic, "SACCKPT", 8) != 0 || h.version < 1 || h.version > CKPT_VERSION) {
+    SAC_ERROR("checkpoint", "%s: not a version-1..%u learner checkpoint", path, CKPT_VERSION);
     rc = SAC_EVERSION;
     goto out;
   }
@@ -102,8 +119,24 @@ int sac_checkpoint_load(sac_t *s, const char *path, sac_ckpt_counters_t *c) {
     else
       rc = sac_snap_read(&r, bufs[i], n * sizeof(float));
   }
+  ckpt_scaler_t sc;
+  memset(&sc, 0, sizeof sc);
+  if (rc == 0 && h.version >= 2)
+    rc = sac_snap_read(&r, &sc, sizeof sc);
   for (size_t i = 0; rc == 0 && i < 5; i++)
     rc = sac_set_buffer(s, k_bufs[i], bufs[i], sac_buffer_len(s, k_bufs[i]));
+  if (rc == 0 && sc.has_scaler) {
+    sac_scaler_state_t st = {sc.scale, sc.good};
+    int src = sac_set_scaler(s, &st);
+    if (src == SAC_ENOTFOUND)
+      SAC_INFO("checkpoint", "%s: loss scale %g not restored: this backend/precision has no loss scaler",
+               path, (double)sc.scale);
+    else if (src)
+      SAC_WARN("checkpoint", "%s: loss scale %g not restored: %s", path, (double)sc.scale, sac_strerror(src));
+    else
+      SAC_INFO("checkpoint", "%s: loss scale %g, %d good updates restored", path, (double)sc.scale,
+               (int)sc.good);
+  }
   if (rc == 0) {
     sac_set_step(s, h.step);
     sac_set_noise_key(s, h.noise_key);

@@ -28,7 +28,7 @@
 #include "learner/backend.h"
 #include "learner/collective.h"
 
-#define SAC_CUDA_MODULE_ABI 1
+#define SAC_CUDA_MODULE_ABI 2 /* 2: backend.h gained stage, fetch, adam_polyak, actor_alpha_loss, normal2 (issue 16) */
 #define SAC_CUDA_MODULE_FILE "libsacfleet-cuda.so"
 #define SAC_CUDA_MODULE_ENTRY "sac_cuda_module_open"
 

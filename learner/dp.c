@@ -4,6 +4,8 @@
  * the gradients go over it too (zmq) or over NCCL (nccl). */
 #include "learner/dp.h"
 
+#include <assert.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +26,13 @@ struct sac_dp {
   int rank, size;
   int failed;
   char config[16384]; /* this rank's canonical configuration */
-  /* zmq with a device backend: the gradients pass through these host buffers */
-  float *stage[2];
-  size_t stage_n[2];
+  /* zmq with a device backend: the gradients (and the overflow slot) pass through
+   * these host buffers */
+  float *stage[3];
+  size_t stage_n[3];
+  /* a backend that can skip a step on overflow (fp16): 1 float of backend memory that
+   * carries this rank's overflow flag through the all-reduce (backend.h) */
+  float *ovf_slot;
   sac_dp_stats_t st;
 };
 
@@ -256,6 +262,9 @@ void sac_dp_destroy(sac_dp_t **dpp) {
   sac_coll_destroy(&dp->ctl);
   free(dp->stage[0]);
   free(dp->stage[1]);
+  free(dp->stage[2]);
+  if (dp->ovf_slot)
+    dp->be->ops->free(dp->be, dp->ovf_slot);
   free(dp);
   *dpp = NULL;
 }
@@ -274,8 +283,8 @@ int sac_dp_sync_state(sac_dp_t *dp, sac_t *sac, void *extra, size_t extra_bytes)
   size_t floats = 0;
   for (size_t i = 0; i < N_BUFS; i++)
     floats += sac_buffer_len(sac, k_bufs[i]);
-  /* [buffers (floats)][u64 step][u32 key[2]][extra] */
-  size_t bytes = floats * sizeof(float) + 16 + extra_bytes;
+  /* [buffers (floats)][u64 step][u32 key[2]][scaler: i32 has, f32 scale, i32 good, 0][extra] */
+  size_t bytes = floats * sizeof(float) + 32 + extra_bytes;
   unsigned char *blob = malloc(bytes);
   if (!blob)
     return dp_fail(dp, SAC_ENOMEM, "out of memory");
@@ -289,8 +298,15 @@ int sac_dp_sync_state(sac_dp_t *dp, sac_t *sac, void *extra, size_t extra_bytes)
       rc = sac_get_buffer(sac, k_bufs[i], f + off, sac_buffer_len(sac, k_bufs[i]));
     memcpy(blob + floats * sizeof(float), &step, 8);
     memcpy(blob + floats * sizeof(float) + 8, key, 8);
+    int32_t sc[4] = {0, 0, 0, 0};
+    sac_scaler_state_t st;
+    if (sac_get_scaler(sac, &st) == 0) {
+      sc[0] = 1, sc[2] = st.good;
+      memcpy(&sc[1], &st.scale, 4);
+    }
+    memcpy(blob + floats * sizeof(float) + 16, sc, 16);
     if (extra_bytes)
-      memcpy(blob + floats * sizeof(float) + 16, extra, extra_bytes);
+      memcpy(blob + floats * sizeof(float) + 32, extra, extra_bytes);
   }
   /* a rank 0 that cannot read its state still takes part, then everyone fails */
   float ok = rc == 0 ? 1.0f : 0.0f;
@@ -304,8 +320,17 @@ int sac_dp_sync_state(sac_dp_t *dp, sac_t *sac, void *extra, size_t extra_bytes)
       crc = sac_set_buffer(sac, k_bufs[i], f + off, sac_buffer_len(sac, k_bufs[i]));
     memcpy(&step, blob + floats * sizeof(float), 8);
     memcpy(key, blob + floats * sizeof(float) + 8, 8);
+    int32_t sc[4];
+    memcpy(sc, blob + floats * sizeof(float) + 16, 16);
+    if (sc[0]) { /* rank 0's loss scale: the ranks' scales then move together */
+      sac_scaler_state_t st = {0, sc[2]};
+      memcpy(&st.scale, &sc[1], 4);
+      int src = sac_set_scaler(sac, &st);
+      if (src && src != SAC_ENOTFOUND)
+        crc = src;
+    }
     if (extra_bytes)
-      memcpy(extra, blob + floats * sizeof(float) + 16, extra_bytes);
+      memcpy(extra, blob + floats * sizeof(float) + 32, extra_bytes);
     sac_set_step(sac, step);
   }
   free(blob);
@@ -319,13 +344,25 @@ int sac_dp_sync_state(sac_dp_t *dp, sac_t *sac, void *extra, size_t extra_bytes)
   return 0;
 }
 
-/* The gradient hook (sac.h): the mean over ranks, in place. */
-static int grad_hook(void *user, int phase, float *const *segs, const size_t *ns, int k) {
+/* The gradient hook (sac.h): the mean over ranks, in place. With a backend that skips
+ * steps on overflow, the overflow flag travels as one more segment: its mean is nonzero
+ * when any rank overflowed, and every rank then skips this phase's step (and halves its
+ * scale) together. */
+static int grad_hook(void *user, int phase, float *const *segs_in, const size_t *ns_in, int k) {
   (void)phase;
   sac_dp_t *dp = user;
   if (dp->failed)
     return SAC_ESTATE;
   const sac_backend_ops_t *ops = dp->be->ops;
+  float *segs[3];
+  size_t ns[3];
+  assert(k >= 1 && k <= 2);
+  for (int i = 0; i < k; i++)
+    segs[i] = segs_in[i], ns[i] = ns_in[i];
+  if (dp->ovf_slot) {
+    ops->overflow_export(dp->be, dp->ovf_slot);
+    segs[k] = dp->ovf_slot, ns[k] = 1, k++;
+  }
   int rc = 0;
   double t0;
   if (dp->grad->device_memory || !dp->stage[0]) {
@@ -347,17 +384,26 @@ static int grad_hook(void *user, int phase, float *const *segs, const size_t *ns
   }
   dp->st.allreduce_s += sac_clock_s() - t0;
   dp->st.allreduces++;
+  if (rc == 0 && dp->ovf_slot)
+    ops->overflow_import(dp->be, dp->ovf_slot);
   return rc ? dp_fail(dp, rc, "a gradient all-reduce failed") : 0;
 }
 
 int sac_dp_attach(sac_dp_t *dp, sac_t *sac) {
-  if (!dp->grad->device_memory && dp->be->ops->native_stream) {
+  const sac_backend_ops_t *ops = dp->be->ops;
+  if (ops->overflow_export && ops->overflow_import && !dp->ovf_slot) {
+    int rc = ops->alloc(dp->be, 1, &dp->ovf_slot);
+    if (rc)
+      return rc;
+  }
+  if (!dp->grad->device_memory && ops->native_stream) {
     /* the largest segments of each phase: all parameters is enough for both */
-    size_t n = sac_param_count(sac);
-    for (int i = 0; i < 2; i++) {
-      if (!(dp->stage[i] = malloc(n * sizeof(float))))
+    size_t n = sac_grad_capacity(sac); /* the hook's segments are padded (sac.h) */
+    for (int i = 0; i < 3; i++) {
+      size_t ni = i < 2 ? n : 1;
+      if (!(dp->stage[i] = malloc(ni * sizeof(float))))
         return SAC_ENOMEM;
-      dp->stage_n[i] = n;
+      dp->stage_n[i] = ni;
     }
   }
   sac_set_grad_hook(sac, grad_hook, dp);

@@ -18,6 +18,7 @@
 #include "common/http.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "learner/backend.h"
 #include "learner/service.h"
 #include "learner/train_local.h"
 
@@ -41,6 +42,7 @@ typedef struct {
   char dp_coord[256], dp_collective[16];
   char durability[16]; /* embedded shards (replay/server.h) */
   int wal_sync_ms;
+  char device[16];
 } learner_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h)                                                                           \
@@ -79,6 +81,9 @@ static const sac_cfg_opt_t k_opts[] = {
         "with dynamic loss scaling)"),
     OPT("graphs", SAC_CFG_BOOL, t.graphs, "true", 1, 0,
         "cuda: capture each update as CUDA graphs after warm-up"),
+    STR("device", device, "auto",
+        "cuda: GPU index, or auto: GPU dp_rank % (GPUs on this host), i.e. GPU 0 without data-parallel "
+        "(docs/CUDA.md)"),
     OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024, "cpu backend threads (0 = all cores)"),
     OPT("total_steps", SAC_CFG_INT64, t.total_steps, "20000", 1, 1e15, "environment steps to train for"),
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
@@ -195,6 +200,7 @@ static int run_service(const learner_cfg_t *c) {
   snprintf(lc.precision, sizeof lc.precision, "%s", c->t.precision);
   lc.graphs = c->t.graphs;
   lc.threads = c->t.threads;
+  lc.device = c->t.device;
   lc.seed = c->t.seed;
   lc.hp = c->t.hp;
   lc.total_steps = c->t.total_steps;
@@ -317,6 +323,8 @@ int main(int argc, char **argv) {
     g_http = sac_http_serve_metrics("learner", c.metrics_addr, c.metrics_port, g_metrics);
     atexit(metrics_stop);
   }
+  if (sac_device_parse(c.device, &c.t.device) != 0)
+    return 2;
   sac_hparams_t *hp = &c.t.hp;
   hp->hidden = c.hidden;
   hp->depth = c.depth;

@@ -29,14 +29,41 @@ typedef struct {
   int fwd_rows; /* rows of the forward that fills them (the policy runs over 2B) */
 } mlp_acts_t;
 
+/* Where one MLP's layers sit in the backend buffers: every weight block (K matrices)
+ * and every bias block (K vectors) starts on a 256-byte boundary (SAC_BLOCK_ALIGN
+ * floats) relative to the MLP's block, so cuBLASLt gets 16-byte aligned operands and
+ * bias epilogues whatever the layer sizes (issue 16: with an odd action size the critics
+ * were only 8-byte aligned). Offsets in floats from the start of the MLP's block. */
+typedef struct {
+  size_t w[SAC_MLP_MAX_LAYERS], b[SAC_MLP_MAX_LAYERS];
+  size_t len; /* padded length, a multiple of SAC_BLOCK_ALIGN */
+} net_layout_t;
+
+/* One run of floats that is contiguous in both the packed layout (the public one:
+ * checkpoints, data-parallel sync, weights) and the padded backend layout. */
+typedef struct {
+  size_t packed, padded, len;
+} span_t;
+
+#define SAC_BLOCK_ALIGN 64 /* floats: 256 bytes */
+#define SAC_MAX_SPANS (4 * SAC_MLP_MAX_LAYERS + 1)
+
 struct sac {
   sac_hparams_t hp;
   sac_backend_t *be;
-  sac_mlp_desc_t ad, cd; /* actor (K = 1) and twin critics (K = 2) */
-  size_t n_actor, n_critic, n_params;
-  /* flat buffers, layout [actor | critics | log alpha] */
+  sac_mlp_desc_t ad, cd;              /* actor (K = 1) and twin critics (K = 2) */
+  size_t n_actor, n_critic, n_params; /* packed sizes (the public layout) */
+  /* flat backend buffers, padded layout [actor | critics | log alpha]: each block and
+   * each layer's W and b on a 256-byte boundary, the padding zero (and it stays zero:
+   * no op writes a gradient there, so Adam and Polyak leave it) */
   float *params, *grads, *m, *v;
-  float *target;     /* critics' layout */
+  float *target; /* the critics' padded block */
+  net_layout_t al, cl;
+  size_t off_critic, off_alpha, n_dev; /* padded offsets; n_dev = padded total */
+  span_t spans[SAC_MAX_SPANS];         /* packed <-> padded, in order: actor, critics, alpha */
+  int n_spans, n_actor_spans;
+  float *td_host[2]; /* sac_td_errors_fetch's slots where the backend has no fetch */
+  float *host;       /* n_dev floats: packing and unpacking at setup, checkpoint and publish time */
   float *steps;      /* Adam step counters: critic, actor, alpha */
   mlp_acts_t aa, ca; /* hidden activations of the actor and of the critics */
   float *dbuf[2];
@@ -62,6 +89,7 @@ struct sac {
    * steps the actor (step % policy_delay == 0), 0 = critic only */
   int eager_runs[2];    /* eager updates so far (capture waits for two: lazy initialisation) */
   int graph_ok[2];      /* a graph of this phase is captured and launchable */
+  int unfused;          /* 1: the unfused ops (sac_set_unfused; tests, kernel counts) */
   sac_grad_hook_t hook; /* data-parallel gradient averaging (NULL: none) */
   void *hook_user;
   int guard; /* 1: refuse to apply a step whose loss is not finite (sac_set_loss_guard) */
@@ -100,21 +128,83 @@ void sac_hparams_default(sac_hparams_t *hp, int obs_dim, int act_dim) {
 }
 
 static float *actor_params(const sac_t *s) { return s->params; }
-static float *critic_params(const sac_t *s) { return s->params + s->n_actor; }
-static float *log_alpha(const sac_t *s) { return s->params + s->n_actor + s->n_critic; }
+static float *critic_params(const sac_t *s) { return s->params + s->off_critic; }
+static float *log_alpha(const sac_t *s) { return s->params + s->off_alpha; }
+
+static size_t align_up(size_t n) { return (n + SAC_BLOCK_ALIGN - 1) / SAC_BLOCK_ALIGN * SAC_BLOCK_ALIGN; }
+
+/* Lays out one MLP from padded offset `base` (packed offset `pbase`): its layers' W and
+ * b blocks each aligned, appended to s->spans. */
+static void layout_net(sac_t *s, const sac_mlp_desc_t *d, net_layout_t *nl, size_t base, size_t pbase) {
+  size_t off = 0;
+  for (int l = 0; l < d->n_layers; l++) {
+    size_t nw = (size_t)d->ensemble * d->sizes[l] * d->sizes[l + 1],
+           nb = (size_t)d->ensemble * d->sizes[l + 1];
+    nl->w[l] = off;
+    s->spans[s->n_spans++] = (span_t){pbase + sac_mlp_weight_offset(d, l), base + off, nw};
+    off = align_up(off + nw);
+    nl->b[l] = off;
+    s->spans[s->n_spans++] = (span_t){pbase + sac_mlp_bias_offset(d, l), base + off, nb};
+    off = align_up(off + nb);
+  }
+  nl->len = off;
+}
+
+static void layout(sac_t *s) {
+  s->n_spans = 0;
+  layout_net(s, &s->ad, &s->al, 0, 0);
+  s->n_actor_spans = s->n_spans;
+  s->off_critic = s->al.len;
+  layout_net(s, &s->cd, &s->cl, s->off_critic, s->n_actor);
+  s->off_alpha = s->off_critic + s->cl.len;
+  s->spans[s->n_spans++] = (span_t){s->n_actor + s->n_critic, s->off_alpha, 1};
+  s->n_dev = s->off_alpha + SAC_BLOCK_ALIGN;
+}
+
+/* Packed (first n floats of the range [p0, p0 + n) of the public layout) <-> padded
+ * (host copy `pad` of the backend range starting at padded offset q0), over spans
+ * [from, to). to_packed: pad -> packed, else packed -> pad. */
+static void repack(const sac_t *s, int from, int to, size_t p0, size_t q0, float *packed, float *pad,
+                   size_t n, int to_packed) {
+  for (int i = from; i < to; i++) {
+    const span_t *sp = &s->spans[i];
+    if (sp->packed < p0 || sp->packed - p0 >= n)
+      continue;
+    size_t len = sp->len < n - (sp->packed - p0) ? sp->len : n - (sp->packed - p0);
+    float *a = packed + (sp->packed - p0), *b = pad + (sp->padded - q0);
+    if (to_packed)
+      memcpy(a, b, len * sizeof(float));
+    else
+      memcpy(b, a, len * sizeof(float));
+  }
+}
+
+void sac_layout(const sac_t *s, sac_layout_t *out) {
+  memset(out, 0, sizeof *out);
+  out->critic = s->off_critic;
+  out->log_alpha = s->off_alpha;
+  out->total = s->n_dev;
+  out->n_layers = s->ad.n_layers;
+  for (int l = 0; l < s->ad.n_layers; l++) {
+    out->actor_w[l] = s->al.w[l], out->actor_b[l] = s->al.b[l];
+    out->critic_w[l] = s->off_critic + s->cl.w[l], out->critic_b[l] = s->off_critic + s->cl.b[l];
+  }
+  out->params = s->params, out->grads = s->grads, out->adam_m = s->m, out->adam_v = s->v;
+  out->target = s->target;
+}
 
 /* Layer l of an MLP as a backend linear op reading `in` (layer 0) or the previous
  * layer's activations. */
-static sac_linear_t layer(const sac_mlp_desc_t *d, const float *params, int l, int B, const sac_seg_t *in,
-                          int n_in_seg, float *const *acts) {
+static sac_linear_t layer(const sac_mlp_desc_t *d, const net_layout_t *nl, const float *params, int l, int B,
+                          const sac_seg_t *in, int n_in_seg, float *const *acts) {
   sac_linear_t L;
   memset(&L, 0, sizeof L);
   L.B = B;
   L.n_in = d->sizes[l];
   L.n_out = d->sizes[l + 1];
   L.K = d->ensemble;
-  L.W = params + sac_mlp_weight_offset(d, l);
-  L.b = params + sac_mlp_bias_offset(d, l);
+  L.W = params + nl->w[l];
+  L.b = params + nl->b[l];
   L.act = l == d->n_layers - 1 ? SAC_ACT_NONE : d->hidden_act;
   if (l == 0) {
     L.shared = 1;
@@ -131,11 +221,15 @@ static sac_linear_t layer(const sac_mlp_desc_t *d, const float *params, int l, i
   return L;
 }
 
+static const net_layout_t *net_of(const sac_t *s, const sac_mlp_desc_t *d) {
+  return d == &s->ad ? &s->al : &s->cl;
+}
+
 /* Layers [from, to] of the MLP forward; hidden outputs into ma (the last layer's into out). */
 static void mlp_fwd_range(sac_t *s, const sac_mlp_desc_t *d, const float *params, int B, const sac_seg_t *in,
                           int n_in_seg, mlp_acts_t *ma, float *out, int from, int to) {
   for (int l = from; l <= to; l++) {
-    sac_linear_t L = layer(d, params, l, B, in, n_in_seg, ma->acts);
+    sac_linear_t L = layer(d, net_of(s, d), params, l, B, in, n_in_seg, ma->acts);
     int last = l == d->n_layers - 1;
     s->be->ops->linear_fwd(s->be, &L, last ? out : ma->acts[l], d->ensemble * d->sizes[l + 1]);
     if (!last && ma->ck)
@@ -171,12 +265,12 @@ static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, floa
   for (int l = d->n_layers - 1; l >= 0; l--) {
     mlp_need(s, d, params, in, n_in_seg, ma, l);
     mlp_need(s, d, params, in, n_in_seg, ma, l - 1);
-    sac_linear_t L = layer(d, params, l, B, in, n_in_seg, ma->acts);
+    sac_linear_t L = layer(d, net_of(s, d), params, l, B, in, n_in_seg, ma->acts);
     int last = l == d->n_layers - 1;
     const float *y = last ? out : ma->acts[l];
     int ldy = d->ensemble * d->sizes[l + 1];
-    float *dW = grads ? grads + sac_mlp_weight_offset(d, l) : NULL;
-    float *db = grads ? grads + sac_mlp_bias_offset(d, l) : NULL;
+    float *dW = grads ? grads + net_of(s, d)->w[l] : NULL;
+    float *db = grads ? grads + net_of(s, d)->b[l] : NULL;
     if (l > 0) {
       float *next = s->dbuf[l & 1];
       float *dxs[2] = {next, NULL};
@@ -322,6 +416,7 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   s->n_actor = pl.n_actor;
   s->n_critic = pl.n_critic;
   s->n_params = pl.n_params;
+  layout(s);
 
   int rc = 0;
 #define ALLOC(ptr, n)                                                                                        \
@@ -329,11 +424,16 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
     if ((rc = be->ops->alloc(be, (n), &(ptr))) != 0)                                                         \
       goto err;                                                                                              \
   } while (0)
-  ALLOC(s->params, s->n_params);
-  ALLOC(s->grads, s->n_params);
-  ALLOC(s->m, s->n_params);
-  ALLOC(s->v, s->n_params);
-  ALLOC(s->target, s->n_critic);
+  ALLOC(s->params, s->n_dev);
+  ALLOC(s->grads, s->n_dev);
+  ALLOC(s->m, s->n_dev);
+  ALLOC(s->v, s->n_dev);
+  ALLOC(s->target, s->cl.len);
+  if (!(s->host = calloc(s->n_dev, sizeof(float))) ||
+      !(s->td_host[0] = calloc((size_t)2 * B, sizeof(float)))) {
+    rc = SAC_ENOMEM;
+    goto err;
+  }
   ALLOC(s->steps, 3);
   {
     int ck = recompute_ck(hp);
@@ -388,9 +488,11 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
     sac_mlp_init_params(&s->ad, host, &rng);
     sac_mlp_init_params(&s->cd, host + s->n_actor, &rng);
     host[s->n_params - 1] = logf(hp->init_alpha);
-    rc = be->ops->upload(be, s->params, host, s->n_params);
+    memset(s->host, 0, s->n_dev * sizeof(float));
+    repack(s, 0, s->n_spans, 0, 0, host, s->host, s->n_params, 0);
+    rc = be->ops->upload(be, s->params, s->host, s->n_dev);
     if (rc == 0)
-      rc = be->ops->upload(be, s->target, host + s->n_actor, s->n_critic);
+      rc = be->ops->upload(be, s->target, s->host + s->off_critic, s->cl.len);
     for (int i = 0; rc == 0 && i < B; i++)
       host[i] = 1.0f;
     if (rc == 0)
@@ -456,6 +558,8 @@ void sac_destroy(sac_t **sp) {
     if (s->ca.own[l])
       be->ops->free(be, s->ca.own[l]);
   }
+  free(s->host);
+  free(s->td_host[0]);
   free(s);
   *sp = NULL;
 }
@@ -473,6 +577,7 @@ void sac_set_noise_key(sac_t *s, const uint32_t key[2]) {
   s->graph_ok[0] = s->graph_ok[1] = 0; /* a captured update holds the old key: capture again */
 }
 size_t sac_param_count(const sac_t *s) { return s->n_params; }
+size_t sac_grad_capacity(const sac_t *s) { return s->n_dev; }
 size_t sac_actor_param_count(const sac_t *s) { return s->n_actor; }
 
 /* Twin critics (params: online or target) on (obs, action) side by side: q (B, 2). */
@@ -484,8 +589,12 @@ static void critics(sac_t *s, const float *params, const float *obs, const float
 void sac_forward_policy(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int A = s->hp.act_dim, B = s->hp.batch;
-  ops->normal(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI);
-  ops->normal(s->be, s->eps2 + (size_t)B * A, (size_t)B * A, s->key, s->step, NOISE_NEXT);
+  if (ops->normal2 && !s->unfused) { /* one launch for both halves */
+    ops->normal2(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI, NOISE_NEXT);
+  } else {
+    ops->normal(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI);
+    ops->normal(s->be, s->eps2 + (size_t)B * A, (size_t)B * A, s->key, s->step, NOISE_NEXT);
+  }
   sac_seg_t in = {s->obs2, s->hp.obs_dim, s->hp.obs_dim};
   mlp_fwd(s, &s->ad, actor_params(s), 2 * B, &in, 1, &s->aa, s->P);
   ops->head_fwd(s->be, &s->head2, s->P, s->eps2, s->a2, A, s->logp2);
@@ -505,7 +614,7 @@ void sac_compute_critic_grads(sac_t *s) {
   sac_seg_t in[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {b->action, A, A}};
   float *dx[2] = {NULL, NULL};
   int ldx[2] = {0, 0};
-  mlp_bwd(s, &s->cd, critic_params(s), s->grads + s->n_actor, B, in, 2, &s->ca, s->q, s->dq, dx, ldx);
+  mlp_bwd(s, &s->cd, critic_params(s), s->grads + s->off_critic, B, in, 2, &s->ca, s->q, s->dq, dx, ldx);
   lap(s, PROF(critic));
 }
 
@@ -515,7 +624,14 @@ void sac_compute_actor_grads(sac_t *s) {
   sac_batch_t *b = &s->batch;
   /* L_pi = mean(alpha log pi(a~|s) - min Q(s, a~)), a~ reparameterised (rows [0, B)) */
   critics(s, critic_params(s), b->obs, s->a2, s->q);
-  ops->actor_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2);
+  /* L_alpha = -mean(log alpha (log pi + target entropy)) reads only the forward values:
+   * one fused launch with the actor loss where the backend has it */
+  const int fused = ops->actor_alpha_loss && !s->unfused;
+  if (fused)
+    ops->actor_alpha_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2,
+                          s->grads + s->off_alpha, s->stats + 4);
+  else
+    ops->actor_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2);
   /* dL/da~ through the critics (input gradient only: the critics are not stepped here) */
   sac_seg_t cin[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {s->a2, A, A}};
   float *dx[2] = {NULL, s->da};
@@ -525,9 +641,22 @@ void sac_compute_actor_grads(sac_t *s) {
   sac_seg_t ain = {b->obs, s->hp.obs_dim, s->hp.obs_dim};
   float *nodx[2] = {NULL, NULL};
   mlp_bwd(s, &s->ad, actor_params(s), s->grads, B, &ain, 1, &s->aa, s->P, s->dP, nodx, ldx);
-  /* L_alpha = -mean(log alpha (log pi + target entropy)) */
-  ops->alpha_loss(s->be, &s->head, s->logp2, s->grads + s->n_params - 1, s->stats + 4);
+  if (!fused)
+    ops->alpha_loss(s->be, &s->head, s->logp2, s->grads + s->off_alpha, s->stats + 4);
   lap(s, PROF(actor));
+}
+
+int sac_swap_backend(sac_t *s, sac_backend_t *be) {
+  if (be->impl != s->be->impl)
+    return SAC_EINVAL;
+  s->be = be;
+  s->graph_ok[0] = s->graph_ok[1] = 0;
+  return 0;
+}
+
+void sac_set_unfused(sac_t *s, int unfused) {
+  s->unfused = unfused;
+  s->graph_ok[0] = s->graph_ok[1] = 0;
 }
 
 void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user) {
@@ -542,11 +671,11 @@ static int grad_hook(sac_t *s, int phase) {
   size_t ns[2];
   int k = 1;
   if (phase == SAC_GRAD_CRITIC) {
-    segs[0] = s->grads + s->n_actor, ns[0] = s->n_critic;
+    segs[0] = s->grads + s->off_critic, ns[0] = s->cl.len;
   } else {
-    segs[0] = s->grads, ns[0] = s->n_actor;
+    segs[0] = s->grads, ns[0] = s->al.len;
     if (s->hp.autotune_alpha)
-      segs[1] = s->grads + s->n_params - 1, ns[1] = 1, k = 2;
+      segs[1] = s->grads + s->off_alpha, ns[1] = 1, k = 2;
   }
   return s->hook(s->hook_user, phase, segs, ns, k);
 }
@@ -567,6 +696,20 @@ static int losses_finite(sac_t *s, int actor) {
   return isfinite(st[2]) && isfinite(st[4]) ? 0 : SAC_ENONFINITE;
 }
 
+/* Adam over groups, then (polyak) the target critics: one fused op where the backend
+ * has it, else the ops one by one (the same results). */
+static void optimizer_tail(sac_t *s, const sac_adam_group_t *g, int n, int polyak) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  if (ops->adam_polyak && !s->unfused) {
+    ops->adam_polyak(s->be, g, n, s->target, critic_params(s), polyak ? s->cl.len : 0, s->hp.tau);
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    ops->adam(s->be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
+  if (polyak)
+    ops->polyak(s->be, s->target, critic_params(s), s->cl.len, s->hp.tau);
+}
+
 /* The ops of one update, enqueued on the backend (or recorded into a graph). 0, or a
  * hook's error (the update stopped there). */
 static int update_ops(sac_t *s) {
@@ -584,21 +727,32 @@ static int update_ops(sac_t *s) {
     return rc; /* nothing of this update applied */
   if (s->hook && (rc = grad_hook(s, SAC_GRAD_CRITIC)) != 0)
     return rc;
-  ops->adam(s->be, critic_params(s), s->grads + s->n_actor, s->m + s->n_actor, s->v + s->n_actor, s->n_critic,
-            &critic_hp, s->steps + 0);
-  lap(s, PROF(optimizer));
-  if (s->step % (uint64_t)s->hp.policy_delay == 0) {
+  /* the optimizer tails: each one fused launch where the backend has adam_polyak (the
+   * critics' step must land before the actor's gradient reads the critics) */
+  sac_adam_group_t gc = {critic_params(s),
+                         s->grads + s->off_critic,
+                         s->m + s->off_critic,
+                         s->v + s->off_critic,
+                         s->cl.len,
+                         critic_hp,
+                         s->steps + 0};
+  sac_adam_group_t ga[2] = {{actor_params(s), s->grads, s->m, s->v, s->al.len, actor_hp, s->steps + 1},
+                            {log_alpha(s), s->grads + s->off_alpha, s->m + s->off_alpha, s->v + s->off_alpha,
+                             1, alpha_hp, s->steps + 2}};
+  const int actor_step = s->step % (uint64_t)s->hp.policy_delay == 0;
+  if (!actor_step) { /* critic step and Polyak */
+    optimizer_tail(s, &gc, 1, 1);
+    lap(s, PROF(optimizer));
+  } else {
+    optimizer_tail(s, &gc, 1, 0);
+    lap(s, PROF(optimizer));
     sac_compute_actor_grads(s);
     if (s->guard && (rc = losses_finite(s, 1)) != 0)
       return rc; /* the critic step applied; the actor's, alpha's and Polyak's not */
     if (s->hook && (rc = grad_hook(s, SAC_GRAD_ACTOR)) != 0)
       return rc;
-    ops->adam(s->be, actor_params(s), s->grads, s->m, s->v, s->n_actor, &actor_hp, s->steps + 1);
-    if (s->hp.autotune_alpha)
-      ops->adam(s->be, log_alpha(s), s->grads + s->n_params - 1, s->m + s->n_params - 1,
-                s->v + s->n_params - 1, 1, &alpha_hp, s->steps + 2);
+    optimizer_tail(s, ga, s->hp.autotune_alpha ? 2 : 1, 1);
   }
-  ops->polyak(s->be, s->target, critic_params(s), s->n_critic, s->hp.tau);
   if (ops->update_end)
     ops->update_end(s->be);
   lap(s, PROF(optimizer));
@@ -655,8 +809,48 @@ int sac_td_errors(sac_t *s, float *out) {
   return s->be->ops->download(s->be, out, s->td, (size_t)s->hp.batch);
 }
 
+int sac_td_errors_fetch(sac_t *s, int slot) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  if (ops->fetch)
+    return ops->fetch(s->be, slot, s->td, (size_t)s->hp.batch);
+  /* synchronous ops (cpu): the update is done; keep its values until collected */
+  return ops->download(s->be, s->td_host[0] + (size_t)slot * s->hp.batch, s->td, (size_t)s->hp.batch);
+}
+
+int sac_td_errors_collect(sac_t *s, int slot, float *out) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  if (ops->fetch_wait)
+    return ops->fetch_wait(s->be, slot, out, (size_t)s->hp.batch);
+  memcpy(out, s->td_host[0] + (size_t)slot * s->hp.batch, sizeof(float) * (size_t)s->hp.batch);
+  return 0;
+}
+
+int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const size_t B = (size_t)s->hp.batch, O = (size_t)s->hp.obs_dim, A = (size_t)s->hp.act_dim;
+  sac_batch_t *d = &s->batch;
+  float *dst[6] = {d->obs, d->next_obs, d->action, d->reward, d->terminated, d->weights};
+  const float *src[6] = {b->obs, b->next_obs, b->action, b->reward, b->terminated, b->weights};
+  const size_t n[6] = {B * O, B * O, B * A, B, B, B};
+  const int use_stage = staged && ops->stage && ops->stage_commit;
+  int rc = 0;
+  for (int i = 0; i < 6 && rc == 0; i++)
+    if (src[i])
+      rc = use_stage ? ops->stage(s->be, dst[i], src[i], n[i]) : ops->upload(s->be, dst[i], src[i], n[i]);
+  if (rc == 0 && use_stage)
+    rc = ops->stage_commit(s->be);
+  return rc;
+}
+
 int sac_get_actor(sac_t *s, float *out) {
-  return s->be->ops->download(s->be, out, actor_params(s), s->n_actor);
+  int rc = s->be->ops->download(s->be, s->host, actor_params(s), s->al.len);
+  if (rc == 0)
+    repack(s, 0, s->n_actor_spans, 0, 0, out, s->host, s->n_actor, 1);
+  return rc;
 }
 
 static float *buffer(sac_t *s, int which) {
@@ -689,21 +883,80 @@ size_t sac_buffer_len(const sac_t *s, int which) {
   }
 }
 
+/* The packed buffer `which` as a range of the padded layout: spans [*from, *to), packed
+ * offset *p0 and padded offset *q0 of its first float, *len padded floats. 0: not a
+ * parameter-shaped buffer (steps: same in both layouts). */
+static int padded_range(const sac_t *s, int which, int *from, int *to, size_t *p0, size_t *q0, size_t *len) {
+  if (which == SAC_BUF_STEPS)
+    return 0;
+  if (which == SAC_BUF_TARGET)
+    *from = s->n_actor_spans, *to = s->n_spans - 1, *p0 = s->n_actor, *q0 = s->off_critic, *len = s->cl.len;
+  else
+    *from = 0, *to = s->n_spans, *p0 = 0, *q0 = 0, *len = s->n_dev;
+  return 1;
+}
+
 int sac_get_buffer(sac_t *s, int which, float *out, size_t n) {
   float *p = buffer(s, which);
   if (!p || n > sac_buffer_len(s, which))
     return SAC_EINVAL;
-  return s->be->ops->download(s->be, out, p, n);
+  int from, to;
+  size_t p0, q0, len;
+  if (!padded_range(s, which, &from, &to, &p0, &q0, &len))
+    return s->be->ops->download(s->be, out, p, n);
+  int rc = s->be->ops->download(s->be, s->host, p, len);
+  if (rc == 0)
+    repack(s, from, to, p0, q0, out, s->host, n, 1);
+  return rc;
 }
 
 int sac_set_buffer(sac_t *s, int which, const float *in, size_t n) {
   float *p = buffer(s, which);
   if (!p || n > sac_buffer_len(s, which))
     return SAC_EINVAL;
-  return s->be->ops->upload(s->be, p, in, n);
+  int from, to;
+  size_t p0, q0, len;
+  if (!padded_range(s, which, &from, &to, &p0, &q0, &len))
+    return s->be->ops->upload(s->be, p, in, n);
+  /* the padding stays zero; a partial write keeps the floats after n */
+  int rc = n < sac_buffer_len(s, which) ? s->be->ops->download(s->be, s->host, p, len) : 0;
+  if (rc)
+    return rc;
+  if (n == sac_buffer_len(s, which))
+    memset(s->host, 0, len * sizeof(float));
+  repack(s, from, to, p0, q0, (float *)in, s->host, n, 0);
+  return s->be->ops->upload(s->be, p, s->host, len);
 }
 
 int sac_get_noise(sac_t *s, int tag, float *out) {
   size_t n = (size_t)s->hp.batch * s->hp.act_dim;
   return s->be->ops->download(s->be, out, tag == NOISE_NEXT ? s->eps2 + n : s->eps2, n);
+}
+
+int sac_get_scaler(sac_t *s, sac_scaler_state_t *out) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  double scale, good;
+  if (!ops->get_metric || ops->get_metric(s->be, "loss_scale_good", &good) != 0 ||
+      ops->get_metric(s->be, "loss_scale", &scale) != 0)
+    return SAC_ENOTFOUND;
+  out->scale = (float)scale;
+  out->good = (int32_t)good;
+  return 0;
+}
+
+int sac_set_scaler(sac_t *s, const sac_scaler_state_t *in) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  double good;
+  if (!ops->get_metric || !ops->set_option || ops->get_metric(s->be, "loss_scale_good", &good) != 0)
+    return SAC_ENOTFOUND;
+  if (!(in->scale > 0.0f) || isinf(in->scale) || in->good < 0)
+    return SAC_EINVAL;
+  char v[64];
+  snprintf(v, sizeof v, "%.9g", (double)in->scale);
+  int rc = ops->set_option(s->be, "loss_scale", v); /* also zeroes the growth counter */
+  if (rc == 0) {
+    snprintf(v, sizeof v, "%d", (int)in->good);
+    rc = ops->set_option(s->be, "loss_scale_good", v);
+  }
+  return rc;
 }

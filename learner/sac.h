@@ -105,14 +105,56 @@ void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user);
  * the backend (a download of the loss statistics), so updates run eagerly with the guard
  * on (no graph capture). Setup time only. */
 void sac_set_loss_guard(sac_t *s, int on);
+/* 1: issue the unfused ops even where the backend has fused ones (adam_polyak): for the
+ * tests that compare the two and the kernel counts of sac-bench-learner. Setup time. */
+void sac_set_unfused(sac_t *s, int unfused);
+/* Replaces the backend by a wrapper of the same backend (same impl: the buffers stay
+ * valid), e.g. op_count.c's counting proxy. SAC_EINVAL for another backend. Setup time. */
+int sac_swap_backend(sac_t *s, sac_backend_t *be);
 /* Copies the last update's statistics to the host (waits for the backend). */
 int sac_stats(sac_t *s, sac_stats_t *out);
-/* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. */
+/* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. Waits
+ * for every op enqueued so far. */
 int sac_td_errors(sac_t *s, float *out);
+/* The same, one update late, without a synchronisation per update (issue 16):
+ * sac_td_errors_fetch, right after sac_update, enqueues a copy of that update's values
+ * into slot (0 or 1); sac_td_errors_collect waits for that copy only (not for the
+ * updates enqueued after it) and hands the values out. Use the two slots alternately:
+ * fetch N into slot N & 1, update N + 1, collect N. */
+int sac_td_errors_fetch(sac_t *s, int slot);
+int sac_td_errors_collect(sac_t *s, int slot, float *out);
+
+/* A sampled batch in host memory (the replay client's, --mode local's ring). */
+typedef struct {
+  const float *obs, *next_obs, *action; /* (B, obs_dim), (B, obs_dim), (B, act_dim) */
+  const float *reward, *terminated;     /* (B) */
+  const float *weights;                 /* (B) importance weights; NULL: keep the current ones */
+} sac_host_batch_t;
+/* Makes b the batch the next update reads; b is reusable on return. staged 1 (the
+ * learner's path): through the backend's stage / stage_commit, so on a GPU the copy
+ * overlaps the update already enqueued; a backend without staging uploads. staged 0:
+ * plain uploads (kept to show the two give identical results). 0 or a backend error. */
+int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged);
 
 /* Flat parameter layout: [actor | critics | log alpha]. */
 size_t sac_param_count(const sac_t *s);
 size_t sac_actor_param_count(const sac_t *s);
+/* The backend buffers hold the parameters padded (issue 16): the actor block, the
+ * critics' block, log alpha and, inside the two MLPs, every layer's W and b start on a
+ * 256-byte boundary; the padding is zero. sac_get_buffer, sac_set_buffer, sac_get_actor
+ * and checkpoints use the packed layout above, so nothing outside sac.c sees it, except
+ * the gradient hook's segments (padded blocks; sac_grad_capacity floats at most, the
+ * padding zero on every rank). sac_layout says where the blocks are (for tests):
+ * offsets in floats from each buffer's start. */
+typedef struct {
+  size_t critic, log_alpha, total;
+  size_t actor_w[SAC_MLP_MAX_LAYERS], actor_b[SAC_MLP_MAX_LAYERS];
+  size_t critic_w[SAC_MLP_MAX_LAYERS], critic_b[SAC_MLP_MAX_LAYERS];
+  int n_layers;
+  const float *params, *grads, *adam_m, *adam_v, *target; /* backend memory */
+} sac_layout_t;
+void sac_layout(const sac_t *s, sac_layout_t *out);
+size_t sac_grad_capacity(const sac_t *s);
 /* Copies the actor's parameters (the Weights layout) to host memory. */
 int sac_get_actor(sac_t *s, float *out);
 
@@ -127,6 +169,18 @@ void sac_set_step(sac_t *s, uint64_t step);
 /* The Philox key of the update noise (derived from the seed): part of a checkpoint. */
 void sac_get_noise_key(const sac_t *s, uint32_t key[2]);
 void sac_set_noise_key(sac_t *s, const uint32_t key[2]);
+
+/* The fp16 loss scaler's state (cuda backend in fp16): the scale and the updates
+ * without overflow since it last changed. Part of a checkpoint, so a resumed fp16 run
+ * goes on with the scale it had. sac_get_scaler: 0, or SAC_ENOTFOUND where the backend
+ * has no loss scaler (cpu; cuda in fp32/tf32/bf16). sac_set_scaler: 0, SAC_ENOTFOUND
+ * or SAC_EINVAL (scale not finite and > 0, good < 0). Setup time only. */
+typedef struct {
+  float scale;
+  int32_t good;
+} sac_scaler_state_t;
+int sac_get_scaler(sac_t *s, sac_scaler_state_t *out);
+int sac_set_scaler(sac_t *s, const sac_scaler_state_t *in);
 
 /* Where an update's time goes, filled when a profile is attached (the backend is
  * synchronised between phases, which costs a little on a GPU). Seconds, accumulated. */

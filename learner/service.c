@@ -31,6 +31,7 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   strcpy(c->backend, "cpu");
   strcpy(c->precision, "fp32");
   c->graphs = 1;
+  c->device = SAC_DEVICE_AUTO;
   c->seed = 1;
   sac_hparams_default(&c->hp, 1, 1);
   c->total_steps = 20000;
@@ -526,6 +527,49 @@ static int nonfinite_update(nonfinite_t *nf, const sac_learner_cfg_t *cfg, sac_s
 }
 
 /* A rank other than 0: no weights, no evaluation, no run directory. */
+/* PER priorities one update late (issue 16, docs/LEARNER.md): update N's |td| is
+ * fetched into slot N & 1 and sent once update N + 1 is enqueued, so the learner never
+ * waits for the update it just enqueued (a GPU keeps one update queued ahead). */
+typedef struct {
+  uint64_t *idx[2];
+  int pending[2];
+  int cur;
+} prio_lag_t;
+
+static int prio_lag_push(prio_lag_t *p, sac_t *sac, sac_replay_client_t *client, size_t B,
+                         const uint64_t *indices, float *prio) {
+  int rc, c = p->cur, o = c ^ 1;
+  if (!p->idx[c] && !(p->idx[c] = malloc(B * sizeof(uint64_t))))
+    return SAC_ENOMEM;
+  if ((rc = sac_td_errors_fetch(sac, c)) != 0)
+    return rc;
+  memcpy(p->idx[c], indices, B * sizeof(uint64_t));
+  p->pending[c] = 1;
+  if (p->pending[o]) {
+    if ((rc = sac_td_errors_collect(sac, o, prio)) != 0)
+      return rc;
+    sac_replay_client_update_priorities(client, B, p->idx[o], prio);
+    p->pending[o] = 0;
+  }
+  p->cur = o;
+  return 0;
+}
+
+/* Sends what is still pending (the last update's), oldest first. */
+static int prio_lag_flush(prio_lag_t *p, sac_t *sac, sac_replay_client_t *client, size_t B, float *prio) {
+  for (int k = 0; k < 2; k++) {
+    int i = p->cur ^ k ^ 1; /* the slot pushed first */
+    int rc;
+    if (!p->pending[i])
+      continue;
+    if ((rc = sac_td_errors_collect(sac, i, prio)) != 0)
+      return rc;
+    sac_replay_client_update_priorities(client, B, p->idx[i], prio);
+    p->pending[i] = 0;
+  }
+  return 0;
+}
+
 static int dp_follower(const sac_dp_t *dp) { return dp && sac_dp_rank(dp) > 0; }
 
 /* Every rank's whole learner state equals rank 0's (logged by rank 0); SAC_ESTATE if not. */
@@ -564,6 +608,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
   sac_service_metrics_t sm;
   sac_service_metrics_init(&sm, cfg->metrics, cfg);
   float *actor = NULL, *prio = NULL;
+  prio_lag_t lag = {{NULL, NULL}, {0, 0}, 0};
   char(*sample_eps)[256] = calloc(SAC_LEARNER_MAX_SHARDS, 256);
   if (!sample_eps)
     return SAC_ENOMEM;
@@ -594,7 +639,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cores - cfg->embedded_actors > 1 ? (int)(cores - cfg->embedded_actors) : 1;
   }
-  if ((rc = sac_backend_new(cfg->backend, threads, &be)) != 0 ||
+  if ((rc = sac_backend_new_on(cfg->backend, threads, cfg->device, cfg->dp.rank, &be)) != 0 ||
       (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0 ||
       (rc = sac_new(&hp, be, &sac)) != 0)
     goto out;
@@ -678,8 +723,6 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     sac_stats_t st0 = {.alpha = hp.init_alpha};
     sac_rundir_add_eval(cfg->rundir, 0.0, 0, 0, ret0, &st0);
   }
-  const sac_backend_ops_t *ops = be->ops;
-  sac_batch_t *bb = sac_batch(sac);
   double t0 = sac_clock_s() - ck.wall_seconds, t_log = sac_clock_s(), t_info = 0, t_pub = t_log, upd_time = 0;
   res->updates = (int64_t)ck.updates;
   int64_t steps = (int64_t)ck.env_steps, last_log_updates = res->updates, start_updates = res->updates;
@@ -740,12 +783,10 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       rc = SAC_EPROTO;
       goto out;
     }
-    if (!dp_held && ((rc = ops->upload(be, bb->obs, b.obs, B * O)) ||
-                     (rc = ops->upload(be, bb->next_obs, b.next_obs, B * O)) ||
-                     (rc = ops->upload(be, bb->action, b.action, B * A)) ||
-                     (rc = ops->upload(be, bb->reward, b.reward, B)) ||
-                     (rc = ops->upload(be, bb->terminated, b.terminated, B)) ||
-                     (cfg->prioritized && (rc = ops->upload(be, bb->weights, b.weights, B)))))
+    /* staged: on a GPU this copy overlaps the update enqueued last time round */
+    sac_host_batch_t hb = {b.obs,    b.next_obs,   b.action,
+                           b.reward, b.terminated, cfg->prioritized ? b.weights : NULL};
+    if (!dp_held && (rc = sac_load_batch(sac, &hb, 1)) != 0)
       goto out;
     if (dp) { /* data-parallel: update only when every rank has a batch; until then hold it */
       if (!dp_held && cfg->prioritized && (dp_idx || (dp_idx = malloc(B * sizeof *dp_idx))))
@@ -785,11 +826,9 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
     }
     rc = 0;
     res->updates++;
-    if (cfg->prioritized) {
-      if ((rc = sac_td_errors(sac, prio)) != 0)
-        goto out;
-      sac_replay_client_update_priorities(client, B, dp_idx ? dp_idx : b.indices, prio);
-    }
+    if (cfg->prioritized &&
+        (rc = prio_lag_push(&lag, sac, client, B, dp_idx ? dp_idx : b.indices, prio)) != 0)
+      goto out;
     if (pub && res->updates % cfg->publish_every == 0) {
       version = (uint64_t)res->updates;
       if ((rc = publish_checked(pub, sac, actor, version, &sm)) != 0)
@@ -847,6 +886,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       last_log_updates = res->updates;
     }
   }
+  if (cfg->prioritized && (rc = prio_lag_flush(&lag, sac, client, (size_t)hp.batch, prio)) != 0)
+    goto out;
   if (dp) { /* data-parallel: the others stop too (unless they said so), then a last check */
     int act;
     if ((!dp_stopped && (rc = sac_dp_round(dp, 0, 1, &act)) != 0) ||
@@ -903,6 +944,6 @@ out:
   sac_destroy(&sac);
   sac_backend_destroy(&be);
   sac_env_destroy(&probe);
-  free(actor), free(prio), free(sample_eps), free(dp_idx);
+  free(actor), free(prio), free(sample_eps), free(dp_idx), free(lag.idx[0]), free(lag.idx[1]);
   return rc;
 }

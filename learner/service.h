@@ -28,6 +28,7 @@ typedef struct {
   char precision[8]; /* fp32 (any backend), tf32, bf16, fp16 (cuda) */
   int graphs;        /* cuda: capture the update as CUDA graphs */
   int threads;
+  int device; /* cuda: GPU index, or SAC_DEVICE_AUTO: dp.rank % GPUs (backend.h) */
   uint64_t seed;
   sac_hparams_t hp;
   int64_t total_steps;     /* environment steps over all actors */

@@ -19,6 +19,7 @@ void sac_train_cfg_default(sac_train_cfg_t *cfg) {
   strcpy(cfg->backend, "cpu");
   strcpy(cfg->precision, "fp32");
   cfg->graphs = 1;
+  cfg->device = SAC_DEVICE_AUTO;
   cfg->total_steps = 20000;
   cfg->learning_starts = 1000;
   cfg->updates_per_step = 1;
@@ -101,8 +102,9 @@ static void ring_add(ring_t *r, const float *o, const float *a, float rew, int t
     r->size++;
 }
 
-/* Uniform sample of B rows into host staging (the batch layout), then upload. */
-static int ring_sample(ring_t *r, sac_rng_t *rng, sac_backend_t *be, sac_batch_t *dst, int B, float *stage) {
+/* Uniform sample of B rows into host memory (the batch layout), then staged into the
+ * batch the next update reads (on a GPU the copy overlaps the update enqueued before). */
+static int ring_sample(ring_t *r, sac_rng_t *rng, sac_t *sac, int B, float *stage) {
   const int O = r->O, A = r->A;
   float *so = stage, *sa = so + (size_t)B * O, *sr = sa + (size_t)B * A, *st = sr + B, *sn = st + B;
   for (int b = 0; b < B; b++) {
@@ -113,16 +115,8 @@ static int ring_sample(ring_t *r, sac_rng_t *rng, sac_backend_t *be, sac_batch_t
     sr[b] = r->rew[i];
     st[b] = r->term[i];
   }
-  int rc = be->ops->upload(be, dst->obs, so, (size_t)B * O);
-  if (!rc)
-    rc = be->ops->upload(be, dst->action, sa, (size_t)B * A);
-  if (!rc)
-    rc = be->ops->upload(be, dst->reward, sr, B);
-  if (!rc)
-    rc = be->ops->upload(be, dst->terminated, st, B);
-  if (!rc)
-    rc = be->ops->upload(be, dst->next_obs, sn, (size_t)B * O);
-  return rc;
+  sac_host_batch_t hb = {so, sn, sa, sr, st, NULL};
+  return sac_load_batch(sac, &hb, 1);
 }
 
 int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user, sac_train_result_t *res) {
@@ -141,7 +135,7 @@ int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user
   hp.obs_dim = sp->obs_dim;
   hp.act_dim = sp->act_dim;
   hp.seed = cfg->seed;
-  if ((rc = sac_backend_new(cfg->backend, cfg->threads, &be)) != 0 ||
+  if ((rc = sac_backend_new_on(cfg->backend, cfg->threads, cfg->device, 0, &be)) != 0 ||
       (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0)
     goto out;
   if ((rc = sac_new(&hp, be, &sac)) != 0)
@@ -197,7 +191,7 @@ int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user
     if (t > cfg->learning_starts && ring.size >= B) {
       double u0 = sac_clock_s();
       for (int u = 0; u < cfg->updates_per_step; u++) {
-        if ((rc = ring_sample(&ring, &rng, be, sac_batch(sac), B, stage)) != 0)
+        if ((rc = ring_sample(&ring, &rng, sac, B, stage)) != 0)
           goto out;
         sac_update(sac);
         res->updates++;

@@ -14,6 +14,7 @@ typedef struct {
   char precision[8];       /* fp32 (any backend), tf32, bf16, fp16 (cuda) */
   int graphs;              /* cuda: capture the update as CUDA graphs */
   int threads;             /* cpu backend threads, 0 = all cores */
+  int device;              /* cuda: GPU index, or SAC_DEVICE_AUTO (= GPU 0 here) */
   int64_t total_steps;     /* environment steps */
   int64_t learning_starts; /* uniform random actions and no updates before this */
   int updates_per_step;    /* update-to-data ratio */

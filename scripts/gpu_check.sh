@@ -14,7 +14,12 @@
 #       on cuda, and prints a summary table last. Before the benchmark: the data-parallel
 #       check (sac-bench-dp, issue 9): the nccl collective with one rank, two ranks on two
 #       GPUs where there are two, and two zmq ranks sharing GPU 0; 1,000 updates each, the
-#       ranks' weights compared bit for bit, updates/s and the all-reduce share per rank. A failed step is reported and the rest
+#       ranks' weights compared bit for bit, updates/s and the all-reduce share per rank;
+#       and the fp16 data-parallel case with one rank (issue 16). Issue 16's checks are
+#       GPU tests (a whole Pendulum update with A = 1, policy_delay 2 under graphs, graph
+#       replay equal to eager in bf16 and fp16, the fused Adam + Polyak kernel) listed one
+#       by one in the summary, with kernels per update and degraded_gemms from the
+#       benchmark and updates/s per precision. A failed step is reported and the rest
 #       still run. Everything printed also goes to $OUT/gpu_check.log when $OUT is set,
 #       and the benchmark lines to $OUT/gpu_check_results.txt.
 #
@@ -52,6 +57,7 @@ bundle() {
     sort -uV | tail -1)
   {
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo +changes)"
+    # shellcheck source=/dev/null
     echo "build machine: $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -1)"
     echo "nvcc: $(nvcc --version | tail -1)"
     echo "needs: ${need:-unknown}"
@@ -195,6 +201,8 @@ main() {
     }
     echo "== data-parallel: sac-bench-dp (nccl, and zmq through the host)"
     run_dp nccl/1-rank 1 0 -- --backend cuda --collective nccl
+    # issue 16: fp16 with the overflow decision all-reduced and rank 0's scale handed out
+    run_dp nccl-fp16/1-rank 1 0 -- --backend cuda --collective nccl --precision fp16
     local ngpu
     ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
     if [ "$ngpu" -ge 2 ]; then
@@ -223,6 +231,11 @@ main() {
       cat "$RES/bench.out"
       if grep -q '^bench-result ' "$RES/bench.out"; then
         grep '^bench-result ' "$RES/bench.out" | sed "s/^bench-result /bench-result label=$label /" >>"$RES/results"
+        # issue 16: kernels per update (cuda's own launch count) and degraded GEMMs, per run
+        local kern deg
+        kern=$(grep -a '^| cuda launches per update' "$RES/bench.out" | awk -F'|' '{gsub(/ /, "", $3); print $3}')
+        deg=$(grep -a '^| backend degraded_gemms ' "$RES/bench.out" | awk -F'|' '{gsub(/ /, "", $3); print $3}')
+        echo "$label ${kern:-?} ${deg:-?}" >>"$RES/kernels"
       else
         note "benchmark failed (status $st): $label"
       fi
@@ -288,6 +301,16 @@ summary() {
       echo "| Pendulum-v1, cuda, 20k steps | no result line |"
     fi
   fi
+  if [ -f "$RES/tests.log" ]; then
+    # issue 16's GPU checks, one row each (criterion --verbose prints [PASS] / [FAIL] suite::name)
+    local t r
+    for t in pendulum_odd_action_update_matches_cpu policy_delay_2_graph_replay_equals_eager \
+      graph_replay_equals_eager_bf16 graph_replay_equals_eager_fp16 fused_adam_polyak_of_stepped_group_matches_cpu \
+      fused_adam_groups_then_polyak_match_cpu fused_actor_alpha_loss_matches_cpu fused_actor_alpha_loss_scales_fp16 fused_normal2_matches_cpu; do
+      r=$(grep -ao "\[\(PASS\|FAIL\|SKIP\)\] backend_cuda::$t" "$RES/tests.log" | head -1 | cut -d' ' -f1)
+      echo "| issue 16: $t | ${r:-not run} |"
+    done
+  fi
   [ -f "$RES/notes" ] && sed 's/^/| note | /; s/$/ |/' "$RES/notes"
   echo
   echo "| preset | batch | precision | graph | updates/s | ms/update | peak device MiB | loss scale / skipped |"
@@ -306,6 +329,14 @@ summary() {
   fi
   echo
   echo "targets (issue 6): cheetah, batch 256, bf16 with graphs >= 20000 updates/s; fp32 >= 5000 updates/s"
+  echo
+  echo "| benchmark run | kernels per update, eager (fused / unfused) | degraded_gemms |"
+  echo "| --- | --- | --- |"
+  if [ -f "$RES/kernels" ]; then
+    awk '{printf "| %s | %s | %s |\n", $1, $2, $3}' "$RES/kernels"
+  else
+    echo "| (no benchmark results) | | |"
+  fi
   echo
   echo "| data-parallel (cheetah shape, batch 256 per rank) | rank | updates/s | all-reduce ms/update | all-reduce share | bit-identical |"
   echo "| --- | --- | --- | --- | --- | --- |"

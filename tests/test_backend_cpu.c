@@ -508,3 +508,154 @@ Test(backend_cpu, precision_other_than_fp32_is_refused) {
   cr_assert_eq(sac_backend_configure(be, "fp16", 0), SAC_ECONFIG);
   cr_assert_eq(sac_backend_configure(be, "fp8", 1), SAC_ECONFIG);
 }
+
+/* --device (issue 16, point 5b): parsing, and the rank -> GPU mapping that keeps two
+ * data-parallel learners on one host off the same GPU. */
+Test(device, parse) {
+  int d = 42;
+  cr_assert_eq(sac_device_parse("auto", &d), 0);
+  cr_assert_eq(d, SAC_DEVICE_AUTO);
+  cr_assert_eq(sac_device_parse("", &d), 0);
+  cr_assert_eq(d, SAC_DEVICE_AUTO);
+  cr_assert_eq(sac_device_parse("0", &d), 0);
+  cr_assert_eq(d, 0);
+  cr_assert_eq(sac_device_parse("7", &d), 0);
+  cr_assert_eq(d, 7);
+  const char *bad[] = {"-1", "x", "1x", "+1", " 1", "1024", "99999999999999999999", "auto1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    d = 42;
+    cr_assert_eq(sac_device_parse(bad[i], &d), SAC_ECONFIG, "\"%s\" accepted", bad[i]);
+    cr_assert_eq(d, 42, "\"%s\" changed the output", bad[i]);
+  }
+}
+
+Test(device, rank_mapping) {
+  /* an explicit device wins over the rank */
+  cr_assert_eq(sac_device_for_rank(3, 5, 8), 3);
+  cr_assert_eq(sac_device_for_rank(0, 1, 2), 0);
+  /* auto: ranks spread over the host's GPUs, and two ranks on a host with as many GPUs
+   * never share one */
+  for (int n = 1; n <= 8; n++) {
+    int used[8] = {0};
+    for (int r = 0; r < n; r++) {
+      int d = sac_device_for_rank(SAC_DEVICE_AUTO, r, n);
+      cr_assert(d >= 0 && d < n);
+      cr_assert_eq(used[d]++, 0, "ranks share GPU %d of %d", d, n);
+    }
+  }
+  cr_assert_eq(sac_device_for_rank(SAC_DEVICE_AUTO, 5, 4), 1);
+  /* no GPU count known (or no GPU): GPU 0, and sac_backend_cuda_new says why */
+  cr_assert_eq(sac_device_for_rank(SAC_DEVICE_AUTO, 3, 0), 0);
+  cr_assert_eq(sac_device_for_rank(SAC_DEVICE_AUTO, 3, -1), 0);
+  /* the cpu backend takes any device */
+  sac_backend_t *b = NULL;
+  cr_assert_eq(sac_backend_new_on("cpu", 1, 5, 2, &b), 0);
+  sac_backend_destroy(&b);
+}
+
+/* Issue 16, point 6: the fused Adam + Polyak tail equals the unfused ops in their order,
+ * bit for bit: with Polyak reading a stepped group (critic-only updates) and with Polyak
+ * on a separate buffer after two groups (actor + log alpha). Negative control: a
+ * Polyak that read the parameters before the step would differ. */
+static void fused_tail_case(int polyak_of_group) {
+  const size_t n0 = 1000, n1 = 1;
+  float t0 = 3.0f;
+  float *h[4];
+  for (int i = 0; i < 4; i++) {
+    h[i] = malloc(sizeof(float) * n0);
+    fill(h[i], n0, -1, 1);
+  }
+  for (size_t i = 0; i < n0; i++)
+    h[3][i] = fabsf(h[3][i]) * 1e-3f; /* v >= 0 */
+  /* two copies of everything: [0] unfused, [1] fused */
+  float *p[2][2], *g[2][2], *m[2][2], *v[2][2], *t[2][2], *tgt[2], *src[2];
+  for (int c = 0; c < 2; c++) {
+    for (int k = 0; k < 2; k++) {
+      size_t n = k ? n1 : n0;
+      p[c][k] = dev(n), g[c][k] = dev(n), m[c][k] = dev(n), v[c][k] = dev(n), t[c][k] = dev(1);
+      memcpy(p[c][k], h[0], n * sizeof(float)), memcpy(g[c][k], h[1], n * sizeof(float));
+      memcpy(m[c][k], h[2], n * sizeof(float)), memcpy(v[c][k], h[3], n * sizeof(float));
+      *t[c][k] = t0;
+    }
+    tgt[c] = dev(n0), src[c] = dev(n0);
+    memcpy(tgt[c], h[2], n0 * sizeof(float)), memcpy(src[c], h[1], n0 * sizeof(float));
+  }
+  sac_adam_hp_t hp0 = {1e-3f, 0.9f, 0.999f, 1e-8f}, hp1 = {3e-4f, 0.8f, 0.99f, 1e-7f};
+  int ng = polyak_of_group ? 1 : 2;
+  /* unfused */
+  be->ops->adam(be, p[0][0], g[0][0], m[0][0], v[0][0], n0, &hp0, t[0][0]);
+  if (ng == 2)
+    be->ops->adam(be, p[0][1], g[0][1], m[0][1], v[0][1], n1, &hp1, t[0][1]);
+  be->ops->polyak(be, tgt[0], polyak_of_group ? p[0][0] : src[0], n0, 0.01f);
+  /* fused */
+  sac_adam_group_t grp[2] = {{p[1][0], g[1][0], m[1][0], v[1][0], n0, hp0, t[1][0]},
+                             {p[1][1], g[1][1], m[1][1], v[1][1], n1, hp1, t[1][1]}};
+  cr_assert_not_null(be->ops->adam_polyak);
+  be->ops->adam_polyak(be, grp, ng, tgt[1], polyak_of_group ? p[1][0] : src[1], n0, 0.01f);
+  for (int k = 0; k < ng; k++) {
+    size_t n = k ? n1 : n0;
+    cr_assert_eq(memcmp(p[0][k], p[1][k], n * sizeof(float)), 0, "group %d params", k);
+    cr_assert_eq(memcmp(m[0][k], m[1][k], n * sizeof(float)), 0, "group %d m", k);
+    cr_assert_eq(memcmp(v[0][k], v[1][k], n * sizeof(float)), 0, "group %d v", k);
+    cr_assert_eq(*t[1][k], t0 + 1.0f, "group %d step counter", k);
+  }
+  cr_assert_eq(memcmp(tgt[0], tgt[1], n0 * sizeof(float)), 0, "Polyak target");
+  if (polyak_of_group) { /* negative control: Polyak on the pre-step parameters differs */
+    float *pre = dev(n0), *tg = dev(n0);
+    memcpy(pre, h[0], n0 * sizeof(float)), memcpy(tg, h[2], n0 * sizeof(float));
+    be->ops->polyak(be, tg, pre, n0, 0.01f);
+    cr_assert_neq(memcmp(tg, tgt[1], n0 * sizeof(float)), 0);
+    be->ops->free(be, pre), be->ops->free(be, tg);
+  }
+  for (int c = 0; c < 2; c++) {
+    for (int k = 0; k < 2; k++) {
+      be->ops->free(be, p[c][k]), be->ops->free(be, g[c][k]), be->ops->free(be, m[c][k]);
+      be->ops->free(be, v[c][k]), be->ops->free(be, t[c][k]);
+    }
+    be->ops->free(be, tgt[c]), be->ops->free(be, src[c]);
+  }
+  for (int i = 0; i < 4; i++)
+    free(h[i]);
+}
+
+Test(backend_cpu, fused_adam_polyak_equals_unfused_polyak_of_stepped_group) { fused_tail_case(1); }
+Test(backend_cpu, fused_adam_polyak_equals_unfused_two_groups_then_polyak) { fused_tail_case(0); }
+
+/* The fused actor + alpha loss equals actor_loss then alpha_loss, bit for bit. */
+Test(backend_cpu, fused_actor_alpha_loss_equals_the_two_ops) {
+  const int B = 37;
+  float *q = dev(2 * B), *logp = dev(B), *la = dev(1), *out[2][5];
+  fill(q, 2 * B, -3, 3), fill(logp, B, -4, 1);
+  la[0] = -0.7f;
+  sac_head_hp_t h = {.B = B, .A = 3, .gamma = 0.99f, .target_entropy = -3.0f, .log_alpha = la};
+  size_t sz[5] = {2 * (size_t)B, (size_t)B, 2, 1, 1}; /* dq, dlogp, stats_pi, grad_alpha, stats_alpha */
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 5; k++)
+      out[c][k] = dev(sz[k]);
+  be->ops->actor_loss(be, &h, q, logp, out[0][0], out[0][1], out[0][2]);
+  be->ops->alpha_loss(be, &h, logp, out[0][3], out[0][4]);
+  cr_assert_not_null(be->ops->actor_alpha_loss);
+  be->ops->actor_alpha_loss(be, &h, q, logp, out[1][0], out[1][1], out[1][2], out[1][3], out[1][4]);
+  for (int k = 0; k < 5; k++)
+    cr_assert_eq(memcmp(out[0][k], out[1][k], sz[k] * sizeof(float)), 0, "output %d differs", k);
+  cr_assert_neq(out[1][3][0], 0.0f, "the alpha gradient was written");
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 5; k++)
+      be->ops->free(be, out[c][k]);
+  be->ops->free(be, q), be->ops->free(be, logp), be->ops->free(be, la);
+}
+
+/* The fused noise of both halves equals two normal ops with the two tags, bit for bit
+ * (an odd n checks the halves' boundary). */
+Test(backend_cpu, fused_normal2_equals_two_normals) {
+  const size_t n = 37;
+  const uint32_t key[2] = {0x1234u, 0xabcdu};
+  float *a = dev(2 * n), *b = dev(2 * n);
+  be->ops->normal(be, a, n, key, 9, 1);
+  be->ops->normal(be, a + n, n, key, 9, 0);
+  cr_assert_not_null(be->ops->normal2);
+  be->ops->normal2(be, b, n, key, 9, 1, 0);
+  cr_assert_eq(memcmp(a, b, 2 * n * sizeof(float)), 0);
+  cr_assert_neq(memcmp(b, b + n, n * sizeof(float)), 0, "the two halves differ (their tags do)");
+  be->ops->free(be, a), be->ops->free(be, b);
+}

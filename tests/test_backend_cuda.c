@@ -454,6 +454,117 @@ static void run_optimizer(const char *prec, float scale) {
 }
 
 Test(backend_cuda, adam_and_polyak_match_cpu) { run_optimizer("fp32", 1.0f); }
+
+/* Issue 16: the fused multi-tensor Adam + Polyak kernel against the cpu backend's
+ * adam_polyak (itself tested against the unfused ops in test_backend_cpu.c): critic
+ * step + Polyak of the stepped group, and actor + log alpha steps + Polyak of another
+ * buffer; step counters advanced on the device. */
+static void run_fused_tail(int polyak_of_group) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 43, 3);
+  const size_t n0 = 70001, n1 = 1;
+  float *hp = hrand(&rng, n0, -1, 1), *hg = hrand(&rng, n0, -0.1, 0.1), *hm = hrand(&rng, n0, -0.01, 0.01),
+        *hv = hrand(&rng, n0, 0, 1e-4), *ht = hrand(&rng, n0, -1, 1);
+  float t0 = 5.0f;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *p[2][2], *g[2][2], *m[2][2], *v[2][2], *t[2][2], *tgt[2], *src[2];
+  for (int i = 0; i < 2; i++) {
+    for (int k = 0; k < 2; k++) {
+      size_t n = k ? n1 : n0;
+      p[i][k] = bput(bes[i], hp, n), g[i][k] = bput(bes[i], hg, n), m[i][k] = bput(bes[i], hm, n);
+      v[i][k] = bput(bes[i], hv, n), t[i][k] = bput(bes[i], &t0, 1);
+    }
+    tgt[i] = bput(bes[i], ht, n0), src[i] = bput(bes[i], hg, n0);
+    sac_adam_group_t grp[2] = {
+        {p[i][0], g[i][0], m[i][0], v[i][0], n0, {1e-3f, 0.9f, 0.999f, 1e-8f}, t[i][0]},
+        {p[i][1], g[i][1], m[i][1], v[i][1], n1, {3e-4f, 0.9f, 0.999f, 1e-8f}, t[i][1]}};
+    cr_assert_not_null(bes[i]->ops->adam_polyak);
+    bes[i]->ops->adam_polyak(bes[i], grp, polyak_of_group ? 1 : 2, tgt[i], polyak_of_group ? p[i][0] : src[i],
+                             n0, 0.005f);
+  }
+  for (int k = 0; k < (polyak_of_group ? 1 : 2); k++) {
+    size_t n = k ? n1 : n0;
+    compare(k ? "fused adam: group 1 p" : "fused adam: group 0 p", "fp32", gpu, p[1][k], cpu, p[0][k], n,
+            TOL_ELEM);
+    compare("fused adam: m", "fp32", gpu, m[1][k], cpu, m[0][k], n, TOL_ELEM);
+    compare("fused adam: v", "fp32", gpu, v[1][k], cpu, v[0][k], n, TOL_ELEM);
+    float tg;
+    cr_assert_eq(gpu->ops->download(gpu, &tg, t[1][k], 1), 0);
+    cr_expect_eq(tg, 6.0f, "group %d step counter advanced on the device: %g", k, tg);
+  }
+  compare("fused adam: polyak target", "fp32", gpu, tgt[1], cpu, tgt[0], n0, TOL_ELEM);
+  free(hp), free(hg), free(hm), free(hv), free(ht);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, fused_adam_polyak_of_stepped_group_matches_cpu) { run_fused_tail(1); }
+
+/* Issue 16: the fused actor + alpha loss kernel against the cpu op (fp32, and fp16
+ * where the gradients carry the loss scale) */
+static void run_fused_losses(const char *prec, float scale) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  if (scale != 1.0f) {
+    char v[32];
+    snprintf(v, sizeof v, "%g", scale);
+    cr_assert_eq(gpu->ops->set_option(gpu, "loss_scale", v), 0);
+  }
+  sac_rng_t rng;
+  sac_rng_init(&rng, 47, 3);
+  const int B = 256;
+  float *hq = hrand(&rng, 2 * (size_t)B, -3, 3), *hl = hrand(&rng, B, -4, 1), la = -0.3f;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *out[2][5];
+  size_t sz[5] = {2 * (size_t)B, (size_t)B, 2, 1, 1};
+  for (int i = 0; i < 2; i++) {
+    float *q = bput(bes[i], hq, 2 * (size_t)B), *logp = bput(bes[i], hl, B), *dla = bput(bes[i], &la, 1);
+    sac_head_hp_t h = {.B = B, .A = 6, .gamma = 0.99f, .target_entropy = -6.0f, .log_alpha = dla};
+    for (int k = 0; k < 5; k++)
+      out[i][k] = balloc(bes[i], sz[k]);
+    bes[i]->ops->actor_alpha_loss(bes[i], &h, q, logp, out[i][0], out[i][1], out[i][2], out[i][3], out[i][4]);
+  }
+  float *g = hcopy(gpu, out[1][3], 1), *c = hcopy(cpu, out[0][3], 1);
+  g[0] /= scale; /* fp16: the gradient carries the loss scale */
+  EXPECT_CLOSE("fused actor+alpha loss: alpha gradient", prec, g, c, 1, TOL_ELEM);
+  free(g), free(c);
+  compare("fused actor+alpha loss: actor stats", prec, gpu, out[1][2], cpu, out[0][2], 2, TOL_ELEM);
+  compare("fused actor+alpha loss: alpha stats", prec, gpu, out[1][4], cpu, out[0][4], 1, TOL_ELEM);
+  if (scale == 1.0f) {
+    compare("fused actor+alpha loss: dq", prec, gpu, out[1][0], cpu, out[0][0], sz[0], TOL_ELEM);
+    compare("fused actor+alpha loss: dlogp", prec, gpu, out[1][1], cpu, out[0][1], sz[1], TOL_ELEM);
+  }
+  free(hq), free(hl);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, fused_actor_alpha_loss_matches_cpu) { run_fused_losses("fp32", 1.0f); }
+
+/* Issue 16: the fused two-half noise against the cpu op (Philox bits identical;
+ * Box-Muller's transcendental functions may differ in the last bits: 1e-5 absolute) */
+Test(backend_cuda, fused_normal2_matches_cpu) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  const size_t n = 256 * 6 + 1;
+  const uint32_t key[2] = {7u, 11u};
+  float *o[2];
+  sac_backend_t *bes[2] = {cpu, gpu};
+  for (int i = 0; i < 2; i++) {
+    o[i] = balloc(bes[i], 2 * n);
+    bes[i]->ops->normal2(bes[i], o[i], n, key, 42, 1, 0);
+  }
+  float *g = hcopy(gpu, o[1], 2 * n), *c = hcopy(cpu, o[0], 2 * n);
+  double worst = 0;
+  for (size_t i = 0; i < 2 * n; i++)
+    worst = fmax(worst, fabs((double)g[i] - c[i]));
+  fprintf(stderr, "  fused normal2: max abs difference %.2e\n", worst);
+  cr_expect(worst <= 1e-5, "normal2 differs from the cpu by %g", worst);
+  free(g), free(c);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+Test(backend_cuda, fused_actor_alpha_loss_scales_fp16) { run_fused_losses("fp16", 1024.0f); }
+Test(backend_cuda, fused_adam_groups_then_polyak_match_cpu) { run_fused_tail(0); }
 Test(backend_cuda, adam_unscales_fp16_gradients) { run_optimizer("fp16", 4096.0f); }
 
 Test(backend_cuda, fp16_adam_skips_step_with_inf_gradient_and_scale_backs_off) {
@@ -844,3 +955,88 @@ Test(backend_cuda, recompute_same_updates_on_cuda_and_saves_memory) {
   cr_expect_lt(ck, full, "recompute keeps fewer activations");
   free(a), free(b);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* issue 16: odd action sizes, policy_delay under graphs, graphs in bf16 / fp16          */
+
+/* n updates (H 256, batch 256) with the given shape, precision, graphs and policy delay;
+ * returns the parameters (packed) and their count, and the alignment fallbacks seen */
+static float *run_shape(const char *prec, int graphs, int O, int A, int delay, int n_updates, size_t *n_out,
+                        double *fb_align) {
+  sac_backend_t *gpu = cuda_or_skip(prec);
+  cr_assert_eq(gpu->ops->set_option(gpu, "graphs", graphs ? "1" : "0"), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, O, A);
+  hp.batch = 256, hp.seed = 19, hp.policy_delay = delay;
+  sac_t *s;
+  cr_assert_eq(sac_new(&hp, gpu, &s), 0);
+  hbatch_t hb;
+  hbatch_init(&hb, 256, O, A);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 73, 3);
+  for (int u = 0; u < n_updates; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    sac_host_batch_t b = {hb.obs, hb.nobs, hb.act, hb.rew, hb.term, NULL};
+    cr_assert_eq(sac_load_batch(s, &b, 1), 0);
+    cr_assert_eq(sac_update(s), 0);
+  }
+  cr_assert_eq(gpu->ops->sync(gpu), 0);
+  float *p = params_of(s);
+  *n_out = sac_param_count(s);
+  if (fb_align)
+    *fb_align = metric(gpu, "epilogue_fallbacks_alignment");
+  if (graphs)
+    cr_expect_gt(metric(gpu, "graph_launches"), 0, "%s: graphs were launched", prec);
+  hbatch_free(&hb);
+  sac_destroy(&s);
+  sac_backend_destroy(&gpu);
+  return p;
+}
+
+/* Pendulum (A = 1): the whole update runs, stays finite, matches the cpu backend, and
+ * the odd action size costs no more epilogue fallbacks than A = 6 (the padded layout) */
+Test(backend_cuda, pendulum_odd_action_update_matches_cpu) {
+  size_t n, n6;
+  double fb1 = 0, fb6 = 0;
+  float *pg = run_shape("fp32", 0, 3, 1, 1, 20, &n, &fb1);
+  free(run_shape("fp32", 0, 17, 6, 1, 20, &n6, &fb6));
+  sac_backend_t *cpu = cpu_backend();
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 3, 1);
+  hp.batch = 256, hp.seed = 19;
+  sac_t *s;
+  cr_assert_eq(sac_new(&hp, cpu, &s), 0);
+  hbatch_t hb;
+  hbatch_init(&hb, 256, 3, 1);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 73, 3);
+  for (int u = 0; u < 20; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    sac_host_batch_t b = {hb.obs, hb.nobs, hb.act, hb.rew, hb.term, NULL};
+    cr_assert_eq(sac_load_batch(s, &b, 1), 0);
+    cr_assert_eq(sac_update(s), 0);
+  }
+  float *pc = params_of(s);
+  EXPECT_CLOSE("pendulum (A=1) params after 20 updates", "fp32", pg, pc, n, 5e-3);
+  fprintf(stderr, "  epilogue alignment fallbacks: A=1 %.0f, A=6 %.0f\n", fb1, fb6);
+  cr_expect_leq(fb1, fb6, "an odd action size adds epilogue fallbacks (%g > %g)", fb1, fb6);
+  free(pg), free(pc);
+  hbatch_free(&hb);
+  sac_destroy(&s);
+  sac_backend_destroy(&cpu);
+}
+
+static void graphs_equal_eager(const char *prec, int delay) {
+  size_t n;
+  float *pg = run_shape(prec, 1, 17, 6, delay, 30, &n, NULL);
+  float *pe = run_shape(prec, 0, 17, 6, delay, 30, &n, NULL);
+  fprintf(stderr, "  %s policy_delay %d: graph replay vs eager bitwise equal: %s (err %.2e)\n", prec, delay,
+          memcmp(pg, pe, n * sizeof(float)) ? "no" : "yes", nerr(pg, pe, n));
+  cr_expect_eq(memcmp(pg, pe, n * sizeof(float)), 0, "%s, policy_delay %d: graph replay differs from eager",
+               prec, delay);
+  free(pg), free(pe);
+}
+
+Test(backend_cuda, policy_delay_2_graph_replay_equals_eager) { graphs_equal_eager("fp32", 2); }
+Test(backend_cuda, graph_replay_equals_eager_bf16) { graphs_equal_eager("bf16", 1); }
+Test(backend_cuda, graph_replay_equals_eager_fp16) { graphs_equal_eager("fp16", 1); }

@@ -90,6 +90,51 @@ Test(checkpoint, resumed_run_matches_uninterrupted_run) {
   sac_destroy(&a), sac_destroy(&b), sac_destroy(&c);
 }
 
+/* A cpu backend that also keeps an fp16 loss scaler's state behind get_metric and
+ * set_option, with the cuda backend's keys and meanings (loss_scale resets the growth
+ * counter), so the checkpoint's scaler section round-trips without a GPU. */
+static struct { double scale, good; } fake_sc;
+static int fake_get(sac_backend_t *b, const char *key, double *out) {
+  (void)b;
+  if (!strcmp(key, "loss_scale"))
+    return *out = fake_sc.scale, 0;
+  if (!strcmp(key, "loss_scale_good"))
+    return *out = fake_sc.good, 0;
+  return SAC_ENOTFOUND;
+}
+static int fake_set(sac_backend_t *b, const char *key, const char *value) {
+  (void)b;
+  if (!strcmp(key, "loss_scale"))
+    return fake_sc.scale = atof(value), fake_sc.good = 0, 0;
+  if (!strcmp(key, "loss_scale_good"))
+    return fake_sc.good = atof(value), 0;
+  return SAC_ENOTFOUND;
+}
+
+Test(checkpoint, fp16_loss_scaler_state_round_trips) {
+  sac_backend_ops_t ops = *be->ops;
+  ops.get_metric = fake_get, ops.set_option = fake_set;
+  const sac_backend_ops_t *orig = be->ops;
+  be->ops = &ops;
+  sac_t *s = make(5, 16);
+  char path[128];
+  snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+  fake_sc.scale = 1024.0, fake_sc.good = 37; /* a run that halved its scale six times */
+  sac_ckpt_counters_t cnt = {.updates = 7}, got;
+  cr_assert_eq(sac_checkpoint_save(s, path, &cnt), 0);
+  fake_sc.scale = 65536.0, fake_sc.good = 0; /* what a fresh fp16 backend starts from */
+  cr_assert_eq(sac_checkpoint_load(s, path, &got), 0);
+  cr_expect_eq(fake_sc.scale, 1024.0, "loss scale restored: %g", fake_sc.scale);
+  cr_expect_eq(fake_sc.good, 37.0, "growth counter restored: %g", fake_sc.good);
+  sac_destroy(&s);
+  /* the same file loads into a learner without a loss scaler (cpu, or cuda in fp32) */
+  be->ops = orig;
+  sac_t *plain = make(5, 16);
+  cr_expect_eq(sac_checkpoint_load(plain, path, &got), 0);
+  cr_expect_eq(got.updates, 7u);
+  sac_destroy(&plain);
+}
+
 Test(checkpoint, damaged_missing_and_mismatched_files_are_refused) {
   sac_t *s = make(1, 24), *other = make(1, 32);
   char path[128];

@@ -270,6 +270,8 @@ typedef struct {
   uint64_t step;
   int64_t extra[2];
   int decisions[3], same[2];
+  double scale; /* mode 2: the emulated loss scale at the end */
+  uint64_t skipped;
 } darg_t;
 
 static const char *k_conf = "env = Pendulum-v1\nbatch_size = 256\nlr_actor = 0.000300000014\n";
@@ -513,6 +515,138 @@ Test(dp, rank_0s_state_makes_a_fresh_rank_equal) {
   uint32_t k1[2];
   sac_dp_rank_key(a[0].key, 1, k1);
   cr_assert(a[1].key[0] == k1[0] && a[1].key[1] == k1[1]);
+  for (int r = 0; r < 2; r++)
+    free_state(&a[r]);
+}
+
+/* ------------------------------------------- dp: fp16 overflow decided by all ranks */
+
+/* The cpu backend with the fp16 loss scaler's step-skipping rules of the cuda backend
+ * (backend_cuda.cu: k_adam skips its step when the overflow flag is set and clears the
+ * flag; update_end halves the scale after a skip), so that data-parallel fp16 is tested
+ * through the real collective on CPU. Each rank is a thread: the state is thread-local.
+ * An overflow is injected on one rank only, as the cuda backend's backward pass sets the
+ * flag when a gradient leaves the fp16 range. share = 0 leaves out overflow_export and
+ * overflow_import: a backend whose flag the ranks do not share (the negative control). */
+static __thread struct {
+  const sac_backend_ops_t *cpu;
+  int ovf, found;
+  double scale, good;
+  uint64_t skipped;
+} emu;
+static void emu_adam(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
+                     const sac_adam_hp_t *hp, float *t) {
+  if (emu.ovf)
+    emu.found = 1; /* the whole step skipped, t included */
+  else
+    emu.cpu->adam(be, p, g, m, v, n, hp, t);
+  emu.ovf = 0;
+}
+static void emu_update_end(sac_backend_t *be) {
+  (void)be;
+  if (emu.found)
+    emu.scale *= 0.5, emu.good = 0, emu.skipped++, emu.found = 0;
+  else
+    emu.good++;
+}
+static void emu_export(sac_backend_t *be, float *dst) { (void)be, *dst = emu.ovf ? 1.0f : 0.0f; }
+static void emu_import(sac_backend_t *be, const float *src) { (void)be, emu.ovf = *src != 0.0f; }
+static int emu_get(sac_backend_t *be, const char *key, double *out) {
+  (void)be;
+  if (!strcmp(key, "loss_scale"))
+    return *out = emu.scale, 0;
+  if (!strcmp(key, "loss_scale_good"))
+    return *out = emu.good, 0;
+  return SAC_ENOTFOUND;
+}
+static int emu_set(sac_backend_t *be, const char *key, const char *value) {
+  (void)be;
+  if (!strcmp(key, "loss_scale"))
+    return emu.scale = atof(value), emu.good = 0, 0;
+  if (!strcmp(key, "loss_scale_good"))
+    return emu.good = atof(value), 0;
+  return SAC_ENOTFOUND;
+}
+
+static void *fp16_thread(void *p) {
+  darg_t *a = p;
+  sac_backend_t *be = NULL;
+  sac_t *s = small_sac(&be, 7);
+  sac_backend_ops_t ops = *be->ops;
+  emu.cpu = be->ops;
+  ops.adam = emu_adam, ops.update_end = emu_update_end, ops.get_metric = emu_get, ops.set_option = emu_set;
+  if (a->mode == 2)
+    ops.overflow_export = emu_export, ops.overflow_import = emu_import;
+  be->ops = &ops;
+  emu.scale = a->rank == 0 ? 65536.0 : 4.0; /* rank 0's scale must reach every rank */
+  sac_dp_cfg_t cfg;
+  sac_dp_cfg_default(&cfg);
+  cfg.rank = a->rank, cfg.size = a->size, cfg.connect_timeout_ms = CONNECT_MS, cfg.timeout_ms = 5000;
+  snprintf(cfg.coord, sizeof cfg.coord, "%s", a->ep);
+  snprintf(cfg.collective, sizeof cfg.collective, "zmq");
+  sac_dp_t *dp = NULL;
+  a->rc_new = sac_dp_new(&cfg, k_conf, be, &dp, a->why, sizeof a->why);
+  if (dp) {
+    a->rc = sac_dp_sync_state(dp, s, a->extra, sizeof a->extra);
+    if (a->rc == 0)
+      a->rc = sac_dp_attach(dp, s);
+    for (int u = 0; u < a->updates && a->rc == 0; u++) {
+      batch_for(s, (uint64_t)a->rank, u);
+      if (a->rank == 1 && (u == 5 || u == 11))
+        emu.ovf = 1; /* rank 1's backward pass overflowed fp16, rank 0's did not */
+      a->rc = sac_update(s);
+    }
+  }
+  take_state(a, s);
+  a->scale = emu.scale, a->skipped = emu.skipped;
+  sac_dp_destroy(&dp);
+  be->ops = emu.cpu;
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+  return NULL;
+}
+
+static void run_fp16(darg_t *a, int mode, int updates) {
+  memset(a, 0, sizeof(darg_t) * 2);
+  char ep[64];
+  endpoint(ep, sizeof ep);
+  for (int r = 0; r < 2; r++) {
+    snprintf(a[r].ep, sizeof a[r].ep, "%s", ep);
+    a[r].rank = r, a[r].size = 2, a[r].mode = mode, a[r].updates = updates;
+  }
+  run_threads(2, fp16_thread, a, sizeof a[0]);
+  for (int r = 0; r < 2; r++) {
+    cr_assert_eq(a[r].rc_new, 0, "rank %d: %s (%s)", r, sac_strerror(a[r].rc_new), a[r].why);
+    cr_assert_eq(a[r].rc, 0, "rank %d: %s", r, sac_strerror(a[r].rc));
+  }
+}
+
+Test(dp, fp16_overflow_on_one_rank_skips_the_step_on_every_rank) {
+  darg_t a[2];
+  run_fp16(a, 2, 20);
+  /* two injected overflows (each in the critic phase): every rank skipped both critic
+   * steps and halved its scale twice, from rank 0's 65536 */
+  for (int r = 0; r < 2; r++) {
+    cr_expect_eq(a[r].skipped, 2, "rank %d skipped %llu updates", r, (unsigned long long)a[r].skipped);
+    cr_expect_eq(a[r].scale, 16384.0, "rank %d's loss scale is %g", r, a[r].scale);
+    cr_expect_eq(a[r].steps[0], 18.0f, "rank %d's critic Adam step counter is %g", r, (double)a[r].steps[0]);
+  }
+  expect_same_state(&a[0], &a[1]);
+  for (int r = 0; r < 2; r++)
+    free_state(&a[r]);
+}
+
+/* The negative control: the same run with a flag the ranks do not share parts them, and
+ * the comparison above sees it. */
+Test(dp, fp16_overflow_not_shared_parts_the_ranks_negative_control) {
+  darg_t a[2];
+  run_fp16(a, 3, 20);
+  cr_expect_eq(a[0].skipped, 0);
+  cr_expect_eq(a[1].skipped, 2);
+  cr_expect_neq(a[0].scale, a[1].scale);
+  cr_expect(memcmp(a[0].params, a[1].params, a[0].n * sizeof(float)) != 0,
+            "the ranks stayed identical although only one skipped its steps");
+  cr_expect(a[0].steps[0] != a[1].steps[0]);
   for (int r = 0; r < 2; r++)
     free_state(&a[r]);
 }

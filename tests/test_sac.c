@@ -9,10 +9,13 @@
  * networks are small (width 6) so float32 accumulation error stays ~1e-6. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "common/rng.h"
+#include "learner/op_count.h"
 #include "learner/sac.h"
 #include "sac_ref.h"
 
@@ -314,5 +317,258 @@ Test(sac, rejects_bad_hyperparameters) {
   sac_hparams_default(&hp, 3, 1);
   hp.tau = 0;
   cr_expect_lt(sac_new(&hp, be, &s), 0);
+  sac_backend_destroy(&be);
+}
+
+/* Issue 16, point 3: every block of the parameter, gradient and Adam buffers (actor,
+ * critics, log alpha, and each layer's W and b) starts on a 256-byte boundary whatever
+ * the action size; the padding stays zero through updates; the public (packed) layout
+ * round-trips through sac_set_buffer / sac_get_buffer / sac_get_actor. */
+static int aligned256(const float *base, size_t off) { return ((uintptr_t)(base + off) & 255u) == 0; }
+
+static void check_layout(int O, int A, int H) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, O, A);
+  hp.hidden = H;
+  hp.batch = 8;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_layout_t L;
+  sac_layout(s, &L);
+  const float *bufs[] = {L.params, L.grads, L.adam_m, L.adam_v};
+  for (int i = 0; i < 4; i++) {
+    cr_assert(aligned256(bufs[i], 0) && aligned256(bufs[i], L.critic) && aligned256(bufs[i], L.log_alpha),
+              "A=%d H=%d: buffer %d: a block is not 256-byte aligned", A, H, i);
+    for (int l = 0; l < L.n_layers; l++)
+      cr_assert(aligned256(bufs[i], L.actor_w[l]) && aligned256(bufs[i], L.actor_b[l]) &&
+                    aligned256(bufs[i], L.critic_w[l]) && aligned256(bufs[i], L.critic_b[l]),
+                "A=%d H=%d: layer %d of buffer %d is not 256-byte aligned", A, H, l, i);
+  }
+  for (int l = 0; l < L.n_layers; l++)
+    cr_assert(aligned256(L.target, L.critic_w[l] - L.critic) &&
+              aligned256(L.target, L.critic_b[l] - L.critic));
+  /* packed round trip, and the packed values where the layout says (cpu: host memory) */
+  size_t n = sac_param_count(s), na = sac_actor_param_count(s), nc = sac_buffer_len(s, SAC_BUF_TARGET);
+  float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+  sac_rng_t rng;
+  sac_rng_init(&rng, 5, 5);
+  for (size_t i = 0; i < n; i++)
+    in[i] = (float)sac_rng_uniform_range(&rng, -1, 1);
+  cr_assert_eq(sac_set_buffer(s, SAC_BUF_PARAMS, in, n), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, out, n), 0);
+  cr_assert_eq(memcmp(in, out, n * sizeof(float)), 0, "A=%d: params do not round-trip", A);
+  memset(out, 0, n * sizeof(float));
+  cr_assert_eq(sac_get_actor(s, out), 0);
+  cr_assert_eq(memcmp(in, out, na * sizeof(float)), 0, "A=%d: actor export differs from params", A);
+  const sac_mlp_desc_t *cd = sac_critic_desc(s);
+  for (int l = 0; l < L.n_layers; l++) {
+    cr_assert_eq(L.params[L.critic_w[l]], in[na + sac_mlp_weight_offset(cd, l)]);
+    cr_assert_eq(L.params[L.critic_b[l]], in[na + sac_mlp_bias_offset(cd, l)]);
+  }
+  cr_assert_eq(L.params[L.log_alpha], in[n - 1]);
+  cr_assert_eq(sac_set_buffer(s, SAC_BUF_TARGET, in + 3, nc), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, out, nc), 0);
+  cr_assert_eq(memcmp(in + 3, out, nc * sizeof(float)), 0, "A=%d: target does not round-trip", A);
+  /* a partial write keeps the rest */
+  cr_assert_eq(sac_set_buffer(s, SAC_BUF_PARAMS, out, 5), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, out, n), 0);
+  cr_assert_eq(memcmp(in + 5, out + 5, (n - 5) * sizeof(float)), 0);
+  /* the padding is zero after updates (nothing leaks into it) */
+  sac_set_buffer(s, SAC_BUF_PARAMS, in, n);
+  for (int u = 0; u < 3; u++) {
+    fill_batch(s, &rng, hp.batch, O, A, 0);
+    sac_update(s);
+  }
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, out, n), 0);
+  size_t nonzero_pad = 0, real = 0;
+  char *is_real = calloc(L.total, 1);
+  for (int l = 0; l < L.n_layers; l++) {
+    const sac_mlp_desc_t *ad = sac_actor_desc(s);
+    size_t nw = (size_t)ad->sizes[l] * ad->sizes[l + 1], nb = (size_t)ad->sizes[l + 1];
+    memset(is_real + L.actor_w[l], 1, nw), memset(is_real + L.actor_b[l], 1, nb);
+    nw = (size_t)2 * cd->sizes[l] * cd->sizes[l + 1], nb = (size_t)2 * cd->sizes[l + 1];
+    memset(is_real + L.critic_w[l], 1, nw), memset(is_real + L.critic_b[l], 1, nb);
+  }
+  is_real[L.log_alpha] = 1;
+  for (size_t i = 0; i < L.total; i++) {
+    real += is_real[i];
+    for (int b = 0; b < 4; b++)
+      nonzero_pad += !is_real[i] && bufs[b][i] != 0.0f;
+  }
+  cr_assert_eq(real, n, "A=%d: the layout maps %zu floats, not %zu", A, real, n);
+  cr_assert_eq(nonzero_pad, 0, "A=%d: %zu padding floats are not zero after updates", A, nonzero_pad);
+  free(is_real), free(in), free(out);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+Test(sac, blocks_are_256_byte_aligned_for_odd_action_sizes) {
+  const int acts[] = {1, 3, 6, 17};
+  for (int i = 0; i < 4; i++) {
+    check_layout(3, acts[i], 6);
+    check_layout(17, acts[i], 256);
+  }
+}
+
+/* Issue 16, point 1: the learner loads every batch through sac_load_batch staged
+ * (stage / stage_commit); on the cpu backend that must give bit-identical results to
+ * the old path of plain uploads. Negative control: one changed reward shows the
+ * comparison sees a difference. */
+static void run_loaded(int staged, int poke, float *params_out, float *td_out) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 5, 3);
+  hp.hidden = 16;
+  hp.batch = 12;
+  hp.policy_delay = 2;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  const int B = hp.batch, O = 5, A = 3;
+  float obs[12 * 5], nobs[12 * 5], act[12 * 3], rew[12], term[12], w[12];
+  sac_rng_t rng;
+  sac_rng_init(&rng, 9, 9);
+  for (int u = 0; u < 6; u++) {
+    for (int i = 0; i < B * O; i++)
+      obs[i] = (float)sac_rng_uniform_range(&rng, -1, 1), nobs[i] = (float)sac_rng_uniform_range(&rng, -1, 1);
+    for (int i = 0; i < B * A; i++)
+      act[i] = (float)sac_rng_uniform_range(&rng, -1, 1);
+    for (int i = 0; i < B; i++)
+      rew[i] = (float)sac_rng_uniform_range(&rng, -1, 1), term[i] = (float)(i % 5 == 0),
+      w[i] = (float)sac_rng_uniform_range(&rng, 0.5, 1);
+    if (poke && u == 3)
+      rew[2] += 1e-3f;
+    sac_host_batch_t hb = {obs, nobs, act, rew, term, u % 2 ? w : NULL};
+    cr_assert_eq(sac_load_batch(s, &hb, staged), 0);
+    memset(obs, 0x7f, sizeof obs); /* the host batch is reusable on return */
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_td_errors(s, td_out + (size_t)u * B), 0);
+  }
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, params_out, sac_param_count(s)), 0);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+Test(sac, staged_batches_match_uploaded_bit_for_bit) {
+  enum { NP = 20000 };
+  float *p[3], td[3][6 * 12];
+  for (int i = 0; i < 3; i++)
+    p[i] = calloc(NP, sizeof(float));
+  run_loaded(0, 0, p[0], td[0]);
+  run_loaded(1, 0, p[1], td[1]);
+  run_loaded(1, 1, p[2], td[2]);
+  sac_backend_t *be;
+  sac_t *s;
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 5, 3);
+  hp.hidden = 16;
+  hp.batch = 12;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  size_t n = sac_param_count(s);
+  cr_assert(n <= NP);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+  cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0,
+               "staged and uploaded batches give different weights");
+  cr_assert_eq(memcmp(td[0], td[1], sizeof td[0]), 0,
+               "staged and uploaded batches give different priorities");
+  cr_assert_neq(memcmp(p[0], p[2], n * sizeof(float)), 0, "negative control: a changed reward went unseen");
+  for (int i = 0; i < 3; i++)
+    free(p[i]);
+}
+
+/* PER one update late: fetch after update N into slot N & 1, collect after update
+ * N + 1; the values are update N's, exactly as sac_td_errors right after it. */
+Test(sac, td_errors_fetched_one_update_late_are_that_updates) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 4, 2);
+  hp.hidden = 8;
+  hp.batch = 10;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 3, 3);
+  float now[5][10], late[10];
+  for (int u = 0; u < 5; u++) {
+    fill_batch(s, &rng, hp.batch, 4, 2, 0);
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_td_errors(s, now[u]), 0);
+    cr_assert_eq(sac_td_errors_fetch(s, u & 1), 0);
+    if (u > 0) {
+      cr_assert_eq(sac_td_errors_collect(s, (u - 1) & 1, late), 0);
+      cr_assert_eq(memcmp(late, now[u - 1], sizeof late), 0, "update %d's priorities", u - 1);
+      cr_assert_neq(memcmp(late, now[u], sizeof late), 0, "negative control: updates %d and %d agree", u - 1,
+                    u);
+    }
+  }
+  cr_assert_eq(sac_td_errors_fetch(s, 2), SAC_EINVAL);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+/* Issue 16, point 6: a whole run with the fused optimizer tails (adam_polyak) equals the
+ * unfused ops bit for bit (policy_delay 2: both phases). */
+Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) {
+  float *p[2];
+  size_t n = 0;
+  for (int f = 0; f < 2; f++) {
+    sac_backend_t *be;
+    sac_t *s;
+    cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+    sac_hparams_t hp;
+    sac_hparams_default(&hp, 3, 1);
+    hp.hidden = 16;
+    hp.batch = 8;
+    hp.policy_delay = 2;
+    cr_assert_eq(sac_new(&hp, be, &s), 0);
+    sac_set_unfused(s, f == 0);
+    sac_rng_t rng;
+    sac_rng_init(&rng, 4, 4);
+    for (int u = 0; u < 7; u++) {
+      fill_batch(s, &rng, hp.batch, 3, 1, 0);
+      cr_assert_eq(sac_update(s), 0);
+    }
+    n = sac_param_count(s);
+    p[f] = malloc((n + 3 + sac_buffer_len(s, SAC_BUF_TARGET)) * sizeof(float));
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, p[f], n), 0);
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, p[f] + n, 3), 0);
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, p[f] + n + 3, sac_buffer_len(s, SAC_BUF_TARGET)), 0);
+    n += 3 + sac_buffer_len(s, SAC_BUF_TARGET);
+    sac_destroy(&s);
+    sac_backend_destroy(&be);
+  }
+  cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0, "fused and unfused optimizer tails differ");
+  free(p[0]), free(p[1]);
+}
+
+/* sac-bench-learner's op count (learner/op_count.c): the fusions save four ops in an
+ * update that steps the actor (4 optimizer ops -> 2, actor + alpha loss -> 1, the two
+ * noise draws -> 1) and two in a critic-only update (2 -> 1, noise 2 -> 1); the proxy is taken out again (the
+ * updates after it run on the backend). */
+Test(sac, op_count_sees_the_fused_tails) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 3, 1);
+  hp.hidden = 8;
+  hp.batch = 4;
+  hp.policy_delay = 2;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  int64_t f[2], u[2];
+  cr_assert_eq(sac_count_update_ops(s, be, 0, f), 0);
+  cr_assert_eq(sac_count_update_ops(s, be, 1, u), 0);
+  cr_assert_eq(u[0] - f[0], 4, "actor step: %lld fused vs %lld unfused", (long long)f[0], (long long)u[0]);
+  cr_assert_eq(u[1] - f[1], 2, "critic only: %lld fused vs %lld unfused", (long long)f[1], (long long)u[1]);
+  cr_assert(f[0] > f[1], "a critic-only update has fewer ops");
+  sac_backend_t other = {be->ops, NULL};
+  cr_assert_eq(sac_swap_backend(s, &other), SAC_EINVAL);
+  cr_assert_eq(sac_update(s), 0);
+  sac_destroy(&s);
   sac_backend_destroy(&be);
 }
