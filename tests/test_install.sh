@@ -24,7 +24,7 @@ for p in sac-learner sac-actor sac-replay sac-export sac-keygen; do
 done
 grep -q 'SAC_PLUGIN_PATH' "$dir/p/share/man/man1/sac-learner.1" || fail "sac-learner.1 lacks the environment variables"
 if command -v man >/dev/null; then
-  MANWIDTH=100 man -l "$dir/p/share/man/man1/sac-learner.1" 2>/dev/null | grep -q 'total_steps' || fail "man cannot render sac-learner.1"
+  grep -q 'total_steps' <<<"$(MANWIDTH=100 man -l "$dir/p/share/man/man1/sac-learner.1" 2>/dev/null)" || fail "man cannot render sac-learner.1"
 fi
 [ -f "$dir/p/include/sacfleet/env_plugin.h" ] || fail "env_plugin.h not installed"
 for d in README.md docs/ENVIRONMENTS.md docs/METRICS.md; do

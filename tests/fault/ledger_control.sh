@@ -32,7 +32,10 @@ source "$(dirname "$0")/lib_fault.sh"
 dist_init "ledger_control_$MODE" 240
 check_binaries "$@"
 command -v curl >/dev/null || skip "needs curl to read /provenance"
-"$REPLAY" --help 2>&1 | grep -q -- '--durability' || fail "$REPLAY has no --durability option"
+# (the help captured first: with pipefail, "cmd | grep -q" fails on a match when grep exits
+# before cmd's last write and cmd dies of SIGPIPE; CI's ASan build lost that race)
+replay_help=$("$REPLAY" --help 2>&1)
+grep -q -- '--durability' <<<"$replay_help" || fail "$REPLAY has no --durability option"
 
 STEPS=3000 # per actor and phase: 3000 / 64 rows = 47 batches each
 LEDGERS="$T/ledgers"
