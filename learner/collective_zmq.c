@@ -22,6 +22,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/le.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "learner/collective.h"
@@ -62,27 +63,6 @@ typedef struct {
   size_t ident_len;
 } msg_t;
 
-static void put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++)
-    v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++)
-    v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
 /* Latches the failure and logs it (with the hint once operations began). Returns code. */
 static int fail(zc_t *z, int code, const char *fmt, ...) {
   char msg[512];
@@ -99,12 +79,12 @@ static int fail(zc_t *z, int code, const char *fmt, ...) {
 /* Sends one message (to rank `to`'s identity on rank 0). 0 or a SAC_E* code. */
 static int send_msg(zc_t *z, int to, int type, uint32_t root, const void *payload, size_t len, int flags) {
   unsigned char h[HDR];
-  put32(h, MAGIC);
+  sac_le_put32(h, MAGIC);
   h[4] = (unsigned char)type, h[5] = 0;
   h[6] = (unsigned char)(z->rank & 0xff), h[7] = (unsigned char)(z->rank >> 8);
-  put32(h + 8, z->seq);
-  put32(h + 12, root);
-  put64(h + 16, (uint64_t)len);
+  sac_le_put32(h + 8, z->seq);
+  sac_le_put32(h + 12, root);
+  sac_le_put64(h + 16, (uint64_t)len);
   int rc = 0;
   if (z->rank == 0)
     rc = sac_net_send(z->sock, z->ident[to], z->ident_len[to], SAC_NET_SNDMORE | flags);
@@ -119,11 +99,11 @@ static int send_msg(zc_t *z, int to, int type, uint32_t root, const void *payloa
 static void send_to_ident(zc_t *z, const msg_t *m, int type, const char *text) {
   unsigned char h[HDR];
   size_t len = strlen(text);
-  put32(h, MAGIC);
+  sac_le_put32(h, MAGIC);
   h[4] = (unsigned char)type, h[5] = 0, h[6] = 0, h[7] = 0;
-  put32(h + 8, z->seq);
-  put32(h + 12, 0);
-  put64(h + 16, (uint64_t)len);
+  sac_le_put32(h + 8, z->seq);
+  sac_le_put32(h + 12, 0);
+  sac_le_put64(h + 16, (uint64_t)len);
   if (sac_net_send(z->sock, m->ident, m->ident_len, SAC_NET_SNDMORE | SAC_NET_DONTWAIT) == 0 &&
       sac_net_send(z->sock, h, HDR, SAC_NET_SNDMORE | SAC_NET_DONTWAIT) == 0)
     sac_net_send(z->sock, text, len, SAC_NET_DONTWAIT);
@@ -165,7 +145,7 @@ static int next_msg(zc_t *z, double deadline, msg_t *m) {
     while (rc == SAC_EINTR);
     if (rc)
       return rc;
-    if (len != HDR || !more || get32(h) != MAGIC || h[4] < M_HELLO || h[4] > M_ABORT) {
+    if (len != HDR || !more || sac_le_get32(h) != MAGIC || h[4] < M_HELLO || h[4] > M_ABORT) {
       if (more)
         sac_net_drain_frames(z->sock);
       SAC_WARN("dp", "data-parallel: dropped a message that is not ours (%zu-byte header)", len);
@@ -173,9 +153,9 @@ static int next_msg(zc_t *z, double deadline, msg_t *m) {
     }
     m->type = h[4];
     m->rank = h[6] | h[7] << 8;
-    m->seq = get32(h + 8);
-    m->root = get32(h + 12);
-    m->len = get64(h + 16);
+    m->seq = sac_le_get32(h + 8);
+    m->root = sac_le_get32(h + 12);
+    m->len = sac_le_get64(h + 16);
     if (z->rank == 0)
       for (int r = 1; r < z->size; r++)
         if (z->joined[r] && z->ident_len[r] == m->ident_len &&

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/le.h"
 #include "common/log.h"
 #include "common/snapshot.h"
 
@@ -26,19 +27,6 @@ struct sac_replay_wal {
   uint64_t bytes;
   char path[1024];
 };
-
-static void put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const unsigned char *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
 
 static uint32_t record_crc(const unsigned char *head, const void *payload, size_t len) {
   uint32_t c = sac_crc32c(0, head + 8, SAC_REPLAY_WAL_RECORD_HEAD - 8);
@@ -88,7 +76,7 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
     /* A record longer than max_payload is still read (the shard may have been restarted
      * with a smaller max_msg_bytes; the apply callback decides), up to what the file
      * holds: a length beyond that is a torn record or a corrupt length field. */
-    uint32_t len = get32(head);
+    uint32_t len = sac_le_get32(head);
     uint64_t left = file_bytes - out->valid_bytes - sizeof head;
     if (len == 0 || len > SAC_REPLAY_WAL_MAX_RECORD ||
         (file_bytes >= out->valid_bytes + sizeof head && len > left)) {
@@ -111,11 +99,12 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
       out->why = "torn record payload";
       break;
     }
-    if (record_crc(head, buf, len) != get32(head + 4)) {
+    if (record_crc(head, buf, len) != sac_le_get32(head + 4)) {
       out->why = "record checksum mismatch";
       break;
     }
-    sac_replay_wal_rec_t rec = {get32(head + 8), get32(head + 12), get64(head + 16), get64(head + 24)};
+    sac_replay_wal_rec_t rec = {sac_le_get32(head + 8), sac_le_get32(head + 12), sac_le_get64(head + 16),
+                                sac_le_get64(head + 24)};
     if (apply && apply(user, &rec, buf, len) != 0) {
       out->why = "record refused by the shard";
       break;
@@ -134,11 +123,11 @@ static int check_header(int fd, const char *path, uint32_t *shard_id) {
   size_t got = 0;
   if (read_full(fd, h, sizeof h, &got) != 0)
     return SAC_EIO;
-  if (got < sizeof h || memcmp(h, k_magic, 8) != 0 || get32(h + 8) != 1) {
+  if (got < sizeof h || memcmp(h, k_magic, 8) != 0 || sac_le_get32(h + 8) != 1) {
     SAC_ERROR("replay", "%s is not a replay shard write-ahead log (bad header)", path);
     return SAC_EPROTO;
   }
-  *shard_id = get32(h + 12);
+  *shard_id = sac_le_get32(h + 12);
   return 0;
 }
 
@@ -203,8 +192,8 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
   if (sb.st_size == 0) { /* new (or emptied by a crash right after creating it) */
     unsigned char h[SAC_REPLAY_WAL_HEADER_BYTES];
     memcpy(h, k_magic, 8);
-    put32(h + 8, 1);
-    put32(h + 12, shard_id);
+    sac_le_put32(h + 8, 1);
+    sac_le_put32(h + 12, shard_id);
     if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0 || sync_dir(path) != 0)
       rc = SAC_EIO;
     scan->valid_bytes = sizeof h;
@@ -252,12 +241,12 @@ void sac_replay_wal_close(sac_replay_wal_t **wp) {
 int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, const void *payload,
                           size_t len) {
   unsigned char head[SAC_REPLAY_WAL_RECORD_HEAD];
-  put32(head, (uint32_t)len);
-  put32(head + 8, rec->actor);
-  put32(head + 12, rec->rows);
-  put64(head + 16, rec->session);
-  put64(head + 24, rec->seq);
-  put32(head + 4, record_crc(head, payload, len));
+  sac_le_put32(head, (uint32_t)len);
+  sac_le_put32(head + 8, rec->actor);
+  sac_le_put32(head + 12, rec->rows);
+  sac_le_put64(head + 16, rec->session);
+  sac_le_put64(head + 24, rec->seq);
+  sac_le_put32(head + 4, record_crc(head, payload, len));
   struct iovec iov[2] = {{head, sizeof head}, {(void *)payload, len}};
   size_t want = sizeof head + len, done = 0;
   while (done < want) {
