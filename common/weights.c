@@ -109,6 +109,7 @@ static int pub_renew(sac_weights_pub_t *p) {
   sac_net_close(&p->sock);
   p->topics = 0;
   p->renewals++;
+  sac_sleep_ns(5 * 1000000ull); /* usually enough for the port to be free: fewer failed binds logged */
   for (int i = 0; i < 200; i++) {
     p->sock = sac_net_socket(p->ctx, SAC_NET_XPUB, &p->opts);
     if (!p->sock)

@@ -10,7 +10,7 @@
  * is anything that is not ZMTP 3 (common/net.h). libzmq keeps every distinct topic a
  * connected peer subscribes to until that peer leaves; the publisher is an XPUB that
  * reads those subscriptions, counts the non-empty ones (ignored: only the empty topic
- * carries weights) and, past 1024 distinct topics held, closes the socket and binds it
+ * carries weights) and, past 256 distinct topics held, closes the socket and binds it
  * again (tcp:// only), which drops every connection and the topics with them; real
  * subscribers reconnect. On networks with untrusted hosts, CURVE with an allow-list
  * still keeps strangers from even that. */
@@ -37,7 +37,7 @@ int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *par
 uint64_t sac_weights_pub_ignored_subscriptions(const sac_weights_pub_t *p);
 /* Times the socket was closed and bound again for holding too many topics. */
 uint64_t sac_weights_pub_renewals(const sac_weights_pub_t *p);
-/* Distinct non-empty topics held before a renewal (default 1024; <= 0: never renew,
+/* Distinct non-empty topics held before a renewal (default 256; <= 0: never renew,
  * which lets the topics grow: for tests that show the bound is needed). */
 void sac_weights_pub_set_topic_budget(sac_weights_pub_t *p, long budget);
 void sac_weights_pub_destroy(sac_weights_pub_t **p);
