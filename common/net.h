@@ -64,7 +64,8 @@ typedef enum {
   SAC_NET_ROUTER = 6,
   SAC_NET_PULL = 7,
   SAC_NET_PUSH = 8,
-} sac_net_type_t; /* the same numbers as ZMQ_PAIR... */
+  SAC_NET_XPUB = 9, /* a PUB whose subscriptions the application reads (common/weights.c) */
+} sac_net_type_t;   /* the same numbers as ZMQ_PAIR... */
 
 typedef struct {
   int64_t max_msg_bytes;    /* ZMQ_MAXMSGSIZE: a peer sending more is disconnected; <= 0: none */

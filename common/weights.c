@@ -8,19 +8,44 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/wire.h"
 
+/* Distinct non-empty topics the publisher's socket may hold before it is renewed, and
+ * subscription messages read per drain. Our subscribers send only the empty topic; any
+ * other is kept by libzmq in its subscription trie (about 2 KiB each for 63-byte topics)
+ * until its sender leaves, so past the budget the socket is closed (dropping every
+ * connection and the trie) and bound again; real subscribers reconnect within their
+ * reconnect interval and miss at most the versions published meanwhile. */
+#define WEIGHTS_TOPIC_BUDGET 256
+#define WEIGHTS_DRAIN_MAX 4096
+
 struct sac_weights_pub {
   void *sock;
+  sac_net_ctx_t *ctx; /* the caller's, or own */
   sac_net_ctx_t *own; /* the context made here when the caller passed none */
+  sac_net_opts_t opts;
+  char endpoint[256]; /* as bound ("tcp://0.0.0.0:5560"), to bind again on renewal */
+  int renewable;      /* not inproc://: those peers are this process, and do not reconnect */
+  long topics;        /* distinct non-empty topics in the socket's trie now */
+  long budget;        /* renew past this many (<= 0: never) */
+  uint64_t ignored, renewals;
   sac_mlp_desc_t desc;
   sac_wire_layer_t layers[SAC_MLP_MAX_LAYERS];
   size_t n_params;
   void *buf;
   size_t cap;
 };
+
+/* Makes the XPUB and binds it to endpoint; 0 or SAC_ENET (logged). */
+static int pub_open(sac_weights_pub_t *p, const char *endpoint, char *bound, size_t bound_cap) {
+  p->sock = sac_net_socket(p->ctx, SAC_NET_XPUB, &p->opts);
+  if (!p->sock)
+    return SAC_ENET;
+  return sac_net_bind(p->sock, endpoint, bound, bound_cap);
+}
 
 sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint, const sac_mlp_desc_t *desc,
                                        char *bound, size_t bound_cap) {
@@ -44,26 +69,95 @@ sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint,
   p->cap = zeros ? sac_wire_encoded_size(&m) + 64 : 0;
   free(zeros);
   p->buf = p->cap ? malloc(p->cap) : NULL;
-  sac_net_opts_t o;
-  sac_net_opts_default(&o);
-  o.sndhwm = 4;
+  sac_net_opts_t *o = &p->opts;
+  sac_net_opts_default(o);
+  o->sndhwm = 4;
   /* What a PUB receives is subscriptions, and a subscriber of weights sends one: the
    * empty topic. A bigger message can only be an attack on the subscription trie (a
    * 1 MiB topic cost the learner 100+ MB); its sender is disconnected. The cap applies
    * to the handshake commands too: READY takes 27 bytes, CURVE's INITIATE needs more
-   * than 256 (issue 14, defect 5). */
-  o.max_msg_bytes = ctx && sac_net_ctx_curve(ctx) ? 512 : 64;
-  o.rcvhwm = 16;
+   * than 256 (issue 14, defect 5). Small topics are counted and bounded by the topic
+   * budget (pub_drain). */
+  o->max_msg_bytes = ctx && sac_net_ctx_curve(ctx) ? 512 : 64;
+  o->rcvhwm = 16;
+  p->budget = WEIGHTS_TOPIC_BUDGET;
+  p->renewable = strncmp(endpoint, "inproc://", 9) != 0;
   if (!ctx)
     ctx = p->own = sac_net_ctx_new(1);
-  p->sock = p->buf && ctx ? sac_net_socket(ctx, SAC_NET_PUB, &o) : NULL;
-  if (!p->sock || sac_net_bind(p->sock, endpoint, bound, bound_cap) != 0) {
+  p->ctx = ctx;
+  char here[256];
+  if (!p->buf || !ctx || pub_open(p, endpoint, here, sizeof here) != 0) {
     SAC_ERROR("weights", "cannot publish weights on %s", endpoint);
     sac_weights_pub_destroy(&p);
     return NULL;
   }
+  snprintf(p->endpoint, sizeof p->endpoint, "%s", here);
+  if (bound && bound_cap)
+    snprintf(bound, bound_cap, "%s", here);
   return p;
 }
+
+/* Past the topic budget: a new socket on the same endpoint, so that the old one's trie
+ * and connections go. The port is free again once libzmq's I/O thread has closed the old
+ * listener, which takes a moment: bounded retries, 2 s in all. */
+static int pub_renew(sac_weights_pub_t *p) {
+  SAC_WARN("weights",
+           "%ld distinct topics subscribed on %s (budget %ld, only the empty one is served): "
+           "closing every connection and binding again",
+           p->topics, p->endpoint, p->budget);
+  zmq_unbind(p->sock, p->endpoint); /* may fail (already gone): the close below still frees the port */
+  sac_net_close(&p->sock);
+  p->topics = 0;
+  p->renewals++;
+  sac_sleep_ns(5 * 1000000ull); /* usually enough for the port to be free: fewer failed binds logged */
+  for (int i = 0; i < 200; i++) {
+    p->sock = sac_net_socket(p->ctx, SAC_NET_XPUB, &p->opts);
+    if (!p->sock)
+      return SAC_ENET;
+    if (sac_net_bind(p->sock, p->endpoint, NULL, 0) == 0)
+      return 0;
+    sac_net_close(&p->sock);
+    sac_sleep_ns(10 * 1000000ull);
+  }
+  SAC_ERROR("weights", "cannot bind %s again: weights are no longer published", p->endpoint);
+  return SAC_ENET;
+}
+
+/* Reads the subscription messages waiting on the XPUB (at most WEIGHTS_DRAIN_MAX, never
+ * blocking). libzmq passes a (un)subscription up only when it adds a topic to its trie
+ * or removes one, so the count of non-empty topics read is what the trie holds beyond
+ * the empty topic; a peer repeating a topic costs it no node. */
+static int pub_drain(sac_weights_pub_t *p) {
+  if (!p->sock)
+    return SAC_ENET;
+  unsigned char m[520]; /* the socket's max message size is 512 */
+  for (int i = 0; i < WEIGHTS_DRAIN_MAX; i++) {
+    size_t len;
+    int more;
+    int rc = sac_net_recv(p->sock, m, sizeof m, SAC_NET_DONTWAIT, &len, &more);
+    if (rc == SAC_EAGAIN)
+      break;
+    if (rc)
+      return rc;
+    if (more)
+      sac_net_drain_frames(p->sock);
+    if (len < 2)
+      continue; /* the empty topic: what a weights subscriber sends, served */
+    if (m[0] == 1) {
+      p->ignored++;
+      p->topics++;
+    } else if (m[0] == 0 && p->topics > 0) {
+      p->topics--;
+    }
+    if (p->budget > 0 && p->renewable && p->topics > p->budget)
+      return pub_renew(p);
+  }
+  return 0;
+}
+
+uint64_t sac_weights_pub_ignored_subscriptions(const sac_weights_pub_t *p) { return p->ignored; }
+uint64_t sac_weights_pub_renewals(const sac_weights_pub_t *p) { return p->renewals; }
+void sac_weights_pub_set_topic_budget(sac_weights_pub_t *p, long budget) { p->budget = budget; }
 
 int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *params) {
   sac_wire_msg_t m = {.type = SAC_WIRE_WEIGHTS};
@@ -74,7 +168,9 @@ int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *par
                                      .data = params,
                                      .data_len = p->n_params * sizeof(float)};
   size_t len;
-  int rc = sac_wire_encode(&m, p->buf, p->cap, &len);
+  int rc = pub_drain(p);
+  if (rc == 0)
+    rc = sac_wire_encode(&m, p->buf, p->cap, &len);
   if (rc)
     return rc;
   rc = sac_net_send(p->sock, p->buf, len, SAC_NET_DONTWAIT);

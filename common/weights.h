@@ -8,8 +8,12 @@
  * The publisher faces the network: a peer that sends a message bigger than an empty
  * subscription and a handshake need (64 bytes, 512 with CURVE) is disconnected, and so
  * is anything that is not ZMTP 3 (common/net.h). libzmq keeps every distinct topic a
- * connected peer subscribes to, so many small topics still cost memory until that peer
- * leaves: on networks with untrusted hosts, CURVE with an allow-list is the bound. */
+ * connected peer subscribes to until that peer leaves; the publisher is an XPUB that
+ * reads those subscriptions, counts the non-empty ones (ignored: only the empty topic
+ * carries weights) and, past 256 distinct topics held, closes the socket and binds it
+ * again (tcp:// only), which drops every connection and the topics with them; real
+ * subscribers reconnect. On networks with untrusted hosts, CURVE with an allow-list
+ * still keeps strangers from even that. */
 #ifndef SAC_COMMON_WEIGHTS_H
 #define SAC_COMMON_WEIGHTS_H
 #include <stddef.h>
@@ -22,13 +26,20 @@ typedef struct sac_weights_pub sac_weights_pub_t;
 typedef struct sac_weights_sub sac_weights_sub_t;
 
 /* ctx may be NULL: the publisher or subscriber then makes (and later ends) its own.
- * Binds a PUB socket on endpoint (e.g. "tcp://0.0.0.0:5560", "inproc://weights").
+ * Binds an XPUB socket on endpoint (e.g. "tcp://0.0.0.0:5560", "inproc://weights").
  * bound (may be NULL) receives the endpoint actually bound. NULL on failure (logged). */
 sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint, const sac_mlp_desc_t *desc,
                                        char *bound, size_t bound_cap);
 /* Publishes params (the desc's layout) as `version`. Never blocks: a slow subscriber
  * misses versions, which is what it wants. 0 or a negative code. */
 int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *params);
+/* Non-empty subscriptions received (each ignored: none is ever served on its own). */
+uint64_t sac_weights_pub_ignored_subscriptions(const sac_weights_pub_t *p);
+/* Times the socket was closed and bound again for holding too many topics. */
+uint64_t sac_weights_pub_renewals(const sac_weights_pub_t *p);
+/* Distinct non-empty topics held before a renewal (default 256; <= 0: never renew,
+ * which lets the topics grow: for tests that show the bound is needed). */
+void sac_weights_pub_set_topic_budget(sac_weights_pub_t *p, long budget);
 void sac_weights_pub_destroy(sac_weights_pub_t **p);
 
 /* Connects a conflating SUB socket to endpoint; expects a policy for obs_dim/act_dim.

@@ -469,6 +469,17 @@ static int all_finite(const float *w, size_t n) {
   return 1;
 }
 
+/* Brings the weights port's counters to the publisher's (the registry may outlive it). */
+static void weights_port_metrics(sac_service_metrics_t *sm, const sac_weights_pub_t *pub) {
+  if (!sm->r || !pub)
+    return;
+  uint64_t ign = sac_weights_pub_ignored_subscriptions(pub), ren = sac_weights_pub_renewals(pub);
+  sac_metric_add(sm->weights_ignored, (double)(ign - sm->weights_ignored_seen));
+  sac_metric_add(sm->weights_renewals, (double)(ren - sm->weights_renewals_seen));
+  sm->weights_ignored_seen = ign;
+  sm->weights_renewals_seen = ren;
+}
+
 /* Copies the actor's weights into `actor` and publishes them as `version`, unless one is
  * not finite: then nothing is sent, the broadcast is counted as withheld and the learner
  * must stop (SAC_ENONFINITE, logged). */
@@ -486,6 +497,7 @@ static int publish_checked(sac_weights_pub_t *pub, sac_t *sac, float *actor, uin
   }
   if (pub)
     sac_weights_publish(pub, version, actor);
+  weights_port_metrics(sm, pub);
   return 0;
 }
 
@@ -762,6 +774,7 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       /* a publisher that keeps sending lets late subscribers get the current policy */
       if (pub && sac_clock_s() - t_pub > 1.0) {
         sac_weights_publish(pub, version, actor);
+        weights_port_metrics(&sm, pub);
         t_pub = sac_clock_s();
       }
       if (dp) { /* data-parallel: this rank has no batch; the others may stop */

@@ -46,6 +46,9 @@ typedef struct {
   /* hostile input (issue 14): sample replies refused by kind, updates refused for a
    * non-finite loss, weight broadcasts withheld for non-finite weights */
   sac_metric_t *rejected[SAC_REPLAY_REJECT_KINDS], *nonfinite, *unpublished, *shard_errors, *shard_refusals;
+  /* the weights port (issue 14.5): non-empty topics subscribed, socket renewals */
+  sac_metric_t *weights_ignored, *weights_renewals;
+  uint64_t weights_ignored_seen, weights_renewals_seen;
   double next_reject_mirror;
   sac_backend_t *be;
   double next_tick;
@@ -106,6 +109,14 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
   m->unpublished = sac_metrics_counter(
       r, "sac_learner_weights_withheld_total",
       "Weight broadcasts withheld because the actor's weights were not finite.", NULL, NULL);
+  m->weights_ignored = sac_metrics_counter(r, "sac_learner_weights_ignored_subscriptions_total",
+                                           "Subscriptions to a non-empty topic on the weights port (never "
+                                           "served: actors subscribe to the empty one).",
+                                           NULL, NULL);
+  m->weights_renewals = sac_metrics_counter(
+      r, "sac_learner_weights_socket_renewals_total",
+      "Times the weights port was closed and bound again because it held too many distinct topics.", NULL,
+      NULL);
   m->eval_return = sac_metrics_gauge(
       r, "sac_learner_eval_return",
       "Mean return of the last deterministic evaluation (NaN before the first).", NULL, NULL);

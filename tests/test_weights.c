@@ -6,11 +6,13 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "common/clock.h"
 #include "common/net.h"
@@ -276,5 +278,188 @@ Test(weights, random_bytes_disconnected, .timeout = 60) {
                  i);
     close(fd);
   }
+  pub_down(&f);
+}
+
+/* ---- many small topics (issue 14, defect 5): the XPUB counts and bounds them -------- */
+
+/* The raw client of the topic flood, run in a thread while the test thread publishes
+ * (the publisher reads subscriptions only then): ZMTP 3 as a SUB, then distinct 63-byte
+ * topics until told to stop; when the publisher closes the connection it connects again
+ * and goes on, up to 400 connections. */
+typedef struct {
+  const char *bound;
+  int sent, conns;
+  _Atomic int stop, finished;
+} flood_t;
+
+static int flood_hello(int fd) {
+  unsigned char g[64] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0, 'N', 'U', 'L', 'L'};
+  static const unsigned char ready[] = {0x04, 25,  5,   'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c', 'k', 'e',
+                                        't',  '-', 'T', 'y', 'p', 'e', 0,   0,   0,  3,   'S', 'U', 'B'};
+  if (send(fd, g, sizeof g, MSG_NOSIGNAL) != (ssize_t)sizeof g ||
+      send(fd, ready, sizeof ready, MSG_NOSIGNAL) != (ssize_t)sizeof ready)
+    return -1;
+  size_t got = 0;
+  char buf[64 + 27];
+  for (int i = 0; i < 250 && got < sizeof buf; i++) { /* bounded: 5 s */
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 20) <= 0)
+      continue;
+    ssize_t k = recv(fd, buf + got, sizeof buf - got, 0);
+    if (k <= 0)
+      return -1;
+    got += (size_t)k;
+  }
+  return got == sizeof buf ? 0 : -1;
+}
+
+static void *flood_run(void *arg) {
+  flood_t *f = arg;
+  const char *colon = strrchr(f->bound, ':');
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  while (!f->stop && f->conns < 400) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    f->conns++;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0 || flood_hello(fd) != 0) {
+      if (fd >= 0)
+        close(fd);
+      sac_sleep_ns(50 * 1000000ull); /* the publisher is binding again */
+      continue;
+    }
+    while (!f->stop) {
+      struct pollfd pf = {fd, POLLOUT | POLLIN, 0};
+      if (poll(&pf, 1, 20) <= 0)
+        continue;
+      char drop[65536];
+      if ((pf.revents & POLLIN) && recv(fd, drop, sizeof drop, MSG_DONTWAIT) == 0)
+        break; /* closed by the publisher */
+      if (!(pf.revents & POLLOUT))
+        continue;
+      /* a short frame of 64 bytes: subscribe (1), then 63 bytes that differ early, so
+       * that each topic is a fresh branch of the trie */
+      unsigned char m[2 + 64] = {0x00, 64, 1};
+      uint32_t h = (uint32_t)f->sent * 2654435761u;
+      snprintf((char *)m + 3, 9, "%08x", h);
+      memset(m + 11, 'a' + (int)(h % 26), sizeof m - 11);
+      if (send(fd, m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof m)
+        break;
+      f->sent++;
+    }
+    close(fd);
+  }
+  f->finished = 1;
+  return NULL;
+}
+
+/* Publishes while the flood runs, until the publisher has read `topics` non-empty
+ * subscriptions; fails when that count has not moved for 5 s. Returns the publisher's
+ * VmRSS growth (peak), KiB, from when it had read `warm` topics: what libzmq and malloc
+ * keep for the churn of sockets and connections is reached by then, so that what grows
+ * after is what the topics themselves cost. *all gets the growth from the start. */
+static long flood_publisher(pub_fixture_t *f, uint64_t warm, uint64_t topics, flood_t *fl, long *all) {
+  memset(fl, 0, sizeof *fl);
+  fl->bound = f->bound;
+  long before = rss_kib(), base = -1, peak = before;
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, flood_run, fl), 0);
+  uint64_t last = 0, moved_at = sac_clock_ns();
+  while (sac_weights_pub_ignored_subscriptions(f->pub) < topics && !fl->finished &&
+         sac_clock_ns() - moved_at < 5000000000ull) {
+    sac_weights_publish(f->pub, 1, f->p);
+    sac_sleep_ns(200000);
+    uint64_t now = sac_weights_pub_ignored_subscriptions(f->pub);
+    if (now > last)
+      last = now, moved_at = sac_clock_ns();
+    long r = rss_kib();
+    peak = r > peak ? r : peak;
+    if (base < 0 && now >= warm)
+      base = peak;
+  }
+  fl->stop = 1;
+  cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_assert_geq(sac_weights_pub_ignored_subscriptions(f->pub), topics,
+                "the publisher read %llu of %llu topics (%d sent over %d connections)",
+                (unsigned long long)sac_weights_pub_ignored_subscriptions(f->pub), (unsigned long long)topics,
+                fl->sent, fl->conns);
+  *all = peak - before;
+  return peak - base;
+}
+
+/* The flood: 20000 topics of 63 bytes, the growth measured over the last 15000 (after
+ * a warm-up of 5000). Without the budget those cost about 32 MiB; with it the live trie
+ * holds at most 256 topics (about 0.5 MiB), and the growth from the start is the churn
+ * of closed sockets and connections (3-27 MiB measured, the most on a loaded machine),
+ * which is reached early and does not rise with the topics (10-14 MiB after 5000 topics
+ * and after 20000 alike, in one series of runs). */
+#define FLOOD_TOPICS 20000
+#define FLOOD_WARM 5000
+#define FLOOD_RSS_BOUND_KIB (12 * 1024)
+
+Test(weights, many_topics_bounded_by_renewal, .timeout = 60) {
+  pub_fixture_t f;
+  pub_up(&f);
+  flood_t fl;
+  long all, grew = flood_publisher(&f, FLOOD_WARM, FLOOD_TOPICS, &fl, &all);
+  uint64_t ign = sac_weights_pub_ignored_subscriptions(f.pub), ren = sac_weights_pub_renewals(f.pub);
+  fprintf(
+      stderr,
+      "many_topics: %d topics of 63 bytes over %d connections: VmRSS +%ld KiB after the first %d (+%ld KiB "
+      "in all), %llu ignored, %llu renewals\n",
+      FLOOD_TOPICS, fl.conns, grew, FLOOD_WARM, all, (unsigned long long)ign, (unsigned long long)ren);
+  cr_expect_lt(grew, FLOOD_RSS_BOUND_KIB, "%d more topics grew the publisher by %ld KiB",
+               FLOOD_TOPICS - FLOOD_WARM, grew);
+  cr_expect_geq(ren, 10u, "20000 topics, a budget of 256, and only %llu renewals", (unsigned long long)ren);
+  /* a real subscriber is served after the renewals */
+  sac_weights_sub_t *sub = sac_weights_sub_new(f.ctx, f.bound, 3, 1);
+  int got = 0;
+  for (int i = 0; i < 300 && !got; i++) {
+    sac_weights_publish(f.pub, 9, f.p);
+    got = sac_weights_wait(sub, 10);
+  }
+  cr_expect_eq(got, 1, "a weights subscriber got nothing after the flood");
+  sac_weights_sub_destroy(&sub);
+  pub_down(&f);
+}
+
+/* The negative control: without the budget the same flood stays in the trie and the
+ * same measurement goes past the bound. */
+Test(weights, many_topics_unbounded_without_budget, .timeout = 60) {
+  pub_fixture_t f;
+  pub_up(&f);
+  sac_weights_pub_set_topic_budget(f.pub, 0);
+  flood_t fl;
+  long all, grew = flood_publisher(&f, FLOOD_WARM, FLOOD_TOPICS, &fl, &all);
+  fprintf(stderr,
+          "many_topics without a budget: VmRSS +%ld KiB after the first %d (+%ld KiB in all) over %d "
+          "connections, %llu renewals\n",
+          grew, FLOOD_WARM, all, fl.conns, (unsigned long long)sac_weights_pub_renewals(f.pub));
+  cr_expect_eq(fl.conns, 1);
+  cr_expect_gt(grew, FLOOD_RSS_BOUND_KIB, "the flood grew the publisher by only %ld KiB", grew);
+  pub_down(&f);
+}
+
+/* A subscriber of a non-empty topic is counted as ignored; a weights subscriber on the
+ * same publisher is served as before. */
+Test(weights, nonempty_topic_ignored_and_counted, .timeout = 30) {
+  pub_fixture_t f;
+  pub_up(&f);
+  void *x = zmq_socket(sac_net_ctx_raw(f.ctx), ZMQ_SUB);
+  cr_assert_not_null(x);
+  cr_assert_eq(zmq_setsockopt(x, ZMQ_SUBSCRIBE, "x", 1), 0);
+  cr_assert_eq(zmq_connect(x, f.bound), 0);
+  sac_weights_sub_t *sub = sac_weights_sub_new(f.ctx, f.bound, 3, 1);
+  int got = 0;
+  for (int i = 0; i < 300 && (!got || sac_weights_pub_ignored_subscriptions(f.pub) == 0); i++) {
+    sac_weights_publish(f.pub, 5, f.p);
+    got |= sac_weights_wait(sub, 10) == 1;
+  }
+  cr_expect_eq(got, 1, "the empty-topic subscriber got no weights");
+  cr_expect_eq(sac_weights_pub_ignored_subscriptions(f.pub), 1u);
+  char buf[64];
+  cr_expect_eq(zmq_recv(x, buf, sizeof buf, ZMQ_DONTWAIT), -1, "the \"x\" subscriber received a message");
+  zmq_close(x);
+  sac_weights_sub_destroy(&sub);
   pub_down(&f);
 }

@@ -10,6 +10,8 @@
  *   slowloris PORT CONNS SECONDS        HTTP connections sending one request byte per second
  *   healthz PORT TIMEOUT_MS             GET /healthz: exit 0 when 200 came within TIMEOUT_MS
  *   bigsub PORT BYTES COUNT             ZMTP 3 SUBs each sending one BYTES-long subscription
+ *   topics PORT COUNT SECONDS           a ZMTP 3 SUB sending COUNT distinct 63-byte topics,
+ *                                       connecting again whenever the publisher closes it
  *   unread ENDPOINT CONNS REQS ROWS SECONDS
  *                                       DEALERs sending sample requests, never reading
  *   insert ENDPOINT OBS ACT ACTOR MODE COUNT
@@ -249,6 +251,57 @@ static int cmd_bigsub(int port, size_t bytes, int count) {
   return 0;
 }
 
+/* The handshake of cmd_bigsub as a separate step: 1 when the publisher answered it. */
+static int zmtp_sub_hello(int fd, double end) {
+  unsigned char g[64] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0, 'N', 'U', 'L', 'L'};
+  static const unsigned char ready[] = {0x04, 25,  5,   'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c', 'k', 'e',
+                                        't',  '-', 'T', 'y', 'p', 'e', 0,   0,   0,  3,   'S', 'U', 'B'};
+  int closed;
+  return send_all_blocking(fd, g, sizeof g, end) == 0 &&
+         send_all_blocking(fd, ready, sizeof ready, end) == 0 &&
+         recv_upto(fd, 64 + 27, end, &closed) == 64 + 27;
+}
+
+/* Many small topics (issue 14.5): each fits under the publisher's 64-byte message cap,
+ * and each differs from the others in its first bytes, so that every one is a new branch
+ * of libzmq's subscription trie. */
+static int cmd_topics(int port, int count, double seconds) {
+  double end = now_s() + seconds;
+  int sent = 0, conns = 0, closed_by_pub = 0;
+  while (sent < count && now_s() < end && conns < MAX_CONNS) {
+    int fd = tcp_open(port);
+    conns++;
+    if (fd < 0 || !zmtp_sub_hello(fd, now_s() + 5)) {
+      if (fd >= 0)
+        close(fd);
+      usleep(50000); /* the publisher may be binding again */
+      continue;
+    }
+    int closed = 0;
+    while (sent < count && now_s() < end && !closed) {
+      unsigned char m[2 + 64] = {0x00, 64, 1};
+      uint32_t h = (uint32_t)sent * 2654435761u;
+      snprintf((char *)m + 3, 9, "%08x", h);
+      memset(m + 11, 'a' + (int)(h % 26), sizeof m - 11);
+      if (send_all_blocking(fd, m, sizeof m, end) != 0)
+        break;
+      sent++;
+      if (sent % 256 == 0) /* weights it sends meanwhile are read and dropped */
+        recv_upto(fd, 1u << 20, now_s() + 0.001, &closed);
+    }
+    /* the last topics are still on their way: stay until they are read or 3 s pass */
+    double end2 = now_s() + 3;
+    while (!closed && now_s() < end2)
+      recv_upto(fd, 1u << 20, now_s() + 0.1, &closed);
+    closed_by_pub += closed;
+    close(fd);
+  }
+  printf(
+      "topics: port %d, %d of %d topics of 63 bytes sent over %d connections, %d closed by the publisher\n",
+      port, sent, count, conns, closed_by_pub);
+  return 0;
+}
+
 /* ---- wire messages ---------------------------------------------------------------- */
 
 static int cmd_unread(const char *endpoint, int conns, int reqs, int rows, double seconds) {
@@ -335,7 +388,7 @@ static int cmd_insert(const char *endpoint, int obs, int act, int actor, const c
 static int usage(void) {
   fprintf(stderr,
           "usage: abuse_client garbage PORT CONNS SECONDS | slowloris PORT CONNS SECONDS |\n"
-          "       healthz PORT TIMEOUT_MS | bigsub PORT BYTES COUNT |\n"
+          "       healthz PORT TIMEOUT_MS | bigsub PORT BYTES COUNT | topics PORT COUNT SECONDS |\n"
           "       unread ENDPOINT CONNS REQS ROWS SECONDS | insert ENDPOINT OBS ACT ACTOR MODE COUNT\n");
   return 2;
 }
@@ -357,6 +410,9 @@ int main(int argc, char **argv) {
   if (strcmp(c, "bigsub") == 0 && argc == 5 && atol(argv[3]) > 0 && atol(argv[3]) <= (64l << 20) &&
       atoi(argv[4]) > 0 && atoi(argv[4]) <= 100)
     return cmd_bigsub(atoi(argv[2]), (size_t)atol(argv[3]), atoi(argv[4]));
+  if (strcmp(c, "topics") == 0 && argc == 5 && atoi(argv[3]) > 0 && atoi(argv[3]) <= 1000000 &&
+      atof(argv[4]) > 0 && atof(argv[4]) <= 120)
+    return cmd_topics(atoi(argv[2]), atoi(argv[3]), atof(argv[4]));
   if (strcmp(c, "unread") == 0 && argc == 7 && atoi(argv[3]) > 0 && atoi(argv[3]) <= 64 &&
       atoi(argv[4]) > 0 && atoi(argv[4]) <= 100000 && atoi(argv[5]) > 0 && atof(argv[6]) >= 0 &&
       atof(argv[6]) <= 120)

@@ -5,7 +5,9 @@
 # all on loopback. The attacks, one phase each:
 #   unread    4 DEALERs send 1024 sample requests of 4096 rows each and never read a reply
 #   weights   3 subscriptions of 1 MiB and 300 raw connections of random bytes on the
-#             learner's weights PUB port
+#             learner's weights PUB port, then 20000 distinct topics of 63 bytes: the
+#             learner's VmRSS may grow by at most TOPICS_RSS_KIB meanwhile, and the port
+#             must have been renewed (tests/test_weights.c has the negative control)
 #   slowloris 200 connections writing 1 byte/s on the shard's and on the learner's
 #             metrics port
 #   huge      30 transition batches with rewards of 3e38 (finite, absurd)
@@ -158,6 +160,19 @@ if wants weights; then
   log "bigsub done: $(cat "$T/attack-bigsub.log")"
   grep -q ', 3 disconnected by the publisher' "$T/attack-bigsub.log" ||
     fail "the weights PUB kept a 1 MiB subscription's sender connected: $(cat "$T/attack-bigsub.log")"
+  progress_after
+  # many small topics (issue 14.5): unbounded they cost 43 MiB (tests/test_weights.c)
+  TOPICS_RSS_KIB=$((32 * 1024))
+  peak_before=${RSS_PEAK[learner]} r0=$(rss_kib "$(pid_of learner)") ren0=$(metric learner sac_learner_weights_socket_renewals_total)
+  RSS_PEAK[learner]=$r0
+  attack topics "$CLIENT" topics "$WEIGHTS_PORT" 20000 60
+  grew=$((RSS_PEAK[learner] - r0)) ren=$(($(metric learner sac_learner_weights_socket_renewals_total) - ren0))
+  ign=$(metric learner sac_learner_weights_ignored_subscriptions_total)
+  ((RSS_PEAK[learner] < peak_before)) && RSS_PEAK[learner]=$peak_before
+  log "20000 topics: learner VmRSS +$grew KiB at most (bound $TOPICS_RSS_KIB KiB), $ren renewals, $ign ignored in all"
+  grep -q ' 20000 of 20000 topics' "$T/attack-topics.log" || fail "the topics attack did not send them all"
+  ((grew < TOPICS_RSS_KIB)) || fail "20000 topics grew the learner by $grew KiB (bound $TOPICS_RSS_KIB KiB)"
+  ((ren >= 1)) || fail "20000 topics and the weights port was never renewed"
   progress_after
 fi
 if wants slowloris; then
