@@ -495,8 +495,13 @@ static int publish_checked(sac_weights_pub_t *pub, sac_t *sac, float *actor, uin
               (unsigned long long)version);
     return SAC_ENONFINITE;
   }
-  if (pub)
-    sac_weights_publish(pub, version, actor);
+  if (pub && (rc = sac_weights_publish(pub, version, actor)) != 0) {
+    /* the port is gone (a failed renewal, common/weights.c): actors would go on with stale
+     * weights for good, so the learner stops instead */
+    SAC_ERROR("learner", "cannot publish the weights of update %llu: %s", (unsigned long long)version,
+              sac_strerror(rc));
+    return rc;
+  }
   weights_port_metrics(sm, pub);
   return 0;
 }
@@ -773,7 +778,11 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       rc = 0;
       /* a publisher that keeps sending lets late subscribers get the current policy */
       if (pub && sac_clock_s() - t_pub > 1.0) {
-        sac_weights_publish(pub, version, actor);
+        if ((rc = sac_weights_publish(pub, version, actor)) != 0) {
+          SAC_ERROR("learner", "cannot publish the weights of update %llu: %s", (unsigned long long)version,
+                    sac_strerror(rc));
+          goto out;
+        }
         weights_port_metrics(&sm, pub);
         t_pub = sac_clock_s();
       }
