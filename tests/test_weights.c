@@ -408,8 +408,14 @@ Test(weights, many_topics_bounded_by_renewal, .timeout = 60) {
       "many_topics: %d topics of 63 bytes over %d connections: VmRSS +%ld KiB after the first %d (+%ld KiB "
       "in all), %llu ignored, %llu renewals\n",
       FLOOD_TOPICS, fl.conns, grew, FLOOD_WARM, all, (unsigned long long)ign, (unsigned long long)ren);
+#ifndef __SANITIZE_ADDRESS__
   cr_expect_lt(grew, FLOOD_RSS_BOUND_KIB, "%d more topics grew the publisher by %ld KiB",
                FLOOD_TOPICS - FLOOD_WARM, grew);
+#else
+  /* ASan's quarantine keeps freed memory resident: the RSS bound is checked by the plain
+   * build (scripts/test.sh); the renewals and the service after them are checked here too */
+  (void)grew;
+#endif
   cr_expect_geq(ren, 10u, "20000 topics, a budget of 256, and only %llu renewals", (unsigned long long)ren);
   /* a real subscriber is served after the renewals */
   sac_weights_sub_t *sub = sac_weights_sub_new(f.ctx, f.bound, 3, 1);
