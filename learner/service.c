@@ -480,6 +480,20 @@ static void weights_port_metrics(sac_service_metrics_t *sm, const sac_weights_pu
   sm->weights_renewals_seen = ren;
 }
 
+/* Sends `actor` as `version` (when there is a publisher) and brings the port's counters
+ * up to date. An error means the port is gone (a failed renewal, common/weights.c):
+ * actors would go on with stale weights for good, so the caller stops instead. */
+static int publish(sac_weights_pub_t *pub, const float *actor, uint64_t version, sac_service_metrics_t *sm) {
+  int rc = pub ? sac_weights_publish(pub, version, actor) : 0;
+  if (rc) {
+    SAC_ERROR("learner", "cannot publish the weights of update %llu: %s", (unsigned long long)version,
+              sac_strerror(rc));
+    return rc;
+  }
+  weights_port_metrics(sm, pub);
+  return 0;
+}
+
 /* Copies the actor's weights into `actor` and publishes them as `version`, unless one is
  * not finite: then nothing is sent, the broadcast is counted as withheld and the learner
  * must stop (SAC_ENONFINITE, logged). */
@@ -495,15 +509,7 @@ static int publish_checked(sac_weights_pub_t *pub, sac_t *sac, float *actor, uin
               (unsigned long long)version);
     return SAC_ENONFINITE;
   }
-  if (pub && (rc = sac_weights_publish(pub, version, actor)) != 0) {
-    /* the port is gone (a failed renewal, common/weights.c): actors would go on with stale
-     * weights for good, so the learner stops instead */
-    SAC_ERROR("learner", "cannot publish the weights of update %llu: %s", (unsigned long long)version,
-              sac_strerror(rc));
-    return rc;
-  }
-  weights_port_metrics(sm, pub);
-  return 0;
+  return publish(pub, actor, version, sm);
 }
 
 /* Non-finite losses (issue 14): each refused update is counted; the first is logged at
@@ -778,12 +784,8 @@ int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_
       rc = 0;
       /* a publisher that keeps sending lets late subscribers get the current policy */
       if (pub && sac_clock_s() - t_pub > 1.0) {
-        if ((rc = sac_weights_publish(pub, version, actor)) != 0) {
-          SAC_ERROR("learner", "cannot publish the weights of update %llu: %s", (unsigned long long)version,
-                    sac_strerror(rc));
+        if ((rc = publish(pub, actor, version, &sm)) != 0)
           goto out;
-        }
-        weights_port_metrics(&sm, pub);
         t_pub = sac_clock_s();
       }
       if (dp) { /* data-parallel: this rank has no batch; the others may stop */
