@@ -76,6 +76,14 @@ static int fail(zc_t *z, int code, const char *fmt, ...) {
   return code;
 }
 
+/* Rank 0 could not hand rank `r` its part of an operation: with ROUTER_MANDATORY that means
+ * rank r's connection is gone (it died between sending its share and receiving the result). */
+static int lost(zc_t *z, int rc, int r, const char *what) {
+  if (rc == SAC_ENET)
+    return fail(z, rc, "rank %d is gone: its connection closed before the %s could be sent to it", r, what);
+  return fail(z, rc, "cannot send the %s to rank %d: %s", what, r, sac_strerror(rc));
+}
+
 /* Sends one message (to rank `to`'s identity on rank 0). 0 or a SAC_E* code. */
 static int send_msg(zc_t *z, int to, int type, uint32_t root, const void *payload, size_t len, int flags) {
   unsigned char h[HDR];
@@ -288,7 +296,7 @@ static int zc_allreduce(sac_coll_t *c, float *const *bufs, const size_t *ns, int
     }
     for (int r = 1; r < z->size; r++)
       if ((rc = send_msg(z, r, M_RESULT, 0, z->pack, total * sizeof(float), 0)) != 0)
-        return fail(z, rc, "cannot send the %s result to rank %d: %s", op_name(k), r, sac_strerror(rc));
+        return lost(z, rc, r, k == 0 ? "barrier result" : "all-reduce result");
     return 0;
   }
   if (grow(&z->pack, &z->pack_cap, total))
@@ -343,7 +351,7 @@ static int zc_broadcast(sac_coll_t *c, void *buf, size_t bytes, int root) {
   if (z->rank == root) { /* no acknowledgement: the next operation waits for everyone */
     for (int r = root == 0 ? 1 : 0; r < (root == 0 ? z->size : 1); r++)
       if ((rc = send_msg(z, r, M_BCAST, (uint32_t)root, buf, bytes, 0)) != 0)
-        return fail(z, rc, "cannot send the broadcast to rank %d: %s", r, sac_strerror(rc));
+        return lost(z, rc, r, "broadcast");
     return 0;
   }
   /* everyone else receives it from rank 0 (which receives it from the root) */
@@ -373,7 +381,7 @@ static int zc_broadcast(sac_coll_t *c, void *buf, size_t bytes, int root) {
   if (z->rank == 0)
     for (int r = 1; r < z->size; r++)
       if (r != root && (rc = send_msg(z, r, M_BCAST, (uint32_t)root, buf, bytes, 0)) != 0)
-        return fail(z, rc, "cannot send the broadcast to rank %d: %s", r, sac_strerror(rc));
+        return lost(z, rc, r, "broadcast");
   return 0;
 }
 
