@@ -26,23 +26,62 @@ static int mkdirs(const char *path) {
   return mkdir(tmp, 0755) != 0 && errno != EEXIST ? SAC_EIO : 0;
 }
 
-/* fopen of path.tmp; commit renames it over path. */
-static FILE *open_tmp(const char *path, char *tmp, size_t cap) {
+/* fopen of path.tmp; commit renames it over path. The quiet forms leave logging to the
+ * caller (periodic files: counted and rate limited there), with errno kept. */
+static FILE *open_tmp_q(const char *path, char *tmp, size_t cap, int quiet) {
   snprintf(tmp, cap, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
-  if (!f)
+  if (!f && !quiet)
     SAC_ERROR("rundir", "cannot write %s: %s", tmp, strerror(errno));
   return f;
 }
-static int commit(FILE *f, const char *tmp, const char *path) {
+static FILE *open_tmp(const char *path, char *tmp, size_t cap) { return open_tmp_q(path, tmp, cap, 0); }
+static int commit_q(FILE *f, const char *tmp, const char *path, int quiet) {
   int bad = ferror(f);
   if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
-    SAC_ERROR("rundir", "cannot write %s: %s", path, strerror(errno));
+    int err = errno;
+    if (!quiet)
+      SAC_ERROR("rundir", "cannot write %s: %s", path, strerror(err));
     remove(tmp);
+    errno = err;
     return SAC_EIO;
   }
   return 0;
 }
+static int commit(FILE *f, const char *tmp, const char *path) { return commit_q(f, tmp, path, 0); }
+
+const char *sac_rundir_file_name(sac_rundir_file_t k) {
+  static const char *const names[SAC_RUNDIR_FILES] = {"tensorboard", "metrics_csv", "curve_svg"};
+  return k < SAC_RUNDIR_FILES ? names[k] : "?";
+}
+
+/* Counts a failed periodic write and logs it: the first at once, then at most one line per
+ * WRITE_ERROR_LOG_S per file (a full disk fails every period). errno says why. */
+#define WRITE_ERROR_LOG_S 60.0
+static void write_failed(sac_rundir_t *rd, sac_rundir_file_t k, const char *path) {
+  const char *why = strerror(errno);
+  unsigned long long n = ++rd->write_errors[k];
+  switch (k) { /* one call site, so one rate limiter, per file */
+  case SAC_RUNDIR_FILE_TENSORBOARD:
+    SAC_ERROR_EVERY(WRITE_ERROR_LOG_S, "rundir", "cannot write %s: %s (%llu failed writes; training goes on)",
+                    path, why, n);
+    break;
+  case SAC_RUNDIR_FILE_METRICS_CSV:
+    SAC_ERROR_EVERY(WRITE_ERROR_LOG_S, "rundir", "cannot write %s: %s (%llu failed writes; training goes on)",
+                    path, why, n);
+    break;
+  default:
+    SAC_ERROR_EVERY(WRITE_ERROR_LOG_S, "rundir", "cannot write %s: %s (%llu failed writes; training goes on)",
+                    path, why, n);
+    break;
+  }
+}
+static void tb_write(sac_rundir_t *rd, int64_t step, size_t n, const char *const *tags, const float *v) {
+  if (sac_tb_scalars(rd->tb, step, n, tags, v) != 0)
+    write_failed(rd, SAC_RUNDIR_FILE_TENSORBOARD, sac_tb_path(rd->tb));
+}
+static int write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
+                           size_t n, int quiet);
 
 int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const char *env,
                     const sac_cfg_opt_t *opts, size_t n_opts, const void *cfg) {
@@ -134,14 +173,16 @@ int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t 
     const char *tags[] = {"eval/return", "train/critic_loss", "train/actor_loss",
                           "train/alpha", "train/entropy",     "train/mean_q"};
     float v[] = {(float)eval_return, st->critic_loss, st->actor_loss, st->alpha, st->entropy, st->mean_q};
-    sac_tb_scalars(rd->tb, steps, updates > 0 ? 6 : 1, tags, v);
+    tb_write(rd, steps, updates > 0 ? 6 : 1, tags, v);
     rd->tb_step = steps > rd->tb_step ? steps : rd->tb_step;
   }
   char path[1100], tmp[1110];
   snprintf(path, sizeof path, "%s/metrics.csv", rd->path);
-  FILE *f = open_tmp(path, tmp, sizeof tmp);
-  if (!f)
+  FILE *f = open_tmp_q(path, tmp, sizeof tmp, 1);
+  if (!f) {
+    write_failed(rd, SAC_RUNDIR_FILE_METRICS_CSV, path);
     return SAC_EIO;
+  }
   fprintf(
       f,
       "wall_seconds,env_steps,updates,eval_return,critic_loss,actor_loss,alpha_loss,alpha,entropy,mean_q\n");
@@ -149,9 +190,15 @@ int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t 
     fprintf(f, "%.3f,%lld,%lld,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n", rd->wall_s[i], (long long)rd->steps[i],
             (long long)rd->updates[i], rd->ret[i], rd->st[i].critic_loss, rd->st[i].actor_loss,
             rd->st[i].alpha_loss, rd->st[i].alpha, rd->st[i].entropy, rd->st[i].mean_q);
-  int rc = commit(f, tmp, path);
+  int rc = commit_q(f, tmp, path, 1);
+  if (rc) {
+    write_failed(rd, SAC_RUNDIR_FILE_METRICS_CSV, path);
+    return rc;
+  }
   snprintf(path, sizeof path, "%s/curve.svg", rd->path);
-  return rc ? rc : sac_write_curve_svg(path, rd->title, rd->steps, rd->ret, rd->n);
+  if ((rc = write_curve_svg(path, rd->title, rd->steps, rd->ret, rd->n, 1)) != 0)
+    write_failed(rd, SAC_RUNDIR_FILE_CURVE_SVG, path);
+  return rc;
 }
 
 void sac_rundir_add_train(sac_rundir_t *rd, int64_t steps, const sac_rundir_train_t *t) {
@@ -183,7 +230,7 @@ void sac_rundir_add_train(sac_rundir_t *rd, int64_t steps, const sac_rundir_trai
   ADD("replay/size", t->replay_size);
 #undef ADD
   if (n)
-    sac_tb_scalars(rd->tb, steps, n, tags, v);
+    tb_write(rd, steps, n, tags, v);
 }
 
 void sac_rundir_close(sac_rundir_t *rd) { sac_tb_close(&rd->tb); }
@@ -263,8 +310,13 @@ out:
 
 int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
                         size_t n) {
+  return write_curve_svg(path, title, steps, returns, n, 0);
+}
+
+static int write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
+                           size_t n, int quiet) {
   char tmp[1200];
-  FILE *f = open_tmp(path, tmp, sizeof tmp);
+  FILE *f = open_tmp_q(path, tmp, sizeof tmp, quiet);
   if (!f)
     return SAC_EIO;
   const double W = 720, H = 420, L = 80, R = 20, T = 40, Bm = 60;
@@ -320,5 +372,5 @@ int sac_write_curve_svg(const char *path, const char *title, const int64_t *step
   fprintf(f, "</svg>\n");
 #undef X
 #undef Y
-  return commit(f, tmp, path);
+  return commit_q(f, tmp, path, quiet);
 }

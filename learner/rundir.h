@@ -18,6 +18,14 @@
 
 #define SAC_RUNDIR_MAX_POINTS 4096
 
+/* The files a run rewrites or appends to every period, for the write-error counts. */
+typedef enum {
+  SAC_RUNDIR_FILE_TENSORBOARD = 0,
+  SAC_RUNDIR_FILE_METRICS_CSV,
+  SAC_RUNDIR_FILE_CURVE_SVG,
+  SAC_RUNDIR_FILES
+} sac_rundir_file_t;
+
 typedef struct {
   char path[1024];
   size_t n;
@@ -28,6 +36,10 @@ typedef struct {
   char title[256];
   sac_tb_t *tb;    /* NULL when the event file could not be made (logged; the run goes on) */
   int64_t tb_step; /* the last step written: periodic scalars wait for a new one */
+  /* failed periodic writes by file (a full disk, a removed file): each is logged (rate
+   * limited) and counted here, and training goes on; the learner exports them as
+   * sac_learner_rundir_write_errors_total{file=...} */
+  uint64_t write_errors[SAC_RUNDIR_FILES];
 } sac_rundir_t;
 
 /* What the learner reports to TensorBoard between evaluations. NaN: not known, left out. */
@@ -48,13 +60,17 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
 int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env);
 /* Appends an evaluation point and rewrites metrics.csv and curve.svg; adds eval/return and,
  * once there were updates, the train/ scalars of st to the event file at step `steps`
- * (the same numbers as the metrics.csv row). 0 or SAC_EIO. */
+ * (the same numbers as the metrics.csv row). 0 or SAC_EIO (a write failed: counted in
+ * write_errors and logged, rate limited; the point stays in memory for the next rewrite). */
 int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t updates, double eval_return,
                         const sac_stats_t *st);
 /* Adds the training scalars of t at environment step `steps` to the event file (tags in
  * docs/METRICS.md: train/episode_return, train/critic_loss, train/actor_loss, train/alpha,
- * train/entropy, train/mean_q, perf/updates_per_s, perf/env_steps_per_s, replay/size). */
+ * train/entropy, train/mean_q, perf/updates_per_s, perf/env_steps_per_s, replay/size). A
+ * failed write is counted in write_errors and logged, rate limited. */
 void sac_rundir_add_train(sac_rundir_t *rd, int64_t steps, const sac_rundir_train_t *t);
+/* The file label of k: "tensorboard", "metrics_csv", "curve_svg". */
+const char *sac_rundir_file_name(sac_rundir_file_t k);
 /* Closes the event file. */
 void sac_rundir_close(sac_rundir_t *rd);
 /* policy.bin: magic "SACPOL01", u32 n_layers, u32 sizes[n_layers + 1], u32 activation,

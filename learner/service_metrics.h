@@ -49,6 +49,10 @@ typedef struct {
   /* the weights port (issue 14.5): non-empty topics subscribed, socket renewals */
   sac_metric_t *weights_ignored, *weights_renewals;
   uint64_t weights_ignored_seen, weights_renewals_seen;
+  /* failed writes of the run directory's periodic files, mirrored from rd->write_errors */
+  sac_metric_t *rundir_errors[SAC_RUNDIR_FILES];
+  uint64_t rundir_errors_seen[SAC_RUNDIR_FILES];
+  const sac_rundir_t *rd;
   double next_reject_mirror;
   sac_backend_t *be;
   double next_tick;
@@ -117,6 +121,12 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
       r, "sac_learner_weights_socket_renewals_total",
       "Times the weights port was closed and bound again because it held too many distinct topics.", NULL,
       NULL);
+  m->rd = cfg->rundir;
+  for (int k = 0; m->rd && k < SAC_RUNDIR_FILES; k++)
+    m->rundir_errors[k] = sac_metrics_counter(
+        r, "sac_learner_rundir_write_errors_total",
+        "Failed writes of the run directory's periodic files (disk full, I/O error); training goes on.",
+        (const char *[]){"file", sac_rundir_file_name((sac_rundir_file_t)k), NULL}, NULL);
   m->eval_return = sac_metrics_gauge(
       r, "sac_learner_eval_return",
       "Mean return of the last deterministic evaluation (NaN before the first).", NULL, NULL);
@@ -297,7 +307,17 @@ static inline void sac_service_metrics_sampled(sac_service_metrics_t *m, double 
 }
 
 /* The learner's readings of its backend, about once a second (sync + small downloads). */
+/* Adds the run directory's new write errors to the counters (same thread as the writes). */
+static inline void sac_service_metrics__rundir(sac_service_metrics_t *m) {
+  for (int k = 0; m->rd && k < SAC_RUNDIR_FILES; k++)
+    if (m->rd->write_errors[k] > m->rundir_errors_seen[k]) {
+      sac_metric_add(m->rundir_errors[k], (double)(m->rd->write_errors[k] - m->rundir_errors_seen[k]));
+      m->rundir_errors_seen[k] = m->rd->write_errors[k];
+    }
+}
+
 static inline void sac_service_metrics__tick(sac_service_metrics_t *m, sac_t *sac) {
+  sac_service_metrics__rundir(m);
   sac_stats_t st;
   if (sac_stats(sac, &st) == 0) {
     sac_metric_set(m->critic_loss, st.critic_loss);
@@ -368,6 +388,7 @@ static inline void sac_service_metrics_close(sac_service_metrics_t *m, const sac
     sac_metric_set(m->eval_return, res->final_eval_return);
   if (res->policy_version)
     sac_metric_set(m->version, (double)res->policy_version);
+  sac_service_metrics__rundir(m); /* the final evaluation's writes */
   sac_metrics_forget(m->r, m);
   m->r = NULL;
 }

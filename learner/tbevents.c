@@ -1,9 +1,12 @@
 /* TensorBoard event files (see tbevents.h): TFRecord framing around protobuf-c encoded
  * tensorboard.Event messages. The CRC32C is the one the snapshot files use
- * (common/snapshot.h). */
+ * (common/snapshot.h). Each record is one buffer handed to write(2) (no stdio buffer that
+ * could hold half a record back); a write that fails part-way is cut off again with
+ * ftruncate, so a full disk never leaves a torn record for readers to trip over. */
 #include "learner/tbevents.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +22,9 @@
 #define TB_MAX_VALUES 32
 
 struct sac_tb {
-  FILE *f;
-  int failed; /* a write failed: logged once */
+  int fd;
+  off_t end; /* the end of the last whole record: where the next one starts */
+  int torn;  /* a partial record could not be cut off: nothing more goes to this file */
   char path[1200];
 };
 
@@ -40,32 +44,53 @@ static void put_le(unsigned char *p, uint64_t v, int n) {
     p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* One TFRecord: length, its masked CRC, the data, its masked CRC; then a flush. */
-static int write_record(sac_tb_t *tb, const unsigned char *data, size_t len) {
-  unsigned char head[12], tail[4];
-  put_le(head, (uint64_t)len, 8);
-  put_le(head + 8, sac_tb_masked_crc(head, 8), 4);
-  put_le(tail, sac_tb_masked_crc(data, len), 4);
-  if (fwrite(head, 1, sizeof head, tb->f) != sizeof head || fwrite(data, 1, len, tb->f) != len ||
-      fwrite(tail, 1, sizeof tail, tb->f) != sizeof tail || fflush(tb->f) != 0) {
-    if (!tb->failed)
-      SAC_ERROR("tensorboard", "cannot write %s: %s", tb->path, strerror(errno));
-    tb->failed = 1;
-    return SAC_EIO;
+/* Writes all of buf at tb->end. On failure, cuts the file back to tb->end (a partial
+ * write must not stay as a torn record) and returns SAC_EIO with errno of the failure. */
+static int write_all(sac_tb_t *tb, const unsigned char *buf, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t w = write(tb->fd, buf + done, len - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      int err = w < 0 ? errno : EIO;
+      if (done > 0 && (ftruncate(tb->fd, tb->end) != 0 || lseek(tb->fd, tb->end, SEEK_SET) != tb->end)) {
+        tb->torn = 1;
+        SAC_ERROR(
+            "tensorboard",
+            "%s: a partial record at byte %lld could not be removed (%s); no more events go to this file",
+            tb->path, (long long)tb->end, strerror(errno));
+      }
+      errno = err;
+      return SAC_EIO;
+    }
+    done += (size_t)w;
   }
+  tb->end += (off_t)len;
   return 0;
 }
 
+/* One TFRecord (length, its masked CRC, the data, its masked CRC) from an event. */
 static int write_event(sac_tb_t *tb, const Tensorboard__Event *ev) {
+  if (tb->torn) {
+    errno = EIO;
+    return SAC_EIO;
+  }
   size_t len = tensorboard__event__get_packed_size(ev);
   unsigned char small[1024];
-  unsigned char *buf = len <= sizeof small ? small : malloc(len);
+  unsigned char *buf = len + 16 <= sizeof small ? small : malloc(len + 16);
   if (!buf)
     return SAC_ENOMEM;
-  tensorboard__event__pack(ev, buf);
-  int rc = write_record(tb, buf, len);
-  if (buf != small)
+  tensorboard__event__pack(ev, buf + 12);
+  put_le(buf, (uint64_t)len, 8);
+  put_le(buf + 8, sac_tb_masked_crc(buf, 8), 4);
+  put_le(buf + 12 + len, sac_tb_masked_crc(buf + 12, len), 4);
+  int rc = write_all(tb, buf, len + 16);
+  if (buf != small) {
+    int err = errno;
     free(buf);
+    errno = err;
+  }
   return rc;
 }
 
@@ -81,13 +106,13 @@ int sac_tb_open(const char *dir, sac_tb_t **out) {
   snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%lld.%s", dir, (long long)time(NULL), host);
   /* never over another file: a run resumed within the same second gets a ".PID" suffix
    * (TensorBoard reads every file whose name holds "tfevents") */
-  tb->f = fopen(tb->path, "wbx");
-  if (!tb->f && errno == EEXIST) {
+  tb->fd = open(tb->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (tb->fd < 0 && errno == EEXIST) {
     size_t n = strlen(tb->path);
     snprintf(tb->path + n, sizeof tb->path - n, ".%ld", (long)getpid());
-    tb->f = fopen(tb->path, "wbx");
+    tb->fd = open(tb->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   }
-  if (!tb->f) {
+  if (tb->fd < 0) {
     SAC_ERROR("tensorboard", "cannot create %s: %s", tb->path, strerror(errno));
     free(tb);
     return SAC_EIO;
@@ -98,6 +123,7 @@ int sac_tb_open(const char *dir, sac_tb_t **out) {
   ev.file_version = "brain.Event:2";
   int rc = write_event(tb, &ev);
   if (rc) {
+    SAC_ERROR("tensorboard", "cannot write %s: %s", tb->path, strerror(errno));
     sac_tb_close(&tb);
     return rc;
   }
@@ -131,8 +157,8 @@ const char *sac_tb_path(const sac_tb_t *tb) { return tb->path; }
 void sac_tb_close(sac_tb_t **tb) {
   if (!tb || !*tb)
     return;
-  if ((*tb)->f)
-    fclose((*tb)->f);
+  if ((*tb)->fd >= 0)
+    close((*tb)->fd);
   free(*tb);
   *tb = NULL;
 }

@@ -4,8 +4,9 @@
  * format is TFRecord framing (u64 length, masked CRC32C of the length, the bytes, masked
  * CRC32C of the bytes, little endian) around protobuf Event messages (proto/tensorboard.proto,
  * encoded by protobuf-c); the first record carries file_version "brain.Event:2". Every
- * call that writes flushes, so a reader sees each event within the period the caller
- * writes at. One writer per file; not thread-safe. */
+ * call that writes hands its record to the kernel at once (write(2)), so a reader sees
+ * each event within the period the caller writes at; a failed write leaves no partial
+ * record behind (cut off again). One writer per file; not thread-safe. */
 #ifndef SAC_LEARNER_TBEVENTS_H
 #define SAC_LEARNER_TBEVENTS_H
 #include <stddef.h>
@@ -17,8 +18,10 @@ typedef struct sac_tb sac_tb_t;
  * TensorBoard merges the files of a folder) and writes the version record. 0, SAC_EIO
  * (logged), SAC_ENOMEM. */
 int sac_tb_open(const char *dir, sac_tb_t **out);
-/* One Event at step holding n scalar values tags[i] = values[i], then a flush. 0 or
- * SAC_EIO (logged once per writer; later events are still tried). */
+/* One Event at step holding n scalar values tags[i] = values[i], written at once. 0, or
+ * SAC_EIO with errno saying why (not logged: the caller counts and logs it; later events
+ * are still tried, unless a partial record could not be cut off, which is logged once),
+ * SAC_EINVAL (more than 32 values), SAC_ENOMEM. */
 int sac_tb_scalars(sac_tb_t *tb, int64_t step, size_t n, const char *const *tags, const float *values);
 /* The file's path. */
 const char *sac_tb_path(const sac_tb_t *tb);

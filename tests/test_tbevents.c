@@ -5,15 +5,26 @@
  * then the scalars with their tags, steps and values. A flipped byte must fail the CRC
  * (negative control of the reader below), and a folder that cannot be written is an
  * error, not a crash. tests/test_tensorboard.sh checks the same files with TensorBoard's
- * own reader. */
+ * own reader.
+ *
+ * Failing writes (a full disk): RLIMIT_FSIZE makes the kernel refuse bytes past a size
+ * (EFBIG, with SIGXFSZ ignored), part-way through a record if we like, the way a disk
+ * filling up does. The event file must then hold only whole records, the run directory
+ * must count each failed periodic write by file, and the same writes without the limit
+ * (the control) must succeed and count nothing. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <glob.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/error.h"
+#include "learner/rundir.h"
 #include "learner/tbevents.h"
 #include "tensorboard.pb-c.h"
 
@@ -135,4 +146,107 @@ Test(tbevents, unwritable_folder_is_an_error) {
   sac_tb_t *tb = (sac_tb_t *)1;
   cr_assert_eq(sac_tb_open("/nonexistent/folder", &tb), SAC_EIO);
   cr_assert_null(tb);
+}
+
+static void limit_file_size(rlim_t bytes) {
+  struct rlimit rl;
+  cr_assert_eq(getrlimit(RLIMIT_FSIZE, &rl), 0);
+  rl.rlim_cur = bytes;
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0, "%s", strerror(errno));
+}
+static off_t file_size(const char *path) {
+  struct stat sb;
+  cr_assert_eq(stat(path, &sb), 0, "%s", path);
+  return sb.st_size;
+}
+static void rm_rf(const char *dir) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+/* A record cut off by the disk is removed again: the file keeps only whole records, and
+ * writing goes on once there is room. */
+Test(tbevents, failed_write_leaves_no_torn_record) {
+  signal(SIGXFSZ, SIG_IGN);
+  char dir[] = "/tmp/sac_test_tb_XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  sac_tb_t *tb = NULL;
+  cr_assert_eq(sac_tb_open(dir, &tb), 0);
+  const char *tags[] = {"eval/return", "train/alpha"};
+  float v[] = {1.5f, 0.25f};
+  off_t before = file_size(sac_tb_path(tb));
+  limit_file_size((rlim_t)before + 20); /* room for the head and a few bytes: a partial write */
+  errno = 0;
+  cr_assert_eq(sac_tb_scalars(tb, 100, 2, tags, v), SAC_EIO);
+  cr_assert_eq(errno, EFBIG, "%s", strerror(errno));
+  cr_assert_eq(file_size(sac_tb_path(tb)), before, "the partial record was not removed");
+  limit_file_size(RLIM_INFINITY);
+  cr_assert_eq(sac_tb_scalars(tb, 200, 2, tags, v), 0);
+  size_t len;
+  unsigned char *buf = slurp(sac_tb_path(tb), &len);
+  Tensorboard__Event *ev[4] = {0};
+  cr_assert_eq(read_records(buf, len, ev, 4), 2, "a torn record in the file");
+  cr_assert_eq(ev[1]->step, 200);
+  for (int i = 0; i < 2; i++)
+    tensorboard__event__free_unpacked(ev[i], NULL);
+  free(buf);
+  sac_tb_close(&tb);
+  rm_rf(dir);
+}
+
+/* Evaluation and training points into a run directory, with the file-size limit on or
+ * off; returns what add_eval returned and fills errs with the write-error counts. */
+static int run_dir_period(rlim_t limit, uint64_t errs[SAC_RUNDIR_FILES], char *dir_out) {
+  signal(SIGXFSZ, SIG_IGN);
+  char base[] = "/tmp/sac_test_rd_XXXXXX";
+  cr_assert_not_null(mkdtemp(base));
+  strcpy(dir_out, base);
+  static sac_rundir_t rd; /* large: not on the stack */
+  int no_options = 0;     /* config.txt from an empty option table */
+  cr_assert_eq(sac_rundir_open(&rd, base, "run", "Pendulum-v1", NULL, 0, &no_options), 0);
+  cr_assert_not_null(rd.tb);
+  limit_file_size(limit);
+  sac_stats_t st = {.critic_loss = 1, .actor_loss = 2, .alpha = 0.5f, .entropy = 1, .mean_q = 3};
+  int rc = sac_rundir_add_eval(&rd, 1.0, 1000, 10, -100.0, &st);
+  sac_rundir_train_t t = {.episode_return = -50,
+                          .updates_per_s = 10,
+                          .env_steps_per_s = 100,
+                          .replay_size = 1000,
+                          .st = st,
+                          .have_stats = 1};
+  sac_rundir_add_train(&rd, 2000, &t);
+  limit_file_size(RLIM_INFINITY);
+  memcpy(errs, rd.write_errors, sizeof rd.write_errors);
+  sac_rundir_close(&rd);
+  return rc;
+}
+
+Test(rundir, full_disk_is_counted_by_file_and_training_goes_on) {
+  uint64_t errs[SAC_RUNDIR_FILES];
+  char dir[64];
+  cr_assert_eq(run_dir_period(0, errs, dir), SAC_EIO); /* no byte more may be written */
+  cr_assert_eq(errs[SAC_RUNDIR_FILE_TENSORBOARD], 2, "eval and train events: %llu",
+               (unsigned long long)errs[SAC_RUNDIR_FILE_TENSORBOARD]);
+  cr_assert_eq(errs[SAC_RUNDIR_FILE_METRICS_CSV], 1);
+  char path[200];
+  snprintf(path, sizeof path, "%s/run/metrics.csv.tmp", dir);
+  cr_assert_neq(access(path, F_OK), 0, "the temporary file is left behind");
+  cr_assert_str_eq(sac_rundir_file_name(SAC_RUNDIR_FILE_TENSORBOARD), "tensorboard");
+  cr_assert_str_eq(sac_rundir_file_name(SAC_RUNDIR_FILE_METRICS_CSV), "metrics_csv");
+  rm_rf(dir);
+}
+
+/* The control: the same writes with room succeed and count nothing. */
+Test(rundir, writes_with_room_count_nothing) {
+  uint64_t errs[SAC_RUNDIR_FILES];
+  char dir[64];
+  cr_assert_eq(run_dir_period(RLIM_INFINITY, errs, dir), 0);
+  for (int k = 0; k < SAC_RUNDIR_FILES; k++)
+    cr_assert_eq(errs[k], 0, "%s: %llu", sac_rundir_file_name((sac_rundir_file_t)k),
+                 (unsigned long long)errs[k]);
+  char path[200];
+  snprintf(path, sizeof path, "%s/run/metrics.csv", dir);
+  cr_assert_gt(file_size(path), 0);
+  rm_rf(dir);
 }
