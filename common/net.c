@@ -217,10 +217,21 @@ static int curve_applies(void *s, const char *endpoint) {
 }
 
 int sac_net_bind(void *s, const char *endpoint, char *bound, size_t cap) {
+  const char *why = NULL;
+  int rc = sac_net_try_bind(s, endpoint, bound, cap, &why);
+  if (rc && why)
+    SAC_ERROR("net", "cannot bind %s: %s", endpoint, why);
+  return rc;
+}
+
+int sac_net_try_bind(void *s, const char *endpoint, char *bound, size_t cap, const char **why) {
+  if (why)
+    *why = NULL;
   if (curve_applies(s, endpoint) && setopt_int(s, ZMQ_CURVE_SERVER, 1, "ZMQ_CURVE_SERVER") != 0)
     return SAC_ENET;
   if (zmq_bind(s, endpoint) != 0) {
-    SAC_ERROR("net", "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    if (why)
+      *why = zmq_strerror(zmq_errno());
     return SAC_ENET;
   }
   if (bound && cap) {

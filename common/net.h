@@ -98,6 +98,9 @@ void *sac_net_socket(sac_net_ctx_t *c, sac_net_type_t type, const sac_net_opts_t
  * endpoint actually bound (ZMQ_LAST_ENDPOINT, e.g. the port chosen for
  * "tcp://127.0.0.1:*") into bound[cap] when bound is not NULL. 0 or SAC_ENET. */
 int sac_net_bind(void *s, const char *endpoint, char *bound, size_t cap);
+/* sac_net_bind without the error log, for a caller that retries and logs once: 0 or
+ * SAC_ENET, with libzmq's reason in *why (may be NULL). */
+int sac_net_try_bind(void *s, const char *endpoint, char *bound, size_t cap, const char **why);
 /* Connects (asynchronous in ZeroMQ: success says nothing about the peer; a CURVE
  * handshake the server refuses is retried every reconnect interval and never delivers a
  * message). 0, SAC_ENET, or SAC_ECONFIG: a CURVE context without a server key asked to

@@ -110,16 +110,18 @@ static int pub_renew(sac_weights_pub_t *p) {
   p->topics = 0;
   p->renewals++;
   sac_sleep_ns(5 * 1000000ull); /* usually enough for the port to be free: fewer failed binds logged */
+  const char *why = NULL;
   for (int i = 0; i < 200; i++) {
     p->sock = sac_net_socket(p->ctx, SAC_NET_XPUB, &p->opts);
     if (!p->sock)
       return SAC_ENET;
-    if (sac_net_bind(p->sock, p->endpoint, NULL, 0) == 0)
+    if (sac_net_try_bind(p->sock, p->endpoint, NULL, 0, &why) == 0)
       return 0;
     sac_net_close(&p->sock);
     sac_sleep_ns(10 * 1000000ull);
   }
-  SAC_ERROR("weights", "cannot bind %s again: weights are no longer published", p->endpoint);
+  SAC_ERROR("weights", "cannot bind %s again for 2 s (%s): weights are no longer published", p->endpoint,
+            why ? why : "unknown reason");
   return SAC_ENET;
 }
 

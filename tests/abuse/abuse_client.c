@@ -17,6 +17,9 @@
  *   insert ENDPOINT OBS ACT ACTOR MODE COUNT
  *                                       transition batches: MODE huge (rewards 3e38),
  *                                       acked (acked_through 2^64-1), session (2^64-1)
+ *   steal PORT SECONDS                  tries to listen on 127.0.0.1:PORT every 100 us and,
+ *                                       once it has it, holds it: a port taken by another
+ *                                       process while its owner binds it again
  * Exit status: 0 done, 1 the attack's outcome was a failure (healthz), 2 usage. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -302,6 +305,37 @@ static int cmd_topics(int port, int count, double seconds) {
   return 0;
 }
 
+/* A port taken by someone else (issue 14.5): the weights publisher renews its socket past
+ * its topic budget, and another process may take the port in the moment between. Tries to
+ * bind the port (SO_REUSEADDR, not SO_REUSEPORT: it cannot share a live listener) every
+ * 100 us, then listens without ever accepting, until SECONDS have passed in all. */
+static int cmd_steal(int port, double seconds) {
+  double start = now_s(), end = start + seconds, got_at = -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = -1;
+  while (fd < 0 && now_s() < end) {
+    int one = 1;
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+                    bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0)) {
+      close(fd);
+      fd = -1;
+      usleep(100);
+    }
+  }
+  if (fd >= 0) {
+    got_at = now_s() - start;
+    printf("steal: port %d taken after %.3f s\n", port, got_at);
+    fflush(stdout);
+    while (now_s() < end)
+      usleep(10000);
+    close(fd);
+  }
+  printf("steal: port %d %s\n", port, got_at >= 0 ? "held, then released" : "never free");
+  return 0;
+}
+
 /* ---- wire messages ---------------------------------------------------------------- */
 
 static int cmd_unread(const char *endpoint, int conns, int reqs, int rows, double seconds) {
@@ -389,7 +423,8 @@ static int usage(void) {
   fprintf(stderr,
           "usage: abuse_client garbage PORT CONNS SECONDS | slowloris PORT CONNS SECONDS |\n"
           "       healthz PORT TIMEOUT_MS | bigsub PORT BYTES COUNT | topics PORT COUNT SECONDS |\n"
-          "       unread ENDPOINT CONNS REQS ROWS SECONDS | insert ENDPOINT OBS ACT ACTOR MODE COUNT\n");
+          "       unread ENDPOINT CONNS REQS ROWS SECONDS | insert ENDPOINT OBS ACT ACTOR MODE COUNT |\n"
+          "       steal PORT SECONDS\n");
   return 2;
 }
 
@@ -420,5 +455,8 @@ int main(int argc, char **argv) {
   if (strcmp(c, "insert") == 0 && argc == 8 && atoi(argv[3]) > 0 && atoi(argv[4]) > 0 && atoi(argv[7]) > 0 &&
       atoi(argv[7]) <= 10000)
     return cmd_insert(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argv[6], atoi(argv[7]));
+  if (strcmp(c, "steal") == 0 && argc == 4 && atoi(argv[2]) > 0 && atoi(argv[2]) < 65536 && atof(argv[3]) > 0 &&
+      atof(argv[3]) <= 120)
+    return cmd_steal(atoi(argv[2]), atof(argv[3]));
   return usage();
 }

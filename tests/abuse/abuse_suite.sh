@@ -14,6 +14,9 @@
 #   sequence  batches claiming the good actor's id with acked_through 2^64-1, then with
 #             session 2^64-1
 #   stop      SIGTERM to each process while garbage keeps arriving on every ZeroMQ port
+#   portlost  (not in the default set) another process takes the weights port while the
+#             learner renews it past its topic budget: the learner must stop, non-zero,
+#             saying why; the shard and the actor go on
 # Throughout each phase, every second: every process is alive, its VmRSS is under
 # RSS_MAX_KIB, /healthz of each answers 200 within 1 s, the learner's losses are finite,
 # and progress goes on: the shard's inserted-batches counter (fed by the good actor) and
@@ -106,6 +109,7 @@ check_all() {
   v=$(inserted)
   if [[ -n "$v" ]] && ((v > LAST_INS)); then LAST_INS=$v INS_AT=$SECONDS; fi
   ((SECONDS - INS_AT <= STALL_S)) || fail "the good actor's inserts have not moved for $STALL_S s (shard counter at $LAST_INS)"
+  [[ " ${PROCS[*]} " == *" learner "* ]] || return 0 # stopped on purpose (portlost)
   v=$(updates)
   if [[ -n "$v" ]] && ((v > LAST_UPD)); then LAST_UPD=$v UPD_AT=$SECONDS; fi
   ((SECONDS - UPD_AT <= STALL_S)) || fail "the learner's updates have not moved for $STALL_S s (at $LAST_UPD)"
@@ -204,6 +208,38 @@ if wants sequence; then
 fi
 for n in "${PROCS[@]}"; do log "$n VmRSS peak ${RSS_PEAK[$n]:-?} KiB (bound $RSS_MAX_KIB KiB)"; done
 
+STOPPED="actor0 learner shard0" # the processes the stop phase sends SIGTERM to
+if wants portlost; then
+  # The weights port taken by another process while the learner renews it past its topic
+  # budget (issue 14.5): publishing cannot go on, and actors on stale weights for good is
+  # the failure this guards against. The learner must stop, non-zero, with the reason;
+  # the shard and the actor are untouched. (The control, a renewal nobody interferes
+  # with, is the weights phase: the learner goes on after 20000 topics.)
+  lp=$(pid_of learner)
+  "$CLIENT" steal "$WEIGHTS_PORT" 60 >>"$T/attack-steal.log" 2>&1 &
+  STEAL=$!
+  on_cleanup "kill $STEAL 2>/dev/null"
+  DIST_WATCH="shard0 actor0" PROCS=(shard0 actor0) STOPPED="actor0 shard0"
+  attack portlost-topics "$CLIENT" topics "$WEIGHTS_PORT" 300 10
+  # a bound that is the assertion (the renewal gives up after 2 s of failed binds), not a pace
+  DIST_PROGRESS="" wait_until 30 "the learner to stop after losing its weights port" exited "$lp"
+  rc=$(rc_of "$lp")
+  [[ $rc != 0 ]] || fail "the learner exited 0 after losing its weights port"
+  grep -q 'steal: port [0-9]* taken after' "$T/attack-steal.log" ||
+    fail "the stealer never got the port: the failed renewal was not exercised ($(cat "$T/attack-steal.log"))"
+  grep -aqE "weights: cannot bind tcp://127\.0\.0\.1:$WEIGHTS_PORT again for 2 s \(Address already in use\): weights are no longer published" \
+    "$T/learner.log" || fail "the learner did not log the lost port"
+  why=$(grep -a 'learner: cannot publish the weights of update [0-9]*: ' "$T/learner.log" | tail -n 1) ||
+    fail "the learner did not say why it stopped"
+  log "learner exited $rc after its weights port was taken: ${why##*ERROR }"
+  kill "$STEAL" 2>/dev/null
+  wait "$STEAL" 2>/dev/null
+  # the rest of the cluster still moves (the actor acts on the last weights it had)
+  i0=$LAST_INS
+  for ((i = 0; i < STALL_S && LAST_INS <= i0; i++)); do check_all; sleep 1; done
+  ((LAST_INS > i0)) || fail "the actor's inserts stopped with the learner"
+fi
+
 if wants stop; then
   # SIGTERM while garbage keeps arriving on the weights port and both shard ports
   for p in "$WEIGHTS_PORT" "${INS##*:}" "${SMP##*:}"; do
@@ -211,7 +247,7 @@ if wants stop; then
     on_cleanup "kill $! 2>/dev/null"
   done
   sleep 3
-  for n in actor0 learner shard0; do
+  for n in $STOPPED; do
     pid=$(pid_of "$n")
     exited "$pid" && fail "$n had already ended (exit ${DIST_RC_OF[$pid]})"
     t0=$(date +%s%N)
