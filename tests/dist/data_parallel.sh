@@ -87,7 +87,7 @@ rc=$(rc_of "$P0")
 # Two true reasons, depending on where rank 1 was when it died: it had not sent its share yet
 # (rank 0 waits out the timeout) or it had, and its connection closed before the result went
 # back (rank 0 sees that at once). Either names rank 1 and tells the user how to restart.
-why="data-parallel: rank 1 (did not answer (all-reduce|barrier) within $TIMEOUT_MS ms|is gone: its connection closed before the (all-reduce result|barrier result|broadcast) could be sent to it); exiting \\(restart all ranks; they resume from rank 0's checkpoint\\)"
+why="data-parallel: rank 1 (did not answer (all-reduce|barrier|broadcast) within $TIMEOUT_MS ms|is gone: its connection closed before the (all-reduce result|barrier result|broadcast) could be sent to it); exiting \\(restart all ranks; they resume from rank 0's checkpoint\\)"
 grep -aEq "$why" "$T/learner0.log" || fail "rank 0 did not say why it stopped"
 log "rank 0 exited with $rc ${took}s after rank 1 was killed: $(grep -aE "$why" "$T/learner0.log" | tail -n 1 | sed 's/.*ERROR *//')"
 check_watch
