@@ -152,7 +152,9 @@ Test(dp, allreduce_is_the_rank_ordered_mean_and_bit_identical_3_ranks) { check_a
 
 /* mode 0: rank size-1 stops answering after one all-reduce (a dead peer);
  * mode 1: rank 0 stops answering (rank 1 must notice);
- * mode 2: rank 1 aborts instead of answering (rank 0 must fail at once). */
+ * mode 2: rank 1 aborts instead of answering (rank 0 must fail at once);
+ * mode 3: rank 1 sends its share of the second all-reduce and is gone before rank 0 reads it
+ *         (rank 0 must fail at once, naming rank 1, when it sends the result). */
 static void *dead_thread(void *p) {
   zarg_t *a = p;
   sac_coll_t *c = znew(a);
@@ -163,6 +165,8 @@ static void *dead_thread(void *p) {
   if (a->mode == 2 && a->rank == 1) {
     sac_coll_abort(c, "rank 1 gave up");
   } else if (!quits) {
+    if (a->mode == 3 && a->rank == 0) /* rank 1 sends its share, gives up and leaves meanwhile */
+      sac_sleep_ns((uint64_t)(a->timeout_ms + 1500) * 1000000ull);
     double t0 = sac_clock_s();
     a->rc_op2 = sac_coll_allreduce_mean(c, a->buf, 10);
     a->op2_s = sac_clock_s() - t0;
@@ -202,6 +206,15 @@ Test(dp, a_dead_peer_fails_the_others_within_the_timeout) {
   run_dead(1, 2, a); /* rank 0 goes silent */
   cr_assert_eq(a[1].rc_op2, SAC_ETIMEOUT);
   cr_assert(a[1].op2_s >= 0.95 && a[1].op2_s < 4.0, "rank 1 failed after %.3f s, timeout 1 s", a[1].op2_s);
+}
+
+Test(dp, a_rank_gone_after_its_share_fails_rank_0_when_it_answers) {
+  zarg_t a[MAXR];
+  run_dead(3, 2, a);
+  cr_assert_eq(a[1].rc_op2, SAC_ETIMEOUT, "rank 1: %s", sac_strerror(a[1].rc_op2));
+  fprintf(stderr, "rank 0 after rank 1 left: %s in %.3f s\n", sac_strerror(a[0].rc_op2), a[0].op2_s);
+  cr_assert_eq(a[0].rc_op2, SAC_ENET, "rank 0: %s", sac_strerror(a[0].rc_op2));
+  cr_assert(a[0].op2_s < 0.9, "rank 0 took %.3f s to find rank 1 gone (timeout 1 s)", a[0].op2_s);
 }
 
 Test(dp, an_abort_fails_the_peer_at_once) {

@@ -86,7 +86,8 @@ rc=$(rc_of "$P0")
 [[ $rc != 0 ]] || fail "rank 0 exited 0 after rank 1 died"
 # Two true reasons, depending on where rank 1 was when it died: it had not sent its share yet
 # (rank 0 waits out the timeout) or it had, and its connection closed before the result went
-# back (rank 0 sees that at once). Either names rank 1 and tells the user how to restart.
+# back (rank 0 sees that at once; tests/test_dp.c a_rank_gone_after_its_share_fails_rank_0_when_it_answers
+# makes that case on purpose). Either names rank 1 and tells the user how to restart.
 why="data-parallel: rank 1 (did not answer (all-reduce|barrier|broadcast) within $TIMEOUT_MS ms|is gone: its connection closed before the (all-reduce result|barrier result|broadcast) could be sent to it); exiting \\(restart all ranks; they resume from rank 0's checkpoint\\)"
 grep -aEq "$why" "$T/learner0.log" || fail "rank 0 did not say why it stopped"
 log "rank 0 exited with $rc ${took}s after rank 1 was killed: $(grep -aE "$why" "$T/learner0.log" | tail -n 1 | sed 's/.*ERROR *//')"
