@@ -10,8 +10,8 @@
  * critics' members go to different threads (independent GEMMs in parallel), one-member
  * layers split their rows (forward, input gradient) or their output columns (weight
  * gradient, with the activation backward and the bias gradient of those columns), and the
- * Adam and Polyak passes split their range. Workers spin briefly for the next op, then
- * sleep. Every element is computed by exactly one thread in a fixed order, so results are
+ * Adam and Polyak passes, the noise and the policy head split their range. Workers spin
+ * for the next op for up to a millisecond, then sleep. Every element is computed by exactly one thread in a fixed order, so results are
  * deterministic for a fixed thread count (and equal the one-thread results up to the
  * GEMM kernel's blocking). */
 #include <cblas.h>
@@ -19,8 +19,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/error.h"
 #include "common/philox.h"
@@ -29,8 +31,16 @@
 /* ---- the thread pool: fork-join, one job at a time ------------------------------------ */
 
 #define CPU_MAX_THREADS 64
-#define CPU_SPIN                                                                                             \
-  2000 /* pause iterations (tens of microseconds) a worker spins for the next job before sleeping */
+/* How long a worker spins for the next op before it sleeps, and how long the caller spins
+ * for the workers before it yields its core. Spinning is timed, not counted: a PAUSE lasts
+ * from a few to over a hundred cycles depending on the CPU, and on a VM a sleeping thread's
+ * wake-up (a futex and an idle vCPU woken by the host) took 40-120 us on average where an
+ * op takes 20-200 us. With 2000 PAUSEs (under 50 us on the development VM) the worker slept
+ * between most ops, and a cheetah update ran at 0.36-0.45 of the sgemm ceiling; spinning for
+ * 1 ms it ran at 0.65-0.69 (issue 17). Between updates a learner that waits longer for data
+ * lets its workers sleep after 1 ms. */
+#define CPU_SPIN_NS 1000000u
+#define CPU_WAIT_SPIN_NS 100000u
 
 typedef void (*cpu_job_fn)(void *arg, int part, int nparts);
 
@@ -58,26 +68,44 @@ static inline void cpu_pause(void) {
 #endif
 }
 
+static uint64_t cpu_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Spins while it is called within `ns` of its first call on this `spin` (0 to start);
+ * the clock is read once every 64 calls. */
+static int cpu_spin(uint64_t *start, unsigned *calls, uint64_t ns) {
+  if ((++*calls & 63u) == 1u) {
+    uint64_t now = cpu_now_ns();
+    if (*start == 0)
+      *start = now;
+    else if (now - *start >= ns)
+      return 0;
+  }
+  cpu_pause();
+  return 1;
+}
+
 static void *cpu_worker_main(void *p) {
   cpu_worker_t *w = p;
   cpu_pool_t *pool = w->pool;
   unsigned seen = 0;
   for (;;) {
-    unsigned g;
-    int spins = 0;
+    unsigned g, calls = 0;
+    uint64_t start = 0;
     while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
            !atomic_load(&pool->stop)) {
-      if (++spins < CPU_SPIN) {
-        cpu_pause();
+      if (cpu_spin(&start, &calls, CPU_SPIN_NS))
         continue;
-      }
       pthread_mutex_lock(&pool->mu);
       atomic_fetch_add(&pool->sleepers, 1);
       while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
         pthread_cond_wait(&pool->cv, &pool->mu);
       atomic_fetch_sub(&pool->sleepers, 1);
       pthread_mutex_unlock(&pool->mu);
-      spins = 0;
+      start = 0, calls = 0;
     }
     if (atomic_load(&pool->stop))
       break;
@@ -107,10 +135,10 @@ static void cpu_run(cpu_pool_t *pool, cpu_job_fn fn, void *arg) {
   fn(arg, 0, pool->n);
   /* a worker that is not running (more threads than free cores) must get the core: spin
    * briefly, then yield it */
-  for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++)
-    if (spins < 2000)
-      cpu_pause();
-    else
+  unsigned calls = 0;
+  uint64_t start = 0;
+  while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
+    if (!cpu_spin(&start, &calls, CPU_WAIT_SPIN_NS))
       sched_yield();
 }
 
@@ -297,10 +325,12 @@ static void fwd_job(void *arg, int part, int parts) {
   }
 }
 
-/* Below this many multiply-adds a layer runs on the caller alone: waking a thread costs
- * more than it saves (a 64-wide network's layers are a fraction of a millisecond), and on
- * a loaded machine a woken thread may not run for a whole time slice. */
-#define CPU_PAR_MIN_MACS (1u << 20)
+/* Below this many multiply-adds (about a microsecond of sgemm) a layer runs on the caller
+ * alone. A spinning worker picks an op up within a microsecond, so layers down to this
+ * size gain from the split: the critics' 256 -> 1 outputs and the policy's 256 -> 2A
+ * output, which ran on the caller alone while the worker waited, took 0.68 -> 0.70 of the
+ * ceiling at the median of the bench's slices (issue 17). */
+#define CPU_PAR_MIN_MACS (1u << 16)
 
 static cpu_pool_t *layer_pool(sac_backend_t *be, const sac_linear_t *L) {
   size_t n_in = L->shared ? (size_t)L->seg[0].n + (L->n_seg > 1 ? (size_t)L->seg[1].n : 0) : (size_t)L->n_in;
@@ -399,16 +429,36 @@ static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, 
     cpu_run(pool, bwd_rows_job, &j);
 }
 
+typedef struct {
+  float *out;
+  size_t n;
+  const uint32_t *key;
+  uint64_t stream;
+  uint32_t tag;
+} normal_job_t;
+
+/* Pairs [lo, hi) of the counter-based stream: any split gives the same numbers. */
+static void normal_job(void *arg, int part, int parts) {
+  const normal_job_t *j = arg;
+  size_t lo, hi;
+  split_range((j->n + 1) / 2, part, parts, 32, &lo, &hi);
+  for (size_t p = lo; p < hi; p++) {
+    float z0, z1;
+    sac_philox_normal2(j->key, (uint32_t)p, j->stream, j->tag, &z0, &z1);
+    j->out[2 * p] = z0;
+    if (2 * p + 1 < j->n)
+      j->out[2 * p + 1] = z1;
+  }
+}
+
+/* Below this many elements of a row-wise pass (noise, the policy head) it runs on the
+ * caller alone. */
+#define CPU_PAR_MIN_ELEMS 1024u
+
 static void cpu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
                        uint32_t tag) {
-  (void)be;
-  for (size_t i = 0; i < n; i += 2) {
-    float z0, z1;
-    sac_philox_normal2(key, (uint32_t)(i / 2), stream, tag, &z0, &z1);
-    out[i] = z0;
-    if (i + 1 < n)
-      out[i + 1] = z1;
-  }
+  normal_job_t j = {out, n, key, stream, tag};
+  cpu_run(n >= CPU_PAR_MIN_ELEMS ? pool_of(be) : NULL, normal_job, &j);
 }
 
 static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -418,44 +468,68 @@ static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x));
 
 static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-static void cpu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
-                         float *a, int lda, float *logp) {
-  (void)be;
+typedef struct {
+  const sac_head_hp_t *h;
+  const float *P, *eps, *a, *da, *dlogp;
+  float *a_out, *logp, *dP;
+  int lda, ldda;
+} head_job_t;
+
+static void head_fwd_job(void *arg, int part, int parts) {
+  const head_job_t *j = arg;
+  const sac_head_hp_t *h = j->h;
   const int A = h->A;
-  for (int r = 0; r < h->B; r++) {
-    const float *mu = P + (size_t)r * 2 * A, *ls_raw = mu + A;
-    const float *e = eps + (size_t)r * A;
+  size_t lo, hi;
+  split_range((size_t)h->B, part, parts, 16, &lo, &hi);
+  for (size_t r = lo; r < hi; r++) {
+    const float *mu = j->P + r * 2 * A, *ls_raw = mu + A;
+    const float *e = j->eps + r * A;
     float lp = 0.0f;
     for (int i = 0; i < A; i++) {
       float ls = clampf(ls_raw[i], h->log_std_min, h->log_std_max);
       float u = mu[i] + expf(ls) * e[i];
-      a[(size_t)r * lda + i] = tanhf(u);
+      j->a_out[r * j->lda + i] = tanhf(u);
       lp += -0.5f * e[i] * e[i] - ls - HALF_LOG_2PI - 2.0f * (LOG2F_ - u - softplusf(-2.0f * u));
     }
-    logp[r] = lp;
+    j->logp[r] = lp;
+  }
+}
+
+static void cpu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
+                         float *a, int lda, float *logp) {
+  head_job_t j = {.h = h, .P = P, .eps = eps, .a_out = a, .lda = lda, .logp = logp};
+  cpu_run((size_t)h->B * h->A >= CPU_PAR_MIN_ELEMS ? pool_of(be) : NULL, head_fwd_job, &j);
+}
+
+static void head_bwd_job(void *arg, int part, int parts) {
+  const head_job_t *j = arg;
+  const sac_head_hp_t *h = j->h;
+  const int A = h->A;
+  size_t lo, hi;
+  split_range((size_t)h->B, part, parts, 16, &lo, &hi);
+  for (size_t r = lo; r < hi; r++) {
+    const float *ls_raw = j->P + r * 2 * A + A;
+    const float *e = j->eps + r * A;
+    float *dmu = j->dP + r * 2 * A, *dls = dmu + A;
+    for (int i = 0; i < A; i++) {
+      float ai = j->a[r * j->lda + i];
+      float g = j->da ? j->da[r * j->ldda + i] : 0.0f;
+      /* d logp / du = 2 tanh(u) (from the stable tanh correction) */
+      float du = g * (1.0f - ai * ai) + j->dlogp[r] * 2.0f * ai;
+      dmu[i] = du;
+      float raw = ls_raw[i];
+      int inside = raw > h->log_std_min && raw < h->log_std_max;
+      float ls = clampf(raw, h->log_std_min, h->log_std_max);
+      dls[i] = inside ? du * expf(ls) * e[i] - j->dlogp[r] : 0.0f;
+    }
   }
 }
 
 static void cpu_head_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
                          const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP) {
-  (void)be;
-  const int A = h->A;
-  for (int r = 0; r < h->B; r++) {
-    const float *ls_raw = P + (size_t)r * 2 * A + A;
-    const float *e = eps + (size_t)r * A;
-    float *dmu = dP + (size_t)r * 2 * A, *dls = dmu + A;
-    for (int i = 0; i < A; i++) {
-      float ai = a[(size_t)r * lda + i];
-      float g = da ? da[(size_t)r * ldda + i] : 0.0f;
-      /* d logp / du = 2 tanh(u) (from the stable tanh correction) */
-      float du = g * (1.0f - ai * ai) + dlogp[r] * 2.0f * ai;
-      dmu[i] = du;
-      float raw = ls_raw[i];
-      int inside = raw > h->log_std_min && raw < h->log_std_max;
-      float ls = clampf(raw, h->log_std_min, h->log_std_max);
-      dls[i] = inside ? du * expf(ls) * e[i] - dlogp[r] : 0.0f;
-    }
-  }
+  head_job_t j = {.h = h, .P = P, .eps = eps, .a = a, .lda = lda, .da = da, .ldda = ldda, .dlogp = dlogp,
+                  .dP = dP};
+  cpu_run((size_t)h->B * h->A >= CPU_PAR_MIN_ELEMS ? pool_of(be) : NULL, head_bwd_job, &j);
 }
 
 static void cpu_critic_target(sac_backend_t *be, const sac_head_hp_t *h, const float *r, const float *term,
@@ -534,8 +608,9 @@ typedef struct {
   float b1, b2, step, sqrt_bc2, eps;
 } adam_job_t;
 
-/* below this many parameters a pass is not worth waking a thread for */
-#define CPU_PAR_MIN_N (1u << 17)
+/* below this many parameters a pass is not worth splitting */
+#define CPU_PAR_MIN_N (1u << 13)
+
 
 static void adam_job(void *arg, int part, int parts) {
   const adam_job_t *a = arg;

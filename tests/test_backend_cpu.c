@@ -170,7 +170,7 @@ Test(backend_cpu, linear_shared_two_segments_relu_2_threads) {
 Test(backend_cpu, linear_ensemble_blocks_tanh_3_threads) { use_threads(3), check_linear(0, SAC_ACT_TANH); }
 
 /* The split ops (members on threads, rows or output columns split, Adam and Polyak split
- * by range; layers under 2^20 multiply-adds stay on one thread) against the one-thread
+ * by range; layers under 2^16 multiply-adds stay on one thread) against the one-thread
  * composition on shapes that split unevenly: every
  * output within float rounding of the one-thread result, and bit-identical between two
  * runs at the same thread count. */
@@ -286,6 +286,48 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
   sac_backend_destroy(&one);
   for (int t2 = 0; t2 < 3; t2++)
     sac_backend_destroy(&many[t2]);
+}
+
+/* The noise and the policy head split by rows (issue 17): element by element, so every
+ * thread count gives the one-thread bits, on a batch above the split threshold with a
+ * ragged tail, and on one below it. */
+Test(backend_cpu, split_noise_and_head_match_one_thread) {
+  const int shapes[][2] = {{301, 5}, {256, 6}, {100, 1}};
+  sac_backend_t *bs[3];
+  const int threads[3] = {1, 2, 3};
+  for (int t = 0; t < 3; t++)
+    cr_assert_eq(sac_backend_new("cpu", threads[t], &bs[t]), 0);
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int B = shapes[si][0], A = shapes[si][1];
+    const size_t n = (size_t)B * A;
+    float *P = malloc(2 * n * 4), *da = malloc(n * 4), *dl = malloc((size_t)B * 4);
+    fill(P, 2 * n, -3, 3), fill(da, n, -1, 1), fill(dl, (size_t)B, -1, 1);
+    float *eps[3], *a[3], *lp[3], *dP[3];
+    const uint32_t key[2] = {7, 11};
+    sac_head_hp_t h = {.B = B, .A = A, .log_std_min = -5, .log_std_max = 2};
+    for (int t = 0; t < 3; t++) {
+      eps[t] = malloc((n + 1) * 4), a[t] = malloc(n * 4), lp[t] = malloc((size_t)B * 4);
+      dP[t] = malloc(2 * n * 4);
+      eps[t][n] = 12345.0f; /* n odd: the last pair's second number must not be written */
+      bs[t]->ops->normal(bs[t], eps[t], n, key, 5, 1);
+      bs[t]->ops->head_fwd(bs[t], &h, P, eps[t], a[t], A, lp[t]);
+      bs[t]->ops->head_bwd(bs[t], &h, P, eps[t], a[t], A, da, A, dl, dP[t]);
+      cr_expect_eq(eps[t][n], 12345.0f, "B %d A %d, %d threads: noise written past its end", B, A, threads[t]);
+    }
+    for (int t = 1; t < 3; t++) {
+      cr_expect_eq(memcmp(eps[t], eps[0], n * 4), 0, "B %d A %d, %d threads: noise differs", B, A, threads[t]);
+      cr_expect_eq(memcmp(a[t], a[0], n * 4), 0, "B %d A %d, %d threads: actions differ", B, A, threads[t]);
+      cr_expect_eq(memcmp(lp[t], lp[0], (size_t)B * 4), 0, "B %d A %d, %d threads: log-probs differ", B, A,
+                   threads[t]);
+      cr_expect_eq(memcmp(dP[t], dP[0], 2 * n * 4), 0, "B %d A %d, %d threads: head gradient differs", B, A,
+                   threads[t]);
+    }
+    for (int t = 0; t < 3; t++)
+      free(eps[t]), free(a[t]), free(lp[t]), free(dP[t]);
+    free(P), free(da), free(dl);
+  }
+  for (int t = 0; t < 3; t++)
+    sac_backend_destroy(&bs[t]);
 }
 
 /* J = sum Ga . a + sum Gl . logp over the head, as a function of P. */
