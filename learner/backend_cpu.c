@@ -10,10 +10,10 @@
  * critics' members go to different threads (independent GEMMs in parallel), one-member
  * layers split their rows (forward, input gradient) or their output columns (weight
  * gradient, with the activation backward and the bias gradient of those columns), and the
- * Adam and Polyak passes, the noise and the policy head split their range. Workers spin
- * for the next op for up to a millisecond, then sleep. Every element is computed by exactly one thread in a fixed order, so results are
- * deterministic for a fixed thread count (and equal the one-thread results up to the
- * GEMM kernel's blocking). */
+ * Adam and Polyak passes, the noise and the policy head split their range. Workers
+ * spin for the next op for up to a millisecond, then sleep. Every element is computed by
+ * exactly one thread in a fixed order, so results are deterministic for a fixed thread
+ * count (and equal the one-thread results up to the GEMM kernel's blocking). */
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
@@ -527,8 +527,8 @@ static void head_bwd_job(void *arg, int part, int parts) {
 
 static void cpu_head_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
                          const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP) {
-  head_job_t j = {.h = h, .P = P, .eps = eps, .a = a, .lda = lda, .da = da, .ldda = ldda, .dlogp = dlogp,
-                  .dP = dP};
+  head_job_t j = {
+      .h = h, .P = P, .eps = eps, .a = a, .lda = lda, .da = da, .ldda = ldda, .dlogp = dlogp, .dP = dP};
   cpu_run((size_t)h->B * h->A >= CPU_PAR_MIN_ELEMS ? pool_of(be) : NULL, head_bwd_job, &j);
 }
 
@@ -610,7 +610,6 @@ typedef struct {
 
 /* below this many parameters a pass is not worth splitting */
 #define CPU_PAR_MIN_N (1u << 13)
-
 
 static void adam_job(void *arg, int part, int parts) {
   const adam_job_t *a = arg;

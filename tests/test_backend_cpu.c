@@ -312,10 +312,12 @@ Test(backend_cpu, split_noise_and_head_match_one_thread) {
       bs[t]->ops->normal(bs[t], eps[t], n, key, 5, 1);
       bs[t]->ops->head_fwd(bs[t], &h, P, eps[t], a[t], A, lp[t]);
       bs[t]->ops->head_bwd(bs[t], &h, P, eps[t], a[t], A, da, A, dl, dP[t]);
-      cr_expect_eq(eps[t][n], 12345.0f, "B %d A %d, %d threads: noise written past its end", B, A, threads[t]);
+      cr_expect_eq(eps[t][n], 12345.0f, "B %d A %d, %d threads: noise written past its end", B, A,
+                   threads[t]);
     }
     for (int t = 1; t < 3; t++) {
-      cr_expect_eq(memcmp(eps[t], eps[0], n * 4), 0, "B %d A %d, %d threads: noise differs", B, A, threads[t]);
+      cr_expect_eq(memcmp(eps[t], eps[0], n * 4), 0, "B %d A %d, %d threads: noise differs", B, A,
+                   threads[t]);
       cr_expect_eq(memcmp(a[t], a[0], n * 4), 0, "B %d A %d, %d threads: actions differ", B, A, threads[t]);
       cr_expect_eq(memcmp(lp[t], lp[0], (size_t)B * 4), 0, "B %d A %d, %d threads: log-probs differ", B, A,
                    threads[t]);
