@@ -189,6 +189,8 @@ static cpu_pool_t *cpu_pool_new(int n) {
 typedef struct {
   int threads;
   cpu_pool_t *pool; /* NULL with one thread */
+  float *join;      /* a shared layer's two input segments side by side (join_n floats) */
+  size_t join_n;
 } cpu_impl_t;
 
 static cpu_pool_t *pool_of(sac_backend_t *be) { return ((cpu_impl_t *)be->impl)->pool; }
@@ -232,6 +234,7 @@ static int cpu_sync(sac_backend_t *be) {
 
 static void cpu_destroy(sac_backend_t *be) {
   cpu_pool_destroy(pool_of(be));
+  free(((cpu_impl_t *)be->impl)->join);
   free(be->impl);
   free(be);
 }
@@ -337,7 +340,39 @@ static cpu_pool_t *layer_pool(sac_backend_t *be, const sac_linear_t *L) {
   return (size_t)L->B * n_in * (size_t)L->n_out * (size_t)L->K >= CPU_PAR_MIN_MACS ? pool_of(be) : NULL;
 }
 
+/* The critics' first layer reads [obs | action] as two segments that are never side by
+ * side in memory: as such it is two GEMMs per member, one with k = A (6 for cheetah), each
+ * a pass over the member's (B, n_out) output, and it ran at a third of the hidden layers'
+ * GFLOP/s. Copied into one (B, n_in) block first (B * n_in floats: microseconds), it is
+ * one GEMM with k = n_in (issue 17). Returns L itself where there is nothing to join or
+ * the block cannot be had (then the two-GEMM path runs: slower, the same result). */
+static const sac_linear_t *joined(sac_backend_t *be, const sac_linear_t *L, sac_linear_t *tmp) {
+  if (!L->shared || L->n_seg < 2)
+    return L;
+  cpu_impl_t *impl = be->impl;
+  const int n0 = L->seg[0].n, n1 = L->seg[1].n, n = n0 + n1;
+  const size_t need = (size_t)L->B * (size_t)n;
+  if (need > impl->join_n) {
+    float *p = realloc(impl->join, need * sizeof(float));
+    if (!p)
+      return L;
+    impl->join = p, impl->join_n = need;
+  }
+  for (int r = 0; r < L->B; r++) {
+    float *dst = impl->join + (size_t)r * n;
+    memcpy(dst, L->seg[0].p + (size_t)r * L->seg[0].ld, sizeof(float) * (size_t)n0);
+    memcpy(dst + n0, L->seg[1].p + (size_t)r * L->seg[1].ld, sizeof(float) * (size_t)n1);
+  }
+  *tmp = *L;
+  tmp->n_seg = 1;
+  tmp->seg[0] = (sac_seg_t){impl->join, n, n};
+  tmp->seg[1] = (sac_seg_t){NULL, 0, 0};
+  return tmp;
+}
+
 static void cpu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
+  sac_linear_t tmp;
+  L = joined(be, L, &tmp);
   fwd_job_t j = {L, Y, ldy};
   cpu_run(layer_pool(be, L), fwd_job, &j);
 }
@@ -383,7 +418,8 @@ static void bwd_cols_job(void *arg, int part, int parts) {
   int R = L->K >= parts ? 1 : parts / L->K;
   for (int u = part; u < L->K * R; u += parts) {
     size_t c0, c1;
-    split_range((size_t)L->n_out, u % R, R, 16, &c0, &c1);
+    /* 16-column chunks, unless that leaves a part nothing (the policy's 2A outputs) */
+    split_range((size_t)L->n_out, u % R, R, L->n_out >= 16 * R ? 16 : 1, &c0, &c1);
     bwd_cols(j, u / R, (int)c0, (int)c1);
   }
 }
@@ -422,9 +458,13 @@ static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, 
                            float *dW, float *db, float *dX[2], const int ldx[2]) {
   float *nodx[2] = {NULL, NULL};
   const int noldx[2] = {0, 0};
-  bwd_job_t j = {L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx};
+  sac_linear_t tmp;
   cpu_pool_t *pool = layer_pool(be, L);
+  /* the weight gradient from the joined input (one GEMM); the input gradient per segment,
+   * into the caller's separate buffers */
+  bwd_job_t j = {dW ? joined(be, L, &tmp) : L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx};
   cpu_run(pool, bwd_cols_job, &j);
+  j.L = L;
   if (j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]))
     cpu_run(pool, bwd_rows_job, &j);
 }
