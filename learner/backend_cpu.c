@@ -284,6 +284,55 @@ SAC_VEC static void act_bwd_colsum(float *restrict dY, const float *restrict Y, 
   }
 }
 
+/* OpenBLAS's AVX-512 builds multiply a product of at most 100^3 multiply-adds with their
+ * "small matrix" kernels (no packing, no separate beta pass); above that the general path
+ * runs, which on the layers that read the observation (a side of 17-23) reached 65-85
+ * GFLOP/s where the same product in two halves reached 98-108 (one thread, the cheetah
+ * shapes, warm buffers: the critics' first layer 35 -> 29 us, its weight gradient 44 -> 28
+ * us). So a product with a side of at most 64 and over 100^3 multiply-adds is cut along its
+ * longer output side into equal pieces of 16-multiples under that size (issue 17). Wider
+ * products (the hidden layers) are left whole: cut to that size they slow down. */
+#define GEMM_SMALL_MACS 1000000.0
+#define GEMM_SMALL_SIDE 64
+
+static int gemm_pieces(int len, double macs_per_unit, int *chunk) {
+  int pieces = (int)ceil(macs_per_unit * len / GEMM_SMALL_MACS);
+  for (;; pieces++) {
+    int c = ((len + pieces - 1) / pieces + 15) & ~15;
+    if (c < 16 || (double)c * macs_per_unit <= GEMM_SMALL_MACS || c >= len) {
+      *chunk = c;
+      return c >= 16 && c < len;
+    }
+  }
+}
+
+/* Row-major C = op(A) op(B) + beta C with alpha 1, cut as above. */
+static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+  const int side = m < n ? (m < k ? m : k) : (n < k ? n : k);
+  int chunk;
+  if (side <= GEMM_SMALL_SIDE && (double)m * n * k > GEMM_SMALL_MACS) {
+    if (m >= n && gemm_pieces(m, (double)n * k, &chunk)) {
+      for (int r0 = 0; r0 < m; r0 += chunk) {
+        const int rows = m - r0 < chunk ? m - r0 : chunk;
+        const float *Ar = ta == CblasNoTrans ? A + (size_t)r0 * lda : A + r0;
+        cblas_sgemm(CblasRowMajor, ta, tb, rows, n, k, 1.0f, Ar, lda, B, ldb, beta, C + (size_t)r0 * ldc,
+                    ldc);
+      }
+      return;
+    }
+    if (m < n && gemm_pieces(n, (double)m * k, &chunk)) {
+      for (int c0 = 0; c0 < n; c0 += chunk) {
+        const int cols = n - c0 < chunk ? n - c0 : chunk;
+        const float *Bc = tb == CblasNoTrans ? B + c0 : B + (size_t)c0 * ldb;
+        cblas_sgemm(CblasRowMajor, ta, tb, m, cols, k, 1.0f, A, lda, Bc, ldb, beta, C + c0, ldc);
+      }
+      return;
+    }
+  }
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* One unit of a layer's forward: member k, rows [r0, r1): Y_k = act(X_k W_k + b_k), the
  * bias and activation applied while that block of Y is still in cache. */
 static void fwd_block(const sac_linear_t *L, float *Y, int ldy, int k, int r0, int r1) {
@@ -296,15 +345,14 @@ static void fwd_block(const sac_linear_t *L, float *Y, int ldy, int k, int r0, i
   if (L->shared) {
     int row = 0;
     for (int s = 0; s < L->n_seg; s++) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, L->n_out, L->seg[s].n, 1.0f,
-                  L->seg[s].p + (size_t)r0 * L->seg[s].ld, L->seg[s].ld, Wk + (size_t)row * L->n_out,
-                  L->n_out, s == 0 ? 0.0f : 1.0f, Yk, ldy);
+      gemm(CblasNoTrans, CblasNoTrans, rows, L->n_out, L->seg[s].n, L->seg[s].p + (size_t)r0 * L->seg[s].ld,
+           L->seg[s].ld, Wk + (size_t)row * L->n_out, L->n_out, s == 0 ? 0.0f : 1.0f, Yk, ldy);
       row += L->seg[s].n;
     }
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, L->n_out, L->n_in, 1.0f,
-                L->seg[0].p + (size_t)r0 * L->seg[0].ld + (size_t)k * L->n_in, L->seg[0].ld, Wk, L->n_out,
-                0.0f, Yk, ldy);
+    gemm(CblasNoTrans, CblasNoTrans, rows, L->n_out, L->n_in,
+         L->seg[0].p + (size_t)r0 * L->seg[0].ld + (size_t)k * L->n_in, L->seg[0].ld, Wk, L->n_out, 0.0f, Yk,
+         ldy);
   }
   bias_act(Yk, ldy, L->b + (size_t)k * L->n_out, rows, L->n_out, L->act);
 }
@@ -402,13 +450,13 @@ static void bwd_cols(const bwd_job_t *j, int k, int c0, int c1) {
   if (L->shared) {
     int row = 0;
     for (int s = 0; s < L->n_seg; s++) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L->seg[s].n, w, L->B, 1.0f, L->seg[s].p,
-                  L->seg[s].ld, j->dY + col, j->ldy, 0.0f, dWk + (size_t)row * L->n_out, L->n_out);
+      gemm(CblasTrans, CblasNoTrans, L->seg[s].n, w, L->B, L->seg[s].p, L->seg[s].ld, j->dY + col, j->ldy,
+           0.0f, dWk + (size_t)row * L->n_out, L->n_out);
       row += L->seg[s].n;
     }
   } else {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L->n_in, w, L->B, 1.0f,
-                L->seg[0].p + (size_t)k * L->n_in, L->seg[0].ld, j->dY + col, j->ldy, 0.0f, dWk, L->n_out);
+    gemm(CblasTrans, CblasNoTrans, L->n_in, w, L->B, L->seg[0].p + (size_t)k * L->n_in, L->seg[0].ld,
+         j->dY + col, j->ldy, 0.0f, dWk, L->n_out);
   }
 }
 
@@ -442,14 +490,13 @@ static void bwd_rows_job(void *arg, int part, int parts) {
       for (int s = 0; s < L->n_seg; s++) {
         int n = L->seg[s].n;
         if (j->dX[s])
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, L->n_out, 1.0f, dYk, j->ldy,
-                      Wk + (size_t)row * L->n_out, L->n_out, k == 0 ? 0.0f : 1.0f,
-                      j->dX[s] + lo * (size_t)j->ldx[s], j->ldx[s]);
+          gemm(CblasNoTrans, CblasTrans, rows, n, L->n_out, dYk, j->ldy, Wk + (size_t)row * L->n_out,
+               L->n_out, k == 0 ? 0.0f : 1.0f, j->dX[s] + lo * (size_t)j->ldx[s], j->ldx[s]);
         row += n;
       }
     } else if (j->dX[0]) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L->n_in, L->n_out, 1.0f, dYk, j->ldy, Wk,
-                  L->n_out, 0.0f, j->dX[0] + lo * (size_t)j->ldx[0] + (size_t)k * L->n_in, j->ldx[0]);
+      gemm(CblasNoTrans, CblasTrans, rows, L->n_in, L->n_out, dYk, j->ldy, Wk, L->n_out, 0.0f,
+           j->dX[0] + lo * (size_t)j->ldx[0] + (size_t)k * L->n_in, j->ldx[0]);
     }
   }
 }

@@ -288,6 +288,107 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
     sac_backend_destroy(&many[t2]);
 }
 
+/* The layers that read the observation at full size, where the backend joins the critics'
+ * two input segments and cuts the product into pieces for OpenBLAS's small kernels (issue
+ * 17): Y, the weight gradient and the input gradient against double precision, with 1 and
+ * 2 threads, each within 1e-5 of the sum of its terms' magnitudes. */
+static void layer_ref(const split_case_t *c, const float *src, double *Y, double *dW, double *dX,
+                      double *mag_y, double *mag_w, double *mag_x) {
+  const int n_in = c->n1 + c->n2, w1 = c->shared ? c->n1 : c->K * c->n1, KO = c->K * c->n_out;
+  const float *X1 = src, *X2 = X1 + (size_t)c->B * w1;
+  const float *W = X2 + (size_t)c->B * (c->n2 ? c->n2 : 1), *b = W + (size_t)c->K * n_in * c->n_out;
+  const float *G = b + (size_t)c->K * c->n_out;
+  double *Ga = calloc((size_t)c->B * KO, sizeof(double));
+  for (int i = 0; i < c->B; i++)
+    for (int k = 0; k < c->K; k++)
+      for (int j = 0; j < c->n_out; j++) {
+        const float *Wk = W + (size_t)k * n_in * c->n_out;
+        double acc = b[k * c->n_out + j], mag = fabs(acc);
+        for (int q = 0; q < n_in; q++) {
+          double x = c->shared ? (q < c->n1 ? X1[(size_t)i * c->n1 + q] : X2[(size_t)i * c->n2 + q - c->n1])
+                               : X1[(size_t)i * w1 + k * c->n1 + q];
+          acc += x * Wk[(size_t)q * c->n_out + j], mag += fabs(x * Wk[(size_t)q * c->n_out + j]);
+        }
+        const size_t o = (size_t)i * KO + (size_t)k * c->n_out + j;
+        Y[o] = c->act == SAC_ACT_RELU ? (acc > 0 ? acc : 0) : acc;
+        mag_y[o] = mag;
+        Ga[o] = c->act == SAC_ACT_RELU && acc <= 0 ? 0 : G[o];
+      }
+  for (int k = 0; k < c->K; k++)
+    for (int q = 0; q < n_in; q++)
+      for (int j = 0; j < c->n_out; j++) {
+        double acc = 0, mag = 0;
+        for (int i = 0; i < c->B; i++) {
+          double x = c->shared ? (q < c->n1 ? X1[(size_t)i * c->n1 + q] : X2[(size_t)i * c->n2 + q - c->n1])
+                               : X1[(size_t)i * w1 + k * c->n1 + q];
+          acc += x * Ga[(size_t)i * KO + (size_t)k * c->n_out + j];
+          mag += fabs(x * Ga[(size_t)i * KO + (size_t)k * c->n_out + j]);
+        }
+        const size_t o = ((size_t)k * n_in + q) * c->n_out + j;
+        dW[o] = acc, mag_w[o] = mag;
+      }
+  /* the input gradient of the first segment (summed over members where shared) */
+  for (int i = 0; i < c->B; i++)
+    for (int col = 0; col < w1; col++) {
+      const int k0 = c->shared ? 0 : col / c->n1, k1 = c->shared ? c->K : k0 + 1,
+                q = c->shared ? col : col % c->n1;
+      double acc = 0, mag = 0;
+      for (int k = k0; k < k1; k++)
+        for (int j = 0; j < c->n_out; j++) {
+          double t = Ga[(size_t)i * KO + (size_t)k * c->n_out + j] * W[((size_t)k * n_in + q) * c->n_out + j];
+          acc += t, mag += fabs(t);
+        }
+      dX[(size_t)i * w1 + col] = acc, mag_x[(size_t)i * w1 + col] = mag;
+    }
+  free(Ga);
+}
+
+static int near(const float *got, const double *ref, const double *mag, size_t n, size_t *bad) {
+  for (size_t i = 0; i < n; i++)
+    if (!(fabs(got[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6)) {
+      *bad = i;
+      return 0;
+    }
+  return 1;
+}
+
+Test(backend_cpu, observation_layers_at_full_size_match_double) {
+  const split_case_t cases[] = {
+      {256, 17, 6, 256, 2, 1, SAC_ACT_RELU}, /* the critics' first layer (joined, cut in pieces) */
+      {512, 17, 0, 256, 1, 0, SAC_ACT_RELU}, /* the policy's first layer on 2B rows */
+      {256, 17, 0, 256, 1, 0, SAC_ACT_NONE}, /* its weight gradient: 17 x 256 over 256 rows */
+      {333, 40, 9, 200, 2, 1, SAC_ACT_RELU}, /* ragged pieces */
+  };
+  for (int threads = 1; threads <= 2; threads++) {
+    sac_backend_t *b;
+    cr_assert_eq(sac_backend_new("cpu", threads, &b), 0);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+      const split_case_t *c = &cases[ci];
+      const int n_in = c->n1 + c->n2, w1 = c->shared ? c->n1 : c->K * c->n1;
+      const size_t nY = (size_t)c->B * c->K * c->n_out, nW = (size_t)c->K * n_in * c->n_out,
+                   nX = (size_t)c->B * w1;
+      const size_t nin = nX + (size_t)c->B * (c->n2 ? c->n2 : 1) + nW + (size_t)c->K * c->n_out + nY;
+      const size_t nout = 2 * nY + nW + (size_t)c->K * c->n_out + nX + (c->shared ? (size_t)c->B * c->n2 : 0);
+      float *src = malloc(nin * 4), *got = malloc(nout * 4);
+      double *Y = malloc(nY * 8), *dW = malloc(nW * 8), *dX = malloc(nX * 8);
+      double *my = malloc(nY * 8), *mw = malloc(nW * 8), *mx = malloc(nX * 8);
+      fill(src, nin, -1, 1);
+      run_layer(b, c, src, got);
+      layer_ref(c, src, Y, dW, dX, my, mw, mx);
+      size_t bad = 0;
+      cr_expect(near(got, Y, my, nY, &bad), "case %zu, %d threads: Y[%zu] %.9g, double %.9g", ci, threads,
+                bad, got[bad], Y[bad]);
+      const float *gW = got + 2 * nY, *gX = gW + nW + (size_t)c->K * c->n_out;
+      cr_expect(near(gW, dW, mw, nW, &bad), "case %zu, %d threads: dW[%zu] %.9g, double %.9g", ci, threads,
+                bad, gW[bad], dW[bad]);
+      cr_expect(near(gX, dX, mx, nX, &bad), "case %zu, %d threads: dX[%zu] %.9g, double %.9g", ci, threads,
+                bad, gX[bad], dX[bad]);
+      free(src), free(got), free(Y), free(dW), free(dX), free(my), free(mw), free(mx);
+    }
+    sac_backend_destroy(&b);
+  }
+}
+
 /* The noise and the policy head split by rows (issue 17): element by element, so every
  * thread count gives the one-thread bits, on a batch above the split threshold with a
  * ragged tail, and on one below it. */
