@@ -28,19 +28,32 @@
 #include "common/philox.h"
 #include "learner/backend.h"
 
-/* ---- the thread pool: fork-join, one job at a time ------------------------------------ */
+/* ---- the thread pool: fork-join, one job at a time ------------------------------------
+ * A job has n parts, part p computing the same elements whoever runs it. The caller runs
+ * part 0, worker w first tries part w, and each part is claimed once per job (a CAS on its
+ * slot from the previous job's number to this one's). A caller done with part 0 claims what
+ * no worker has started, so it never waits for a worker the kernel has not scheduled: on a
+ * machine with more runnable threads than cores (other processes, a parallel test run), a
+ * spinning wait for a preempted worker costs whole time slices. When the caller keeps
+ * finding its workers' parts unclaimed, it runs the next jobs alone and lets them sleep. */
 
 #define CPU_MAX_THREADS 64
 /* How long a worker spins for the next op before it sleeps, and how long the caller spins
- * for the workers before it yields its core. Spinning is timed, not counted: a PAUSE lasts
- * from a few to over a hundred cycles depending on the CPU, and on a VM a sleeping thread's
- * wake-up (a futex and an idle vCPU woken by the host) took 40-120 us on average where an
- * op takes 20-200 us. With 2000 PAUSEs (under 50 us on the development VM) the worker slept
- * between most ops, and a cheetah update ran at 0.36-0.45 of the sgemm ceiling; spinning for
- * 1 ms it ran at 0.65-0.69 (issue 17). Between updates a learner that waits longer for data
- * lets its workers sleep after 1 ms. */
+ * for the workers' claimed parts before it yields its core. Spinning is timed, not counted:
+ * a PAUSE lasts from a few to over a hundred cycles depending on the CPU, and on a VM a
+ * sleeping thread's wake-up (a futex and an idle vCPU woken by the host) took 40-120 us on
+ * average where an op takes 20-200 us. With 2000 PAUSEs (under 50 us on the development VM)
+ * the worker slept between most ops, and a cheetah update ran at 0.36-0.45 of the sgemm
+ * ceiling; spinning for 1 ms it ran at 0.65-0.69 (issue 17). Between updates a learner that
+ * waits longer for data lets its workers sleep after 1 ms. */
 #define CPU_SPIN_NS 1000000u
 #define CPU_WAIT_SPIN_NS 100000u
+/* Of CPU_WINDOW jobs, more than CPU_MISSES in which the caller had to run a worker's part
+ * itself (the worker was not running) make the next CPU_SERIAL_JOBS jobs run on the caller
+ * alone, with the workers asleep; then the pool tries again. */
+#define CPU_WINDOW 64
+#define CPU_MISSES 16
+#define CPU_SERIAL_JOBS 1024
 
 typedef void (*cpu_job_fn)(void *arg, int part, int nparts);
 
@@ -49,12 +62,15 @@ typedef struct cpu_pool {
   pthread_t tid[CPU_MAX_THREADS];
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  _Atomic unsigned gen; /* bumped for each job */
-  _Atomic int pending;  /* workers still running the current job */
-  _Atomic int sleepers; /* workers waiting on cv */
+  _Atomic unsigned gen;                    /* the current job's number (written by the caller) */
+  _Atomic unsigned claim[CPU_MAX_THREADS]; /* per part: the number of the job that claimed it */
+  _Atomic int done;                        /* parts of the current job finished by workers */
+  _Atomic int sleepers;                    /* workers waiting on cv */
   _Atomic int stop;
   cpu_job_fn fn;
   void *arg;
+  int window, missed, serial_left;                  /* the caller's record of jobs its workers missed */
+  _Atomic uint64_t jobs, serial_jobs, missed_parts; /* counts, for tests */
 } cpu_pool_t;
 
 typedef struct {
@@ -88,58 +104,105 @@ static int cpu_spin(uint64_t *start, unsigned *calls, uint64_t ns) {
   return 1;
 }
 
+/* Part `part` of job g, if nobody has claimed it yet. */
+static int cpu_claim(cpu_pool_t *pool, int part, unsigned g) {
+  unsigned expect = g - 1;
+  return atomic_compare_exchange_strong(&pool->claim[part], &expect, g);
+}
+
+/* Waits for a job after `seen`: spins, then sleeps. Returns its number, or `seen` on stop. */
+static unsigned cpu_wait_job(cpu_pool_t *pool, unsigned seen) {
+  unsigned g, calls = 0;
+  uint64_t start = 0;
+  while ((g = atomic_load(&pool->gen)) == seen && !atomic_load(&pool->stop)) {
+    if (cpu_spin(&start, &calls, CPU_SPIN_NS))
+      continue;
+    pthread_mutex_lock(&pool->mu);
+    atomic_fetch_add(&pool->sleepers, 1);
+    while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
+      pthread_cond_wait(&pool->cv, &pool->mu);
+    atomic_fetch_sub(&pool->sleepers, 1);
+    pthread_mutex_unlock(&pool->mu);
+    start = 0, calls = 0;
+  }
+  return atomic_load(&pool->stop) ? seen : g;
+}
+
 static void *cpu_worker_main(void *p) {
   cpu_worker_t *w = p;
   cpu_pool_t *pool = w->pool;
   unsigned seen = 0;
   for (;;) {
-    unsigned g, calls = 0;
-    uint64_t start = 0;
-    while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
-           !atomic_load(&pool->stop)) {
-      if (cpu_spin(&start, &calls, CPU_SPIN_NS))
-        continue;
-      pthread_mutex_lock(&pool->mu);
-      atomic_fetch_add(&pool->sleepers, 1);
-      while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
-        pthread_cond_wait(&pool->cv, &pool->mu);
-      atomic_fetch_sub(&pool->sleepers, 1);
-      pthread_mutex_unlock(&pool->mu);
-      start = 0, calls = 0;
-    }
-    if (atomic_load(&pool->stop))
+    unsigned g = cpu_wait_job(pool, seen);
+    if (g == seen)
       break;
     seen = g;
-    pool->fn(pool->arg, w->part, pool->n);
-    atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
+    /* its own part first (the same member or rows every time: warm caches), then any
+     * other still unclaimed */
+    for (int k = 0; k < pool->n - 1; k++) {
+      int part = 1 + (w->part - 1 + k) % (pool->n - 1);
+      if (!cpu_claim(pool, part, g))
+        continue;
+      pool->fn(pool->arg, part, pool->n);
+      atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
+    }
   }
   free(w);
   return NULL;
 }
 
-/* Runs fn(arg, part, n) for every part in [0, n): part 0 on the caller. */
+/* Runs fn(arg, part, n) for every part in [0, n): part 0 on the caller, the others on
+ * whichever thread claims them first. */
 static void cpu_run(cpu_pool_t *pool, cpu_job_fn fn, void *arg) {
   if (!pool || pool->n < 2) {
     fn(arg, 0, 1);
     return;
   }
+  const int n = pool->n;
+  atomic_fetch_add_explicit(&pool->jobs, 1, memory_order_relaxed);
+  if (pool->serial_left > 0) {
+    pool->serial_left--;
+    atomic_fetch_add_explicit(&pool->serial_jobs, 1, memory_order_relaxed);
+    for (int part = 0; part < n; part++)
+      fn(arg, part, n);
+    return;
+  }
+  /* step 1: publish the job and wake sleeping workers */
+  const unsigned g = atomic_load_explicit(&pool->gen, memory_order_relaxed) + 1;
   pool->fn = fn;
   pool->arg = arg;
-  atomic_store_explicit(&pool->pending, pool->n - 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
+  atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
+  atomic_store(&pool->gen, g);
   if (atomic_load(&pool->sleepers) > 0) {
     pthread_mutex_lock(&pool->mu);
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
   }
-  fn(arg, 0, pool->n);
-  /* a worker that is not running (more threads than free cores) must get the core: spin
-   * briefly, then yield it */
+  /* step 2: part 0, then whatever no worker has started */
+  fn(arg, 0, n);
+  int taken = 0;
+  for (int part = 1; part < n; part++)
+    if (cpu_claim(pool, part, g)) {
+      fn(arg, part, n);
+      taken++;
+    }
+  /* step 3: wait for the parts workers claimed (a preempted one gets the core after a
+   * short spin) */
   unsigned calls = 0;
   uint64_t start = 0;
-  while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
+  while (atomic_load_explicit(&pool->done, memory_order_acquire) < n - 1 - taken)
     if (!cpu_spin(&start, &calls, CPU_WAIT_SPIN_NS))
       sched_yield();
+  /* step 4: workers that keep missing their parts are not getting cores: go serial a while */
+  if (taken) {
+    pool->missed++;
+    atomic_fetch_add_explicit(&pool->missed_parts, (uint64_t)taken, memory_order_relaxed);
+  }
+  if (++pool->window == CPU_WINDOW) {
+    if (pool->missed > CPU_MISSES)
+      pool->serial_left = CPU_SERIAL_JOBS;
+    pool->window = pool->missed = 0;
+  }
 }
 
 static void cpu_pool_destroy(cpu_pool_t *pool) {
@@ -777,6 +840,23 @@ static void cpu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, cons
   be->ops->alpha_loss(be, h, logp, grad_alpha, stats_alpha);
 }
 
+/* The pool's counts: jobs split, jobs run on the caller alone because the workers were
+ * not getting cores, and parts the caller ran for a worker that had not started them. */
+static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
+  cpu_pool_t *pool = pool_of(be);
+  _Atomic uint64_t *c = NULL;
+  if (strcmp(key, "pool_jobs") == 0)
+    c = pool ? &pool->jobs : NULL;
+  else if (strcmp(key, "pool_serial_jobs") == 0)
+    c = pool ? &pool->serial_jobs : NULL;
+  else if (strcmp(key, "pool_missed_parts") == 0)
+    c = pool ? &pool->missed_parts : NULL;
+  else
+    return SAC_ENOTFOUND;
+  *out = c ? (double)atomic_load(c) : 0.0;
+  return 0;
+}
+
 static const sac_backend_ops_t k_cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -801,6 +881,7 @@ static const sac_backend_ops_t k_cpu_ops = {
     .normal2 = cpu_normal2,
     .actor_alpha_loss = cpu_actor_alpha_loss,
     .adam_polyak = cpu_adam_polyak,
+    .get_metric = cpu_get_metric,
 };
 
 static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;

@@ -6,10 +6,13 @@
  * few hundred terms), the finite differences are double with h = 1e-6 (truncation
  * error ~1e-12, rounding ~1e-10): |analytic - fd| <= 2e-4 + 1e-3 |fd| is far above
  * float noise and far below any real mistake (a wrong sign or a missing term is O(1)). */
+#define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/error.h"
 #include "common/philox.h"
@@ -387,6 +390,54 @@ Test(backend_cpu, observation_layers_at_full_size_match_double) {
     }
     sac_backend_destroy(&b);
   }
+}
+
+/* The pool with fewer cores than threads (issue 17): the test pins itself, and so the pool
+ * it then creates, to one CPU, as on a machine where other processes hold the other cores.
+ * The caller must not wait for a worker the kernel is not running: it runs the worker's
+ * parts itself (missed parts counted), and when that keeps happening it runs jobs alone for
+ * a while (serial jobs counted). Results stay bit-identical to the same pool's on free
+ * cores, and the 400 layer ops finish well inside the test's timeout. */
+Test(backend_cpu, pool_without_a_free_core_runs_the_parts_itself, .timeout = 120) {
+  const split_case_t c = {256, 256, 0, 256, 2, 0, SAC_ACT_RELU}; /* the critics' hidden layer */
+  const size_t nY = (size_t)c.B * c.K * c.n_out, nW = (size_t)c.K * c.n1 * c.n_out,
+               nX = (size_t)c.B * c.K * c.n1;
+  const size_t nin = nX + c.B + nW + (size_t)c.K * c.n_out + nY;
+  const size_t nout = 2 * nY + nW + (size_t)c.K * c.n_out + nX;
+  float *src = malloc(nin * 4), *free_cores = malloc(nout * 4), *pinned = malloc(nout * 4);
+  fill(src, nin, -1, 1);
+  sac_backend_t *b;
+  cr_assert_eq(sac_backend_new("cpu", 2, &b), 0);
+  run_layer(b, &c, src, free_cores);
+  sac_backend_destroy(&b);
+
+  cpu_set_t all, one;
+  cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all))
+    cpu++;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+  cr_assert_eq(sac_backend_new("cpu", 2, &b), 0); /* its worker inherits the one CPU */
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < 200; i++) { /* a forward and a backward each: 400 layer ops, 600 jobs */
+    run_layer(b, &c, src, pinned);
+    cr_assert_eq(memcmp(pinned, free_cores, nout * 4), 0, "op %d on one core differs from free cores", i);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double jobs = 0, serial = 0, missed = 0;
+  cr_assert_eq(b->ops->get_metric(b, "pool_jobs", &jobs), 0);
+  cr_assert_eq(b->ops->get_metric(b, "pool_serial_jobs", &serial), 0);
+  cr_assert_eq(b->ops->get_metric(b, "pool_missed_parts", &missed), 0);
+  cr_log_info("one core: %.0f jobs, %.0f serial, %.0f parts missed, %.2f s", jobs, serial, missed,
+              (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+  cr_expect_gt(missed, 0, "the caller never ran a part of a worker that had no core");
+  cr_expect_gt(serial, 0, "the pool never went serial with its worker starved of a core");
+  sac_backend_destroy(&b);
+  cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
+  free(src), free(free_cores), free(pinned);
 }
 
 /* The noise and the policy head split by rows (issue 17): element by element, so every
