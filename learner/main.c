@@ -84,7 +84,8 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("device", device, "auto",
         "cuda: GPU index, or auto: GPU dp_rank % (GPUs on this host), i.e. GPU 0 without data-parallel "
         "(docs/CUDA.md)"),
-    OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024, "cpu backend threads (0 = all cores)"),
+    OPT("threads", SAC_CFG_INT, t.threads, "0", 0, 1024,
+        "cpu backend threads, busy while training (0 = all cores; embedded: the cores the actors leave)"),
     OPT("total_steps", SAC_CFG_INT64, t.total_steps, "20000", 1, 1e15, "environment steps to train for"),
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
         "uniform random actions and no updates before this many steps"),
