@@ -38,8 +38,9 @@
  * finding its workers' parts unclaimed, it runs the next jobs alone and lets them sleep. */
 
 #define CPU_MAX_THREADS 64
-/* How long a worker spins for the next op before it sleeps, and how long the caller spins
- * for the workers' claimed parts before it yields its core. Spinning is timed, not counted:
+/* How long a worker spins for the next op before it sleeps (sooner if it loses its core
+ * while spinning), and how long the caller spins for the workers' claimed parts before it
+ * yields its core. Spinning is timed, not counted:
  * a PAUSE lasts from a few to over a hundred cycles depending on the CPU, and on a VM a
  * sleeping thread's wake-up (a futex and an idle vCPU woken by the host) took 40-120 us on
  * average where an op takes 20-200 us. With 2000 PAUSEs (under 50 us on the development VM)
@@ -90,15 +91,27 @@ static uint64_t cpu_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Spins while it is called within `ns` of its first call on this `spin` (0 to start);
+/* A spin's state: started at `start` (0: not yet), clock last read at `last`. */
+typedef struct {
+  uint64_t start, last;
+  unsigned calls;
+} cpu_spin_t;
+
+/* Over this long between two clock readings of a spin (normally a few microseconds apart),
+ * the thread lost its core while spinning: something else wants the core, and spinning on
+ * takes it from that work. */
+#define CPU_PREEMPTED_NS 50000u
+
+/* Spins while it is called within `ns` of its first call and the thread keeps its core;
  * the clock is read once every 64 calls. */
-static int cpu_spin(uint64_t *start, unsigned *calls, uint64_t ns) {
-  if ((++*calls & 63u) == 1u) {
+static int cpu_spin(cpu_spin_t *sp, uint64_t ns) {
+  if ((++sp->calls & 63u) == 1u) {
     uint64_t now = cpu_now_ns();
-    if (*start == 0)
-      *start = now;
-    else if (now - *start >= ns)
+    if (sp->start == 0)
+      sp->start = now;
+    else if (now - sp->start >= ns || now - sp->last >= CPU_PREEMPTED_NS)
       return 0;
+    sp->last = now;
   }
   cpu_pause();
   return 1;
@@ -112,10 +125,10 @@ static int cpu_claim(cpu_pool_t *pool, int part, unsigned g) {
 
 /* Waits for a job after `seen`: spins, then sleeps. Returns its number, or `seen` on stop. */
 static unsigned cpu_wait_job(cpu_pool_t *pool, unsigned seen) {
-  unsigned g, calls = 0;
-  uint64_t start = 0;
+  unsigned g;
+  cpu_spin_t sp = {0, 0, 0};
   while ((g = atomic_load(&pool->gen)) == seen && !atomic_load(&pool->stop)) {
-    if (cpu_spin(&start, &calls, CPU_SPIN_NS))
+    if (cpu_spin(&sp, CPU_SPIN_NS))
       continue;
     pthread_mutex_lock(&pool->mu);
     atomic_fetch_add(&pool->sleepers, 1);
@@ -123,7 +136,7 @@ static unsigned cpu_wait_job(cpu_pool_t *pool, unsigned seen) {
       pthread_cond_wait(&pool->cv, &pool->mu);
     atomic_fetch_sub(&pool->sleepers, 1);
     pthread_mutex_unlock(&pool->mu);
-    start = 0, calls = 0;
+    sp = (cpu_spin_t){0, 0, 0};
   }
   return atomic_load(&pool->stop) ? seen : g;
 }
@@ -188,10 +201,9 @@ static void cpu_run(cpu_pool_t *pool, cpu_job_fn fn, void *arg) {
     }
   /* step 3: wait for the parts workers claimed (a preempted one gets the core after a
    * short spin) */
-  unsigned calls = 0;
-  uint64_t start = 0;
+  cpu_spin_t sp = {0, 0, 0};
   while (atomic_load_explicit(&pool->done, memory_order_acquire) < n - 1 - taken)
-    if (!cpu_spin(&start, &calls, CPU_WAIT_SPIN_NS))
+    if (!cpu_spin(&sp, CPU_WAIT_SPIN_NS))
       sched_yield();
   /* step 4: workers that keep missing their parts are not getting cores: go serial a while */
   if (taken) {
