@@ -370,13 +370,17 @@ SAC_VEC static void act_bwd_colsum(float *restrict dY, const float *restrict Y, 
 #define GEMM_SMALL_MACS 1000000.0
 #define GEMM_SMALL_SIDE 64
 
+/* Pieces of `len` units (rows or columns) of `macs_per_unit` multiply-adds each: the fewest
+ * equal 16-multiples under GEMM_SMALL_MACS. 0 (do not cut) where one piece would be the
+ * whole, or where even 16 units are over the size (a long inner side: 16 x 32 x 4096). */
 static int gemm_pieces(int len, double macs_per_unit, int *chunk) {
-  int pieces = (int)ceil(macs_per_unit * len / GEMM_SMALL_MACS);
-  for (;; pieces++) {
-    int c = ((len + pieces - 1) / pieces + 15) & ~15;
-    if (c < 16 || (double)c * macs_per_unit <= GEMM_SMALL_MACS || c >= len) {
+  if (16.0 * macs_per_unit > GEMM_SMALL_MACS)
+    return 0;
+  for (int pieces = (int)ceil(macs_per_unit * len / GEMM_SMALL_MACS);; pieces++) {
+    const int c = ((len + pieces - 1) / pieces + 15) & ~15; /* >= 16, so the loop ends there */
+    if ((double)c * macs_per_unit <= GEMM_SMALL_MACS) {
       *chunk = c;
-      return c >= 16 && c < len;
+      return c < len;
     }
   }
 }

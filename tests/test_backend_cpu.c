@@ -355,12 +355,13 @@ static int near(const float *got, const double *ref, const double *mag, size_t n
   return 1;
 }
 
-Test(backend_cpu, observation_layers_at_full_size_match_double) {
+Test(backend_cpu, observation_layers_at_full_size_match_double, .timeout = 60) {
   const split_case_t cases[] = {
       {256, 17, 6, 256, 2, 1, SAC_ACT_RELU}, /* the critics' first layer (joined, cut in pieces) */
       {512, 17, 0, 256, 1, 0, SAC_ACT_RELU}, /* the policy's first layer on 2B rows */
       {256, 17, 0, 256, 1, 0, SAC_ACT_NONE}, /* its weight gradient: 17 x 256 over 256 rows */
       {333, 40, 9, 200, 2, 1, SAC_ACT_RELU}, /* ragged pieces */
+      {4096, 32, 0, 32, 1, 0, SAC_ACT_RELU}, /* a long batch: even 16-wide pieces are too big, so whole */
   };
   for (int threads = 1; threads <= 2; threads++) {
     sac_backend_t *b;
