@@ -382,17 +382,19 @@ wait_learner_up() {
 # its progress line (steps, updates) has not moved for STALL_S seconds (nor, where the test
 # set one, DIST_PROGRESS's output): a slow learner is waited for, a stuck one is not.
 learner_progress() { grep -a 'steps ' "$T/$1.log" | tail -n 1 | sed -n 's/.*\(steps [0-9][0-9]*\).*\(updates [0-9][0-9]*\).*/\1 \2/p'; }
+# The others in $DIST_WATCH are checked without it: it may end between its own check and
+# theirs, and that end is the one this waits for (CI once failed on that race).
 wait_result() {
-  local name=$1 pid=${DIST_PID_OF[$1]} stall=$2 n w="" last="" cur t_moved=$SECONDS
+  local name=$1 pid=${DIST_PID_OF[$1]} stall=$2 n others="" last="" cur t_moved=$SECONDS
+  for n in $DIST_WATCH; do [[ $n == "$name" ]] || others+=" $n"; done
   while :; do
     if exited "$pid"; then
       [[ ${DIST_RC_OF[$pid]} == 0 ]] || fail "$name exited with ${DIST_RC_OF[$pid]}"
       [[ -n "$(result_line "$name")" ]] || fail "$name exited 0 without a result line"
-      for n in $DIST_WATCH; do [[ $n == "$name" ]] || w+=" $n"; done
-      DIST_WATCH=$w # it has ended as it should: no longer watched
+      DIST_WATCH=$others # it has ended as it should: no longer watched
       return 0
     fi
-    check_watch
+    DIST_WATCH=$others check_watch
     deadline_check
     cur=$(learner_progress "$name")
     [[ "$cur" != "$last" ]] && { last=$cur; t_moved=$SECONDS; }
