@@ -64,9 +64,14 @@ static void fill(float *p, size_t n) {
 
 static void random_transitions(sac_wire_transitions_t *t) {
   uint32_t n = 1 + below(MAXN - 1), od = 1 + below(MAXD - 1), ad = 1 + below(6);
-  *t = (sac_wire_transitions_t){.actor_id = below(4), .seq = below(5), .session = next(),
-                                .acked_through = below(4), .policy_version = below(100),
-                                .n = n, .obs_dim = od, .act_dim = ad};
+  *t = (sac_wire_transitions_t){.actor_id = below(4),
+                                .seq = below(5),
+                                .session = next(),
+                                .acked_through = below(4),
+                                .policy_version = below(100),
+                                .n = n,
+                                .obs_dim = od,
+                                .act_dim = ad};
   uint32_t n_env = 1 + below(4), k = 0;
   for (uint32_t i = 0; i < n; i++) {
     u_env[i] = below(n_env + (below(50) == 0));
@@ -94,7 +99,8 @@ static void random_transitions(sac_wire_transitions_t *t) {
 
 static void random_sample_batch(sac_wire_sample_batch_t *b) {
   uint32_t n = below(MAXN), od = 1 + below(MAXD - 1), ad = 1 + below(6), shard = below(3);
-  *b = (sac_wire_sample_batch_t){.request_id = next(), .n = n, .obs_dim = od, .act_dim = ad, .shard_id = shard};
+  *b = (sac_wire_sample_batch_t){
+      .request_id = next(), .n = n, .obs_dim = od, .act_dim = ad, .shard_id = shard};
   fill(f_obs, (size_t)n * od), fill(f_next, (size_t)n * od), fill(f_act, (size_t)n * ad), fill(f_rew, n);
   for (uint32_t i = 0; i < n; i++) {
     f_term[i] = (float)below(2) + (below(60) == 0 ? 0.5f : 0.0f);
@@ -114,8 +120,11 @@ static void random_weights(sac_wire_weights_t *w) {
     layers[i] = (sac_wire_layer_t){dims[i], below(30) == 0 ? dims[i + 1] + 1 : dims[i + 1], below(4)};
     elems += dims[i] * dims[i + 1] + dims[i + 1];
   }
-  *w = (sac_wire_weights_t){.version = next() % 1000, .dtype = (sac_wire_dtype_t)below(4), .n_layers = L,
-                            .layers = layers, .scale = below(10) ? 0.5f : 0.0f};
+  *w = (sac_wire_weights_t){.version = next() % 1000,
+                            .dtype = (sac_wire_dtype_t)below(4),
+                            .n_layers = L,
+                            .layers = layers,
+                            .scale = below(10) ? 0.5f : 0.0f};
   fill(f_data, elems);
   size_t es = w->dtype == SAC_WIRE_F32 ? 4 : w->dtype == SAC_WIRE_I8 ? 1 : 2;
   w->data = f_data;
@@ -130,10 +139,12 @@ static void random_msg(sac_wire_msg_t *m) {
     random_transitions(&m->u.transitions);
     break;
   case SAC_WIRE_ACK:
-    m->u.ack = (sac_wire_ack_t){next(), next(), below(64), below(64), below(3), (int)below(2), below(2) ? "" : "full"};
+    m->u.ack = (sac_wire_ack_t){
+        next(), next(), below(64), below(64), below(3), (int)below(2), below(2) ? "" : "full"};
     break;
   case SAC_WIRE_SAMPLE_REQUEST:
-    m->u.sample_request = (sac_wire_sample_request_t){next(), below(300), below(20) ? 0.4f : 2.0f, below(1000)};
+    m->u.sample_request =
+        (sac_wire_sample_request_t){next(), below(300), below(20) ? 0.4f : 2.0f, below(1000)};
     break;
   case SAC_WIRE_SAMPLE_BATCH:
     random_sample_batch(&m->u.sample_batch);
@@ -154,9 +165,9 @@ static void random_msg(sac_wire_msg_t *m) {
     m->u.heartbeat_time_ns = next();
     break;
   case SAC_WIRE_SHARD_INFO:
-    m->u.shard_info = (sac_wire_shard_info_t){below(3), below(1000), below(1000), next(), next(), below(20),
-                                              below(6), (int)below(2), next(), next(), 168.0 * below(2), next(),
-                                              next()};
+    m->u.shard_info = (sac_wire_shard_info_t){below(3),         below(1000), below(1000),   next(), next(),
+                                              below(20),        below(6),    (int)below(2), next(), next(),
+                                              168.0 * below(2), next(),      next()};
     break;
   case SAC_WIRE_LEARNER_INFO:
     m->u.learner_info = (sac_wire_learner_info_t){below(3), below(3), next(), next()};
@@ -174,7 +185,10 @@ static void decode_line(sac_wire_decoder_t *d, const void *buf, size_t len, int 
   if (v == 1)
     lim = (sac_wire_limits_t){.max_rows = 32, .max_env_id = 3, .max_layers = 3, .max_abs_value = 9.5f};
   if (v == 2)
-    lim = (sac_wire_limits_t){.obs_dim = 5, .act_dim = 2, .max_layer_dim = 8, .max_msg_bytes = 2000,
+    lim = (sac_wire_limits_t){.obs_dim = 5,
+                              .act_dim = 2,
+                              .max_layer_dim = 8,
+                              .max_msg_bytes = 2000,
                               .accept_mask = SAC_WIRE_ACCEPT(SAC_WIRE_TRANSITIONS) |
                                              SAC_WIRE_ACCEPT(SAC_WIRE_SAMPLE_BATCH) |
                                              SAC_WIRE_ACCEPT(SAC_WIRE_WEIGHTS)};
