@@ -1,6 +1,7 @@
 /* The learner's compute backend: a struct of function pointers (as ggml's backends) that
  * the SAC algorithm (sac.c) is written against once. Backends: "cpu" (OpenBLAS sgemm,
- * the readable reference and the fallback) and "cuda" (cuBLASLt + a few kernels).
+ * the readable reference and the fallback), "cuda" (cuBLASLt + a few kernels) and "null"
+ * (no math: a measuring tool for the service around the update, backend_null.c).
  *
  * Every float pointer an op receives is backend memory from ->alloc (host memory for
  * cpu, device memory for cuda). Ops are enqueued in order and may run asynchronously;
@@ -189,7 +190,7 @@ struct sac_backend {
   void *impl;
 };
 
-/* Creates a backend by name ("cpu", "cuda"). threads: CPU threads for "cpu" (0 = all
+/* Creates a backend by name ("cpu", "cuda", "null"). threads: CPU threads for "cpu" (0 = all
  * cores). Returns 0, SAC_ENOTFOUND (unknown name), SAC_EUNSUPPORTED (the CUDA module is
  * not installed or not loadable: learner/cuda_module.h), SAC_ENODEV (module loaded, no
  * usable GPU) or SAC_ENOMEM; each failure logs which. */
@@ -215,6 +216,9 @@ int sac_backend_configure(sac_backend_t *be, const char *precision, int graphs);
 void sac_backend_destroy(sac_backend_t **be);
 
 int sac_backend_cpu_new(int threads, sac_backend_t **out);
+/* The null backend (backend_null.c): the interface and buffers without the math, to
+ * measure the service around the update (--backend null, sac-bench-service). */
+int sac_backend_null_new(sac_backend_t **out);
 /* The cuda backend on a device, through the CUDA module (same codes as sac_backend_new). */
 int sac_backend_cuda_new(int device, sac_backend_t **out);
 

@@ -75,7 +75,9 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("env", t.env, "Pendulum-v1",
         "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5, "
         "Humanoid-v5 (MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
-    STR("backend", t.backend, "cpu", "compute backend: cpu or cuda"),
+    STR("backend", t.backend, "cpu",
+        "compute backend: cpu or cuda; null is a measuring tool that does no math (it reads each batch, "
+        "returns priorities and keeps the initial weights: the service's ceiling, docs/LEARNER.md)"),
     STR("precision", t.precision, "fp32",
         "compute precision: fp32; with --backend cuda also tf32, bf16, fp16 (fp32 master weights, fp16 "
         "with dynamic loss scaling)"),
