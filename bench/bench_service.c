@@ -21,7 +21,9 @@
  * their ratio to the machine's memcpy bandwidth, measured in the same run (the
  * yardstick: a 64 MiB copy, median of 5); and where the loop's time goes, per stage,
  * summed over the windows: sample (waiting for and decoding a reply, in the client),
- * stage, update, priorities, publish; and the CPU time per update of the whole process
+ * stage, update, priorities, publish (the table shows the sample stage's share of the
+ * wall time, "wait", and the learner thread's CPU per update in each stage); and the CPU
+ * time per update of the whole process
  * (learner, shards, actors, ZeroMQ's I/O thread) and of the learner's thread, which is
  * what the rate scales with on more cores (updates per core-second = 1 / that time). One "RESULT" line per
  * configuration is for scripts (tests/test_bench_service.sh); the process exits 1 when a configuration
@@ -32,7 +34,8 @@
  *   [--actors 0,4,16] [--actor_rate STEPS_PER_S (default 1000)] [--batch B (default 256)]
  *   [--prefetch K (requests in flight per shard; default the client's, as the learner)]
  *   [--publish_every K (default 10, the learner's)]
- *   [--prefill ROWS (per shard before the learner starts, default 32768; capacity 65536)] */
+ *   [--prefill ROWS (per shard before the learner starts, default 32768; capacity 65536)]
+ *   [--env ENV_ID: also an actor core's steps per CPU-second on ENV_ID, e.g. HalfCheetah-v5] */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -44,9 +47,12 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/mlp.h"
 #include "common/net.h"
+#include "common/rng.h"
 #include "common/weights.h"
 #include "learner/backend.h"
 #include "learner/sac.h"
@@ -68,6 +74,7 @@ typedef struct {
   int64_t prefill;
   double actor_rate;
   char configs[256], samplers[64], actors[64];
+  char env[256]; /* "": no actor-core table */
 } opts_t;
 
 /* One configuration. */
@@ -251,9 +258,15 @@ typedef struct {
   uint64_t *prev_idx;
   int prev_pending;
   int prioritized, publish_every;
-  int64_t updates;
+  int64_t updates, steps;
   double stage_s[ST_COUNT];
+  /* the learner thread's CPU per stage: read on one update in CPU_EVERY for the stages
+   * every update has (a thread CPU clock read is a system call, too dear for each stage of
+   * each update), on every publish for the publish */
+  double cpu_s[ST_COUNT];
+  int64_t cpu_sampled;
 } learner_t;
+#define CPU_EVERY 16
 
 static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const opts_t *o, int id) {
   memset(L, 0, sizeof *L);
@@ -308,23 +321,32 @@ static int all_finite(const float *w, size_t n) {
 /* One update as the service does it; the seconds of each stage go to L->stage_s.
  * SAC_ETIMEOUT when no batch came in time (not counted as an update). */
 static int learner_step(learner_t *L) {
-  double t0 = sac_clock_s(), t1;
+  const int cpu = L->steps++ % CPU_EVERY == 0;
+  double t0 = sac_clock_s(), t1, c[ST_COUNT] = {0};
+  if (cpu)
+    c[0] = thread_cpu_s();
   sac_replay_batch_t b;
   int rc = sac_replay_client_sample(L->client, 200, &b);
   t1 = sac_clock_s();
   L->stage_s[ST_SAMPLE] += t1 - t0;
   if (rc)
     return rc;
+  if (cpu)
+    c[1] = thread_cpu_s();
   sac_host_batch_t hb = {b.obs,    b.next_obs,   b.action,
                          b.reward, b.terminated, L->prioritized ? b.weights : NULL};
   if ((rc = sac_load_batch(L->sac, &hb, 1)) != 0)
     return rc;
   t0 = sac_clock_s();
   L->stage_s[ST_STAGE] += t0 - t1;
+  if (cpu)
+    c[2] = thread_cpu_s();
   if ((rc = sac_update(L->sac)) != 0)
     return rc;
   t1 = sac_clock_s();
   L->stage_s[ST_UPDATE] += t1 - t0;
+  if (cpu)
+    c[3] = thread_cpu_s();
   L->updates++;
   if (L->prioritized) { /* as the service: this update's |td| now, sent after the next */
     if (L->prev_pending)
@@ -337,7 +359,14 @@ static int learner_step(learner_t *L) {
     L->stage_s[ST_PRIO] += t0 - t1;
     t1 = t0;
   }
+  if (cpu) {
+    c[4] = thread_cpu_s();
+    for (int k = 0; k < ST_PUBLISH; k++)
+      L->cpu_s[k] += c[k + 1] - c[k];
+    L->cpu_sampled++;
+  }
   if (L->updates % L->publish_every == 0) {
+    const double p0 = thread_cpu_s();
     if ((rc = sac_get_actor(L->sac, L->actor)) != 0)
       return rc;
     if (!all_finite(L->actor, sac_actor_param_count(L->sac)))
@@ -345,6 +374,7 @@ static int learner_step(learner_t *L) {
     if ((rc = sac_weights_publish(L->pub, (uint64_t)L->updates, L->actor)) != 0)
       return rc;
     L->stage_s[ST_PUBLISH] += sac_clock_s() - t1;
+    L->cpu_s[ST_PUBLISH] += thread_cpu_s() - p0;
   }
   return 0;
 }
@@ -371,6 +401,7 @@ typedef struct {
   double stage_s[ST_COUNT], loop_s;
   double actor_rows_s;
   double cpu_us, learner_cpu_us; /* CPU per update: the process, the learner's thread */
+  double stage_cpu_us[ST_COUNT]; /* the learner thread's CPU per update, by stage */
 } result_t;
 
 static int run_conf(const conf_t *c, const opts_t *o, int id, result_t *r) {
@@ -403,6 +434,8 @@ static int run_conf(const conf_t *c, const opts_t *o, int id, result_t *r) {
     goto out;
   }
   memset(L.stage_s, 0, sizeof L.stage_s);
+  memset(L.cpu_s, 0, sizeof L.cpu_s);
+  L.cpu_sampled = 0;
   double ups[MAX_WINDOWS];
   long long sent0 = 0;
   for (int i = 0; i < c->actors; i++)
@@ -426,6 +459,9 @@ static int run_conf(const conf_t *c, const opts_t *o, int id, result_t *r) {
     sent1 += atomic_load(&actors[i].sent);
   r->actor_rows_s = (double)(sent1 - sent0) / r->loop_s;
   memcpy(r->stage_s, L.stage_s, sizeof r->stage_s);
+  for (int k = 0; k < ST_PUBLISH; k++)
+    r->stage_cpu_us[k] = L.cpu_sampled ? 1e6 * L.cpu_s[k] / (double)L.cpu_sampled : NAN;
+  r->stage_cpu_us[ST_PUBLISH] = n_upd > 0 ? 1e6 * L.cpu_s[ST_PUBLISH] / n_upd : NAN;
   r->ups_lo = r->ups_hi = ups[0];
   for (int k = 1; k < o->windows; k++)
     r->ups_lo = fmin(r->ups_lo, ups[k]), r->ups_hi = fmax(r->ups_hi, ups[k]);
@@ -441,6 +477,78 @@ out:
   learner_close(&L);
   shards_stop(&sh);
   free(actors);
+  return rc;
+}
+
+/* ---- an actor's core: environment steps per CPU-second ----
+ * One thread steps one environment with actions from a 2 x 256 tanh-Gaussian actor of the
+ * learner's shape (random initial weights; sac_policy_act, as sac-actor acts), so the figure
+ * is the environment's physics plus the policy's forward pass per step; and the same with
+ * uniform random actions (the physics alone). Thread CPU time, median of the windows.
+ * Sending (64-row batches) and loading weights are left out: they depend on the shards
+ * and the publish rate (docs/SCALING.md measures them with the whole cluster). */
+typedef struct {
+  double policy_us, physics_us; /* CPU per step */
+} env_result_t;
+
+static int env_steps_for(sac_env_t *env, const sac_mlp_desc_t *d, const float *params, double seconds,
+                         int policy, float *scratch, sac_rng_t *rng, double *us_per_step) {
+  const sac_env_spec_t *sp = sac_env_spec(env);
+  float obs[SAC_ENV_MAX_OBS], a[SAC_ENV_MAX_ACT], ea[SAC_ENV_MAX_ACT], r;
+  const sac_policy_cfg_t pc = {-20.0f, 2.0f};
+  int term = 0, trunc = 0, rc;
+  if ((rc = sac_env_reset(env, obs)) != 0)
+    return rc;
+  const double t0 = sac_clock_s(), c0 = thread_cpu_s();
+  int64_t n = 0;
+  while (sac_clock_s() - t0 < seconds) {
+    if (policy)
+      sac_policy_act(d, params, &pc, obs, 1, 0, rng, a, scratch);
+    else
+      for (int i = 0; i < sp->act_dim; i++)
+        a[i] = (float)sac_rng_uniform_range(rng, -1.0, 1.0);
+    for (int i = 0; i < sp->act_dim; i++) /* [-1, 1] to the environment's bounds */
+      ea[i] = sp->act_low[i] + 0.5f * (a[i] + 1.0f) * (sp->act_high[i] - sp->act_low[i]);
+    if ((rc = sac_env_step(env, ea, obs, &r, &term, &trunc)) != 0)
+      return rc;
+    if ((term || trunc) && (rc = sac_env_reset(env, obs)) != 0)
+      return rc;
+    n++;
+  }
+  *us_per_step = n > 0 ? 1e6 * (thread_cpu_s() - c0) / (double)n : NAN;
+  return 0;
+}
+
+static int env_core(const opts_t *o, env_result_t *out) {
+  sac_env_t *env = NULL;
+  int rc = sac_env_new(o->env, 1, 0, &env);
+  if (rc)
+    return rc;
+  const sac_env_spec_t *sp = sac_env_spec(env);
+  sac_mlp_desc_t d;
+  sac_mlp_desc_init(&d, sp->obs_dim, 256, 2, 2 * sp->act_dim, SAC_ACT_RELU, 1);
+  float *params = malloc(sizeof(float) * sac_mlp_param_count(&d));
+  float *scratch = malloc(sizeof(float) * (2 * (size_t)sac_mlp_max_width(&d) + 4 * (size_t)sp->act_dim));
+  sac_rng_t rng;
+  sac_rng_init(&rng, 7, 0);
+  if (!params || !scratch) {
+    rc = SAC_ENOMEM;
+    goto out;
+  }
+  sac_mlp_init_params(&d, params, &rng);
+  double pol[MAX_WINDOWS], phy[MAX_WINDOWS];
+  for (int k = 0; k < o->windows && rc == 0; k++) {
+    rc = env_steps_for(env, &d, params, o->seconds, 1, scratch, &rng, &pol[k]);
+    if (rc == 0)
+      rc = env_steps_for(env, &d, params, o->seconds, 0, scratch, &rng, &phy[k]);
+  }
+  if (rc == 0) {
+    out->policy_us = median(pol, o->windows);
+    out->physics_us = median(phy, o->windows);
+  }
+out:
+  free(params), free(scratch);
+  sac_env_destroy(&env);
   return rc;
 }
 
@@ -497,7 +605,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: sac-bench-service [--seconds S] [--windows W] [--configs inproc:2,tcp:1,tcp:2,tcp:4]\n"
           "  [--samplers uniform,prioritized] [--actors 0,4,16] [--actor_rate STEPS_PER_S]\n"
-          "  [--batch B] [--prefetch K] [--publish_every K] [--prefill ROWS_PER_SHARD]\n");
+          "  [--batch B] [--prefetch K] [--publish_every K] [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n");
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
@@ -533,6 +641,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->actor_rate = atof(v);
     else if (!strcmp(argv[i], "--configs"))
       snprintf(o->configs, sizeof o->configs, "%s", v);
+    else if (!strcmp(argv[i], "--env"))
+      snprintf(o->env, sizeof o->env, "%s", v);
     else if (!strcmp(argv[i], "--samplers"))
       snprintf(o->samplers, sizeof o->samplers, "%s", v);
     else if (!strcmp(argv[i], "--actors"))
@@ -575,8 +685,22 @@ int main(int argc, char **argv) {
          reply_bytes);
   printf("%-9s %6s %-11s %6s %10s %12s %9s %9s %8s %8s %9s  %s\n", "transport", "shards", "sampler", "actors",
          "updates/s", "transitions/s", "MB/s in", "x memcpy", "cpu us/u", "lrn us/u", "u/core-s",
-         "loop time: sample stage update priorities publish (%)");
+         "wait | learner CPU us/update: sample stage update priorities publish");
   int failed = 0, id = 0;
+  if (o.env[0]) {
+    env_result_t er;
+    int rc = env_core(&o, &er);
+    if (rc) {
+      printf("actor core on %s: failed: %s\n", o.env, sac_strerror(rc));
+      failed = 1;
+    } else {
+      printf("actor core on %s: %.1f us CPU per step with a 2 x 256 policy (%.0f steps per core-second), "
+             "%.1f us with random actions (%.0f)\n",
+             o.env, er.policy_us, 1e6 / er.policy_us, er.physics_us, 1e6 / er.physics_us);
+      printf("RESULT actor_core env=%s policy_us_per_step=%.2f physics_us_per_step=%.2f\n", o.env,
+             er.policy_us, er.physics_us);
+    }
+  }
   for (int i = 0; i < nc; i++)
     for (int s = 0; s < ns; s++)
       for (int a = 0; a < na; a++) {
@@ -591,15 +715,11 @@ int main(int argc, char **argv) {
           failed = 1;
           continue;
         }
-        double in_mbs = r.ups * reply_bytes / 1e6, sum = 0;
-        for (int k = 0; k < ST_COUNT; k++)
-          sum += r.stage_s[k];
+        double in_mbs = r.ups * reply_bytes / 1e6;
         char prof[160];
-        int off = 0;
+        int off = snprintf(prof, sizeof prof, " %4.0f%% |", 100.0 * r.stage_s[ST_SAMPLE] / r.loop_s);
         for (int k = 0; k < ST_COUNT; k++)
-          off += snprintf(prof + off, sizeof prof - (size_t)off, " %5.1f", 100.0 * r.stage_s[k] / r.loop_s);
-        snprintf(prof + off, sizeof prof - (size_t)off, "  (other %.1f)",
-                 100.0 * (r.loop_s - sum) / r.loop_s);
+          off += snprintf(prof + off, sizeof prof - (size_t)off, " %5.1f", r.stage_cpu_us[k]);
         printf("%-9s %6d %-11s %6d %10.0f %12.0f %9.1f %9.4f %8.1f %8.1f %9.0f %s\n", tr, c.shards, sm,
                c.actors, r.ups, r.tps, in_mbs, in_mbs / 1e3 / gbs, r.cpu_us, r.learner_cpu_us, 1e6 / r.cpu_us,
                prof);
@@ -611,6 +731,8 @@ int main(int argc, char **argv) {
                r.learner_cpu_us);
         for (int k = 0; k < ST_COUNT; k++)
           printf(" %s_us=%.2f", k_stage_names[k], r.ups > 0 ? 1e6 * r.stage_s[k] / (r.ups * r.loop_s) : 0.0);
+        for (int k = 0; k < ST_COUNT; k++)
+          printf(" %s_cpu_us=%.2f", k_stage_names[k], r.stage_cpu_us[k]);
         printf("\n");
         fflush(stdout);
         if (!(isfinite(r.ups) && r.ups > 0))
