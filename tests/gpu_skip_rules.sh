@@ -14,6 +14,8 @@
 #                                                            fails where none does
 #   5. the built module, no switch                          -> 0 with a GPU; 77 (never 0) and
 #                                                            "no usable GPU" in the log without one
+#   6. without a GPU, the whole backend_cuda suite          -> 77: no case in it runs without
+#                                                            a device (those are in backend_cuda_cpu)
 set -uo pipefail
 BIN=$1 NOT_MODULE=$2
 T=$(mktemp -d)
@@ -57,6 +59,14 @@ if grep -q 'there is no usable GPU' "$T/out"; then
   rc=$?
   if [ "$rc" = 0 ] || [ "$rc" = 77 ]; then bad "no device, SAC_TEST_GPU_PRESENT=1: exit $rc (must fail)"; else
     echo "ok: no device with the device-present switch -> exit $rc (failed)"
+  fi
+  # the whole GPU suite, as ctest runs it: every case needs the device, so all skip and the
+  # binary exits 77 (a case that runs without a GPU belongs in suite backend_cuda_cpu, or
+  # the GPU test would say Passed on a machine where no GPU case ran)
+  "$BIN" --jobs 1 -S --filter 'backend_cuda/*' --verbose >"$T/out" 2>&1
+  rc=$?
+  if [ "$rc" = 77 ]; then echo "ok: no device, the whole backend_cuda suite -> exit 77 (Skipped)"; else
+    bad "no device, the whole backend_cuda suite: exit $rc, not 77; cases that did not skip: $(grep -E '^\[(PASS|FAIL)\]' "$T/out" | cut -c1-100 | tr '\n' ' ')"
   fi
 elif [ "$rc" = 0 ]; then
   echo "ok: a GPU answered, the case ran and passed"

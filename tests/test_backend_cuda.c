@@ -756,7 +756,7 @@ static int state_tensors_over(sac_t *a, sac_t *b, double tol, char *worst, size_
 /* The per-tensor check itself, on the CPU (runs without a GPU): two identical learners
  * agree; one float planted into a single small tensor (log alpha, a critic output bias,
  * a target bias, one Adam v entry) is found, at the tolerance the GPU parity uses. */
-Test(backend_cuda, parity_per_tensor_catches_a_planted_single_tensor_error) {
+Test(backend_cuda_cpu, parity_per_tensor_catches_a_planted_single_tensor_error) {
   sac_backend_t *c1 = cpu_backend(), *c2 = cpu_backend();
   const int O = 17, A = 6, H = 64, B = 32;
   sac_t *a = new_sac(c1, O, A, H, 2, B, 0), *b = new_sac(c2, O, A, H, 2, B, 0);
