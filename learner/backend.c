@@ -96,6 +96,16 @@ int sac_backend_configure(sac_backend_t *be, const char *precision, int graphs) 
   return rc == SAC_EINVAL ? SAC_ECONFIG : rc;
 }
 
+int sac_backend_counts(sac_backend_t *be, sac_backend_counts_t *out) {
+  double b, l;
+  if (!be->ops->get_metric || be->ops->get_metric(be, "blocking_syncs", &b) != 0 ||
+      be->ops->get_metric(be, "kernel_launches", &l) != 0)
+    return SAC_ENOTFOUND;
+  out->blocking_syncs = (int64_t)b;
+  out->launches = (int64_t)l;
+  return 0;
+}
+
 void sac_backend_destroy(sac_backend_t **be) {
   if (!*be)
     return;

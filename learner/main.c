@@ -92,6 +92,9 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
         "uniform random actions and no updates before this many steps"),
     OPT("updates_per_step", SAC_CFG_INT, t.updates_per_step, "1", 1, 1000, "updates per environment step"),
+    OPT("actor_lag", SAC_CFG_INT, t.actor_lag, "1", 0, 1,
+        "local: 1 = act with the actor as of one step's updates earlier (no wait for the device per step); "
+        "0 = wait for each step's updates"),
     STR("durability", durability, "wal",
         "embedded shards: wal (acknowledged transitions survive a crash: logged next to their "
         "snapshots in the run directory) | snapshot | none"),
