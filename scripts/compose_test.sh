@@ -36,6 +36,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib_return.sh
+. "$ROOT/scripts/lib_return.sh"
 T0=$(date +%s)
 log() { printf '[compose_test %4ds] %s\n' "$(($(date +%s) - T0))" "$*"; }
 skip() {
@@ -412,8 +414,8 @@ result=$(docker logs "$LEARNER" 2>/dev/null | grep -E '^result:' | tail -n 1)
 [ -n "$result" ] || fail "the learner printed no result line"
 echo "    $result"
 docker logs "$LEARNER" 2>/dev/null | grep -E '^results in' | sed 's/^/    /' || true
-ret=$(sed -E 's/.*final eval return (-?[0-9.]+).*/\1/' <<<"$result")
-awk -v r="$ret" 'BEGIN { exit !(r >= -200) }' || fail "final eval return $ret is below the bar of -200"
+return_check "$result" -200 || fail "$RETURN_WHY"
+ret=$RETURN
 log "trained across containers: final eval return $ret >= -200"
 files=$(docker cp "$LEARNER:/var/lib/sac/runs/compose-test" - 2>/dev/null | tar -t 2>/dev/null | sed 's,^compose-test/,,' | grep -v '^$' | sort | tr '\n' ' ')
 log "run directory in the volume ${PROJECT}_runs: $files"
