@@ -131,7 +131,7 @@ fi
 mkdir -p "$work/src" "$work/orig" "$work/caught"
 # the checkout's files as they are (tracked and untracked, not ignored: no build folders)
 (cd "$root" && git ls-files -z --cached --others --exclude-standard |
-  tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$work/src"
+  tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xmf - -C "$work/src" # -m: new mtimes, so a reused build recompiles
 for f in "$B" "$S"; do mkdir -p "$work/orig/$(dirname "$f")" && cp "$work/src/$f" "$work/orig/$f"; done
 echo "mutants: copy in $work/src; building ${tests[*]}"
 cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$work/configure.log" 2>&1 ||
