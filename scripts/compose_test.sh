@@ -284,7 +284,7 @@ export SAC_IMAGE="$IMAGE" SAC_LEARNER_IMAGE="$IMAGE" SAC_PROMETHEUS_IMAGE="$PROM
 export SAC_BASE_IMAGE="$BASE_TAG" SAC_PROMETHEUS_PORT="$PROM_PORT"
 export SAC_SNAPSHOT_INTERVAL_S=5 SAC_RUN_NAME=compose-test
 # the test's own settings, not the caller's
-unset SAC_TOTAL_STEPS SAC_LR SAC_SEED SAC_ENV SAC_ACTORS SAC_LEARNER_THREADS SAC_BACKEND SAC_LOG_LEVEL
+unset SAC_TOTAL_STEPS SAC_LR SAC_SEED SAC_ENV SAC_ACTOR_REPLICAS SAC_LEARNER_THREADS SAC_BACKEND SAC_LOG_LEVEL
 
 PROM="http://127.0.0.1:$PROM_PORT"
 log "docker-compose up: project $PROJECT, 2 shards, 2 actors, learner, prometheus on $PROM"
@@ -439,7 +439,7 @@ COMPOSE=(docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" -f "$ROOT/deploy/docker
 DP_STEPS=${SAC_COMPOSE_DP_STEPS:-3000}
 log "data-parallel: project $PROJECT, learner + learner1 (dp_size 2, zmq), 2 shards, 2 actors, $DP_STEPS steps"
 UP=1
-SAC_DP_SIZE=2 SAC_SAMPLES_PER_INSERT=512 SAC_TOTAL_STEPS=$DP_STEPS SAC_EVAL_EVERY=0 SAC_RUN_NAME=compose-dp \
+SAC_DP_SIZE=2 SAC_SAMPLES_PER_INSERT=512 SAC_TOTAL_STEPS=$DP_STEPS SAC_EVAL_EVERY_UPDATES=0 SAC_RUN_NAME=compose-dp \
   timeout 300 "${COMPOSE[@]}" up -d --no-build --scale actor=2 >"$WORK/up-dp.log" 2>&1 ||
   { cat "$WORK/up-dp.log"; fail "docker-compose up (data-parallel) failed"; }
 LEARNER=$(cid learner)
