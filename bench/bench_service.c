@@ -763,7 +763,10 @@ int main(int argc, char **argv) {
   if (o.learner[0]) {
     int rc = learner_service(&o);
     if (rc) {
-      printf("learner service on %s: failed: %s\n", o.learner, sac_strerror(rc));
+      printf("learner service on %s: failed: %s%s\n", o.learner, sac_strerror(rc),
+             rc == SAC_ETIMEOUT ? " (no update in the run: the actors had not stored learning_starts "
+                                  "steps yet; give it more --seconds or --windows)"
+                                : "");
       failed = 1;
     }
   }
