@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/durable.h"
 #include "common/error.h"
 #include "common/le.h"
 #include "common/log.h"
@@ -149,25 +150,6 @@ int sac_replay_wal_scan(const char *path, size_t max_payload, sac_replay_wal_app
   return rc;
 }
 
-/* fsync of the directory holding path: a new log's name survives a power cut too. */
-static int sync_dir(const char *path) {
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir)
-    slash[1] = '\0';
-  else if (slash)
-    *slash = '\0';
-  else
-    snprintf(dir, sizeof dir, ".");
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
-}
-
 int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
                         sac_replay_wal_apply_fn apply, void *user, sac_replay_wal_t **out,
                         sac_replay_wal_scan_t *scan) {
@@ -181,7 +163,7 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
   if (!w)
     return SAC_ENOMEM;
   snprintf(w->path, sizeof w->path, "%s", path);
-  w->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  w->fd = sac_durable_fault("open", path) ? -1 : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   struct stat sb;
   if (w->fd < 0 || fstat(w->fd, &sb) != 0) {
     SAC_ERROR("replay", "cannot open the write-ahead log %s: %s", path, strerror(errno));
@@ -194,7 +176,8 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
     memcpy(h, k_magic, 8);
     sac_le_put32(h + 8, 1);
     sac_le_put32(h + 12, shard_id);
-    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0 || sync_dir(path) != 0)
+    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0 ||
+        sac_durable_sync_dir(path) != 0)
       rc = SAC_EIO;
     scan->valid_bytes = sizeof h;
     if (!rc)
@@ -250,7 +233,7 @@ int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, 
   struct iovec iov[2] = {{head, sizeof head}, {(void *)payload, len}};
   size_t want = sizeof head + len, done = 0;
   while (done < want) {
-    ssize_t n = pwritev(w->fd, iov, 2, (off_t)(w->bytes + done));
+    ssize_t n = sac_durable_fault("write", w->path) ? -1 : pwritev(w->fd, iov, 2, (off_t)(w->bytes + done));
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0) {
@@ -279,7 +262,7 @@ int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, 
 int sac_replay_wal_sync(sac_replay_wal_t *w) {
   if (sac_replay_wal_sync_hook)
     sac_replay_wal_sync_hook(sac_replay_wal_sync_hook_arg);
-  if (fdatasync(w->fd) != 0) {
+  if (sac_durable_fault("fdatasync", w->path) || fdatasync(w->fd) != 0) {
     SAC_ERROR("replay", "write-ahead log %s: fdatasync failed: %s", w->path, strerror(errno));
     return SAC_EIO;
   }
@@ -287,7 +270,8 @@ int sac_replay_wal_sync(sac_replay_wal_t *w) {
 }
 
 int sac_replay_wal_reset(sac_replay_wal_t *w) {
-  if (ftruncate(w->fd, SAC_REPLAY_WAL_HEADER_BYTES) != 0 || fsync(w->fd) != 0) {
+  if (sac_durable_fault("truncate", w->path) || ftruncate(w->fd, SAC_REPLAY_WAL_HEADER_BYTES) != 0 ||
+      sac_durable_fault("fsync", w->path) || fsync(w->fd) != 0) {
     SAC_ERROR("replay", "write-ahead log %s: cannot empty it: %s", w->path, strerror(errno));
     return SAC_EIO;
   }
