@@ -204,8 +204,16 @@ int sac_snap_writer_commit(sac_snap_writer_t *w) {
   step = "rename";
   if (sac_durable_fault("rename", w->path) || rename(w->tmp, w->path) != 0)
     goto err;
-  if (sac_durable_sync_dir(w->path) != 0)
-    SAC_WARN("snapshot", "fsync of the directory of %s failed: %s", w->path, strerror(errno));
+  /* until the directory is synced the rename may be undone by a power cut: the new
+   * snapshot is not durable, and whoever relies on it (the shard truncating its log)
+   * must not */
+  if (sac_durable_sync_dir(w->path) != 0) {
+    SAC_ERROR("snapshot",
+              "fsync of the directory of %s failed: %s; the new snapshot is in place but not durable",
+              w->path, strerror(errno));
+    w->tmp[0] = '\0';
+    return SAC_EIO;
+  }
   return 0;
 err:
   SAC_ERROR("snapshot", "%s of %s failed: %s; the previous snapshot is kept", step, w->tmp, strerror(errno));
