@@ -1003,3 +1003,145 @@ Test(replay_wal, a_file_moved_aside_is_followed_by_a_directory_fsync) {
   sac_replay_server_destroy(&s);
   sac_net_ctx_destroy(&ctx);
 }
+
+/* ------------------------------------------------------------------ injected I/O errors */
+
+/* Sends seq from..to one at a time on a raw connection, waiting up to wait_ms for each
+ * ack; marks acked[seq] for every seq an ack (or an ack's cumulative acked_seq) covers. */
+static void send_and_collect(raw_t *k, tg_t *g, uint64_t from, uint64_t to, int wait_ms, int *acked) {
+  for (uint64_t q = from; q <= to; q++) {
+    uint64_t through = 0;
+    for (uint64_t p = 1; p < q; p++)
+      if (acked[p] && p == through + 1)
+        through = p;
+    raw_send(k, q, through, g);
+    sac_wire_ack_t a;
+    char err[128];
+    if (raw_ack(k, wait_ms, &a, err, sizeof err)) {
+      if (!err[0] && a.seq >= 1 && a.seq < 64)
+        acked[a.seq] = 1;
+      for (uint64_t p = 1; p <= a.acked_seq && p < 64; p++)
+        acked[p] = 1;
+    }
+  }
+}
+
+static int g_io_trial;
+
+/* One fault: the shard takes batches 1..5 (acknowledged), then op on the file ending in
+ * suffix fails with err while batches 6..10 arrive (and, for the snapshot, a snapshot is
+ * asked for). Then the fault is removed and the shard restarted: every acknowledged batch
+ * is there, once. Returns how many of 6..10 were acknowledged under the fault. */
+static int io_fault_trial(const char *op, const char *suffix, int err, sac_replay_stats_t *during) {
+  char tag[32];
+  snprintf(tag, sizeof tag, "io%d", g_io_trial++);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -f '%s'/shard.snap*", g_dir);
+  cr_assert_eq(system(cmd), 0);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, tag);
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  raw_t *k = calloc(1, sizeof *k);
+  k->ins = sac_net_socket(ctx, SAC_NET_DEALER, NULL);
+  cr_assert_eq(sac_net_connect(k->ins, sac_replay_server_insert_endpoint(s)), 0);
+  k->dec = sac_wire_decoder_new(0);
+  tg_t g;
+  tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
+  int acked[64] = {0};
+  send_and_collect(k, &g, 1, 5, 5000, acked);
+  for (int q = 1; q <= 5; q++)
+    cr_assert(acked[q], "%s %s: batch %d acknowledged before the fault", op, suffix, q);
+  hook_on(op, suffix, err);
+  if (strstr(suffix, ".snap") && !strstr(suffix, ".wal"))
+    sac_replay_server_request_snapshot(s);
+  send_and_collect(k, &g, 6, 10, 700, acked);
+  if (strstr(suffix, ".snap") && !strstr(suffix, ".wal"))
+    sac_replay_server_request_snapshot(s);
+  sac_replay_server_stats(s, during);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_server_stats(s, during);
+  sac_durable_fault_hook = NULL;
+  tg_free(&g);
+  sac_net_close(&k->ins);
+  sac_wire_decoder_destroy(&k->dec);
+  free(k);
+  sac_replay_server_destroy(&s);
+  int late = 0;
+  for (int q = 6; q <= 10; q++)
+    late += acked[q];
+  /* restarted without the fault: every acknowledged batch, once */
+  sac_replay_stats_t st;
+  char *text = provenance_after_restart(SAC_REPLAY_DURABILITY_WAL, &st);
+  int *count = calloc(64, sizeof *count);
+  const char *p = strchr(text, '\n');
+  for (p++; *p; p = strchr(p, '\n') + 1) {
+    unsigned actor = 0, rows = 0;
+    unsigned long long session = 0, seq = 0;
+    cr_assert_eq(sscanf(p, "%u %llu %llu %u", &actor, &session, &seq, &rows), 4);
+    if (seq < 64)
+      count[seq]++;
+  }
+  for (int q = 1; q <= 10; q++) {
+    cr_assert_leq(count[q], 1, "%s %s (%s): batch %d stored twice", op, suffix, strerror(err), q);
+    cr_assert(!acked[q] || count[q] == 1, "%s %s (%s): acknowledged batch %d missing after the restart", op,
+              suffix, strerror(err), q);
+  }
+  free(count);
+  free(text);
+  sac_net_ctx_destroy(&ctx);
+  return late;
+}
+
+/* EIO and ENOSPC on the log's write and fdatasync: the shard stops (fail-stop), answers
+ * none of the batches it could not make durable, counts the error, and the restarted
+ * shard has every acknowledged batch. */
+Test(replay_wal, io_errors_on_the_log_stop_the_shard_and_ack_nothing_undurable) {
+  const char *ops[] = {"write", "fdatasync"};
+  const int errs[] = {EIO, ENOSPC};
+  for (int o = 0; o < 2; o++)
+    for (int e = 0; e < 2; e++) {
+      sac_replay_stats_t st;
+      int late = io_fault_trial(ops[o], "/shard.snap.wal", errs[e], &st);
+      cr_assert_eq(late, 0, "%s of the log failing with %s: %d batches acknowledged after it", ops[o],
+                   strerror(errs[e]), late);
+      cr_assert_geq(st.wal_errors_total, 1, "%s (%s): not counted", ops[o], strerror(errs[e]));
+    }
+}
+
+/* The log cannot be opened: the shard refuses to start (and starts once it can). */
+Test(replay_wal, io_error_opening_the_log_refuses_the_start) {
+  const int errs[] = {EIO, ENOSPC};
+  for (int e = 0; e < 2; e++) {
+    sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "ioo");
+    hook_on("open", "/shard.snap.wal", errs[e]);
+    int err = 0;
+    sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+    sac_durable_fault_hook = NULL;
+    cr_assert_null(s, "started on a log it could not open (%s)", strerror(errs[e]));
+    cr_assert_eq(err, SAC_ECONFIG);
+    s = sac_replay_server_new(&c, NULL, &err);
+    cr_assert_not_null(s);
+    sac_replay_server_destroy(&s);
+  }
+}
+
+/* EIO and ENOSPC on the snapshot's open, write, fsync and rename: the snapshot fails and
+ * is counted, the log keeps every batch (its acks stay truthful: a batch is acknowledged
+ * only once the log's fsync covered it), and the restarted shard has every acknowledged
+ * batch. */
+Test(replay_wal, io_errors_on_the_snapshot_keep_the_log) {
+  const char *ops[] = {"open", "write", "fsync", "rename"};
+  const int errs[] = {EIO, ENOSPC};
+  for (int o = 0; o < 4; o++)
+    for (int e = 0; e < 2; e++) {
+      sac_replay_stats_t st;
+      io_fault_trial(ops[o], "/shard.snap", errs[e], &st);
+      cr_assert_geq(st.snapshot_failures_total, 1,
+                    "%s of the snapshot failing with %s: no failed snapshot counted", ops[o],
+                    strerror(errs[e]));
+      cr_assert_eq(st.snapshots_total, 0, "%s (%s): a snapshot counted as taken", ops[o], strerror(errs[e]));
+    }
+}
