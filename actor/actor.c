@@ -2,7 +2,10 @@
  * batched, batches sent. A batch's rows are in time order per environment, as the wire
  * format wants: next_obs is carried only where an episode ended (the final observation,
  * which a reset would otherwise lose) and, for each environment whose last row did not
- * end, once as its tail; the shard rebuilds every other next_obs from the next row. */
+ * end, once as its tail; the shard rebuilds every other next_obs from the next row.
+ * The loop (run_loop) is one environment step in named stages, each timed into the
+ * stats: take weights, act, step, send, report; the run's state is one struct
+ * (actor_run_t), set up and torn down in named steps. */
 #include "actor/actor.h"
 
 #include "actor/ledger.h"
@@ -178,40 +181,84 @@ static void scale_action(const sac_env_spec_t *sp, const float *a, float *env_a)
     env_a[i] = sp->act_low[i] + 0.5f * (a[i] + 1.0f) * (sp->act_high[i] - sp->act_low[i]);
 }
 
-int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_t *st) {
-  const int E = cfg->num_envs;
-  int rc = 0;
-  sac_env_t **envs = calloc((size_t)(E > 0 ? E : 1), sizeof *envs);
-  sac_weights_sub_t *wsub = NULL;
-  sac_replay_client_t *client = NULL;
-  ledger_arg_t la = {NULL, st};
-  builder_t b = {0};
-  float *obs = NULL, *a = NULL, *scratch = NULL, *ep_ret = NULL;
-  int *ep_len = NULL;
-  size_t scratch_cap = 0;
+const char *sac_actor_stage_name(sac_actor_stage_t s) {
+  static const char *const names[] = {"act", "step", "send", "weights", "report"};
+  _Static_assert(sizeof names / sizeof names[0] == SAC_ACTOR_STAGES, "stage names");
+  return (unsigned)s < SAC_ACTOR_STAGES ? names[s] : "unknown";
+}
+
+/* Everything one actor run holds: what it owns (released by close_run), what set-up
+ * fixed, and where the loop stands. */
+typedef struct {
+  const sac_actor_cfg_t *cfg;
+  atomic_int *stop;
+  sac_actor_stats_t *st;
+  int E, O, A;
+  const sac_env_spec_t *sp;
+  /* owned */
+  sac_env_t **envs; /* (E) */
+  sac_weights_sub_t *wsub;
+  sac_replay_client_t *client;
+  ledger_arg_t la;
+  builder_t b;
+  float *obs;     /* obs: (E, O) the current observations */
+  float *a;       /* a: (E, A) this step's actions in [-1, 1] */
+  float *scratch; /* inference scratch, grown with the policy's shape */
+  float *ep_ret;  /* ep_ret: (E) */
+  int *ep_len;    /* ep_len: (E) */
+  size_t scratch_cap;
+  /* the loop */
   double ret_hist[20];
-  int n_hist = 0;
-  if (E < 1 || cfg->n_shards < 1 || cfg->send_rows < 1 || !envs) {
-    SAC_ERROR("actor", "actor %u: need num_envs >= 1, send_rows >= 1 and at least one shard", cfg->actor_id);
-    free(envs);
-    return SAC_ECONFIG;
-  }
-  atomic_store(&st->running, 1);
+  int n_hist;
+  int joined_trained; /* joined a run in progress: no random warm-up */
+  int learned;        /* this step's actions came from the policy */
+  sac_rng_t rng;
+  sac_policy_cfg_t pc;
+  int64_t steps;
+  double t_log;
+  uint64_t lap, stage_ns[SAC_ACTOR_STAGES];
+} actor_run_t;
+
+/* What a stage returns besides 0 and a negative SAC_E* code: stopping with the batch
+ * unsent. */
+enum { STOPPED_UNSENT = 1 };
+
+/* Adds the time since the last lap to stage s (one clock read per stage). */
+static void lap(actor_run_t *r, sac_actor_stage_t s) {
+  uint64_t now = sac_clock_ns();
+  r->stage_ns[s] += now - r->lap;
+  r->lap = now;
+}
+
+static int stopping(const actor_run_t *r) { return r->stop && atomic_load(r->stop); }
+
+/* ---- set-up ---- */
+
+/* The environments, their spec and the loop's buffers. */
+static int open_envs(actor_run_t *r) {
+  const int E = r->E;
+  int rc = 0;
   for (int e = 0; e < E && rc == 0; e++)
-    rc = sac_env_new(cfg->env, cfg->seed, SAC_STREAM_ENV(cfg->actor_id, (uint64_t)e), &envs[e]);
+    rc = sac_env_new(r->cfg->env, r->cfg->seed, SAC_STREAM_ENV(r->cfg->actor_id, (uint64_t)e), &r->envs[e]);
   if (rc)
-    goto out;
-  const sac_env_spec_t *sp = sac_env_spec(envs[0]);
-  const int O = sp->obs_dim, A = sp->act_dim;
-  obs = malloc(sizeof(float) * (size_t)E * O);
-  a = malloc(sizeof(float) * (size_t)E * A);
-  ep_ret = calloc((size_t)E, sizeof(float));
-  ep_len = calloc((size_t)E, sizeof(int));
-  if (!obs || !a || !ep_ret || !ep_len || builder_init(&b, cfg->send_rows, E, O, A)) {
-    rc = SAC_ENOMEM;
-    goto out;
-  }
-  wsub = sac_weights_sub_new(cfg->ctx, cfg->weights_endpoint, O, A);
+    return rc;
+  r->sp = sac_env_spec(r->envs[0]);
+  r->O = r->sp->obs_dim, r->A = r->sp->act_dim;
+  r->obs = malloc(sizeof(float) * (size_t)E * r->O);
+  r->a = malloc(sizeof(float) * (size_t)E * r->A);
+  r->ep_ret = calloc((size_t)E, sizeof(float));
+  r->ep_len = calloc((size_t)E, sizeof(int));
+  if (!r->obs || !r->a || !r->ep_ret || !r->ep_len || builder_init(&r->b, r->cfg->send_rows, E, r->O, r->A))
+    return SAC_ENOMEM;
+  return 0;
+}
+
+/* The weights subscription, the ledger and the replay client; then the first
+ * observations. */
+static int open_network(actor_run_t *r) {
+  const sac_actor_cfg_t *cfg = r->cfg;
+  int rc;
+  r->wsub = sac_weights_sub_new(cfg->ctx, cfg->weights_endpoint, r->O, r->A);
   const char *eps[SAC_ACTOR_MAX_SHARDS];
   for (size_t i = 0; i < cfg->n_shards; i++)
     eps[i] = cfg->shard_endpoints[i];
@@ -223,176 +270,277 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
   cc.actor_id = cfg->actor_id;
   cc.window = (uint32_t)cfg->window;
   cc.on_ack = on_ack;
-  cc.on_ack_arg = st;
+  cc.on_ack_arg = r->st;
   if (cfg->ledger_path[0]) {
-    if ((rc = sac_ledger_open(cfg->ledger_path, cfg->actor_id, &la.ledger)) != 0)
-      goto out;
+    if ((rc = sac_ledger_open(cfg->ledger_path, cfg->actor_id, &r->la.ledger)) != 0)
+      return rc;
     cc.on_acked = on_acked;
-    cc.on_acked_arg = &la;
+    cc.on_acked_arg = &r->la;
   }
-  client = wsub ? sac_replay_client_new(&cc) : NULL;
-  if (!wsub || !client) {
-    rc = SAC_ENET;
-    goto out;
-  }
-  for (int e = 0; e < E && rc == 0; e++)
-    rc = sac_env_reset(envs[e], obs + (size_t)e * O);
-  if (rc)
-    goto out;
+  r->client = r->wsub ? sac_replay_client_new(&cc) : NULL;
+  if (!r->wsub || !r->client)
+    return SAC_ENET;
+  rc = 0;
+  for (int e = 0; e < r->E && rc == 0; e++)
+    rc = sac_env_reset(r->envs[e], r->obs + (size_t)e * r->O);
+  return rc;
+}
 
-  /* Wait (bounded, stoppable) for the first weights. If they are already trained
-   * (version > 0: this actor joins, or rejoins after a restart, a run in progress), it
-   * skips the random warm-up: a restarted actor would otherwise queue learning_starts
-   * steps of random actions, and the same ones as its previous life (its streams are a
-   * function of seed and actor id), ahead of everyone's data. Its action noise then
-   * also comes from a stream keyed by that version, so it does not repeat them either. */
+/* Waits (bounded, stoppable) for the first weights. If they are already trained
+ * (version > 0: this actor joins, or rejoins after a restart, a run in progress), it
+ * skips the random warm-up: a restarted actor would otherwise queue learning_starts
+ * steps of random actions, and the same ones as its previous life (its streams are a
+ * function of seed and actor id), ahead of everyone's data. Its action noise then also
+ * comes from a stream keyed by that version, so it does not repeat them either. */
+static int wait_first_weights(actor_run_t *r) {
+  const sac_actor_cfg_t *cfg = r->cfg;
   uint64_t first_version = 0;
-  int joined_trained = 0;
-  for (uint64_t t_w = sac_clock_ns(); !(stop && atomic_load(stop));) {
-    int w = take_weights(wsub, E, A, &scratch, &scratch_cap, st);
-    if (w < 0) {
-      rc = w;
-      goto out;
-    }
+  for (uint64_t t_w = sac_clock_ns(); !stopping(r);) {
+    int w = take_weights(r->wsub, r->E, r->A, &r->scratch, &r->scratch_cap, r->st);
+    if (w < 0)
+      return w;
     if (w == 1 || sac_clock_ns() - t_w >= (uint64_t)cfg->weights_wait_ms * 1000000ull)
       break;
     sac_sleep_ns(5000000ull);
   }
-  if (sac_weights_params(wsub) && (first_version = sac_weights_version(wsub)) > 0) {
-    joined_trained = 1;
+  if (sac_weights_params(r->wsub) && (first_version = sac_weights_version(r->wsub)) > 0) {
+    r->joined_trained = 1;
     SAC_INFO("actor", "actor %u: joined a run in progress (policy v%llu): acting on it from the first step",
              cfg->actor_id, (unsigned long long)first_version);
   }
-  sac_rng_t rng;
-  sac_rng_init(&rng, joined_trained ? sac_splitmix64(cfg->seed ^ sac_splitmix64(first_version)) : cfg->seed,
+  sac_rng_init(&r->rng,
+               r->joined_trained ? sac_splitmix64(cfg->seed ^ sac_splitmix64(first_version)) : cfg->seed,
                SAC_STREAM_ACTOR(cfg->actor_id));
-  sac_policy_cfg_t pc = {cfg->log_std_min, cfg->log_std_max};
-  int64_t steps = 0;
-  double t_log = sac_clock_s();
-  SAC_INFO("actor", "actor %u: %d x %s, %zu shard(s), weights from %s", cfg->actor_id, E, cfg->env,
+  r->pc = (sac_policy_cfg_t){cfg->log_std_min, cfg->log_std_max};
+  r->t_log = sac_clock_s();
+  SAC_INFO("actor", "actor %u: %d x %s, %zu shard(s), weights from %s", cfg->actor_id, r->E, cfg->env,
            cfg->n_shards, cfg->weights_endpoint);
-  while (!(stop && atomic_load(stop)) && (cfg->max_steps <= 0 || steps < cfg->max_steps)) {
-    /* newest weights, between steps */
-    if ((rc = take_weights(wsub, E, A, &scratch, &scratch_cap, st)) < 0)
-      goto out;
-    rc = 0;
-    const float *params = sac_weights_params(wsub);
-    int learned = (steps >= cfg->learning_starts || joined_trained) && params;
-    if (learned) {
-      sac_policy_act(sac_weights_desc(wsub), params, &pc, obs, E, 0, &rng, a, scratch);
-      atomic_fetch_add(&st->policy_steps, (uint64_t)E);
+  return 0;
+}
+
+/* ---- the stages of one step ---- */
+
+/* weights: the newest, between steps. */
+static int take_new_weights(actor_run_t *r) {
+  int rc = take_weights(r->wsub, r->E, r->A, &r->scratch, &r->scratch_cap, r->st);
+  return rc < 0 ? rc : 0;
+}
+
+/* act: the policy's actions once past the warm-up and given weights, else uniform
+ * random ones; a batch's first row fixes its policy version. */
+static void act(actor_run_t *r) {
+  const float *params = sac_weights_params(r->wsub);
+  r->learned = (r->steps >= r->cfg->learning_starts || r->joined_trained) && params;
+  if (r->learned) {
+    sac_policy_act(sac_weights_desc(r->wsub), params, &r->pc, r->obs, r->E, 0, &r->rng, r->a, r->scratch);
+    atomic_fetch_add(&r->st->policy_steps, (uint64_t)r->E);
+  } else {
+    for (int i = 0; i < r->E * r->A; i++)
+      r->a[i] = (float)sac_rng_uniform_range(&r->rng, -1.0, 1.0);
+  }
+  if (r->b.n == 0) {
+    r->b.version = r->learned ? sac_weights_version(r->wsub) : 0;
+    r->b.t_first = sac_clock_ns();
+  }
+}
+
+/* An episode of environment e ended with row `row`: its final observation, its end in
+ * the batch and the return statistics; then the environment is reset. */
+static int end_episode(actor_run_t *r, int e, int row, const float *nobs, int term, int trunc) {
+  builder_t *b = &r->b;
+  sac_actor_stats_t *st = r->st;
+  const int O = r->O;
+  b->next_rows[b->n_next] = (uint32_t)row;
+  memcpy(b->next_obs + (size_t)b->n_next * O, nobs, sizeof(float) * O);
+  b->n_next++;
+  b->eps[b->n_eps++] =
+      (sac_wire_episode_t){(uint32_t)e, r->ep_ret[e], (uint32_t)r->ep_len[e], trunc && !term};
+  r->ret_hist[r->n_hist % 20] = r->ep_ret[e];
+  r->n_hist++;
+  double m = 0;
+  int k = r->n_hist < 20 ? r->n_hist : 20;
+  for (int i = 0; i < k; i++)
+    m += r->ret_hist[i];
+  atomic_store(&st->last_return, (double)r->ep_ret[e]);
+  atomic_store(&st->last_length, (double)r->ep_len[e]);
+  atomic_store(&st->mean_return, m / k);
+  atomic_fetch_add(&st->episodes, 1);
+  r->ep_ret[e] = 0.0f;
+  r->ep_len[e] = 0;
+  return sac_env_reset(r->envs[e], r->obs + (size_t)e * O);
+}
+
+/* step: every environment one step on its action, each transition a row of the batch. */
+static int step_envs(actor_run_t *r) {
+  builder_t *b = &r->b;
+  const int O = r->O, A = r->A;
+  int rc;
+  for (int e = 0; e < r->E; e++) {
+    float ea[SAC_ENV_MAX_ACT], nobs[SAC_ENV_MAX_OBS], rew;
+    int term, trunc;
+    scale_action(r->sp, r->a + (size_t)e * A, ea);
+    if ((rc = sac_env_step(r->envs[e], ea, nobs, &rew, &term, &trunc)) != 0)
+      return rc;
+    int row = b->n++;
+    b->env_ids[row] = (uint32_t)e;
+    memcpy(b->obs + (size_t)row * O, r->obs + (size_t)e * O, sizeof(float) * O);
+    memcpy(b->act + (size_t)row * A, r->a + (size_t)e * A, sizeof(float) * A);
+    b->rew[row] = rew;
+    b->term[row] = (uint8_t)term;
+    b->trunc[row] = (uint8_t)(trunc && !term);
+    b->last_row[e] = row;
+    r->ep_ret[e] += rew;
+    r->ep_len[e]++;
+    if (term || trunc) {
+      if ((rc = end_episode(r, e, row, nobs, term, trunc)) != 0)
+        return rc;
     } else {
-      for (int i = 0; i < E * A; i++)
-        a[i] = (float)sac_rng_uniform_range(&rng, -1.0, 1.0);
-    }
-    if (b.n == 0) {
-      b.version = learned ? sac_weights_version(wsub) : 0;
-      b.t_first = sac_clock_ns();
-    }
-    for (int e = 0; e < E; e++) {
-      float ea[SAC_ENV_MAX_ACT], nobs[SAC_ENV_MAX_OBS], r;
-      int term, trunc;
-      scale_action(sp, a + (size_t)e * A, ea);
-      if ((rc = sac_env_step(envs[e], ea, nobs, &r, &term, &trunc)) != 0)
-        goto out;
-      int row = b.n++;
-      b.env_ids[row] = (uint32_t)e;
-      memcpy(b.obs + (size_t)row * O, obs + (size_t)e * O, sizeof(float) * O);
-      memcpy(b.act + (size_t)row * A, a + (size_t)e * A, sizeof(float) * A);
-      b.rew[row] = r;
-      b.term[row] = (uint8_t)term;
-      b.trunc[row] = (uint8_t)(trunc && !term);
-      b.last_row[e] = row;
-      ep_ret[e] += r;
-      ep_len[e]++;
-      if (term || trunc) {
-        b.next_rows[b.n_next] = (uint32_t)row;
-        memcpy(b.next_obs + (size_t)b.n_next * O, nobs, sizeof(float) * O);
-        b.n_next++;
-        b.eps[b.n_eps++] = (sac_wire_episode_t){(uint32_t)e, ep_ret[e], (uint32_t)ep_len[e], trunc && !term};
-        ret_hist[n_hist % 20] = ep_ret[e];
-        n_hist++;
-        double m = 0;
-        int k = n_hist < 20 ? n_hist : 20;
-        for (int i = 0; i < k; i++)
-          m += ret_hist[i];
-        atomic_store(&st->last_return, (double)ep_ret[e]);
-        atomic_store(&st->last_length, (double)ep_len[e]);
-        atomic_store(&st->mean_return, m / k);
-        atomic_fetch_add(&st->episodes, 1);
-        ep_ret[e] = 0.0f;
-        ep_len[e] = 0;
-        if ((rc = sac_env_reset(envs[e], obs + (size_t)e * O)) != 0)
-          goto out;
-      } else {
-        memcpy(obs + (size_t)e * O, nobs, sizeof(float) * O);
-      }
-    }
-    steps += E;
-    atomic_fetch_add(&st->env_steps, (uint64_t)E);
-    int last = cfg->max_steps > 0 && steps >= cfg->max_steps;
-    if (b.n + E > b.cap || last || sac_clock_ns() - b.t_first >= (uint64_t)cfg->send_ms * 1000000ull) {
-      sac_wire_transitions_t t;
-      builder_view(&b, obs, &t);
-      uint64_t w0 = sac_clock_ns();
-      for (;;) { /* backpressure: wait for room, but stay stoppable */
-        rc = sac_replay_client_insert(client, -1, &t, 100);
-        client_stats_to(client, st); /* a cut network shows here: resends, unacked */
-        /* counted as it accrues, so an actor held back for minutes shows it */
-        uint64_t w1 = sac_clock_ns();
-        atomic_fetch_add(&st->send_wait_ns, w1 - w0);
-        w0 = w1;
-        if (rc != SAC_ETIMEOUT || (stop && atomic_load(stop)))
-          break;
-        atomic_fetch_add(&st->insert_waits, 1);
-        /* new weights are taken while waiting; the batch keeps the version it was made with */
-        int w = take_weights(wsub, E, A, &scratch, &scratch_cap, st);
-        if (w < 0) {
-          rc = w;
-          goto out;
-        }
-      }
-      if (rc == SAC_ETIMEOUT) { /* stopping with the batch unsent */
-        rc = 0;
-        break;
-      }
-      if (rc) {
-        SAC_ERROR("actor", "actor %u: batch of %d rows not sent: %s", cfg->actor_id, b.n, sac_strerror(rc));
-        goto out;
-      }
-      atomic_fetch_add(&st->batches_sent, 1);
-      atomic_fetch_add(&st->rows_sent, (uint64_t)b.n);
-      builder_reset(&b);
-    }
-    sac_replay_client_poll(client, 0);
-    client_stats_to(client, st);
-    if (cfg->log_interval_s > 0 && sac_clock_s() - t_log >= cfg->log_interval_s) {
-      t_log = sac_clock_s();
-      SAC_INFO("actor", "actor %u: steps %lld  episodes %llu  mean return %.1f  weights v%llu  unacked %u",
-               cfg->actor_id, (long long)steps, (unsigned long long)atomic_load(&st->episodes),
-               atomic_load(&st->mean_return), (unsigned long long)atomic_load(&st->weights_version),
-               sac_replay_client_unacked(client));
+      memcpy(r->obs + (size_t)e * O, nobs, sizeof(float) * O);
     }
   }
-  /* Keep what was sent: wait (bounded) for the acks. When told to stop, the shards may
-   * be stopping too (or parked by a rate limiter whose learner has gone), so the wait
-   * is short; after max_steps the shards are expected to be serving. */
-  if (rc == 0 && sac_replay_client_flush(client, stop && atomic_load(stop) ? 200 : 5000) != 0)
-    SAC_WARN("actor", "actor %u: %u batch(es) unacknowledged at exit", cfg->actor_id,
-             sac_replay_client_unacked(client));
-  if (client)
-    client_stats_to(client, st);
-out:
+  r->steps += r->E;
+  atomic_fetch_add(&r->st->env_steps, (uint64_t)r->E);
+  return 0;
+}
+
+/* Sends the batch, waiting for room in the window (backpressure) but stoppable; new
+ * weights are taken while waiting (the batch keeps the version it was made with).
+ * STOPPED_UNSENT when told to stop first. */
+static int send_batch(actor_run_t *r) {
+  sac_actor_stats_t *st = r->st;
+  sac_wire_transitions_t t;
+  builder_view(&r->b, r->obs, &t);
+  uint64_t w0 = sac_clock_ns();
+  int rc;
+  for (;;) {
+    rc = sac_replay_client_insert(r->client, -1, &t, 100);
+    client_stats_to(r->client, st); /* a cut network shows here: resends, unacked */
+    /* counted as it accrues, so an actor held back for minutes shows it */
+    uint64_t w1 = sac_clock_ns();
+    atomic_fetch_add(&st->send_wait_ns, w1 - w0);
+    w0 = w1;
+    if (rc != SAC_ETIMEOUT || stopping(r))
+      break;
+    atomic_fetch_add(&st->insert_waits, 1);
+    int w = take_weights(r->wsub, r->E, r->A, &r->scratch, &r->scratch_cap, st);
+    if (w < 0)
+      return w;
+  }
+  if (rc == SAC_ETIMEOUT)
+    return STOPPED_UNSENT;
+  if (rc) {
+    SAC_ERROR("actor", "actor %u: batch of %d rows not sent: %s", r->cfg->actor_id, r->b.n, sac_strerror(rc));
+    return rc;
+  }
+  atomic_fetch_add(&st->batches_sent, 1);
+  atomic_fetch_add(&st->rows_sent, (uint64_t)r->b.n);
+  builder_reset(&r->b);
+  return 0;
+}
+
+/* send: the batch once full, after send_ms, or at the last step; then the acks. */
+static int send_if_due(actor_run_t *r) {
+  const sac_actor_cfg_t *cfg = r->cfg;
+  int last = cfg->max_steps > 0 && r->steps >= cfg->max_steps;
+  if (r->b.n + r->E > r->b.cap || last ||
+      sac_clock_ns() - r->b.t_first >= (uint64_t)cfg->send_ms * 1000000ull) {
+    int rc = send_batch(r);
+    if (rc)
+      return rc;
+  }
+  sac_replay_client_poll(r->client, 0);
+  client_stats_to(r->client, r->st);
+  return 0;
+}
+
+/* report: the stage profile into the stats, and a progress line every log_interval_s. */
+static void report(actor_run_t *r) {
+  const sac_actor_cfg_t *cfg = r->cfg;
+  for (int s = 0; s < SAC_ACTOR_STAGES; s++)
+    atomic_store_explicit(&r->st->stage_ns[s], r->stage_ns[s], memory_order_relaxed);
+  if (cfg->log_interval_s <= 0 || sac_clock_s() - r->t_log < cfg->log_interval_s)
+    return;
+  r->t_log = sac_clock_s();
+  SAC_INFO("actor", "actor %u: steps %lld  episodes %llu  mean return %.1f  weights v%llu  unacked %u",
+           cfg->actor_id, (long long)r->steps, (unsigned long long)atomic_load(&r->st->episodes),
+           atomic_load(&r->st->mean_return), (unsigned long long)atomic_load(&r->st->weights_version),
+           sac_replay_client_unacked(r->client));
+}
+
+/* ---- the loop ---- */
+
+/* Steps until *stop, max_steps or an error: 0 (also when stopped with a batch unsent)
+ * or a negative code. */
+static int run_loop(actor_run_t *r) {
+  const sac_actor_cfg_t *cfg = r->cfg;
+  int rc = 0;
+  r->lap = sac_clock_ns();
+  while (!stopping(r) && (cfg->max_steps <= 0 || r->steps < cfg->max_steps)) {
+    if ((rc = take_new_weights(r)) != 0)
+      return rc;
+    lap(r, SAC_ACTOR_STAGE_WEIGHTS);
+    act(r);
+    lap(r, SAC_ACTOR_STAGE_ACT);
+    if ((rc = step_envs(r)) != 0)
+      return rc;
+    lap(r, SAC_ACTOR_STAGE_STEP);
+    rc = send_if_due(r);
+    lap(r, SAC_ACTOR_STAGE_SEND);
+    if (rc == STOPPED_UNSENT)
+      return 0;
+    if (rc)
+      return rc;
+    report(r);
+    lap(r, SAC_ACTOR_STAGE_REPORT);
+  }
+  return 0;
+}
+
+/* ---- tear-down ---- */
+
+/* Keeps what was sent: waits (bounded) for the acks. When told to stop, the shards may
+ * be stopping too (or parked by a rate limiter whose learner has gone), so the wait is
+ * short; after max_steps the shards are expected to be serving. */
+static void flush_sent(actor_run_t *r) {
+  if (sac_replay_client_flush(r->client, stopping(r) ? 200 : 5000) != 0)
+    SAC_WARN("actor", "actor %u: %u batch(es) unacknowledged at exit", r->cfg->actor_id,
+             sac_replay_client_unacked(r->client));
+  client_stats_to(r->client, r->st);
+}
+
+static void close_run(actor_run_t *r, int rc) {
   if (rc)
-    SAC_ERROR("actor", "actor %u stopped: %s", cfg->actor_id, sac_strerror(rc));
-  sac_replay_client_destroy(&client);
-  sac_ledger_close(&la.ledger);
-  sac_weights_sub_destroy(&wsub);
-  for (int e = 0; e < E; e++)
-    sac_env_destroy(&envs[e]);
-  free(envs), free(obs), free(a), free(scratch), free(ep_ret), free(ep_len);
-  builder_free(&b);
-  atomic_store(&st->running, 0);
+    SAC_ERROR("actor", "actor %u stopped: %s", r->cfg->actor_id, sac_strerror(rc));
+  for (int s = 0; s < SAC_ACTOR_STAGES; s++)
+    atomic_store(&r->st->stage_ns[s], r->stage_ns[s]);
+  sac_replay_client_destroy(&r->client);
+  sac_ledger_close(&r->la.ledger);
+  sac_weights_sub_destroy(&r->wsub);
+  for (int e = 0; e < r->E; e++)
+    sac_env_destroy(&r->envs[e]);
+  free(r->envs), free(r->obs), free(r->a), free(r->scratch), free(r->ep_ret), free(r->ep_len);
+  builder_free(&r->b);
+  atomic_store(&r->st->running, 0);
+}
+
+int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_t *st) {
+  const int E = cfg->num_envs;
+  actor_run_t r = {.cfg = cfg, .stop = stop, .st = st, .E = E, .la = {NULL, st}};
+  r.envs = calloc((size_t)(E > 0 ? E : 1), sizeof *r.envs);
+  if (E < 1 || cfg->n_shards < 1 || cfg->send_rows < 1 || !r.envs) {
+    SAC_ERROR("actor", "actor %u: need num_envs >= 1, send_rows >= 1 and at least one shard", cfg->actor_id);
+    free(r.envs);
+    return SAC_ECONFIG;
+  }
+  atomic_store(&st->running, 1);
+  int rc = open_envs(&r);
+  if (rc == 0)
+    rc = open_network(&r);
+  if (rc == 0)
+    rc = wait_first_weights(&r);
+  if (rc == 0 && (rc = run_loop(&r)) == 0)
+    flush_sent(&r);
+  close_run(&r, rc);
   return rc;
 }
 

@@ -44,6 +44,21 @@ void sac_actor_cfg_default(sac_actor_cfg_t *c);
 /* Parses a comma-separated endpoint list into c->shard_endpoints. 0 or SAC_ECONFIG. */
 int sac_actor_set_shards(sac_actor_cfg_t *c, const char *list);
 
+/* The stages of the actor's loop, each timed (sac_actor_stats_t.stage_ns, and
+ * sac_actor_stage_seconds_total{actor,stage} on /metrics). */
+typedef enum {
+  SAC_ACTOR_STAGE_ACT,     /* the policy's (or random) actions */
+  SAC_ACTOR_STAGE_STEP,    /* the environments stepped, rows into the batch */
+  SAC_ACTOR_STAGE_SEND,    /* the batch sent (backpressure waits included), acks polled */
+  SAC_ACTOR_STAGE_WEIGHTS, /* new weights taken between steps */
+  SAC_ACTOR_STAGE_REPORT,  /* statistics and progress lines */
+  SAC_ACTOR_STAGES
+} sac_actor_stage_t;
+
+/* "act", "step", "send", "weights", "report" (the metrics' stage label); "unknown" out
+ * of range. */
+const char *sac_actor_stage_name(sac_actor_stage_t s);
+
 typedef struct {
   atomic_uint_fast64_t env_steps, episodes, batches_sent, rows_sent, insert_waits, send_wait_ns;
   atomic_uint_fast64_t weights_version, weights_updates, weights_rejected;
@@ -52,6 +67,7 @@ typedef struct {
    * reconnect) and batches sent but not acknowledged yet, over all shards */
   atomic_uint_fast64_t batches_resent, unacked_batches;
   atomic_uint_fast64_t ledger_lines, ledger_errors; /* --ledger appends and failed appends */
+  atomic_uint_fast64_t stage_ns[SAC_ACTOR_STAGES];  /* nanoseconds in each stage, updated every step */
   _Atomic double last_return, mean_return;          /* mean over the last 20 episodes */
   _Atomic double last_length;
   /* histogram of send -> ack seconds (common/metrics.h), set by whoever exports the

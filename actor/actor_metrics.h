@@ -95,6 +95,13 @@ static inline int sac_actor_metrics_register(sac_metrics_t *r, const sac_actor_s
   SAC__CU(ledger_errors, "sac_actor_ledger_errors_total",
           "Acknowledged batches the --ledger file could not take (write failed).", 1.0);
   SAC__GF(sac_actor_metrics__running, "sac_actor_running", "1 while the actor's loop runs.");
+  for (int k = 0; k < SAC_ACTOR_STAGES; k++) {
+    const char *const LS[] = {"actor", id, "stage", sac_actor_stage_name((sac_actor_stage_t)k), NULL};
+    ok &= sac_metrics_counter_read(r, "sac_actor_stage_seconds_total",
+                                   "Seconds the actor's loop spent in each stage (act, step, send, weights, "
+                                   "report).",
+                                   LS, sac_metric_read_atomic_u64, &s->stage_ns[k], 1e-9, owner) != NULL;
+  }
 #undef SAC__CU
 #undef SAC__GF
   return ok ? 0 : SAC_ENOMEM;

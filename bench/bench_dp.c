@@ -6,7 +6,7 @@
  *
  * Prints one line per rank:
  *   bench-dp-result rank=R size=L collective=C backend=B updates=N updates_per_s=X
- *     allreduce_ms=Y allreduce_share=Z identical=0|1 hash=H
+ *     allreduce_ms=Y allreduce_share=Z identical=0|1 hash=H skipped=S
  * (allreduce_share: the gradient all-reduces' part of the timed update loop; for nccl
  * the stream is synchronised before each, so it is the collective's time alone).
  * Exit status 0 when every rank's state is bit-identical, 1 otherwise, 2 for bad options.
@@ -27,6 +27,8 @@
 typedef struct {
   int rank, size, updates, warmup, threads, device, timeout_ms;
   int obs, act, hidden, depth, batch;
+  double loss_scale;
+  int loss_scale_rank;
   char coord[256], collective[16], backend[16], precision[8];
 } cfg_t;
 
@@ -40,7 +42,8 @@ static const sac_cfg_opt_t k_opts[] = {
     S_("coord", coord, "tcp://127.0.0.1:9300", "coordinator endpoint: rank 0 binds it"),
     S_("collective", collective, "zmq", "gradient collective: zmq or nccl"),
     S_("backend", backend, "cpu", "learner backend: cpu or cuda"),
-    S_("precision", precision, "fp32", "fp32; with cuda also tf32, bf16, fp16 (fp16: the shared overflow decision)"),
+    S_("precision", precision, "fp32",
+       "fp32; with cuda also tf32, bf16, fp16 (fp16: the shared overflow decision)"),
     O_("device", SAC_CFG_INT, device, "-1", -1, 64, "cuda device (-1: the rank)"),
     O_("threads", SAC_CFG_INT, threads, "1", 0, 256, "cpu backend threads"),
     O_("updates", SAC_CFG_INT, updates, "1000", 1, 1e9, "timed updates"),
@@ -51,6 +54,11 @@ static const sac_cfg_opt_t k_opts[] = {
     O_("hidden", SAC_CFG_INT, hidden, "256", 1, 1e6, "hidden width"),
     O_("depth", SAC_CFG_INT, depth, "2", 1, 15, "hidden layers"),
     O_("batch", SAC_CFG_INT, batch, "256", 1, 1e6, "batch per rank"),
+    O_("loss_scale", SAC_CFG_DOUBLE, loss_scale, "0", 0, 3.4e38,
+       "fp16: this initial loss scale after the ranks synchronised (0: keep), on loss_scale_rank"),
+    O_("loss_scale_rank", SAC_CFG_INT, loss_scale_rank, "-1", -1, 255,
+       "the rank loss_scale applies to (-1: every rank); a huge scale on one rank forces an overflow there "
+       "alone, which every rank must skip alike"),
 };
 
 #define POOL 8 /* distinct batches per rank, cycled */
@@ -107,6 +115,13 @@ int main(int argc, char **argv) {
   if ((rc = sac_dp_new(&dc, conf, be, &dp, NULL, 0)) != 0 || (rc = sac_dp_sync_state(dp, s, NULL, 0)) != 0 ||
       (rc = sac_dp_attach(dp, s)) != 0)
     goto out;
+  if (c.loss_scale > 0 && (c.loss_scale_rank < 0 || c.loss_scale_rank == c.rank)) {
+    sac_scaler_state_t sc = {(float)c.loss_scale, 0};
+    if ((rc = sac_set_scaler(s, &sc)) != 0) {
+      fprintf(stderr, "sac-bench-dp: --loss_scale needs --precision fp16 on cuda: %s\n", sac_strerror(rc));
+      goto out;
+    }
+  }
   /* this rank's batches: (B, O) obs and next obs, (B, A) actions, (B) rewards, terminated */
   const size_t B = (size_t)c.batch, O = (size_t)c.obs, A = (size_t)c.act;
   const size_t per = 2 * B * O + B * A + 2 * B;
@@ -156,15 +171,18 @@ int main(int argc, char **argv) {
   }
   if ((rc = sac_get_buffer(s, SAC_BUF_PARAMS, buf, n)) != 0)
     goto out;
+  double skipped = 0; /* fp16 updates whose step every rank skipped (0 elsewhere) */
+  if (!be->ops->get_metric || be->ops->get_metric(be, "skipped_steps", &skipped) != 0)
+    skipped = 0;
   uint64_t h = 0xcbf29ce484222325ull;
   const unsigned char *bytes = (const unsigned char *)buf;
   for (size_t i = 0; i < n * sizeof(float); i++)
     h = (h ^ bytes[i]) * 0x100000001b3ull;
   printf("bench-dp-result rank=%d size=%d collective=%s backend=%s updates=%d updates_per_s=%.1f "
          "allreduce_ms=%.4f "
-         "allreduce_share=%.1f%% identical=%d hash=%016llx\n",
+         "allreduce_share=%.1f%% identical=%d hash=%016llx skipped=%.0f\n",
          c.rank, c.size, sac_dp_collective(dp), c.backend, c.updates, c.updates / wall, 1e3 * ar / c.updates,
-         100.0 * ar / wall, same, (unsigned long long)h);
+         100.0 * ar / wall, same, (unsigned long long)h, skipped);
 out:
   if (rc) {
     fprintf(stderr, "sac-bench-dp: rank %d: %s\n", c.rank, sac_strerror(rc));

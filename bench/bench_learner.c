@@ -247,6 +247,10 @@ static double ceiling_of(ceiling_t c) { return c.big > c.shapes ? c.big : c.shap
 typedef struct {
   double ups, sample_s, target_s, critic_s, actor_s, opt_s, total_s;
   double big, shapes, frac; /* cpu: medians over the run's slices */
+  /* per timed update: the backend's blocking syncs and launches (sac_backend_counts; NAN
+   * where it keeps none), and the last update's losses */
+  double blocking_per_update, launches_per_update;
+  sac_stats_t last;
 } run_t;
 
 typedef struct {
@@ -322,6 +326,8 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
   const int slices = probe && c->slices < c->updates ? c->slices : 1;
   double big[1000], shp[1000], frac[1000];
   double t_sample = 0, total = 0;
+  int64_t n_blocking = 0, n_launches = 0;
+  int counted = 1;
   for (int it = 0; it < c->warmup; it++) {
     sample_batch(&sm, be, b);
     sac_update(s);
@@ -342,6 +348,8 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
     /* step 2: the slice's timed updates */
     const int n = c->updates * (sl + 1) / slices - c->updates * sl / slices;
     be->ops->sync(be);
+    sac_backend_counts_t k0, k1;
+    counted = counted && sac_backend_counts(be, &k0) == 0;
     double t0 = sac_clock_s();
     for (int it = 0; it < n; it++) {
       double ts = sac_clock_s();
@@ -349,6 +357,8 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
       t_sample += sac_clock_s() - ts;
       sac_update(s);
     }
+    if (counted && sac_backend_counts(be, &k1) == 0)
+      n_blocking += k1.blocking_syncs - k0.blocking_syncs, n_launches += k1.launches - k0.launches;
     be->ops->sync(be);
     double dt = sac_clock_s() - t0;
     total += dt;
@@ -367,6 +377,13 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
   out->opt_s = prof.optimizer / c->updates;
   if (probe)
     out->big = median(big, slices), out->shapes = median(shp, slices), out->frac = median(frac, slices);
+  out->blocking_per_update = counted ? (double)n_blocking / c->updates : NAN;
+  out->launches_per_update = counted ? (double)n_launches / c->updates : NAN;
+  sac_set_profile(s, NULL);
+  if ((rc = sac_stats(s, &out->last)) != 0) {
+    sac_destroy(&s);
+    return rc;
+  }
   free(sm.buf), free(sm.stage);
   sac_destroy(&s);
   return 0;
@@ -399,7 +416,7 @@ static double run_peer(const bench_cfg_t *c, const sac_hparams_t *hp) {
 /* Kernels per update (issue 16): the backend ops of one update counted through a proxy
  * (learner/op_count.h), fused and unfused, and on cuda the backend's own launch count
  * (kernels + cuBLASLt matmuls) over the same eager updates. */
-static void print_op_counts(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t *hp) {
+static double print_op_counts(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t *hp) {
   sac_t *s = NULL;
   int64_t fused[2] = {0, 0}, unfused[2] = {0, 0};
   double k0 = NAN, k1 = NAN, k2 = NAN;
@@ -410,7 +427,7 @@ static void print_op_counts(const bench_cfg_t *c, sac_backend_t *be, const sac_h
       (has_k && be->ops->get_metric(be, "kernel_launches", &k2) != 0)) {
     fprintf(stderr, "counting the ops of an update failed\n");
     sac_destroy(&s);
-    return;
+    return NAN;
   }
   printf("| backend ops per update (actor step / critic only), fused | %lld / %lld |\n", (long long)fused[0],
          (long long)fused[1]);
@@ -418,13 +435,14 @@ static void print_op_counts(const bench_cfg_t *c, sac_backend_t *be, const sac_h
          (long long)unfused[0], (long long)unfused[1]);
   /* with policy_delay 1 each count is exactly one update */
   if (has_k && hp->policy_delay == 1)
-    printf("| cuda launches per update (kernels + matmuls, eager), fused / unfused | %.0f / %.0f |\n",
-           k1 - k0, k2 - k1);
+    printf("| %s launches per update (kernels + matmuls, eager), fused / unfused | %.0f / %.0f |\n",
+           be->ops->name, k1 - k0, k2 - k1);
   printf("ops-result preset=%s backend=%s precision=%s ops_fused=%lld ops_fused_critic_only=%lld "
          "ops_unfused=%lld ops_unfused_critic_only=%lld\n",
          c->config, c->backend, c->precision, (long long)fused[0], (long long)fused[1], (long long)unfused[0],
          (long long)unfused[1]);
   sac_destroy(&s);
+  return has_k && hp->policy_delay == 1 ? k1 - k0 : NAN;
 }
 
 int main(int argc, char **argv) {
@@ -555,15 +573,20 @@ int main(int argc, char **argv) {
   }
   printf("| time for 1M updates | %.2f h |\n", hours);
   printf("| cost of 1M updates at $%.2f/h | $%.3f |\n", c.price, hours * c.price);
-  print_op_counts(&c, be, &hp);
+  double kernels = print_op_counts(&c, be, &hp);
+  /* the timed loop's own counts (with graphs, a replay launches nothing of its own), and
+   * the last run's losses: gpu_check.sh refuses a line with non-finite ones */
+  const run_t *last = &runs[c.runs - 1];
+  printf("| blocking syncs per update (timed loop, last run) | %.2f |\n", last->blocking_per_update);
+  printf("| launches per update (timed loop) | %.2f |\n", last->launches_per_update);
   /* what the backend reports (device memory, graph replays, loss scale), and one line
    * for scripts to collect */
-  double peak = NAN, launches = NAN, scale = NAN, skipped = NAN;
+  double peak = NAN, launches = NAN, scale = NAN, skipped = NAN, degraded = NAN;
   if (be->ops->get_metric) {
     static const char *const keys[] = {
         "device_peak_bytes", "device_used_bytes",  "graph_launches", "loss_scale",       "skipped_steps",
         "degraded_gemms",    "epilogue_fallbacks", "pool_jobs",      "pool_serial_jobs", "pool_missed_parts"};
-    double *dst[] = {&peak, NULL, &launches, &scale, &skipped, NULL, NULL, NULL, NULL, NULL};
+    double *dst[] = {&peak, NULL, &launches, &scale, &skipped, &degraded, NULL, NULL, NULL, NULL};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
       double v;
       if (be->ops->get_metric(be, keys[i], &v) == 0) {
@@ -573,11 +596,14 @@ int main(int argc, char **argv) {
       }
     }
   }
-  printf("bench-result preset=%s backend=%s precision=%s graphs=%d recompute=%d batch=%d hidden=%d depth=%d "
-         "updates_per_s=%.1f ms_per_update=%.4f peak_device_mib=%.1f graph_launches=%.0f loss_scale=%g "
-         "skipped=%.0f\n",
-         c.config, c.backend, c.precision, c.graphs && be->ops->graph_launch && !c.profile, c.recompute,
-         hp.batch, hp.hidden, hp.depth, m_ups, ms, peak / 1048576.0, launches, scale, skipped);
+  printf(
+      "bench-result preset=%s backend=%s precision=%s graphs=%d recompute=%d batch=%d hidden=%d depth=%d "
+      "updates_per_s=%.1f ms_per_update=%.4f peak_device_mib=%.1f graph_launches=%.0f loss_scale=%g "
+      "skipped=%.0f degraded_gemms=%.0f kernels=%.0f blocking_per_update=%.3f critic_loss=%g actor_loss=%g "
+      "alpha_loss=%g\n",
+      c.config, c.backend, c.precision, c.graphs && be->ops->graph_launch && !c.profile, c.recompute,
+      hp.batch, hp.hidden, hp.depth, m_ups, ms, peak / 1048576.0, launches, scale, skipped, degraded, kernels,
+      last->blocking_per_update, last->last.critic_loss, last->last.actor_loss, last->last.alpha_loss);
   if (!c.profile) {
     free(runs), free(ups), free(peer), free(frac), free(big), free(shp);
     if (probe)

@@ -2,7 +2,9 @@
  * decode allocates nothing from the heap and its views live until the next decode);
  * then every field is checked against the declared dimensions and the receiver's
  * limits before a view is handed out. Encoding builds protobuf-c structs on the stack
- * that point at the caller's arrays and packs them into the caller's buffer. */
+ * that point at the caller's arrays and packs them into the caller's buffer. Both ways
+ * are one static function per message type (decode_<type>, build_<type>) behind a
+ * dispatch on the type. */
 #include "common/wire.h"
 
 #include <math.h>
@@ -436,6 +438,201 @@ int sac_wire_validate(sac_wire_decoder_t *d, const sac_wire_msg_t *m, const sac_
 
 /* ---------------------------------------------------------------- decode */
 
+/* One function per message type: the protobuf-c struct (arena memory) into the view,
+ * checking the lengths the view's pointers will be read with; sac_wire_validate checks
+ * the rest. Each returns 0 or a negative code with *reason set. */
+
+static int decode_transitions(sac_wire_decoder_t *d, const Sac__TransitionBatch *p,
+                              const sac_wire_limits_t *lim, sac_wire_transitions_t *t,
+                              sac_wire_reason_t *reason) {
+  t->actor_id = p->actor_id;
+  t->seq = p->seq;
+  t->session = p->session;
+  t->acked_through = p->acked_through;
+  t->policy_version = p->policy_version;
+  t->n = p->n;
+  t->obs_dim = p->obs_dim;
+  t->act_dim = p->act_dim;
+  uint64_t n = p->n, od = p->obs_dim, ad = p->act_dim;
+  if (n == 0 || n > lim_max_rows(lim))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
+  if (od == 0 || ad == 0 || od > 65536 || ad > 65536 || (lim->obs_dim && od != lim->obs_dim) ||
+      (lim->act_dim && ad != lim->act_dim))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_DIMS);
+  if (!len_is(&p->env_ids, n, 4) || !len_is(&p->obs, n * od, 4) || !len_is(&p->action, n * ad, 4) ||
+      !len_is(&p->reward, n, 4) || !len_is(&p->terminated, n, 1) || !len_is(&p->truncated, n, 1) ||
+      p->next_obs_rows.len % 4 || p->tail_env_ids.len % 4)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
+  uint64_t k = p->next_obs_rows.len / 4, m = p->tail_env_ids.len / 4;
+  if (k > n || m > n || p->n_episodes > n)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
+  if (!len_is(&p->next_obs, k * od, 4) || !len_is(&p->tail_obs, m * od, 4))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
+  t->env_ids = (const uint32_t *)p->env_ids.data;
+  t->obs = (const float *)p->obs.data;
+  t->action = (const float *)p->action.data;
+  t->reward = (const float *)p->reward.data;
+  t->terminated = p->terminated.data;
+  t->truncated = p->truncated.data;
+  t->n_next = (uint32_t)k;
+  t->next_obs_rows = k ? (const uint32_t *)p->next_obs_rows.data : NULL;
+  t->next_obs = k ? (const float *)p->next_obs.data : NULL;
+  t->n_tail = (uint32_t)m;
+  t->tail_env_ids = m ? (const uint32_t *)p->tail_env_ids.data : NULL;
+  t->tail_obs = m ? (const float *)p->tail_obs.data : NULL;
+  t->n_episodes = (uint32_t)p->n_episodes;
+  if (p->n_episodes) {
+    sac_wire_episode_t *ep = arena_alloc(d, p->n_episodes * sizeof *ep);
+    if (!ep)
+      REJECT(SAC_ETOOBIG, SAC_WIRE_R_ROWS);
+    for (size_t i = 0; i < p->n_episodes; i++) {
+      ep[i].env_id = p->episodes[i]->env_id;
+      ep[i].episode_return = p->episodes[i]->episode_return;
+      ep[i].length = p->episodes[i]->length;
+      ep[i].truncated = p->episodes[i]->truncated != 0;
+    }
+    t->episodes = ep;
+  }
+  return 0;
+}
+
+static int decode_ack(const Sac__InsertAck *p, sac_wire_ack_t *a) {
+  *a = (sac_wire_ack_t){.acked_seq = p->acked_seq,
+                        .seq = p->seq,
+                        .credit = p->credit,
+                        .stored = p->stored,
+                        .shard_id = p->shard_id,
+                        .duplicate = p->duplicate != 0,
+                        .error = p->error ? p->error : ""};
+  return 0;
+}
+
+static int decode_sample_request(const Sac__SampleRequest *p, sac_wire_sample_request_t *r) {
+  *r = (sac_wire_sample_request_t){p->request_id, p->batch_size, p->beta, p->timeout_ms};
+  return 0;
+}
+
+static int decode_sample_batch(const Sac__SampleBatch *p, const sac_wire_limits_t *lim,
+                               sac_wire_sample_batch_t *b, sac_wire_reason_t *reason) {
+  b->request_id = p->request_id;
+  b->n = p->n;
+  b->obs_dim = p->obs_dim;
+  b->act_dim = p->act_dim;
+  b->shard_id = p->shard_id;
+  b->error = p->error ? p->error : "";
+  uint64_t n = p->n, od = p->obs_dim, ad = p->act_dim;
+  if (n > lim_max_rows(lim))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
+  if (n && (od == 0 || ad == 0 || od > 65536 || ad > 65536 || (lim->obs_dim && od != lim->obs_dim) ||
+            (lim->act_dim && ad != lim->act_dim)))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_DIMS);
+  if (!len_is(&p->obs, n * od, 4) || !len_is(&p->next_obs, n * od, 4) || !len_is(&p->action, n * ad, 4) ||
+      !len_is(&p->reward, n, 4) || !len_is(&p->terminated, n, 4) || !len_is(&p->indices, n, 8) ||
+      !len_is(&p->weights, n, 4))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
+  b->obs = (const float *)p->obs.data;
+  b->action = (const float *)p->action.data;
+  b->reward = (const float *)p->reward.data;
+  b->terminated = (const float *)p->terminated.data;
+  b->next_obs = (const float *)p->next_obs.data;
+  b->indices = (const uint64_t *)p->indices.data;
+  b->weights = (const float *)p->weights.data;
+  return 0;
+}
+
+static int decode_priority_update(const Sac__PriorityUpdate *p, const sac_wire_limits_t *lim,
+                                  sac_wire_priority_update_t *u, sac_wire_reason_t *reason) {
+  if (p->n > lim_max_rows(lim))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
+  if (!len_is(&p->indices, p->n, 8) || !len_is(&p->priorities, p->n, 4))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
+  *u = (sac_wire_priority_update_t){p->n, (const uint64_t *)p->indices.data,
+                                    (const float *)p->priorities.data};
+  return 0;
+}
+
+static int decode_weights(sac_wire_decoder_t *d, const Sac__Weights *p, const sac_wire_limits_t *lim,
+                          sac_wire_weights_t *w, sac_wire_reason_t *reason) {
+  uint32_t max_layers = lim->max_layers ? lim->max_layers : 64u;
+  if (p->n_layers == 0 || p->n_layers > max_layers)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
+  sac_wire_layer_t *ls = arena_alloc(d, p->n_layers * sizeof *ls);
+  if (!ls)
+    REJECT(SAC_ETOOBIG, SAC_WIRE_R_ROWS);
+  for (size_t i = 0; i < p->n_layers; i++)
+    ls[i] = (sac_wire_layer_t){p->layers[i]->n_in, p->layers[i]->n_out, p->layers[i]->activation};
+  w->version = p->version;
+  w->dtype = (sac_wire_dtype_t)p->dtype;
+  if ((unsigned)p->dtype > 3u)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_VALUE);
+  w->n_layers = (uint32_t)p->n_layers;
+  w->layers = ls;
+  w->data = p->data.data;
+  w->data_len = p->data.len;
+  w->scale = p->scale;
+  return 0;
+}
+
+static int decode_hello(const Sac__Hello *p, sac_wire_hello_t *h) {
+  *h = (sac_wire_hello_t){p->role ? p->role : "", p->id, p->pid, p->version ? p->version : ""};
+  return 0;
+}
+
+static int decode_shard_info(const Sac__ShardInfo *p, sac_wire_shard_info_t *s) {
+  *s = (sac_wire_shard_info_t){.shard_id = p->shard_id,
+                               .size = p->size,
+                               .capacity = p->capacity,
+                               .inserted_total = p->inserted_total,
+                               .sampled_total = p->sampled_total,
+                               .obs_dim = p->obs_dim,
+                               .act_dim = p->act_dim,
+                               .can_sample = p->can_sample != 0,
+                               .snapshot_inserted_total = p->snapshot_inserted_total,
+                               .snapshots_total = p->snapshots_total,
+                               .bytes_per_transition = p->bytes_per_transition,
+                               .rejected_total = p->rejected_total,
+                               .duplicates_total = p->duplicates_total};
+  return 0;
+}
+
+static int decode_learner_info(const Sac__LearnerInfo *p, sac_wire_learner_info_t *l) {
+  *l = (sac_wire_learner_info_t){p->rank, p->world, p->policy_version, p->updates};
+  return 0;
+}
+
+/* The envelope's body into out's view, by its type. */
+static int decode_body(sac_wire_decoder_t *d, const Sac__Envelope *env, const sac_wire_limits_t *lim,
+                       sac_wire_msg_t *out, sac_wire_reason_t *reason) {
+  switch (env->body_case) {
+  case SAC__ENVELOPE__BODY_TRANSITIONS:
+    return decode_transitions(d, env->transitions, lim, &out->u.transitions, reason);
+  case SAC__ENVELOPE__BODY_ACK:
+    return decode_ack(env->ack, &out->u.ack);
+  case SAC__ENVELOPE__BODY_SAMPLE_REQUEST:
+    return decode_sample_request(env->sample_request, &out->u.sample_request);
+  case SAC__ENVELOPE__BODY_SAMPLE_BATCH:
+    return decode_sample_batch(env->sample_batch, lim, &out->u.sample_batch, reason);
+  case SAC__ENVELOPE__BODY_PRIORITY_UPDATE:
+    return decode_priority_update(env->priority_update, lim, &out->u.priority_update, reason);
+  case SAC__ENVELOPE__BODY_WEIGHTS:
+    return decode_weights(d, env->weights, lim, &out->u.weights, reason);
+  case SAC__ENVELOPE__BODY_HELLO:
+    return decode_hello(env->hello, &out->u.hello);
+  case SAC__ENVELOPE__BODY_HEARTBEAT:
+    out->u.heartbeat_time_ns = env->heartbeat->time_ns;
+    return 0;
+  case SAC__ENVELOPE__BODY_SHARD_INFO:
+    return decode_shard_info(env->shard_info, &out->u.shard_info);
+  case SAC__ENVELOPE__BODY_LEARNER_INFO:
+    return decode_learner_info(env->learner_info, &out->u.learner_info);
+  case SAC__ENVELOPE__BODY_INFO_REQUEST:
+    return 0;
+  case SAC__ENVELOPE__BODY__NOT_SET:
+  default:
+    REJECT(SAC_EPROTO, SAC_WIRE_R_NO_BODY);
+  }
+}
+
 int sac_wire_decode(sac_wire_decoder_t *d, const void *buf, size_t len, const sac_wire_limits_t *lim,
                     sac_wire_msg_t *out, sac_wire_reason_t *reason) {
   static const sac_wire_limits_t no_limits;
@@ -459,173 +656,8 @@ int sac_wire_decode(sac_wire_decoder_t *d, const void *buf, size_t len, const sa
   if (env->protocol != SAC_PROTOCOL_VERSION)
     REJECT(SAC_EVERSION, SAC_WIRE_R_VERSION);
   out->type = (sac_wire_type_t)env->body_case;
-  switch (env->body_case) {
-  case SAC__ENVELOPE__BODY_TRANSITIONS: {
-    const Sac__TransitionBatch *p = env->transitions;
-    sac_wire_transitions_t *t = &out->u.transitions;
-    t->actor_id = p->actor_id;
-    t->seq = p->seq;
-    t->session = p->session;
-    t->acked_through = p->acked_through;
-    t->policy_version = p->policy_version;
-    t->n = p->n;
-    t->obs_dim = p->obs_dim;
-    t->act_dim = p->act_dim;
-    uint64_t n = p->n, od = p->obs_dim, ad = p->act_dim;
-    if (n == 0 || n > lim_max_rows(lim))
-      REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
-    if (od == 0 || ad == 0 || od > 65536 || ad > 65536 || (lim->obs_dim && od != lim->obs_dim) ||
-        (lim->act_dim && ad != lim->act_dim))
-      REJECT(SAC_EINVAL, SAC_WIRE_R_DIMS);
-    if (!len_is(&p->env_ids, n, 4) || !len_is(&p->obs, n * od, 4) || !len_is(&p->action, n * ad, 4) ||
-        !len_is(&p->reward, n, 4) || !len_is(&p->terminated, n, 1) || !len_is(&p->truncated, n, 1) ||
-        p->next_obs_rows.len % 4 || p->tail_env_ids.len % 4)
-      REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
-    uint64_t k = p->next_obs_rows.len / 4, m = p->tail_env_ids.len / 4;
-    if (k > n || m > n || p->n_episodes > n)
-      REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
-    if (!len_is(&p->next_obs, k * od, 4) || !len_is(&p->tail_obs, m * od, 4))
-      REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
-    t->env_ids = (const uint32_t *)p->env_ids.data;
-    t->obs = (const float *)p->obs.data;
-    t->action = (const float *)p->action.data;
-    t->reward = (const float *)p->reward.data;
-    t->terminated = p->terminated.data;
-    t->truncated = p->truncated.data;
-    t->n_next = (uint32_t)k;
-    t->next_obs_rows = k ? (const uint32_t *)p->next_obs_rows.data : NULL;
-    t->next_obs = k ? (const float *)p->next_obs.data : NULL;
-    t->n_tail = (uint32_t)m;
-    t->tail_env_ids = m ? (const uint32_t *)p->tail_env_ids.data : NULL;
-    t->tail_obs = m ? (const float *)p->tail_obs.data : NULL;
-    t->n_episodes = (uint32_t)p->n_episodes;
-    if (p->n_episodes) {
-      sac_wire_episode_t *ep = arena_alloc(d, p->n_episodes * sizeof *ep);
-      if (!ep)
-        REJECT(SAC_ETOOBIG, SAC_WIRE_R_ROWS);
-      for (size_t i = 0; i < p->n_episodes; i++) {
-        ep[i].env_id = p->episodes[i]->env_id;
-        ep[i].episode_return = p->episodes[i]->episode_return;
-        ep[i].length = p->episodes[i]->length;
-        ep[i].truncated = p->episodes[i]->truncated != 0;
-      }
-      t->episodes = ep;
-    }
-    break;
-  }
-  case SAC__ENVELOPE__BODY_ACK: {
-    const Sac__InsertAck *p = env->ack;
-    out->u.ack = (sac_wire_ack_t){.acked_seq = p->acked_seq,
-                                  .seq = p->seq,
-                                  .credit = p->credit,
-                                  .stored = p->stored,
-                                  .shard_id = p->shard_id,
-                                  .duplicate = p->duplicate != 0,
-                                  .error = p->error ? p->error : ""};
-    break;
-  }
-  case SAC__ENVELOPE__BODY_SAMPLE_REQUEST: {
-    const Sac__SampleRequest *p = env->sample_request;
-    out->u.sample_request = (sac_wire_sample_request_t){p->request_id, p->batch_size, p->beta, p->timeout_ms};
-    break;
-  }
-  case SAC__ENVELOPE__BODY_SAMPLE_BATCH: {
-    const Sac__SampleBatch *p = env->sample_batch;
-    sac_wire_sample_batch_t *b = &out->u.sample_batch;
-    b->request_id = p->request_id;
-    b->n = p->n;
-    b->obs_dim = p->obs_dim;
-    b->act_dim = p->act_dim;
-    b->shard_id = p->shard_id;
-    b->error = p->error ? p->error : "";
-    uint64_t n = p->n, od = p->obs_dim, ad = p->act_dim;
-    if (n > lim_max_rows(lim))
-      REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
-    if (n && (od == 0 || ad == 0 || od > 65536 || ad > 65536 || (lim->obs_dim && od != lim->obs_dim) ||
-              (lim->act_dim && ad != lim->act_dim)))
-      REJECT(SAC_EINVAL, SAC_WIRE_R_DIMS);
-    if (!len_is(&p->obs, n * od, 4) || !len_is(&p->next_obs, n * od, 4) || !len_is(&p->action, n * ad, 4) ||
-        !len_is(&p->reward, n, 4) || !len_is(&p->terminated, n, 4) || !len_is(&p->indices, n, 8) ||
-        !len_is(&p->weights, n, 4))
-      REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
-    b->obs = (const float *)p->obs.data;
-    b->action = (const float *)p->action.data;
-    b->reward = (const float *)p->reward.data;
-    b->terminated = (const float *)p->terminated.data;
-    b->next_obs = (const float *)p->next_obs.data;
-    b->indices = (const uint64_t *)p->indices.data;
-    b->weights = (const float *)p->weights.data;
-    break;
-  }
-  case SAC__ENVELOPE__BODY_PRIORITY_UPDATE: {
-    const Sac__PriorityUpdate *p = env->priority_update;
-    if (p->n > lim_max_rows(lim))
-      REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
-    if (!len_is(&p->indices, p->n, 8) || !len_is(&p->priorities, p->n, 4))
-      REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
-    out->u.priority_update = (sac_wire_priority_update_t){p->n, (const uint64_t *)p->indices.data,
-                                                          (const float *)p->priorities.data};
-    break;
-  }
-  case SAC__ENVELOPE__BODY_WEIGHTS: {
-    const Sac__Weights *p = env->weights;
-    sac_wire_weights_t *w = &out->u.weights;
-    uint32_t max_layers = lim->max_layers ? lim->max_layers : 64u;
-    if (p->n_layers == 0 || p->n_layers > max_layers)
-      REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
-    sac_wire_layer_t *ls = arena_alloc(d, p->n_layers * sizeof *ls);
-    if (!ls)
-      REJECT(SAC_ETOOBIG, SAC_WIRE_R_ROWS);
-    for (size_t i = 0; i < p->n_layers; i++)
-      ls[i] = (sac_wire_layer_t){p->layers[i]->n_in, p->layers[i]->n_out, p->layers[i]->activation};
-    w->version = p->version;
-    w->dtype = (sac_wire_dtype_t)p->dtype;
-    if ((unsigned)p->dtype > 3u)
-      REJECT(SAC_EINVAL, SAC_WIRE_R_VALUE);
-    w->n_layers = (uint32_t)p->n_layers;
-    w->layers = ls;
-    w->data = p->data.data;
-    w->data_len = p->data.len;
-    w->scale = p->scale;
-    break;
-  }
-  case SAC__ENVELOPE__BODY_HELLO: {
-    const Sac__Hello *p = env->hello;
-    out->u.hello = (sac_wire_hello_t){p->role ? p->role : "", p->id, p->pid, p->version ? p->version : ""};
-    break;
-  }
-  case SAC__ENVELOPE__BODY_HEARTBEAT:
-    out->u.heartbeat_time_ns = env->heartbeat->time_ns;
-    break;
-  case SAC__ENVELOPE__BODY_SHARD_INFO: {
-    const Sac__ShardInfo *p = env->shard_info;
-    out->u.shard_info = (sac_wire_shard_info_t){.shard_id = p->shard_id,
-                                                .size = p->size,
-                                                .capacity = p->capacity,
-                                                .inserted_total = p->inserted_total,
-                                                .sampled_total = p->sampled_total,
-                                                .obs_dim = p->obs_dim,
-                                                .act_dim = p->act_dim,
-                                                .can_sample = p->can_sample != 0,
-                                                .snapshot_inserted_total = p->snapshot_inserted_total,
-                                                .snapshots_total = p->snapshots_total,
-                                                .bytes_per_transition = p->bytes_per_transition,
-                                                .rejected_total = p->rejected_total,
-                                                .duplicates_total = p->duplicates_total};
-    break;
-  }
-  case SAC__ENVELOPE__BODY_LEARNER_INFO: {
-    const Sac__LearnerInfo *p = env->learner_info;
-    out->u.learner_info = (sac_wire_learner_info_t){p->rank, p->world, p->policy_version, p->updates};
-    break;
-  }
-  case SAC__ENVELOPE__BODY_INFO_REQUEST:
-    break;
-  case SAC__ENVELOPE__BODY__NOT_SET:
-  default:
-    REJECT(SAC_EPROTO, SAC_WIRE_R_NO_BODY);
-  }
-  return sac_wire_validate(d, out, lim, reason);
+  int rc = decode_body(d, env, lim, out, reason);
+  return rc ? rc : sac_wire_validate(d, out, lim, reason);
 }
 
 /* ---------------------------------------------------------------- encode */
@@ -659,220 +691,251 @@ static ProtobufCBinaryData bin(const void *p, size_t len) {
 
 static char *str(const char *s) { return (char *)(uintptr_t)(s ? s : ""); }
 
-/* Fills pb from m; pb->heap must be freed by the caller. */
+/* One function per message type: the protobuf-c struct of m's body, pointing at the
+ * caller's arrays (a repeated field longer than the stack arrays goes in pb->heap). Each
+ * returns 0, SAC_EINVAL (a count without its array) or SAC_ENOMEM. */
+
+static int build_transitions(const sac_wire_transitions_t *t, proto_build_t *pb) {
+  Sac__TransitionBatch *p = &pb->b.tb;
+  sac__transition_batch__init(p);
+  size_t n = t->n, od = t->obs_dim, ad = t->act_dim;
+  if ((n && (!t->env_ids || !t->obs || !t->action || !t->reward || !t->terminated || !t->truncated)) ||
+      (t->n_next && (!t->next_obs_rows || !t->next_obs)) ||
+      (t->n_tail && (!t->tail_env_ids || !t->tail_obs)) || (t->n_episodes && !t->episodes))
+    return SAC_EINVAL;
+  p->actor_id = t->actor_id;
+  p->seq = t->seq;
+  p->session = t->session;
+  p->acked_through = t->acked_through;
+  p->policy_version = t->policy_version;
+  p->n = t->n;
+  p->obs_dim = t->obs_dim;
+  p->act_dim = t->act_dim;
+  p->env_ids = bin(t->env_ids, n * 4);
+  p->obs = bin(t->obs, n * od * 4);
+  p->action = bin(t->action, n * ad * 4);
+  p->reward = bin(t->reward, n * 4);
+  p->terminated = bin(t->terminated, n);
+  p->truncated = bin(t->truncated, n);
+  p->next_obs_rows = bin(t->next_obs_rows, (size_t)t->n_next * 4);
+  p->next_obs = bin(t->next_obs, (size_t)t->n_next * od * 4);
+  p->tail_env_ids = bin(t->tail_env_ids, (size_t)t->n_tail * 4);
+  p->tail_obs = bin(t->tail_obs, (size_t)t->n_tail * od * 4);
+  if (t->n_episodes) {
+    Sac__EpisodeEnd *eps = pb->ep_stack;
+    Sac__EpisodeEnd **ptrs = pb->ep_ptr_stack;
+    if (t->n_episodes > SAC_WIRE_STACK_REPEATED) {
+      pb->heap = malloc((size_t)t->n_episodes * (sizeof *eps + sizeof *ptrs));
+      if (!pb->heap)
+        return SAC_ENOMEM;
+      eps = pb->heap;
+      ptrs = (Sac__EpisodeEnd **)(eps + t->n_episodes);
+    }
+    for (uint32_t i = 0; i < t->n_episodes; i++) {
+      sac__episode_end__init(&eps[i]);
+      eps[i].env_id = t->episodes[i].env_id;
+      eps[i].episode_return = t->episodes[i].episode_return;
+      eps[i].length = t->episodes[i].length;
+      eps[i].truncated = t->episodes[i].truncated != 0;
+      ptrs[i] = &eps[i];
+    }
+    p->n_episodes = t->n_episodes;
+    p->episodes = ptrs;
+  }
+  pb->env.body_case = SAC__ENVELOPE__BODY_TRANSITIONS;
+  pb->env.transitions = p;
+  return 0;
+}
+
+static int build_ack(const sac_wire_ack_t *a, proto_build_t *pb) {
+  Sac__InsertAck *p = &pb->b.ack;
+  sac__insert_ack__init(p);
+  p->acked_seq = a->acked_seq;
+  p->seq = a->seq;
+  p->credit = a->credit;
+  p->stored = a->stored;
+  p->shard_id = a->shard_id;
+  p->duplicate = a->duplicate != 0;
+  p->error = str(a->error);
+  pb->env.body_case = SAC__ENVELOPE__BODY_ACK;
+  pb->env.ack = p;
+  return 0;
+}
+
+static int build_sample_request(const sac_wire_sample_request_t *r, proto_build_t *pb) {
+  Sac__SampleRequest *p = &pb->b.sreq;
+  sac__sample_request__init(p);
+  p->request_id = r->request_id;
+  p->batch_size = r->batch_size;
+  p->beta = r->beta;
+  p->timeout_ms = r->timeout_ms;
+  pb->env.body_case = SAC__ENVELOPE__BODY_SAMPLE_REQUEST;
+  pb->env.sample_request = p;
+  return 0;
+}
+
+static int build_sample_batch(const sac_wire_sample_batch_t *b, proto_build_t *pb) {
+  Sac__SampleBatch *p = &pb->b.sb;
+  sac__sample_batch__init(p);
+  size_t n = b->n, od = b->obs_dim, ad = b->act_dim;
+  if (n &&
+      (!b->obs || !b->action || !b->reward || !b->terminated || !b->next_obs || !b->indices || !b->weights))
+    return SAC_EINVAL;
+  p->request_id = b->request_id;
+  p->n = b->n;
+  p->obs_dim = b->obs_dim;
+  p->act_dim = b->act_dim;
+  p->shard_id = b->shard_id;
+  p->obs = bin(b->obs, n * od * 4);
+  p->action = bin(b->action, n * ad * 4);
+  p->reward = bin(b->reward, n * 4);
+  p->terminated = bin(b->terminated, n * 4);
+  p->next_obs = bin(b->next_obs, n * od * 4);
+  p->indices = bin(b->indices, n * 8);
+  p->weights = bin(b->weights, n * 4);
+  p->error = str(b->error);
+  pb->env.body_case = SAC__ENVELOPE__BODY_SAMPLE_BATCH;
+  pb->env.sample_batch = p;
+  return 0;
+}
+
+static int build_priority_update(const sac_wire_priority_update_t *u, proto_build_t *pb) {
+  Sac__PriorityUpdate *p = &pb->b.pu;
+  sac__priority_update__init(p);
+  if (u->n && (!u->indices || !u->priorities))
+    return SAC_EINVAL;
+  p->n = u->n;
+  p->indices = bin(u->indices, (size_t)u->n * 8);
+  p->priorities = bin(u->priorities, (size_t)u->n * 4);
+  pb->env.body_case = SAC__ENVELOPE__BODY_PRIORITY_UPDATE;
+  pb->env.priority_update = p;
+  return 0;
+}
+
+static int build_weights(const sac_wire_weights_t *w, proto_build_t *pb) {
+  Sac__Weights *p = &pb->b.w;
+  sac__weights__init(p);
+  if ((w->n_layers && !w->layers) || (w->data_len && !w->data))
+    return SAC_EINVAL;
+  p->version = w->version;
+  p->dtype = (Sac__DType)w->dtype;
+  p->data = bin(w->data, w->data_len);
+  p->scale = w->scale;
+  if (w->n_layers) {
+    Sac__Layer *ls = pb->layer_stack;
+    Sac__Layer **ptrs = pb->layer_ptr_stack;
+    if (w->n_layers > SAC_WIRE_STACK_REPEATED) {
+      pb->heap = malloc((size_t)w->n_layers * (sizeof *ls + sizeof *ptrs));
+      if (!pb->heap)
+        return SAC_ENOMEM;
+      ls = pb->heap;
+      ptrs = (Sac__Layer **)(ls + w->n_layers);
+    }
+    for (uint32_t i = 0; i < w->n_layers; i++) {
+      sac__layer__init(&ls[i]);
+      ls[i].n_in = w->layers[i].n_in;
+      ls[i].n_out = w->layers[i].n_out;
+      ls[i].activation = w->layers[i].activation;
+      ptrs[i] = &ls[i];
+    }
+    p->n_layers = w->n_layers;
+    p->layers = ptrs;
+  }
+  pb->env.body_case = SAC__ENVELOPE__BODY_WEIGHTS;
+  pb->env.weights = p;
+  return 0;
+}
+
+static int build_hello(const sac_wire_hello_t *h, proto_build_t *pb) {
+  Sac__Hello *p = &pb->b.hello;
+  sac__hello__init(p);
+  p->role = str(h->role);
+  p->id = h->id;
+  p->pid = h->pid;
+  p->version = str(h->version);
+  pb->env.body_case = SAC__ENVELOPE__BODY_HELLO;
+  pb->env.hello = p;
+  return 0;
+}
+
+static int build_heartbeat(uint64_t time_ns, proto_build_t *pb) {
+  Sac__Heartbeat *p = &pb->b.hb;
+  sac__heartbeat__init(p);
+  p->time_ns = time_ns;
+  pb->env.body_case = SAC__ENVELOPE__BODY_HEARTBEAT;
+  pb->env.heartbeat = p;
+  return 0;
+}
+
+static int build_shard_info(const sac_wire_shard_info_t *s, proto_build_t *pb) {
+  Sac__ShardInfo *p = &pb->b.si;
+  sac__shard_info__init(p);
+  p->shard_id = s->shard_id;
+  p->size = s->size;
+  p->capacity = s->capacity;
+  p->inserted_total = s->inserted_total;
+  p->sampled_total = s->sampled_total;
+  p->obs_dim = s->obs_dim;
+  p->act_dim = s->act_dim;
+  p->can_sample = s->can_sample != 0;
+  p->snapshot_inserted_total = s->snapshot_inserted_total;
+  p->snapshots_total = s->snapshots_total;
+  p->bytes_per_transition = s->bytes_per_transition;
+  p->rejected_total = s->rejected_total;
+  p->duplicates_total = s->duplicates_total;
+  pb->env.body_case = SAC__ENVELOPE__BODY_SHARD_INFO;
+  pb->env.shard_info = p;
+  return 0;
+}
+
+static int build_learner_info(const sac_wire_learner_info_t *l, proto_build_t *pb) {
+  Sac__LearnerInfo *p = &pb->b.li;
+  sac__learner_info__init(p);
+  p->rank = l->rank;
+  p->world = l->world;
+  p->policy_version = l->policy_version;
+  p->updates = l->updates;
+  pb->env.body_case = SAC__ENVELOPE__BODY_LEARNER_INFO;
+  pb->env.learner_info = p;
+  return 0;
+}
+
+static int build_info_request(proto_build_t *pb) {
+  Sac__InfoRequest *p = &pb->b.ir;
+  sac__info_request__init(p);
+  pb->env.body_case = SAC__ENVELOPE__BODY_INFO_REQUEST;
+  pb->env.info_request = p;
+  return 0;
+}
+
+/* Fills pb from m, by its type; pb->heap must be freed by the caller. */
 static int build(const sac_wire_msg_t *m, proto_build_t *pb) {
   sac__envelope__init(&pb->env);
   pb->env.protocol = SAC_PROTOCOL_VERSION;
   pb->heap = NULL;
   switch (m->type) {
-  case SAC_WIRE_TRANSITIONS: {
-    const sac_wire_transitions_t *t = &m->u.transitions;
-    Sac__TransitionBatch *p = &pb->b.tb;
-    sac__transition_batch__init(p);
-    size_t n = t->n, od = t->obs_dim, ad = t->act_dim;
-    if ((n && (!t->env_ids || !t->obs || !t->action || !t->reward || !t->terminated || !t->truncated)) ||
-        (t->n_next && (!t->next_obs_rows || !t->next_obs)) ||
-        (t->n_tail && (!t->tail_env_ids || !t->tail_obs)) || (t->n_episodes && !t->episodes))
-      return SAC_EINVAL;
-    p->actor_id = t->actor_id;
-    p->seq = t->seq;
-    p->session = t->session;
-    p->acked_through = t->acked_through;
-    p->policy_version = t->policy_version;
-    p->n = t->n;
-    p->obs_dim = t->obs_dim;
-    p->act_dim = t->act_dim;
-    p->env_ids = bin(t->env_ids, n * 4);
-    p->obs = bin(t->obs, n * od * 4);
-    p->action = bin(t->action, n * ad * 4);
-    p->reward = bin(t->reward, n * 4);
-    p->terminated = bin(t->terminated, n);
-    p->truncated = bin(t->truncated, n);
-    p->next_obs_rows = bin(t->next_obs_rows, (size_t)t->n_next * 4);
-    p->next_obs = bin(t->next_obs, (size_t)t->n_next * od * 4);
-    p->tail_env_ids = bin(t->tail_env_ids, (size_t)t->n_tail * 4);
-    p->tail_obs = bin(t->tail_obs, (size_t)t->n_tail * od * 4);
-    if (t->n_episodes) {
-      Sac__EpisodeEnd *eps = pb->ep_stack;
-      Sac__EpisodeEnd **ptrs = pb->ep_ptr_stack;
-      if (t->n_episodes > SAC_WIRE_STACK_REPEATED) {
-        pb->heap = malloc((size_t)t->n_episodes * (sizeof *eps + sizeof *ptrs));
-        if (!pb->heap)
-          return SAC_ENOMEM;
-        eps = pb->heap;
-        ptrs = (Sac__EpisodeEnd **)(eps + t->n_episodes);
-      }
-      for (uint32_t i = 0; i < t->n_episodes; i++) {
-        sac__episode_end__init(&eps[i]);
-        eps[i].env_id = t->episodes[i].env_id;
-        eps[i].episode_return = t->episodes[i].episode_return;
-        eps[i].length = t->episodes[i].length;
-        eps[i].truncated = t->episodes[i].truncated != 0;
-        ptrs[i] = &eps[i];
-      }
-      p->n_episodes = t->n_episodes;
-      p->episodes = ptrs;
-    }
-    pb->env.body_case = SAC__ENVELOPE__BODY_TRANSITIONS;
-    pb->env.transitions = p;
-    return 0;
-  }
-  case SAC_WIRE_ACK: {
-    const sac_wire_ack_t *a = &m->u.ack;
-    Sac__InsertAck *p = &pb->b.ack;
-    sac__insert_ack__init(p);
-    p->acked_seq = a->acked_seq;
-    p->seq = a->seq;
-    p->credit = a->credit;
-    p->stored = a->stored;
-    p->shard_id = a->shard_id;
-    p->duplicate = a->duplicate != 0;
-    p->error = str(a->error);
-    pb->env.body_case = SAC__ENVELOPE__BODY_ACK;
-    pb->env.ack = p;
-    return 0;
-  }
-  case SAC_WIRE_SAMPLE_REQUEST: {
-    Sac__SampleRequest *p = &pb->b.sreq;
-    sac__sample_request__init(p);
-    p->request_id = m->u.sample_request.request_id;
-    p->batch_size = m->u.sample_request.batch_size;
-    p->beta = m->u.sample_request.beta;
-    p->timeout_ms = m->u.sample_request.timeout_ms;
-    pb->env.body_case = SAC__ENVELOPE__BODY_SAMPLE_REQUEST;
-    pb->env.sample_request = p;
-    return 0;
-  }
-  case SAC_WIRE_SAMPLE_BATCH: {
-    const sac_wire_sample_batch_t *b = &m->u.sample_batch;
-    Sac__SampleBatch *p = &pb->b.sb;
-    sac__sample_batch__init(p);
-    size_t n = b->n, od = b->obs_dim, ad = b->act_dim;
-    if (n &&
-        (!b->obs || !b->action || !b->reward || !b->terminated || !b->next_obs || !b->indices || !b->weights))
-      return SAC_EINVAL;
-    p->request_id = b->request_id;
-    p->n = b->n;
-    p->obs_dim = b->obs_dim;
-    p->act_dim = b->act_dim;
-    p->shard_id = b->shard_id;
-    p->obs = bin(b->obs, n * od * 4);
-    p->action = bin(b->action, n * ad * 4);
-    p->reward = bin(b->reward, n * 4);
-    p->terminated = bin(b->terminated, n * 4);
-    p->next_obs = bin(b->next_obs, n * od * 4);
-    p->indices = bin(b->indices, n * 8);
-    p->weights = bin(b->weights, n * 4);
-    p->error = str(b->error);
-    pb->env.body_case = SAC__ENVELOPE__BODY_SAMPLE_BATCH;
-    pb->env.sample_batch = p;
-    return 0;
-  }
-  case SAC_WIRE_PRIORITY_UPDATE: {
-    const sac_wire_priority_update_t *u = &m->u.priority_update;
-    Sac__PriorityUpdate *p = &pb->b.pu;
-    sac__priority_update__init(p);
-    if (u->n && (!u->indices || !u->priorities))
-      return SAC_EINVAL;
-    p->n = u->n;
-    p->indices = bin(u->indices, (size_t)u->n * 8);
-    p->priorities = bin(u->priorities, (size_t)u->n * 4);
-    pb->env.body_case = SAC__ENVELOPE__BODY_PRIORITY_UPDATE;
-    pb->env.priority_update = p;
-    return 0;
-  }
-  case SAC_WIRE_WEIGHTS: {
-    const sac_wire_weights_t *w = &m->u.weights;
-    Sac__Weights *p = &pb->b.w;
-    sac__weights__init(p);
-    if ((w->n_layers && !w->layers) || (w->data_len && !w->data))
-      return SAC_EINVAL;
-    p->version = w->version;
-    p->dtype = (Sac__DType)w->dtype;
-    p->data = bin(w->data, w->data_len);
-    p->scale = w->scale;
-    if (w->n_layers) {
-      Sac__Layer *ls = pb->layer_stack;
-      Sac__Layer **ptrs = pb->layer_ptr_stack;
-      if (w->n_layers > SAC_WIRE_STACK_REPEATED) {
-        pb->heap = malloc((size_t)w->n_layers * (sizeof *ls + sizeof *ptrs));
-        if (!pb->heap)
-          return SAC_ENOMEM;
-        ls = pb->heap;
-        ptrs = (Sac__Layer **)(ls + w->n_layers);
-      }
-      for (uint32_t i = 0; i < w->n_layers; i++) {
-        sac__layer__init(&ls[i]);
-        ls[i].n_in = w->layers[i].n_in;
-        ls[i].n_out = w->layers[i].n_out;
-        ls[i].activation = w->layers[i].activation;
-        ptrs[i] = &ls[i];
-      }
-      p->n_layers = w->n_layers;
-      p->layers = ptrs;
-    }
-    pb->env.body_case = SAC__ENVELOPE__BODY_WEIGHTS;
-    pb->env.weights = p;
-    return 0;
-  }
-  case SAC_WIRE_HELLO: {
-    Sac__Hello *p = &pb->b.hello;
-    sac__hello__init(p);
-    p->role = str(m->u.hello.role);
-    p->id = m->u.hello.id;
-    p->pid = m->u.hello.pid;
-    p->version = str(m->u.hello.version);
-    pb->env.body_case = SAC__ENVELOPE__BODY_HELLO;
-    pb->env.hello = p;
-    return 0;
-  }
-  case SAC_WIRE_HEARTBEAT: {
-    Sac__Heartbeat *p = &pb->b.hb;
-    sac__heartbeat__init(p);
-    p->time_ns = m->u.heartbeat_time_ns;
-    pb->env.body_case = SAC__ENVELOPE__BODY_HEARTBEAT;
-    pb->env.heartbeat = p;
-    return 0;
-  }
-  case SAC_WIRE_SHARD_INFO: {
-    const sac_wire_shard_info_t *s = &m->u.shard_info;
-    Sac__ShardInfo *p = &pb->b.si;
-    sac__shard_info__init(p);
-    p->shard_id = s->shard_id;
-    p->size = s->size;
-    p->capacity = s->capacity;
-    p->inserted_total = s->inserted_total;
-    p->sampled_total = s->sampled_total;
-    p->obs_dim = s->obs_dim;
-    p->act_dim = s->act_dim;
-    p->can_sample = s->can_sample != 0;
-    p->snapshot_inserted_total = s->snapshot_inserted_total;
-    p->snapshots_total = s->snapshots_total;
-    p->bytes_per_transition = s->bytes_per_transition;
-    p->rejected_total = s->rejected_total;
-    p->duplicates_total = s->duplicates_total;
-    pb->env.body_case = SAC__ENVELOPE__BODY_SHARD_INFO;
-    pb->env.shard_info = p;
-    return 0;
-  }
-  case SAC_WIRE_LEARNER_INFO: {
-    Sac__LearnerInfo *p = &pb->b.li;
-    sac__learner_info__init(p);
-    p->rank = m->u.learner_info.rank;
-    p->world = m->u.learner_info.world;
-    p->policy_version = m->u.learner_info.policy_version;
-    p->updates = m->u.learner_info.updates;
-    pb->env.body_case = SAC__ENVELOPE__BODY_LEARNER_INFO;
-    pb->env.learner_info = p;
-    return 0;
-  }
-  case SAC_WIRE_INFO_REQUEST: {
-    Sac__InfoRequest *p = &pb->b.ir;
-    sac__info_request__init(p);
-    pb->env.body_case = SAC__ENVELOPE__BODY_INFO_REQUEST;
-    pb->env.info_request = p;
-    return 0;
-  }
+  case SAC_WIRE_TRANSITIONS:
+    return build_transitions(&m->u.transitions, pb);
+  case SAC_WIRE_ACK:
+    return build_ack(&m->u.ack, pb);
+  case SAC_WIRE_SAMPLE_REQUEST:
+    return build_sample_request(&m->u.sample_request, pb);
+  case SAC_WIRE_SAMPLE_BATCH:
+    return build_sample_batch(&m->u.sample_batch, pb);
+  case SAC_WIRE_PRIORITY_UPDATE:
+    return build_priority_update(&m->u.priority_update, pb);
+  case SAC_WIRE_WEIGHTS:
+    return build_weights(&m->u.weights, pb);
+  case SAC_WIRE_HELLO:
+    return build_hello(&m->u.hello, pb);
+  case SAC_WIRE_HEARTBEAT:
+    return build_heartbeat(m->u.heartbeat_time_ns, pb);
+  case SAC_WIRE_SHARD_INFO:
+    return build_shard_info(&m->u.shard_info, pb);
+  case SAC_WIRE_LEARNER_INFO:
+    return build_learner_info(&m->u.learner_info, pb);
+  case SAC_WIRE_INFO_REQUEST:
+    return build_info_request(pb);
   case SAC_WIRE_NONE:
   default:
     return SAC_EINVAL;

@@ -55,6 +55,8 @@ int sac_backend_new_on(const char *name, int threads, int device, int dp_rank, s
   *out = NULL;
   if (strcmp(name, "cpu") == 0)
     return sac_backend_cpu_new(threads, out);
+  if (strcmp(name, "null") == 0) /* a measuring tool: no math (backend_null.c) */
+    return sac_backend_null_new(out);
   if (strcmp(name, "cuda") == 0) {
     int n = 0;
     const sac_cuda_module_t *m;
@@ -68,7 +70,7 @@ int sac_backend_new_on(const char *name, int threads, int device, int dp_rank, s
       SAC_INFO("backend", "cuda: data-parallel rank %d opens GPU %d of %d (--device auto)", dp_rank, d, n);
     return sac_backend_cuda_new(d, out);
   }
-  SAC_ERROR("backend", "unknown backend \"%s\" (known: cpu, cuda)", name);
+  SAC_ERROR("backend", "unknown backend \"%s\" (known: cpu, cuda, null)", name);
   return SAC_ENOTFOUND;
 }
 
@@ -92,6 +94,16 @@ int sac_backend_configure(sac_backend_t *be, const char *precision, int graphs) 
   if (rc)
     SAC_ERROR("backend", "cannot set precision \"%s\" / graphs %d: %s", p, graphs, sac_strerror(rc));
   return rc == SAC_EINVAL ? SAC_ECONFIG : rc;
+}
+
+int sac_backend_counts(sac_backend_t *be, sac_backend_counts_t *out) {
+  double b, l;
+  if (!be->ops->get_metric || be->ops->get_metric(be, "blocking_syncs", &b) != 0 ||
+      be->ops->get_metric(be, "kernel_launches", &l) != 0)
+    return SAC_ENOTFOUND;
+  out->blocking_syncs = (int64_t)b;
+  out->launches = (int64_t)l;
+  return 0;
 }
 
 void sac_backend_destroy(sac_backend_t **be) {

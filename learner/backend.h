@@ -1,6 +1,7 @@
 /* The learner's compute backend: a struct of function pointers (as ggml's backends) that
  * the SAC algorithm (sac.c) is written against once. Backends: "cpu" (OpenBLAS sgemm,
- * the readable reference and the fallback) and "cuda" (cuBLASLt + a few kernels).
+ * the readable reference and the fallback), "cuda" (cuBLASLt + a few kernels) and "null"
+ * (no math: a measuring tool for the service around the update, backend_null.c).
  *
  * Every float pointer an op receives is backend memory from ->alloc (host memory for
  * cpu, device memory for cuda). Ops are enqueued in order and may run asynchronously;
@@ -143,6 +144,11 @@ typedef struct sac_backend_ops {
    * returns 0, SAC_ENOTFOUND (unknown key) or SAC_EINVAL (bad value); get_metric 0 or
    * SAC_ENOTFOUND. Setup time only: not between graph_begin and graph_end. */
   int (*set_option)(sac_backend_t *be, const char *key, const char *value);
+  /* Readings every backend with get_metric keeps (cpu, cuda), counted since creation:
+   * "blocking_syncs": calls that wait for the ops enqueued so far (download, sync, a
+   * pinned upload, reading the loss scaler); "kernel_launches": kernels and matmul calls
+   * the ops enqueued (or recorded into a graph), the cpu backend counting what the cuda
+   * backend's ops launch in fp32 for the same calls. sac_backend_counts reads both. */
   int (*get_metric)(sac_backend_t *be, const char *key, double *out);
   /* Data-parallel fp16. A backend that skips an Adam step on an overflow it saw in its
    * own backward pass (the cuda backend in fp16) must make that decision together with
@@ -157,11 +163,12 @@ typedef struct sac_backend_ops {
    * must run in order with them (learner/collective.h, nccl). Cannot fail. */
   void *(*native_stream)(sac_backend_t *be);
   /* Reading a small result back without waiting for the ops enqueued after it (PER
-   * priorities one update late, docs/LEARNER.md): fetch enqueues, in order with the ops,
-   * a copy of n floats of src into the backend's host slot `slot` (0 or 1); fetch_wait
+   * priorities, the update statistics and the acting actor one update late,
+   * docs/LEARNER.md): fetch enqueues, in order with the ops, a copy of n floats of src
+   * into the backend's host slot `slot` (0 <= slot < SAC_BACKEND_FETCH_SLOTS); fetch_wait
    * waits for that copy only (not for later ops) and copies it into host dst. Not
    * between graph_begin and graph_end. 0, SAC_EINVAL, SAC_ENOMEM or SAC_EBACKEND. NULL
-   * (both) where ops run synchronously (cpu): sac.c then downloads at fetch time. */
+   * (both): sac.c then downloads at fetch time (a blocking sync). */
   int (*fetch)(sac_backend_t *be, int slot, const float *src, size_t n);
   int (*fetch_wait)(sac_backend_t *be, int slot, float *dst, size_t n);
   /* Fused (issue 16, fewer kernels): the adam op on each of n_groups groups in order,
@@ -183,13 +190,22 @@ typedef struct sac_backend_ops {
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4
+/* Fetch slots: 0-1 PER priorities, 2-3 update statistics, 4-5 the acting actor (sac.c) */
+#define SAC_BACKEND_FETCH_SLOTS 8
+
+/* The two counts of get_metric ("blocking_syncs", "kernel_launches"); SAC_ENOTFOUND
+ * where the backend keeps none. Difference two readings for the calls between them. */
+typedef struct {
+  int64_t blocking_syncs, launches;
+} sac_backend_counts_t;
+int sac_backend_counts(sac_backend_t *be, sac_backend_counts_t *out);
 
 struct sac_backend {
   const sac_backend_ops_t *ops;
   void *impl;
 };
 
-/* Creates a backend by name ("cpu", "cuda"). threads: CPU threads for "cpu" (0 = all
+/* Creates a backend by name ("cpu", "cuda", "null"). threads: CPU threads for "cpu" (0 = all
  * cores). Returns 0, SAC_ENOTFOUND (unknown name), SAC_EUNSUPPORTED (the CUDA module is
  * not installed or not loadable: learner/cuda_module.h), SAC_ENODEV (module loaded, no
  * usable GPU) or SAC_ENOMEM; each failure logs which. */
@@ -215,6 +231,9 @@ int sac_backend_configure(sac_backend_t *be, const char *precision, int graphs);
 void sac_backend_destroy(sac_backend_t **be);
 
 int sac_backend_cpu_new(int threads, sac_backend_t **out);
+/* The null backend (backend_null.c): the interface and buffers without the math, to
+ * measure the service around the update (--backend null, sac-bench-service). */
+int sac_backend_null_new(sac_backend_t **out);
 /* The cuda backend on a device, through the CUDA module (same codes as sac_backend_new). */
 int sac_backend_cuda_new(int device, sac_backend_t **out);
 

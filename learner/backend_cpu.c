@@ -266,7 +266,18 @@ typedef struct {
   cpu_pool_t *pool; /* NULL with one thread */
   float *join;      /* a shared layer's two input segments side by side (join_n floats) */
   size_t join_n;
+  /* fetch slots (backend.h): a copy now, read later; the ops already ran */
+  float *fetch_host[SAC_BACKEND_FETCH_SLOTS];
+  size_t fetch_cap[SAC_BACKEND_FETCH_SLOTS];
+  /* The counts the cuda backend keeps (backend.h, "blocking_syncs", "kernel_launches"):
+   * every op here adds the launches the cuda backend's op makes in fp32 (one per kernel,
+   * one per matmul call), so a CPU run counts what a GPU run of the same calls launches
+   * (tests/test_backend_cuda.c checks the two agree op by op on a device). */
+  uint64_t blocking, launches;
+  int staged; /* parts staged since the last stage_commit (the cuda backend's scatter) */
 } cpu_impl_t;
+
+static cpu_impl_t *impl_of(sac_backend_t *be) { return (cpu_impl_t *)be->impl; }
 
 static cpu_pool_t *pool_of(sac_backend_t *be) { return ((cpu_impl_t *)be->impl)->pool; }
 
@@ -302,12 +313,85 @@ static int cpu_copy(sac_backend_t *be, float *dst, const float *src, size_t n) {
   return 0;
 }
 
+/* download and sync: where the cuda backend waits for its stream (counted alike) */
+static int cpu_download(sac_backend_t *be, float *dst, const float *src, size_t n) {
+  impl_of(be)->blocking++;
+  return cpu_copy(be, dst, src, n);
+}
+
 static int cpu_sync(sac_backend_t *be) {
-  (void)be;
+  impl_of(be)->blocking++;
   return 0;
 }
 
+static int cpu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) {
+  impl_of(be)->staged++;
+  return cpu_copy(be, dst, src, n);
+}
+
+/* Fetch: the ops ran already, so the copy is made now into the slot and handed out at
+ * fetch_wait, as the cuda backend's pinned slots do one update later. */
+static int cpu_fetch(sac_backend_t *be, int slot, const float *src, size_t n) {
+  cpu_impl_t *im = impl_of(be);
+  if (slot < 0 || slot >= SAC_BACKEND_FETCH_SLOTS)
+    return SAC_EINVAL;
+  if (n > im->fetch_cap[slot]) { /* first use only */
+    float *p = realloc(im->fetch_host[slot], n * sizeof(float));
+    if (!p)
+      return SAC_ENOMEM;
+    im->fetch_host[slot] = p, im->fetch_cap[slot] = n;
+  }
+  memcpy(im->fetch_host[slot], src, n * sizeof(float));
+  return 0;
+}
+
+static int cpu_fetch_wait(sac_backend_t *be, int slot, float *dst, size_t n) {
+  cpu_impl_t *im = impl_of(be);
+  if (slot < 0 || slot >= SAC_BACKEND_FETCH_SLOTS || n > im->fetch_cap[slot])
+    return SAC_EINVAL;
+  memcpy(dst, im->fetch_host[slot], n * sizeof(float));
+  return 0;
+}
+
+/* The cuda backend's launches for a linear layer (backend_cuda.cu, cu_linear_fwd and
+ * cu_linear_bwd in fp32): one matmul per input segment (shared) or one (per-member
+ * columns); a separate bias kernel where the bias is under 16-byte aligned (the
+ * critics' 1-wide output: member 1's bias 4 bytes after member 0's); backward: the
+ * activation-backward/bias-sum kernel where there is an activation or a bias gradient,
+ * the weight-gradient matmuls, and the input gradient (a kernel per shared segment, a
+ * matmul otherwise). */
+static int bias_unaligned(const float *b, int n_out, int K) {
+  uintptr_t a = (uintptr_t)b;
+  if (K > 1)
+    a |= (uintptr_t)((size_t)n_out * sizeof(float));
+  return (a % 16) != 0;
+}
+
+static uint64_t linear_fwd_launches(const sac_linear_t *L) {
+  uint64_t n = L->shared ? (uint64_t)L->n_seg : 1;
+  return n +
+         (L->b && (L->act == SAC_ACT_RELU || L->act == SAC_ACT_NONE) && bias_unaligned(L->b, L->n_out, L->K)
+              ? 1
+              : 0);
+}
+
+static uint64_t linear_bwd_launches(const sac_linear_t *L, const float *dW, const float *db,
+                                    float *const dX[2]) {
+  uint64_t n = L->act != SAC_ACT_NONE || db ? 1 : 0;
+  if (dW)
+    n += L->shared ? (uint64_t)L->n_seg : 1;
+  if (dX && L->shared) {
+    for (int s = 0; s < L->n_seg; s++)
+      n += dX[s] ? 1 : 0;
+  } else if (dX && dX[0]) {
+    n += 1;
+  }
+  return n;
+}
+
 static void cpu_destroy(sac_backend_t *be) {
+  for (int i = 0; i < SAC_BACKEND_FETCH_SLOTS; i++)
+    free(impl_of(be)->fetch_host[i]);
   cpu_pool_destroy(pool_of(be));
   free(((cpu_impl_t *)be->impl)->join);
   free(be->impl);
@@ -498,6 +582,7 @@ static const sac_linear_t *joined(sac_backend_t *be, const sac_linear_t *L, sac_
 }
 
 static void cpu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
+  impl_of(be)->launches += linear_fwd_launches(L);
   sac_linear_t tmp;
   L = joined(be, L, &tmp);
   fwd_job_t j = {L, Y, ldy};
@@ -584,6 +669,7 @@ static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, 
                            float *dW, float *db, float *dX[2], const int ldx[2]) {
   float *nodx[2] = {NULL, NULL};
   const int noldx[2] = {0, 0};
+  impl_of(be)->launches += linear_bwd_launches(L, dW, db, dX);
   sac_linear_t tmp;
   cpu_pool_t *pool = layer_pool(be, L);
   /* the weight gradient from the joined input (one GEMM); the input gradient per segment,
@@ -623,6 +709,7 @@ static void normal_job(void *arg, int part, int parts) {
 
 static void cpu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
                        uint32_t tag) {
+  impl_of(be)->launches++;
   normal_job_t j = {out, n, key, stream, tag};
   cpu_run(n >= CPU_PAR_MIN_ELEMS ? pool_of(be) : NULL, normal_job, &j);
 }
@@ -663,6 +750,7 @@ static void head_fwd_job(void *arg, int part, int parts) {
 
 static void cpu_head_fwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
                          float *a, int lda, float *logp) {
+  impl_of(be)->launches++;
   head_job_t j = {.h = h, .P = P, .eps = eps, .a_out = a, .lda = lda, .logp = logp};
   cpu_run((size_t)h->B * h->A >= CPU_PAR_MIN_ELEMS ? pool_of(be) : NULL, head_fwd_job, &j);
 }
@@ -693,6 +781,7 @@ static void head_bwd_job(void *arg, int part, int parts) {
 
 static void cpu_head_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
                          const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP) {
+  impl_of(be)->launches++;
   head_job_t j = {
       .h = h, .P = P, .eps = eps, .a = a, .lda = lda, .da = da, .ldda = ldda, .dlogp = dlogp, .dP = dP};
   cpu_run((size_t)h->B * h->A >= CPU_PAR_MIN_ELEMS ? pool_of(be) : NULL, head_bwd_job, &j);
@@ -700,7 +789,7 @@ static void cpu_head_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float 
 
 static void cpu_critic_target(sac_backend_t *be, const sac_head_hp_t *h, const float *r, const float *term,
                               const float *qt, const float *logp_next, float *y) {
-  (void)be;
+  impl_of(be)->launches++;
   const float alpha = expf(*h->log_alpha);
   for (int i = 0; i < h->B; i++) {
     float qmin = fminf(qt[2 * i], qt[2 * i + 1]);
@@ -710,7 +799,7 @@ static void cpu_critic_target(sac_backend_t *be, const sac_head_hp_t *h, const f
 
 static void cpu_critic_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *y,
                             const float *w, float *dq, float *td, float *stats) {
-  (void)be;
+  impl_of(be)->launches++;
   const float invB = 1.0f / (float)h->B;
   double loss = 0.0, qsum = 0.0;
   for (int i = 0; i < h->B; i++) {
@@ -728,7 +817,7 @@ static void cpu_critic_loss(sac_backend_t *be, const sac_head_hp_t *h, const flo
 
 static void cpu_actor_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
                            float *dq, float *dlogp, float *stats) {
-  (void)be;
+  impl_of(be)->launches++;
   const float alpha = expf(*h->log_alpha), invB = 1.0f / (float)h->B;
   double loss = 0.0, ent = 0.0;
   for (int i = 0; i < h->B; i++) {
@@ -746,7 +835,7 @@ static void cpu_actor_loss(sac_backend_t *be, const sac_head_hp_t *h, const floa
 
 static void cpu_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *logp, float *grad,
                            float *stats) {
-  (void)be;
+  impl_of(be)->launches++;
   double s = 0.0;
   for (int i = 0; i < h->B; i++)
     s += (double)logp[i] + h->target_entropy;
@@ -788,6 +877,7 @@ static void adam_job(void *arg, int part, int parts) {
 
 static void cpu_adam(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
                      const sac_adam_hp_t *hp, float *t) {
+  impl_of(be)->launches++;
   *t += 1.0f;
   const float b1 = hp->beta1, b2 = hp->beta2;
   const float bc1 = 1.0f - powf(b1, *t), bc2 = 1.0f - powf(b2, *t);
@@ -817,6 +907,7 @@ static void polyak_job(void *arg, int part, int parts) {
 }
 
 static void cpu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau) {
+  impl_of(be)->launches++;
   polyak_job_t a = {tgt, src, n, tau};
   cpu_run(n >= CPU_PAR_MIN_N ? pool_of(be) : NULL, polyak_job, &a);
 }
@@ -825,7 +916,10 @@ static void cpu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n
  * overlap), but it is the path the learner service and --mode local take on every
  * backend: every CPU test runs it. */
 static int cpu_stage_commit(sac_backend_t *be) {
-  (void)be;
+  cpu_impl_t *im = impl_of(be);
+  if (im->staged) /* the cuda backend's scatter of the staged parts */
+    im->launches++;
+  im->staged = 0;
   return 0;
 }
 
@@ -834,31 +928,42 @@ static int cpu_stage_commit(sac_backend_t *be) {
  * kernel has a reference to be tested against. */
 static void cpu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
                             const float *src, size_t n_polyak, float tau) {
-  /* through the table: a wrapper of these ops (test_dp.c's fp16 emulation) stays in force */
+  /* through the table: a wrapper of these ops (test_dp.c's fp16 emulation) stays in force;
+   * counted as the one launch it is on the cuda backend */
+  const uint64_t l0 = impl_of(be)->launches;
   for (int i = 0; i < n_groups; i++)
     be->ops->adam(be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
   if (n_polyak)
     be->ops->polyak(be, tgt, src, n_polyak, tau);
+  impl_of(be)->launches = l0 + 1;
 }
 
 /* The fused noise of both halves: the two ops, through the table. */
 static void cpu_normal2(sac_backend_t *be, float *out, size_t n, const uint32_t key[2], uint64_t stream,
                         uint32_t tag0, uint32_t tag1) {
+  const uint64_t l0 = impl_of(be)->launches;
   be->ops->normal(be, out, n, key, stream, tag0);
   be->ops->normal(be, out + n, n, key, stream, tag1);
+  impl_of(be)->launches = l0 + 1;
 }
 
 /* The fused actor + alpha loss: the two ops in order, through the table (as above). */
 static void cpu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
                                  float *dq, float *dlogp, float *stats_pi, float *grad_alpha,
                                  float *stats_alpha) {
+  const uint64_t l0 = impl_of(be)->launches;
   be->ops->actor_loss(be, h, q, logp, dq, dlogp, stats_pi);
   be->ops->alpha_loss(be, h, logp, grad_alpha, stats_alpha);
+  impl_of(be)->launches = l0 + 1;
 }
 
 /* The pool's counts: jobs split, jobs run on the caller alone because the workers were
  * not getting cores, and parts the caller ran for a worker that had not started them. */
 static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
+  if (strcmp(key, "blocking_syncs") == 0)
+    return *out = (double)impl_of(be)->blocking, 0;
+  if (strcmp(key, "kernel_launches") == 0)
+    return *out = (double)impl_of(be)->launches, 0;
   cpu_pool_t *pool = pool_of(be);
   _Atomic uint64_t *c = NULL;
   if (strcmp(key, "pool_jobs") == 0)
@@ -878,7 +983,7 @@ static const sac_backend_ops_t k_cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
-    .download = cpu_copy,
+    .download = cpu_download,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
     .linear_fwd = cpu_linear_fwd,
@@ -892,12 +997,14 @@ static const sac_backend_ops_t k_cpu_ops = {
     .alpha_loss = cpu_alpha_loss,
     .adam = cpu_adam,
     .polyak = cpu_polyak,
-    .stage = cpu_copy,
+    .stage = cpu_stage,
     .stage_commit = cpu_stage_commit,
     .normal2 = cpu_normal2,
     .actor_alpha_loss = cpu_actor_alpha_loss,
     .adam_polyak = cpu_adam_polyak,
     .get_metric = cpu_get_metric,
+    .fetch = cpu_fetch,
+    .fetch_wait = cpu_fetch_wait,
 };
 
 static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;

@@ -129,15 +129,16 @@ typedef struct {
   stage_slot_t slot[2];
   int cur;
   /* fetch: small results read back one update late (pinned; events per slot) */
-  float *fetch_host[2];
-  size_t fetch_cap[2];
-  cudaEvent_t fetch_done[2];
+  float *fetch_host[SAC_BACKEND_FETCH_SLOTS];
+  size_t fetch_cap[SAC_BACKEND_FETCH_SLOTS];
+  cudaEvent_t fetch_done[SAC_BACKEND_FETCH_SLOTS];
   /* accounting */
   alloc_rec_t *allocs;
   size_t n_allocs, cap_allocs;
   size_t bytes, peak;
   uint64_t alloc_calls, graph_launches, degraded;
   uint64_t launches; /* kernels and cuBLASLt matmuls enqueued eagerly or recorded */
+  uint64_t blocking; /* waits for the stream: download, sync, pinned upload, scaler reads */
   /* eager matmul calls that ran without their fused bias epilogue, by why: bias
    * under-aligned, no algorithm with the epilogue at the precision's compute type,
    * the fused matmul refused at run time (graph replays do not count) */
@@ -146,7 +147,23 @@ typedef struct {
   int warned_plans;
 } cu_t;
 
-static cu_t *IM(sac_backend_t *be) { return (cu_t *)be->impl; }
+/* Every op starts here: the backend's device is made current on the calling thread
+ * (cudaSetDevice is per thread, and a learner may call from more than one: the service
+ * loop, the metrics tick, a checkpoint); cudaGetDevice is a host-side query. */
+static cu_t *IM(sac_backend_t *be) {
+  cu_t *im = (cu_t *)be->impl;
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess || d != im->device) {
+    (void)cudaGetLastError();
+    if (cudaSetDevice(im->device) != cudaSuccess) {
+      SAC_ERROR("cuda", "cudaSetDevice(%d) failed on this thread", im->device);
+      (void)cudaGetLastError();
+      if (!im->err)
+        im->err = SAC_EBACKEND;
+    }
+  }
+  return im;
+}
 
 /* ------------------------------------------------------------------------------------ */
 /* checked calls                                                                          */
@@ -968,7 +985,7 @@ static int cu_upload(sac_backend_t *be, float *dst, const float *src, size_t n) 
     (void)cudaGetLastError();
   if (CK(im, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, im->stream)))
     return SAC_EBACKEND;
-  if (pinned && CK(im, cudaStreamSynchronize(im->stream)))
+  if (pinned && (im->blocking++, CK(im, cudaStreamSynchronize(im->stream))))
     return SAC_EBACKEND;
   return im->err;
 }
@@ -979,6 +996,7 @@ static int cu_download(sac_backend_t *be, float *dst, const float *src, size_t n
     return SAC_ESTATE;
   if (n && CK(im, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, im->stream)))
     return SAC_EBACKEND;
+  im->blocking++;
   if (CK(im, cudaStreamSynchronize(im->stream)))
     return SAC_EBACKEND;
   return im->err;
@@ -988,6 +1006,7 @@ static int cu_sync(sac_backend_t *be) {
   cu_t *im = IM(be);
   if (im->capturing >= 0)
     return SAC_ESTATE;
+  im->blocking++;
   if (CK(im, cudaStreamSynchronize(im->stream)))
     return SAC_EBACKEND;
   return im->err;
@@ -1435,7 +1454,7 @@ static int cu_fetch(sac_backend_t *be, int slot, const float *src, size_t n) {
   cu_t *im = IM(be);
   if (im->capturing >= 0)
     return SAC_ESTATE;
-  if (slot < 0 || slot > 1)
+  if (slot < 0 || slot >= SAC_BACKEND_FETCH_SLOTS)
     return SAC_EINVAL;
   if (!im->fetch_done[slot] && CK(im, cudaEventCreateWithFlags(&im->fetch_done[slot], cudaEventDisableTiming)))
     return SAC_EBACKEND;
@@ -1462,7 +1481,7 @@ static int cu_fetch(sac_backend_t *be, int slot, const float *src, size_t n) {
 
 static int cu_fetch_wait(sac_backend_t *be, int slot, float *dst, size_t n) {
   cu_t *im = IM(be);
-  if (slot < 0 || slot > 1 || n > im->fetch_cap[slot] || !im->fetch_done[slot])
+  if (slot < 0 || slot >= SAC_BACKEND_FETCH_SLOTS || n > im->fetch_cap[slot] || !im->fetch_done[slot])
     return SAC_EINVAL;
   if (CK(im, cudaEventSynchronize(im->fetch_done[slot])))
     return SAC_EBACKEND;
@@ -1474,6 +1493,7 @@ static int cu_fetch_wait(sac_backend_t *be, int slot, float *dst, size_t n) {
 /* options and metrics                                                                    */
 
 static int read_scaler(cu_t *im, scaler_t *out) {
+  im->blocking++;
   if (CK(im, cudaMemcpyAsync(out, &im->ds->scaler, sizeof *out, cudaMemcpyDeviceToHost, im->stream)) ||
       CK(im, cudaStreamSynchronize(im->stream)))
     return SAC_EBACKEND;
@@ -1481,6 +1501,7 @@ static int read_scaler(cu_t *im, scaler_t *out) {
 }
 
 static int write_scaler(cu_t *im, const scaler_t *in) {
+  im->blocking++;
   if (CK(im, cudaMemcpyAsync(&im->ds->scaler, in, sizeof *in, cudaMemcpyHostToDevice, im->stream)) ||
       CK(im, cudaStreamSynchronize(im->stream)))
     return SAC_EBACKEND;
@@ -1577,6 +1598,8 @@ static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
     return *out = (double)im->graph_launches, 0;
   if (!strcmp(key, "kernel_launches"))
     return *out = (double)im->launches, 0;
+  if (!strcmp(key, "blocking_syncs"))
+    return *out = (double)im->blocking, 0;
   if (!strcmp(key, "degraded_gemms"))
     return *out = (double)im->degraded, 0;
   if (!strcmp(key, "epilogue_fallbacks"))
@@ -1603,6 +1626,10 @@ static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
       return SAC_ESTATE;
     if (!strcmp(key, "loss_scale_good") && im->prec != PREC_FP16)
       return SAC_ENOTFOUND; /* no scaler state to keep outside fp16 */
+    if (im->prec != PREC_FP16) { /* nothing is scaled or skipped: no need to wait for the device */
+      *out = !strcmp(key, "loss_scale") ? 1.0 : 0.0;
+      return 0;
+    }
     scaler_t sc;
     int rc = read_scaler(im, &sc);
     if (rc)
@@ -1638,7 +1665,7 @@ static void cu_destroy(sac_backend_t *be) {
     for (int i = 0; i < im->n_plans; i++)
       plan_release(&im->plans[i]);
     free(im->plans);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SAC_BACKEND_FETCH_SLOTS; i++) {
       if (im->fetch_host[i])
         CKN(im, cudaFreeHost(im->fetch_host[i]));
       if (im->fetch_done[i])

@@ -75,7 +75,9 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("env", t.env, "Pendulum-v1",
         "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5, "
         "Humanoid-v5 (MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
-    STR("backend", t.backend, "cpu", "compute backend: cpu or cuda"),
+    STR("backend", t.backend, "cpu",
+        "compute backend: cpu or cuda; null is a measuring tool that does no math (it reads each batch, "
+        "returns priorities and keeps the initial weights: the service's ceiling, docs/LEARNER.md)"),
     STR("precision", t.precision, "fp32",
         "compute precision: fp32; with --backend cuda also tf32, bf16, fp16 (fp32 master weights, fp16 "
         "with dynamic loss scaling)"),
@@ -90,6 +92,9 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("learning_starts", SAC_CFG_INT64, t.learning_starts, "1000", 0, 1e15,
         "uniform random actions and no updates before this many steps"),
     OPT("updates_per_step", SAC_CFG_INT, t.updates_per_step, "1", 1, 1000, "updates per environment step"),
+    OPT("actor_lag", SAC_CFG_INT, t.actor_lag, "1", 0, 1,
+        "local: 1 = act with the actor as of one step's updates earlier (no wait for the device per step); "
+        "0 = wait for each step's updates"),
     STR("durability", durability, "wal",
         "embedded shards: wal (acknowledged transitions survive a crash: logged next to their "
         "snapshots in the run directory) | snapshot | none"),

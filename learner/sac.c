@@ -46,6 +46,9 @@ typedef struct {
 } span_t;
 
 #define SAC_BLOCK_ALIGN 64 /* floats: 256 bytes */
+#define STATS_FLOATS 8
+/* fetch slots of the backend (backend.h): two each, used alternately */
+enum { SLOT_TD = 0, SLOT_STATS = 2, SLOT_ACTOR = 4 };
 #define SAC_MAX_SPANS (4 * SAC_MLP_MAX_LAYERS + 1)
 
 struct sac {
@@ -62,7 +65,8 @@ struct sac {
   size_t off_critic, off_alpha, n_dev; /* padded offsets; n_dev = padded total */
   span_t spans[SAC_MAX_SPANS];         /* packed <-> padded, in order: actor, critics, alpha */
   int n_spans, n_actor_spans;
-  float *td_host[2]; /* sac_td_errors_fetch's slots where the backend has no fetch */
+  float *fb_host; /* the fetch slots' host copies where the backend has no fetch */
+  size_t fb_off[SAC_BACKEND_FETCH_SLOTS];
   float *host;       /* n_dev floats: packing and unpacking at setup, checkpoint and publish time */
   float *steps;      /* Adam step counters: critic, actor, alpha */
   mlp_acts_t aa, ca; /* hidden activations of the actor and of the critics */
@@ -78,7 +82,9 @@ struct sac {
   float *logp2;          /* (2B) = [log pi(a~|s); log pi(a'|s')] */
   float *dlogp, *y, *td; /* (B) */
   float *q, *qt, *dq;    /* (B, 2) */
-  float *stats;          /* critic loss, mean q, actor loss, entropy, alpha loss */
+  float *stats;          /* critic loss, mean q, actor loss, entropy, alpha loss: STATS_FLOATS floats
+                          * right after the padded log alpha block (params + n_dev), so log alpha,
+                          * its padding and the statistics are one range fetched as one copy */
   sac_batch_t batch;
   sac_head_hp_t head, head2; /* B and 2B rows */
   uint32_t key[2];
@@ -130,6 +136,9 @@ void sac_hparams_default(sac_hparams_t *hp, int obs_dim, int act_dim) {
 static float *actor_params(const sac_t *s) { return s->params; }
 static float *critic_params(const sac_t *s) { return s->params + s->off_critic; }
 static float *log_alpha(const sac_t *s) { return s->params + s->off_alpha; }
+/* log alpha, its padding and the statistics: one range of params */
+static size_t stats_block(const sac_t *s) { return s->n_dev - s->off_alpha + STATS_FLOATS; }
+static void stats_from(const sac_t *s, const float *blk, sac_stats_t *out);
 
 static size_t align_up(size_t n) { return (n + SAC_BLOCK_ALIGN - 1) / SAC_BLOCK_ALIGN * SAC_BLOCK_ALIGN; }
 
@@ -316,14 +325,14 @@ static void plan(const sac_hparams_t *hp, const sac_mlp_desc_t *ad, const sac_ml
     p->act_slots = (size_t)hp->depth;
   p->act_floats = 2 * B * H;
   size_t host_init = p->n_params > B ? p->n_params : B;
-  p->total = 4 * p->n_params + p->n_critic + 3  /* params, grads, m, v; target; steps */
-             + 2 * p->act_slots * p->act_floats /* hidden activations, actor and critics */
-             + 2 * (B * 2 * H)                  /* dbuf[2] */
-             + 2 * B * O                        /* obs2 */
-             + 2 * B * 2 * A + B * 2 * A        /* P, dP */
-             + 2 * B * A + 2 * B * A + B * A    /* eps2, a2, da */
-             + 2 * B + 3 * B + 3 * (B * 2) + 8  /* logp2; dlogp, y, td; q, qt, dq; stats */
-             + B * A + 3 * B                    /* batch action, reward, terminated, weights */
+  p->total = 4 * p->n_params + p->n_critic + 3               /* params, grads, m, v; target; steps */
+             + 2 * p->act_slots * p->act_floats              /* hidden activations, actor and critics */
+             + 2 * (B * 2 * H)                               /* dbuf[2] */
+             + 2 * B * O                                     /* obs2 */
+             + 2 * B * 2 * A + B * 2 * A                     /* P, dP */
+             + 2 * B * A + 2 * B * A + B * A                 /* eps2, a2, da */
+             + 2 * B + 3 * B + 3 * (B * 2) + SAC_BLOCK_ALIGN /* logp2; dlogp, y, td; q, qt, dq; stats */
+             + B * A + 3 * B                                 /* batch action, reward, terminated, weights */
              + host_init;
   /* widest operands: activations (2B, 2H), [obs; next_obs] (2B, O), the head (2B, 2A),
    * a critic's first-layer weights (O + A, 2H) and a hidden layer's (H, 2H) */
@@ -424,13 +433,21 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
     if ((rc = be->ops->alloc(be, (n), &(ptr))) != 0)                                                         \
       goto err;                                                                                              \
   } while (0)
-  ALLOC(s->params, s->n_dev);
+  ALLOC(s->params, s->n_dev + SAC_BLOCK_ALIGN); /* the statistics after log alpha's block */
+  s->stats = s->params + s->n_dev;
   ALLOC(s->grads, s->n_dev);
   ALLOC(s->m, s->n_dev);
   ALLOC(s->v, s->n_dev);
   ALLOC(s->target, s->cl.len);
-  if (!(s->host = calloc(s->n_dev, sizeof(float))) ||
-      !(s->td_host[0] = calloc((size_t)2 * B, sizeof(float)))) {
+  {
+    size_t fb = 0;
+    for (int i = 0; i < SAC_BACKEND_FETCH_SLOTS; i++) {
+      s->fb_off[i] = fb;
+      fb += i < SLOT_STATS ? (size_t)B : i < SLOT_ACTOR ? stats_block(s) : i < SLOT_ACTOR + 2 ? s->al.len : 0;
+    }
+    s->fb_host = calloc(fb, sizeof(float));
+  }
+  if (!(s->host = calloc(s->n_dev, sizeof(float))) || !s->fb_host) {
     rc = SAC_ENOMEM;
     goto err;
   }
@@ -466,7 +483,6 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   ALLOC(s->q, (size_t)B * 2);
   ALLOC(s->qt, (size_t)B * 2);
   ALLOC(s->dq, (size_t)B * 2);
-  ALLOC(s->stats, 8);
   ALLOC(s->batch.action, (size_t)B * A);
   ALLOC(s->batch.reward, B);
   ALLOC(s->batch.terminated, B);
@@ -544,7 +560,6 @@ void sac_destroy(sac_t **sp) {
                     &s->q,
                     &s->qt,
                     &s->dq,
-                    &s->stats,
                     &s->batch.action,
                     &s->batch.reward,
                     &s->batch.terminated,
@@ -559,7 +574,7 @@ void sac_destroy(sac_t **sp) {
       be->ops->free(be, s->ca.own[l]);
   }
   free(s->host);
-  free(s->td_host[0]);
+  free(s->fb_host);
   free(s);
   *sp = NULL;
 }
@@ -688,8 +703,8 @@ void sac_set_loss_guard(sac_t *s, int on) {
 /* The guard's check (waits for the backend): the critic loss (actor = 0), or the actor
  * and alpha losses (actor = 1), of the update being computed. 0 or SAC_ENONFINITE. */
 static int losses_finite(sac_t *s, int actor) {
-  float st[8];
-  if (s->be->ops->download(s->be, st, s->stats, 8) != 0)
+  float st[STATS_FLOATS];
+  if (s->be->ops->download(s->be, st, s->stats, STATS_FLOATS) != 0)
     return SAC_EBACKEND;
   if (!actor)
     return isfinite(st[0]) && isfinite(st[1]) ? 0 : SAC_ENONFINITE;
@@ -790,43 +805,88 @@ int sac_update(sac_t *s) {
 }
 
 int sac_stats(sac_t *s, sac_stats_t *out) {
-  float st[8], la;
-  int rc = s->be->ops->download(s->be, st, s->stats, 8);
+  int rc = s->be->ops->download(s->be, s->host, log_alpha(s), stats_block(s));
   if (rc == 0)
-    rc = s->be->ops->download(s->be, &la, log_alpha(s), 1);
-  if (rc)
-    return rc;
-  out->critic_loss = st[0];
-  out->mean_q = st[1];
-  out->actor_loss = st[2];
-  out->entropy = st[3];
-  out->alpha_loss = st[4];
-  out->alpha = expf(la);
-  return 0;
+    stats_from(s, s->host, out);
+  return rc;
 }
 
 int sac_td_errors(sac_t *s, float *out) {
   return s->be->ops->download(s->be, out, s->td, (size_t)s->hp.batch);
 }
 
-int sac_td_errors_fetch(sac_t *s, int slot) {
+/* A copy of n floats of src into backend fetch slot `slot`, collected later; without
+ * the backend's fetch, a download now (a blocking one) into the slot's host copy. */
+static int fetch_slot(sac_t *s, int slot, const float *src, size_t n) {
   const sac_backend_ops_t *ops = s->be->ops;
+  if (ops->fetch)
+    return ops->fetch(s->be, slot, src, n);
+  return ops->download(s->be, s->fb_host + s->fb_off[slot], src, n);
+}
+
+static int collect_slot(sac_t *s, int slot, float *out, size_t n) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  if (ops->fetch_wait)
+    return ops->fetch_wait(s->be, slot, out, n);
+  memcpy(out, s->fb_host + s->fb_off[slot], sizeof(float) * n);
+  return 0;
+}
+
+int sac_td_errors_fetch(sac_t *s, int slot) {
   if (slot < 0 || slot > 1)
     return SAC_EINVAL;
-  if (ops->fetch)
-    return ops->fetch(s->be, slot, s->td, (size_t)s->hp.batch);
-  /* synchronous ops (cpu): the update is done; keep its values until collected */
-  return ops->download(s->be, s->td_host[0] + (size_t)slot * s->hp.batch, s->td, (size_t)s->hp.batch);
+  return fetch_slot(s, SLOT_TD + slot, s->td, (size_t)s->hp.batch);
 }
 
 int sac_td_errors_collect(sac_t *s, int slot, float *out) {
-  const sac_backend_ops_t *ops = s->be->ops;
   if (slot < 0 || slot > 1)
     return SAC_EINVAL;
-  if (ops->fetch_wait)
-    return ops->fetch_wait(s->be, slot, out, (size_t)s->hp.batch);
-  memcpy(out, s->td_host[0] + (size_t)slot * s->hp.batch, sizeof(float) * (size_t)s->hp.batch);
-  return 0;
+  return collect_slot(s, SLOT_TD + slot, out, (size_t)s->hp.batch);
+}
+
+/* The statistics from the range [log alpha, padding, stats] (stats_block floats). */
+static void stats_from(const sac_t *s, const float *blk, sac_stats_t *out) {
+  const float *st = blk + (s->n_dev - s->off_alpha);
+  out->critic_loss = st[0];
+  out->mean_q = st[1];
+  out->actor_loss = st[2];
+  out->entropy = st[3];
+  out->alpha_loss = st[4];
+  out->alpha = expf(blk[0]);
+}
+
+int sac_stats_fetch(sac_t *s, int slot) {
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  return fetch_slot(s, SLOT_STATS + slot, log_alpha(s), stats_block(s));
+}
+
+int sac_stats_collect(sac_t *s, int slot, sac_stats_t *out) {
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  int rc = collect_slot(s, SLOT_STATS + slot, s->host, stats_block(s));
+  if (rc == 0)
+    stats_from(s, s->host, out);
+  return rc;
+}
+
+int sac_stats_finite(const sac_stats_t *st) {
+  return isfinite(st->critic_loss) && isfinite(st->actor_loss) && isfinite(st->alpha_loss);
+}
+
+int sac_actor_fetch(sac_t *s, int slot) {
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  return fetch_slot(s, SLOT_ACTOR + slot, actor_params(s), s->al.len);
+}
+
+int sac_actor_collect(sac_t *s, int slot, float *out) {
+  if (slot < 0 || slot > 1)
+    return SAC_EINVAL;
+  int rc = collect_slot(s, SLOT_ACTOR + slot, s->host, s->al.len);
+  if (rc == 0)
+    repack(s, 0, s->n_actor_spans, 0, 0, out, s->host, s->n_actor, 1);
+  return rc;
 }
 
 int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged) {

@@ -111,8 +111,19 @@ void sac_set_unfused(sac_t *s, int unfused);
 /* Replaces the backend by a wrapper of the same backend (same impl: the buffers stay
  * valid), e.g. op_count.c's counting proxy. SAC_EINVAL for another backend. Setup time. */
 int sac_swap_backend(sac_t *s, sac_backend_t *be);
-/* Copies the last update's statistics to the host (waits for the backend). */
+/* Copies the last update's statistics to the host (waits for the backend: one
+ * blocking sync; for logs and tests, not once per update). */
 int sac_stats(sac_t *s, sac_stats_t *out);
+/* The same one update late, without a blocking sync per update: log alpha and the loss
+ * statistics are one range of backend memory, fetched by one copy. As the priorities:
+ * sac_stats_fetch right after update N into slot N & 1, update N + 1, then
+ * sac_stats_collect N (waits for that copy only). 0, SAC_EINVAL (slot not 0 or 1) or a
+ * backend error. */
+int sac_stats_fetch(sac_t *s, int slot);
+int sac_stats_collect(sac_t *s, int slot, sac_stats_t *out);
+/* 1 when the critic, actor and alpha losses of st are finite (the learner's verdict on
+ * an update, one update late). */
+int sac_stats_finite(const sac_stats_t *st);
 /* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. Waits
  * for every op enqueued so far. */
 int sac_td_errors(sac_t *s, float *out);
@@ -155,8 +166,14 @@ typedef struct {
 } sac_layout_t;
 void sac_layout(const sac_t *s, sac_layout_t *out);
 size_t sac_grad_capacity(const sac_t *s);
-/* Copies the actor's parameters (the Weights layout) to host memory. */
+/* Copies the actor's parameters (the Weights layout) to host memory (a blocking sync). */
 int sac_get_actor(sac_t *s, float *out);
+/* The same without waiting for the updates enqueued after it: sac_actor_fetch enqueues a
+ * copy of the actor as it stands into slot (0 or 1); sac_actor_collect waits for that
+ * copy only and unpacks it into out (the Weights layout). The acting copy of --mode
+ * local, one step late. 0, SAC_EINVAL or a backend error. */
+int sac_actor_fetch(sac_t *s, int slot);
+int sac_actor_collect(sac_t *s, int slot, float *out);
 
 /* Test and checkpoint access to the state, host copies of backend buffers:
  * which = SAC_BUF_PARAMS / GRADS / TARGET / ADAM_M / ADAM_V (sac_param_count floats;

@@ -1,7 +1,10 @@
-/* The learner service (see service.h). One loop on the caller's thread: sample, update,
- * maybe publish, maybe evaluate, maybe log. In the embedded default the shards and
- * actors run on threads of this process and talk to it over inproc:// sockets of one
- * shared context; nothing in the loop knows the difference. */
+/* The learner service (see service.h). One loop on the caller's thread, a round of named
+ * stages (run_round: sample, stage, update, priorities, publish, checkpoint, evaluate,
+ * report, and the data-parallel round), each timed into the result's per-stage profile;
+ * the run's state is one struct (run_t), set up and torn down in named steps. In the
+ * embedded default the shards and actors run on threads of this process and talk to it
+ * over inproc:// sockets of one shared context; nothing in the loop knows the
+ * difference. */
 #include "learner/service.h"
 
 #include <errno.h>
@@ -206,6 +209,77 @@ static void embedded_stop(embedded_t *em) {
     sac_replay_server_destroy(&em->shards[i]);
 }
 
+/* Embedded shard i's configuration, sized to the run. 0, or SAC_ECONFIG when the run
+ * directory's path leaves no room for the shard's snapshot path (logged). */
+static int embedded_shard_config(const sac_learner_cfg_t *c, const sac_env_spec_t *sp,
+                                 const sac_actor_cfg_t *acp, int i, sac_replay_server_config_t *scp) {
+  const int S = c->embedded_shards, N = c->embedded_actors;
+  sac_replay_server_config_t sc;
+  sac_replay_server_config_default(&sc);
+  sc.shard.shard_id = (uint32_t)i;
+  /* Sized to the run (issue 17): never more slots than the run can fill. The shards
+   * share total_steps transitions; the actors' batches go round-robin over them, so a
+   * shard may get up to one batch per actor more than its share, and each batch may
+   * take one extra slot per environment (the obs-only tail of each environment's run
+   * of rows, replay/shard.h). Unused slots cost no memory (calloc'ed pages stay
+   * untouched), but the budget is also what a resumed run's larger replay may grow
+   * from (replay/shard.c). A batch may not exceed a quarter of a shard. */
+  uint64_t E = (uint64_t)c->envs_per_actor, rows = (uint64_t)acp->send_rows + 2 * E;
+  uint64_t share = (uint64_t)(c->total_steps / S + (i < c->total_steps % S)) + (uint64_t)N * rows;
+  uint64_t need = share + (share * E + (uint64_t)acp->send_rows - 1) / (uint64_t)acp->send_rows;
+  uint64_t cap = (uint64_t)(c->buffer_capacity / S > 1 ? c->buffer_capacity / S : 1);
+  cap = cap < need ? cap : need;
+  sc.shard.capacity = cap > 4 * rows ? cap : 4 * rows;
+  if (sc.shard.max_batch_rows > sc.shard.capacity / 4)
+    sc.shard.max_batch_rows = (uint32_t)(sc.shard.capacity / 4);
+  sc.shard.obs_dim = (uint32_t)sp->obs_dim;
+  sc.shard.act_dim = (uint32_t)sp->act_dim;
+  sc.shard.sampler = c->prioritized ? SAC_REPLAY_PRIORITIZED : SAC_REPLAY_UNIFORM;
+  sc.shard.alpha = c->per_alpha;
+  /* the learner asks for batches of hp.batch rows: no larger sample has to fit a message */
+  sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
+  uint64_t min_size = (uint64_t)(c->learning_starts / S);
+  sc.shard.min_size = min_size > (uint64_t)c->hp.batch ? min_size : (uint64_t)c->hp.batch;
+  /* a run shorter than learning_starts sizes its shards below it: it never updates, and
+   * its shards must still start (a shard refuses min_size > capacity) */
+  if (sc.shard.min_size > sc.shard.capacity)
+    sc.shard.min_size = sc.shard.capacity;
+  /* every update samples one batch from one shard: per shard, B * UTD samples per insert */
+  sc.shard.samples_per_insert = (double)c->hp.batch * c->updates_per_step;
+  sc.shard.seed = c->seed * 1000 + (uint64_t)i;
+  /* a shard must serve batch_size rows in one message (issue 14: a batch over the
+   * defaults was refused by every shard, or never sent, and the learner waited forever) */
+  if (sc.shard.max_sample_batch < (uint32_t)c->hp.batch)
+    sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
+  size_t reply = sample_reply_bytes(c->hp.batch, sp->obs_dim, sp->act_dim);
+  if (sc.max_msg_bytes < reply)
+    sc.max_msg_bytes = reply;
+  if (sc.max_held_bytes < sc.max_msg_bytes)
+    sc.max_held_bytes = sc.max_msg_bytes;
+  sc.durability = c->durability;
+  if (!c->rundir && sc.durability != SAC_REPLAY_DURABILITY_NONE) {
+    /* no run directory (a data-parallel follower, a test): no place for the shards'
+     * files, and nothing to resume from; said once, not silent */
+    if (i == 0)
+      SAC_WARN("learner",
+               "no run directory: the embedded shards keep their data in memory only (durability none)");
+    sc.durability = SAC_REPLAY_DURABILITY_NONE;
+  }
+  sc.wal_sync_ms = c->wal_sync_ms;
+  snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
+  snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);
+  if (c->rundir) { /* the replay is part of the run: a resumed run restores it */
+    int len =
+        snprintf(sc.snapshot_path, sizeof sc.snapshot_path, "%.1000s/shard-%d.snap", c->rundir->path, i);
+    if (len < 0 || (size_t)len >= sizeof sc.snapshot_path) {
+      SAC_ERROR("learner", "run directory path too long for shard snapshots: %s", c->rundir->path);
+      return SAC_ECONFIG;
+    }
+  }
+  *scp = sc;
+  return 0;
+}
+
 static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, sac_net_ctx_t *ctx,
                           embedded_t *em, char (*sample_eps)[256], int64_t steps_done) {
   memset(em, 0, sizeof *em);
@@ -218,67 +292,9 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
   sac_actor_cfg_default(&ac);
   for (int i = 0; i < S; i++) {
     sac_replay_server_config_t sc;
-    sac_replay_server_config_default(&sc);
-    sc.shard.shard_id = (uint32_t)i;
-    /* Sized to the run (issue 17): never more slots than the run can fill. The shards
-     * share total_steps transitions; the actors' batches go round-robin over them, so a
-     * shard may get up to one batch per actor more than its share, and each batch may
-     * take one extra slot per environment (the obs-only tail of each environment's run
-     * of rows, replay/shard.h). Unused slots cost no memory (calloc'ed pages stay
-     * untouched), but the budget is also what a resumed run's larger replay may grow
-     * from (replay/shard.c). A batch may not exceed a quarter of a shard. */
-    uint64_t E = (uint64_t)c->envs_per_actor, rows = (uint64_t)ac.send_rows + 2 * E;
-    uint64_t share = (uint64_t)(c->total_steps / S + (i < c->total_steps % S)) + (uint64_t)N * rows;
-    uint64_t need = share + (share * E + (uint64_t)ac.send_rows - 1) / (uint64_t)ac.send_rows;
-    uint64_t cap = (uint64_t)(c->buffer_capacity / S > 1 ? c->buffer_capacity / S : 1);
-    cap = cap < need ? cap : need;
-    sc.shard.capacity = cap > 4 * rows ? cap : 4 * rows;
-    if (sc.shard.max_batch_rows > sc.shard.capacity / 4)
-      sc.shard.max_batch_rows = (uint32_t)(sc.shard.capacity / 4);
-    sc.shard.obs_dim = (uint32_t)sp->obs_dim;
-    sc.shard.act_dim = (uint32_t)sp->act_dim;
-    sc.shard.sampler = c->prioritized ? SAC_REPLAY_PRIORITIZED : SAC_REPLAY_UNIFORM;
-    sc.shard.alpha = c->per_alpha;
-    /* the learner asks for batches of hp.batch rows: no larger sample has to fit a message */
-    sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
-    uint64_t min_size = (uint64_t)(c->learning_starts / S);
-    sc.shard.min_size = min_size > (uint64_t)c->hp.batch ? min_size : (uint64_t)c->hp.batch;
-    /* a run shorter than learning_starts sizes its shards below it: it never updates, and
-     * its shards must still start (a shard refuses min_size > capacity) */
-    if (sc.shard.min_size > sc.shard.capacity)
-      sc.shard.min_size = sc.shard.capacity;
-    /* every update samples one batch from one shard: per shard, B * UTD samples per insert */
-    sc.shard.samples_per_insert = (double)c->hp.batch * c->updates_per_step;
-    sc.shard.seed = c->seed * 1000 + (uint64_t)i;
-    /* a shard must serve batch_size rows in one message (issue 14: a batch over the
-     * defaults was refused by every shard, or never sent, and the learner waited forever) */
-    if (sc.shard.max_sample_batch < (uint32_t)c->hp.batch)
-      sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
-    size_t reply = sample_reply_bytes(c->hp.batch, sp->obs_dim, sp->act_dim);
-    if (sc.max_msg_bytes < reply)
-      sc.max_msg_bytes = reply;
-    if (sc.max_held_bytes < sc.max_msg_bytes)
-      sc.max_held_bytes = sc.max_msg_bytes;
-    sc.durability = c->durability;
-    if (!c->rundir && sc.durability != SAC_REPLAY_DURABILITY_NONE) {
-      /* no run directory (a data-parallel follower, a test): no place for the shards'
-       * files, and nothing to resume from; said once, not silent */
-      if (i == 0)
-        SAC_WARN("learner",
-                 "no run directory: the embedded shards keep their data in memory only (durability none)");
-      sc.durability = SAC_REPLAY_DURABILITY_NONE;
-    }
-    sc.wal_sync_ms = c->wal_sync_ms;
-    snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
-    snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);
-    if (c->rundir) { /* the replay is part of the run: a resumed run restores it */
-      int len =
-          snprintf(sc.snapshot_path, sizeof sc.snapshot_path, "%.1000s/shard-%d.snap", c->rundir->path, i);
-      if (len < 0 || (size_t)len >= sizeof sc.snapshot_path) {
-        SAC_ERROR("learner", "run directory path too long for shard snapshots: %s", c->rundir->path);
-        embedded_stop(em);
-        return SAC_ECONFIG;
-      }
+    if (embedded_shard_config(c, sp, &ac, i, &sc) != 0) {
+      embedded_stop(em);
+      return SAC_ECONFIG;
     }
     int err = 0;
     em->shards[i] = sac_replay_server_new(&sc, ctx, &err);
@@ -620,362 +636,620 @@ static int dp_check(sac_dp_t *dp, sac_t *sac, int64_t updates) {
   return 0;
 }
 
-int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_result_t *res) {
-  memset(res, 0, sizeof *res);
-  res->final_eval_return = res->best_eval_return = -INFINITY;
-  int rc = 0;
-  sac_env_t *probe = NULL;
-  sac_net_ctx_t *ctx = NULL;
-  sac_backend_t *be = NULL;
-  sac_t *sac = NULL;
-  sac_weights_pub_t *pub = NULL;
-  sac_replay_client_t *client = NULL;
-  sac_dp_t *dp = NULL;     /* data-parallel (cfg->dp.size > 1) */
-  int dp_stopped = 0;      /* the ranks agreed to stop */
-  int dp_held = 0;         /* the backend holds a batch that waits for the other ranks' */
-  uint64_t *dp_idx = NULL; /* its indices (prioritised replay) */
-  embedded_t em;
-  memset(&em, 0, sizeof em);
-  sac_service_metrics_t sm;
-  sac_service_metrics_init(&sm, cfg->metrics, cfg);
-  float *actor = NULL, *prio = NULL;
-  prio_lag_t lag = {{NULL, NULL}, {0, 0}, 0};
-  char(*sample_eps)[256] = calloc(SAC_LEARNER_MAX_SHARDS, 256);
-  if (!sample_eps)
-    return SAC_ENOMEM;
+/* ---- the run: its state, set-up steps, stages and tear-down ---- */
 
-  if ((rc = sac_env_new(cfg->env, cfg->seed, SAC_STREAM_EVAL, &probe)) != 0)
-    goto out;
-  const sac_env_spec_t *sp = sac_env_spec(probe);
-  sac_hparams_t hp = cfg->hp;
-  hp.obs_dim = sp->obs_dim;
-  hp.act_dim = sp->act_dim;
-  hp.seed = cfg->seed;
+const char *sac_learner_stage_name(sac_learner_stage_t s) {
+  static const char *const names[] = {"sample",   "stage",      "update", "priorities", "publish",
+                                      "evaluate", "checkpoint", "report", "dp_round"};
+  _Static_assert(sizeof names / sizeof names[0] == SAC_LEARNER_STAGES, "stage names");
+  return (unsigned)s < SAC_LEARNER_STAGES ? names[s] : "unknown";
+}
+
+/* Everything one run holds: what it owns (released by run_close), what set-up fixed,
+ * and where the loop stands. */
+typedef struct {
+  const sac_learner_cfg_t *cfg;
+  atomic_int *stop;
+  sac_learner_result_t *res;
+  /* owned */
+  sac_env_t *probe; /* for the dimensions */
+  sac_net_ctx_t *ctx;
+  sac_backend_t *be;
+  sac_t *sac;
+  sac_weights_pub_t *pub; /* NULL on data-parallel ranks other than 0 */
+  sac_replay_client_t *client;
+  sac_dp_t *dp; /* data-parallel (cfg->dp.size > 1) */
+  embedded_t em;
+  sac_service_metrics_t sm;
+  float *actor;            /* actor: (P) the weights last copied out of the learner */
+  float *prio;             /* prio: (B) |td| of one update */
+  uint64_t *dp_idx;        /* dp_idx: (B) the held batch's indices (data-parallel, prioritised) */
+  char (*sample_eps)[256]; /* (n_shards) the sample endpoints */
+  prio_lag_t lag;
+  /* fixed by set-up */
+  sac_hparams_t hp;
+  size_t n_shards, reply_bytes;
+  int guard;              /* a non-finite loss refuses the step (eager path, no gradient hook) */
+  int tty;                /* progress as one line redrawn in place */
+  sac_ckpt_counters_t ck; /* where a resumed run starts */
+  char bound[256], ckpt_path[1100];
+  /* the loop */
+  sac_replay_batch_t b; /* this round's sample */
+  int dp_stopped;       /* the ranks agreed to stop */
+  int dp_held;          /* the backend holds a batch that waits for the other ranks' */
+  int tty_dirty;
+  nonfinite_t nf;
+  double t0, t_log, t_info, t_pub, u0, upd_time;
+  int64_t steps, last_log_updates, start_updates, next_eval, next_ckpt;
+  tb_mark_t tb_last;
+  uint64_t version;
+  sac_stats_t st;
+} run_t;
+
+/* What a stage returns besides 0 (go on) and a negative SAC_E* code. */
+enum { NEXT_ROUND = 1, END_RUN = 2, NO_BATCH = 3 };
+
+/* Runs one stage and adds its host time to the run's per-stage profile. */
+static int timed(run_t *r, sac_learner_stage_t s, int (*stage)(run_t *)) {
+  double t = sac_clock_s();
+  int rc = stage(r);
+  r->res->stage_seconds[s] += sac_clock_s() - t;
+  return rc;
+}
+
+/* ---- set-up ---- */
+
+/* The environment's dimensions, the hyperparameters and the options checked. */
+static int open_run(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  int rc = sac_env_new(cfg->env, cfg->seed, SAC_STREAM_EVAL, &r->probe);
+  if (rc)
+    return rc;
+  const sac_env_spec_t *sp = sac_env_spec(r->probe);
+  r->hp = cfg->hp;
+  r->hp.obs_dim = sp->obs_dim;
+  r->hp.act_dim = sp->act_dim;
+  r->hp.seed = cfg->seed;
   if ((rc = sac_learner_check_cfg(cfg, NULL, 0)) != 0)
-    goto out;
-  const size_t reply_bytes = sample_reply_bytes(hp.batch, hp.obs_dim, hp.act_dim);
-  if (reply_bytes > MAX_SAMPLE_REPLY_BYTES) {
+    return rc;
+  r->reply_bytes = sample_reply_bytes(r->hp.batch, r->hp.obs_dim, r->hp.act_dim);
+  if (r->reply_bytes > MAX_SAMPLE_REPLY_BYTES) {
     SAC_ERROR(
         "learner",
         "a sample of --batch_size %d rows of %s (obs %d, act %d) is %.2f GiB, over the 1 GiB one message may "
         "hold: lower --batch_size",
-        hp.batch, cfg->env, hp.obs_dim, hp.act_dim, (double)reply_bytes / 1073741824.0);
-    rc = SAC_ECONFIG;
-    goto out;
+        r->hp.batch, cfg->env, r->hp.obs_dim, r->hp.act_dim, (double)r->reply_bytes / 1073741824.0);
+    return SAC_ECONFIG;
   }
-  int threads = cfg->threads;
+  return 0;
+}
+
+/* The backend and the learner on it, resumed from a checkpoint when asked. */
+static int open_learner(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  int threads = cfg->threads, rc;
   if (threads == 0 && cfg->n_shards == 0) {
     /* embedded: the actors need cores too; BLAS threads fighting them for a core cost
      * more than they give */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cores - cfg->embedded_actors > 1 ? (int)(cores - cfg->embedded_actors) : 1;
   }
-  if ((rc = sac_backend_new_on(cfg->backend, threads, cfg->device, cfg->dp.rank, &be)) != 0 ||
-      (rc = sac_backend_configure(be, cfg->precision, cfg->graphs)) != 0 ||
-      (rc = sac_new(&hp, be, &sac)) != 0)
-    goto out;
+  if ((rc = sac_backend_new_on(cfg->backend, threads, cfg->device, cfg->dp.rank, &r->be)) != 0 ||
+      (rc = sac_backend_configure(r->be, cfg->precision, cfg->graphs)) != 0 ||
+      (rc = sac_new(&r->hp, r->be, &r->sac)) != 0)
+    return rc;
   /* the loss guard needs the eager path and no gradient hook: with CUDA graphs or
    * data-parallel ranks a non-finite loss is found after the update instead */
-  const int guard = cfg->dp.size <= 1 && (!be->ops->graph_launch || !cfg->graphs);
-  sac_set_loss_guard(sac, guard);
-  nonfinite_t nf = {0};
-  sac_ckpt_counters_t ck = {0};
-  if (cfg->resume[0]) {
-    if ((rc = sac_checkpoint_load(sac, cfg->resume, &ck)) != 0) {
-      SAC_ERROR("learner", "cannot resume from %s: %s", cfg->resume, sac_strerror(rc));
-      goto out;
-    }
-    SAC_INFO("learner", "resumed from %s: %llu updates, %llu environment steps, policy version %llu",
-             cfg->resume, (unsigned long long)ck.updates, (unsigned long long)ck.env_steps,
-             (unsigned long long)ck.policy_version);
+  r->guard = cfg->dp.size <= 1 && (!r->be->ops->graph_launch || !cfg->graphs);
+  sac_set_loss_guard(r->sac, r->guard);
+  if (!cfg->resume[0])
+    return 0;
+  if ((rc = sac_checkpoint_load(r->sac, cfg->resume, &r->ck)) != 0) {
+    SAC_ERROR("learner", "cannot resume from %s: %s", cfg->resume, sac_strerror(rc));
+    return rc;
   }
-  actor = malloc(sizeof(float) * sac_actor_param_count(sac));
-  prio = malloc(sizeof(float) * (size_t)hp.batch);
-  ctx = sac_net_ctx_new(1);
-  if (!actor || !prio || !ctx) {
-    rc = SAC_ENOMEM;
-    goto out;
-  }
-  if ((rc = sac_net_ctx_set_curve(ctx, cfg->curve)) != 0) /* before any socket of ctx */
-    goto out;
+  SAC_INFO("learner", "resumed from %s: %llu updates, %llu environment steps, policy version %llu",
+           cfg->resume, (unsigned long long)r->ck.updates, (unsigned long long)r->ck.env_steps,
+           (unsigned long long)r->ck.policy_version);
+  return 0;
+}
+
+/* The buffers, the network context, the data-parallel group and the weights port. */
+static int open_network(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  int rc;
+  r->actor = malloc(sizeof(float) * sac_actor_param_count(r->sac));
+  r->prio = malloc(sizeof(float) * (size_t)r->hp.batch);
+  r->ctx = sac_net_ctx_new(1);
+  if (!r->actor || !r->prio || !r->ctx)
+    return SAC_ENOMEM;
+  if ((rc = sac_net_ctx_set_curve(r->ctx, cfg->curve)) != 0) /* before any socket of ctx */
+    return rc;
   /* data-parallel: every rank starts from rank 0's state (and its checkpoint's counters);
    * the coordinator channel uses ctx, so CURVE covers it too */
-  if (cfg->dp.size > 1 && (rc = dp_start(cfg, ctx, &hp, be, sac, &ck, &dp)) != 0)
-    goto out;
-  char bound[256];
-  if (dp_follower(dp)) /* data-parallel: only rank 0 publishes */
-    snprintf(bound, sizeof bound, "(none: data-parallel rank %d)", sac_dp_rank(dp));
-  else
-    pub = sac_weights_pub_new(ctx, cfg->weights_endpoint, sac_actor_desc(sac), bound, sizeof bound);
-  if (!pub && !dp_follower(dp)) {
-    rc = SAC_ENET;
-    goto out;
+  if (cfg->dp.size > 1 && (rc = dp_start(cfg, r->ctx, &r->hp, r->be, r->sac, &r->ck, &r->dp)) != 0)
+    return rc;
+  if (dp_follower(r->dp)) { /* data-parallel: only rank 0 publishes */
+    snprintf(r->bound, sizeof r->bound, "(none: data-parallel rank %d)", sac_dp_rank(r->dp));
+    return 0;
   }
-  size_t n_shards = cfg->n_shards;
-  if (n_shards == 0) {
-    if ((rc = embedded_start(cfg, sp, ctx, &em, sample_eps, (int64_t)ck.env_steps)) != 0)
-      goto out;
-    n_shards = em.n_shards;
+  r->pub =
+      sac_weights_pub_new(r->ctx, cfg->weights_endpoint, sac_actor_desc(r->sac), r->bound, sizeof r->bound);
+  return r->pub ? 0 : SAC_ENET;
+}
+
+/* The shards (started here in the embedded default) and the replay client on them. */
+static int open_replay(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  int rc;
+  r->n_shards = cfg->n_shards;
+  if (r->n_shards == 0) {
+    rc = embedded_start(cfg, sac_env_spec(r->probe), r->ctx, &r->em, r->sample_eps, (int64_t)r->ck.env_steps);
+    if (rc)
+      return rc;
+    r->n_shards = r->em.n_shards;
   } else {
-    for (size_t i = 0; i < n_shards; i++)
-      snprintf(sample_eps[i], 256, "%s", cfg->shard_sample_endpoints[i]);
+    for (size_t i = 0; i < r->n_shards; i++)
+      snprintf(r->sample_eps[i], 256, "%s", cfg->shard_sample_endpoints[i]);
   }
-  sac_service_metrics_attach(&sm, be, cfg->backend, em.shards, em.n_shards, em.actors, em.n_actors);
+  sac_service_metrics_attach(&r->sm, r->be, cfg->backend, r->em.shards, r->em.n_shards, r->em.actors,
+                             r->em.n_actors);
   const char *eps[SAC_LEARNER_MAX_SHARDS];
-  for (size_t i = 0; i < n_shards; i++)
-    eps[i] = sample_eps[i];
+  for (size_t i = 0; i < r->n_shards; i++)
+    eps[i] = r->sample_eps[i];
   sac_replay_client_config_t cc;
   sac_replay_client_config_default(&cc);
-  cc.n_shards = n_shards;
+  cc.n_shards = r->n_shards;
   cc.sample_endpoints = eps;
-  cc.ctx = ctx;
-  cc.batch_size = (uint32_t)hp.batch;
+  cc.ctx = r->ctx;
+  cc.batch_size = (uint32_t)r->hp.batch;
   cc.beta = (float)cfg->per_beta;
-  cc.obs_dim = (uint32_t)hp.obs_dim;
-  cc.act_dim = (uint32_t)hp.act_dim;
-  if (cc.max_msg_bytes < reply_bytes)
-    cc.max_msg_bytes = reply_bytes;
-  if (!(client = sac_replay_client_new(&cc))) {
-    rc = SAC_ENET;
-    goto out;
-  }
+  cc.obs_dim = (uint32_t)r->hp.obs_dim;
+  cc.act_dim = (uint32_t)r->hp.act_dim;
+  if (cc.max_msg_bytes < r->reply_bytes)
+    cc.max_msg_bytes = r->reply_bytes;
+  if (!(r->client = sac_replay_client_new(&cc)))
+    return SAC_ENET;
   SAC_INFO("learner", "%s on %s: %zu shard(s), weights on %s, backend %s, batch %d, %dx%d", cfg->env,
-           cfg->n_shards ? "remote shards" : "the embedded default", n_shards, bound, cfg->backend, hp.batch,
-           hp.depth, hp.hidden);
+           cfg->n_shards ? "remote shards" : "the embedded default", r->n_shards, r->bound, cfg->backend,
+           r->hp.batch, r->hp.depth, r->hp.hidden);
+  return 0;
+}
 
-  /* version 0: the initial policy, so actors know the shapes from the start */
-  if ((rc = sac_get_actor(sac, actor)) != 0 || (pub && (rc = sac_weights_publish(pub, 0, actor)) != 0))
-    goto out;
-  if (cfg->rundir && !cfg->resume[0]) { /* where the curve starts: the untrained policy */
-    double ret0;
-    if ((rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, &hp, cfg->eval_episodes,
-                           &ret0)) != 0)
-      goto out;
-    sac_stats_t st0 = {.alpha = hp.init_alpha};
-    sac_rundir_add_eval(cfg->rundir, 0.0, 0, 0, ret0, &st0);
-  }
-  double t0 = sac_clock_s() - ck.wall_seconds, t_log = sac_clock_s(), t_info = 0, t_pub = t_log, upd_time = 0;
-  res->updates = (int64_t)ck.updates;
-  int64_t steps = (int64_t)ck.env_steps, last_log_updates = res->updates, start_updates = res->updates;
-  tb_mark_t tb_last = {sac_clock_s(), steps, res->updates};
-  uint64_t version = ck.policy_version;
-  sac_stats_t st = {0};
-  int64_t next_eval =
-      cfg->eval_every > 0 ? (res->updates / cfg->eval_every + 1) * cfg->eval_every : INT64_MAX;
-  int64_t next_ckpt = cfg->checkpoint_every > 0
-                          ? (res->updates / cfg->checkpoint_every + 1) * cfg->checkpoint_every
-                          : INT64_MAX;
-  if (dp_follower(dp)) /* data-parallel: rank 0 evaluates */
-    next_eval = INT64_MAX;
+/* Version 0, the initial policy, so actors know the shapes from the start; in a new run
+ * with a run directory, the curve's first point: the untrained policy's return. */
+static int publish_initial(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  int rc;
+  if ((rc = sac_get_actor(r->sac, r->actor)) != 0 ||
+      (r->pub && (rc = sac_weights_publish(r->pub, 0, r->actor)) != 0))
+    return rc;
+  if (!cfg->rundir || cfg->resume[0])
+    return 0;
+  double ret0;
+  if ((rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(r->sac), r->actor, &r->hp, cfg->eval_episodes,
+                         &ret0)) != 0)
+    return rc;
+  sac_stats_t st0 = {.alpha = r->hp.init_alpha};
+  sac_rundir_add_eval(cfg->rundir, 0.0, 0, 0, ret0, &st0);
+  return 0;
+}
+
+/* The loop's clocks, counters and schedules, from where a resumed run left off. */
+static void start_progress(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  r->t0 = sac_clock_s() - r->ck.wall_seconds;
+  r->t_log = sac_clock_s();
+  r->t_info = 0;
+  r->t_pub = r->t_log;
+  r->res->updates = (int64_t)r->ck.updates;
+  r->steps = (int64_t)r->ck.env_steps;
+  r->last_log_updates = r->start_updates = r->res->updates;
+  r->tb_last = (tb_mark_t){sac_clock_s(), r->steps, r->res->updates};
+  r->version = r->ck.policy_version;
+  r->next_eval = cfg->eval_every > 0 ? (r->res->updates / cfg->eval_every + 1) * cfg->eval_every : INT64_MAX;
+  r->next_ckpt = cfg->checkpoint_every > 0
+                     ? (r->res->updates / cfg->checkpoint_every + 1) * cfg->checkpoint_every
+                     : INT64_MAX;
+  if (dp_follower(r->dp)) /* data-parallel: rank 0 evaluates */
+    r->next_eval = INT64_MAX;
   /* on a terminal the progress is one line redrawn in place; elsewhere (files, pipes,
    * containers, JSON logs) it is an ordinary log line */
-  const int tty = isatty(STDERR_FILENO) && !sac_log_json_enabled();
-  int tty_dirty = 0;
-  char ckpt_path[1100] = "";
+  r->tty = isatty(STDERR_FILENO) && !sac_log_json_enabled();
   if (cfg->rundir)
-    snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.bin", cfg->rundir->path);
-  while (!(stop && atomic_load(stop))) {
-    double now = sac_clock_s();
-    if (now - t_info >= 0.05) {
-      steps = stored_steps(client, n_shards, steps);
-      t_info = now;
-      if (steps >= cfg->total_steps)
-        break;
-    }
-    sac_replay_batch_t b = {0};
-    double w0 = sac_clock_s();
-    rc = dp_held ? 0 : sac_replay_client_sample(client, 200, &b); /* data-parallel: keep a held batch */
-    res->sample_wait_seconds += sac_clock_s() - w0;
-    sac_service_metrics_sampled(&sm, sac_clock_s() - w0, steps);
-    sac_service_metrics_rejections(&sm, client, 0);
-    if (rc == SAC_ETIMEOUT) {
-      rc = 0;
-      /* a publisher that keeps sending lets late subscribers get the current policy */
-      if (pub && sac_clock_s() - t_pub > 1.0) {
-        if ((rc = publish(pub, actor, version, &sm)) != 0)
-          goto out;
-        t_pub = sac_clock_s();
-      }
-      if (dp) { /* data-parallel: this rank has no batch; the others may stop */
-        int act;
-        if ((rc = sac_dp_round(dp, 0, 0, &act)) != 0)
-          goto out;
-        if ((dp_stopped = act == SAC_DP_STOP) != 0)
-          break;
-      }
-      continue;
-    }
-    if (rc) /* SAC_ECONFIG: a shard of another environment, or one that refuses the batch size */
-      goto out;
-    double u0 = sac_clock_s();
-    const size_t B = (size_t)hp.batch, O = (size_t)hp.obs_dim, A = (size_t)hp.act_dim;
-    if (!dp_held && (b.n != B || b.obs_dim != O || b.act_dim != A)) { /* the client refuses these */
-      SAC_ERROR("learner", "a sample of %u rows (obs %u, act %u) reached the update", b.n, b.obs_dim,
-                b.act_dim);
-      rc = SAC_EPROTO;
-      goto out;
-    }
-    /* staged: on a GPU this copy overlaps the update enqueued last time round */
-    sac_host_batch_t hb = {b.obs,    b.next_obs,   b.action,
-                           b.reward, b.terminated, cfg->prioritized ? b.weights : NULL};
-    if (!dp_held && (rc = sac_load_batch(sac, &hb, 1)) != 0)
-      goto out;
-    if (dp) { /* data-parallel: update only when every rank has a batch; until then hold it */
-      if (!dp_held && cfg->prioritized && (dp_idx || (dp_idx = malloc(B * sizeof *dp_idx))))
-        memcpy(dp_idx, b.indices, B * sizeof *dp_idx);
-      if (cfg->prioritized && !dp_idx) {
-        rc = SAC_ENOMEM;
-        goto out;
-      }
-      int act;
-      if ((rc = sac_dp_round(dp, 1, 0, &act)) != 0)
-        goto out;
-      if ((dp_stopped = act == SAC_DP_STOP) != 0)
-        break;
-      if ((dp_held = act == SAC_DP_SKIP) != 0)
-        continue;
-    }
-    /* a non-finite loss: with the guard the step was refused (skip the rest of this
-     * update); without it (CUDA graphs, data-parallel) it is found right after the step,
-     * which was applied on every rank alike, so the update goes on as usual from here */
-    rc = sac_update(sac);
-    int bad = rc == SAC_ENONFINITE;
-    if (rc == 0 && !guard) {
-      sac_stats_t ls;
-      if ((rc = sac_stats(sac, &ls)) != 0)
-        goto out;
-      bad = !(isfinite(ls.critic_loss) && isfinite(ls.actor_loss) && isfinite(ls.alpha_loss));
-    } else if (rc && !bad) {
-      goto out;
-    }
-    if (bad) { /* counted and logged; the learner stops after max_nonfinite_updates in a row */
-      if ((rc = nonfinite_update(&nf, cfg, &sm, res->updates, !guard)) != 0)
-        goto out;
-      if (guard)
-        continue; /* nothing applied: no priorities, nothing to publish */
-    } else {
-      nf.in_a_row = 0;
-    }
-    rc = 0;
-    res->updates++;
-    if (cfg->prioritized &&
-        (rc = prio_lag_push(&lag, sac, client, B, dp_idx ? dp_idx : b.indices, prio)) != 0)
-      goto out;
-    if (pub && res->updates % cfg->publish_every == 0) {
-      version = (uint64_t)res->updates;
-      if ((rc = publish_checked(pub, sac, actor, version, &sm)) != 0)
-        goto out;
-      t_pub = sac_clock_s();
-    }
-    upd_time += sac_clock_s() - u0;
-    sac_service_metrics_updated(&sm, sac, sac_clock_s() - u0, res, version);
-    if (ckpt_path[0] && res->updates >= next_ckpt) {
-      next_ckpt += cfg->checkpoint_every;
-      sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, version, sac_clock_s() - t0};
-      sac_checkpoint_save(sac, ckpt_path, &c); /* a failed checkpoint is logged; training goes on */
-    }
-    /* data-parallel: all ranks compare their state at every checkpoint_every updates */
-    if (dp && cfg->checkpoint_every > 0 && res->updates % cfg->checkpoint_every == 0 &&
-        (rc = dp_check(dp, sac, res->updates)) != 0)
-      goto out;
-    if (res->updates >= next_eval) {
-      next_eval += cfg->eval_every;
-      double ret;
-      if ((rc = evaluate_point(cfg, sac, &hp, actor, sac_clock_s() - t0, steps, res, &st, &ret)) != 0)
-        goto out;
-      if (tty_dirty) {
-        fprintf(stderr, "\r\033[K");
-        tty_dirty = 0;
-      }
-      if (!cfg->quiet)
-        SAC_INFO("learner", "eval at update %lld (%lld steps): mean return %.1f over %d episodes",
-                 (long long)res->updates, (long long)steps, ret, cfg->eval_episodes);
-    }
-    if (cfg->rundir && sac_clock_s() - tb_last.t >= TB_PERIOD_S)
-      report_tensorboard(cfg, sac, &em, client, n_shards, steps, res->updates, &tb_last);
-    if (!cfg->quiet && cfg->log_interval_s > 0 && sac_clock_s() - t_log >= cfg->log_interval_s) {
-      double t = sac_clock_s();
-      sac_stats(sac, &st);
-      double ups = (double)(res->updates - last_log_updates) / (t - t_log);
-      double sps = (double)steps / (t - t0);
-      double eta = sps > 0 ? (double)(cfg->total_steps - steps) / sps : 0;
-      double ret = actors_mean_return(&em);
-      char line[512];
-      snprintf(
-          line, sizeof line,
-          "steps %lld/%lld  updates %lld (%.0f/s)  actor return %.1f  alpha %.4f  q_loss %.4f  pi_loss %.4f  "
-          "entropy %.3f  version %llu  eta %.0fs",
-          (long long)steps, (long long)cfg->total_steps, (long long)res->updates, ups, ret, st.alpha,
-          st.critic_loss, st.actor_loss, st.entropy, (unsigned long long)version, eta);
-      if (tty) { /* a status line redrawn in place; log lines go above it */
-        fprintf(stderr, "\r\033[K%s", line);
-        fflush(stderr);
-        tty_dirty = 1;
-      } else {
-        SAC_INFO("learner", "%s", line);
-      }
-      t_log = t;
-      last_log_updates = res->updates;
-    }
+    snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/checkpoint.bin", cfg->rundir->path);
+}
+
+/* ---- the stages of one round ---- */
+
+/* sample: the run's progress (the shards' stored steps, every 50 ms; END_RUN at
+ * total_steps), then one batch from the shards, or NO_BATCH after 200 ms without one.
+ * A data-parallel rank that holds a batch keeps it. */
+static int sample(run_t *r) {
+  double now = sac_clock_s();
+  if (now - r->t_info >= 0.05) {
+    r->steps = stored_steps(r->client, r->n_shards, r->steps);
+    r->t_info = now;
+    if (r->steps >= r->cfg->total_steps)
+      return END_RUN;
   }
-  if (cfg->prioritized && (rc = prio_lag_flush(&lag, sac, client, (size_t)hp.batch, prio)) != 0)
-    goto out;
-  if (dp) { /* data-parallel: the others stop too (unless they said so), then a last check */
-    int act;
-    if ((!dp_stopped && (rc = sac_dp_round(dp, 0, 1, &act)) != 0) ||
-        (rc = dp_check(dp, sac, res->updates)) != 0)
-      goto out;
-    sac_dp_stats_t ds;
-    sac_dp_stats(dp, &ds);
-    int64_t n = res->updates - start_updates;
-    SAC_INFO(
-        "learner",
-        "data-parallel: rank %d of %d did %lld updates; gradient all-reduce (%s) %.3f ms per update (%.1f%% "
-        "of update time), agreement rounds %.3f ms per update",
-        sac_dp_rank(dp), sac_dp_size(dp), (long long)n, sac_dp_collective(dp),
-        n > 0 ? 1e3 * ds.allreduce_s / (double)n : 0.0,
-        upd_time > 0 ? 100.0 * ds.allreduce_s / upd_time : 0.0, n > 0 ? 1e3 * ds.round_s / (double)n : 0.0);
+  r->b = (sac_replay_batch_t){0};
+  double w0 = sac_clock_s();
+  int rc = r->dp_held ? 0 : sac_replay_client_sample(r->client, 200, &r->b);
+  r->res->sample_wait_seconds += sac_clock_s() - w0;
+  sac_service_metrics_sampled(&r->sm, sac_clock_s() - w0, r->steps);
+  sac_service_metrics_rejections(&r->sm, r->client, 0);
+  if (rc == SAC_ETIMEOUT)
+    return NO_BATCH;
+  return rc; /* SAC_ECONFIG: a shard of another environment, or one that refuses the batch size */
+}
+
+/* publish, while no batch comes: a publisher that keeps sending lets late subscribers
+ * get the current policy. */
+static int publish_keepalive(run_t *r) {
+  if (!r->pub || sac_clock_s() - r->t_pub <= 1.0)
+    return 0;
+  int rc = publish(r->pub, r->actor, r->version, &r->sm);
+  if (rc == 0)
+    r->t_pub = sac_clock_s();
+  return rc;
+}
+
+/* dp_round, while no batch comes: this rank has none; the others may stop. */
+static int dp_round_idle(run_t *r) {
+  int act, rc = sac_dp_round(r->dp, 0, 0, &act);
+  if (rc)
+    return rc;
+  if ((r->dp_stopped = act == SAC_DP_STOP) != 0)
+    return END_RUN;
+  return 0;
+}
+
+/* stage: the batch into the backend (on a GPU this copy overlaps the update enqueued
+ * last time round). Starts the update's host time. */
+static int stage_batch(run_t *r) {
+  r->u0 = sac_clock_s();
+  const sac_replay_batch_t *b = &r->b;
+  const size_t B = (size_t)r->hp.batch, O = (size_t)r->hp.obs_dim, A = (size_t)r->hp.act_dim;
+  if (r->dp_held)
+    return 0;
+  if (b->n != B || b->obs_dim != O || b->act_dim != A) { /* the client refuses these */
+    SAC_ERROR("learner", "a sample of %u rows (obs %u, act %u) reached the update", b->n, b->obs_dim,
+              b->act_dim);
+    return SAC_EPROTO;
   }
-  if (tty_dirty)
-    fprintf(stderr, "\n");
-  res->wall_seconds = sac_clock_s() - t0;
-  res->env_steps = steps;
-  res->policy_version = version;
-  res->updates_per_second = upd_time > 0 ? (double)(res->updates - start_updates) / upd_time : 0;
-  res->env_steps_per_second = (double)steps / res->wall_seconds;
-  for (size_t i = 0; i < em.n_actors; i++)
-    res->episodes += (int64_t)atomic_load(&sac_actor_stats(em.actors[i])->episodes);
-  /* the final evaluation, on the final policy */
+  sac_host_batch_t hb = {b->obs,    b->next_obs,   b->action,
+                         b->reward, b->terminated, r->cfg->prioritized ? b->weights : NULL};
+  return sac_load_batch(r->sac, &hb, 1);
+}
+
+/* dp_round: update only when every rank has a batch; until then hold it (NEXT_ROUND),
+ * with its indices when the replay is prioritised. */
+static int dp_round(run_t *r) {
+  const size_t B = (size_t)r->hp.batch;
+  const int per = r->cfg->prioritized;
+  if (!r->dp_held && per && (r->dp_idx || (r->dp_idx = malloc(B * sizeof *r->dp_idx))))
+    memcpy(r->dp_idx, r->b.indices, B * sizeof *r->dp_idx);
+  if (per && !r->dp_idx)
+    return SAC_ENOMEM;
+  int act, rc = sac_dp_round(r->dp, 1, 0, &act);
+  if (rc)
+    return rc;
+  if ((r->dp_stopped = act == SAC_DP_STOP) != 0)
+    return END_RUN;
+  if ((r->dp_held = act == SAC_DP_SKIP) != 0)
+    return NEXT_ROUND;
+  return 0;
+}
+
+/* update: one SAC step. A non-finite loss: with the guard the step was refused
+ * (NEXT_ROUND: no priorities, nothing to publish); without it (CUDA graphs,
+ * data-parallel) it is found right after the step, which was applied on every rank
+ * alike, so the round goes on. Counted and logged; the learner stops after
+ * max_nonfinite_updates in a row. */
+static int update(run_t *r) {
+  int rc = sac_update(r->sac);
+  int bad = rc == SAC_ENONFINITE;
+  if (rc == 0 && !r->guard) {
+    sac_stats_t ls;
+    if ((rc = sac_stats(r->sac, &ls)) != 0)
+      return rc;
+    bad = !(isfinite(ls.critic_loss) && isfinite(ls.actor_loss) && isfinite(ls.alpha_loss));
+  } else if (rc && !bad) {
+    return rc;
+  }
+  if (bad) {
+    if ((rc = nonfinite_update(&r->nf, r->cfg, &r->sm, r->res->updates, !r->guard)) != 0)
+      return rc;
+    if (r->guard)
+      return NEXT_ROUND;
+  } else {
+    r->nf.in_a_row = 0;
+  }
+  r->res->updates++;
+  return 0;
+}
+
+/* priorities: the previous update's |td| to the shards (prioritised replay). */
+static int send_priorities(run_t *r) {
+  if (!r->cfg->prioritized)
+    return 0;
+  return prio_lag_push(&r->lag, r->sac, r->client, (size_t)r->hp.batch, r->dp_idx ? r->dp_idx : r->b.indices,
+                       r->prio);
+}
+
+/* publish: the actor's weights every publish_every updates, as version = updates. */
+static int publish_round(run_t *r) {
+  if (!r->pub || r->res->updates % r->cfg->publish_every != 0)
+    return 0;
+  r->version = (uint64_t)r->res->updates;
+  int rc = publish_checked(r->pub, r->sac, r->actor, r->version, &r->sm);
+  if (rc == 0)
+    r->t_pub = sac_clock_s();
+  return rc;
+}
+
+/* report (per update): the update's host time, from staging to publishing. */
+static int count_update(run_t *r) {
+  r->upd_time += sac_clock_s() - r->u0;
+  sac_service_metrics_updated(&r->sm, r->sac, sac_clock_s() - r->u0, r->res, r->version);
+  return 0;
+}
+
+/* checkpoint: every checkpoint_every updates into the run directory (a failed one is
+ * logged; training goes on); data-parallel ranks compare their state at the same
+ * points. */
+static int checkpoint(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  const int64_t n = r->res->updates;
+  if (r->ckpt_path[0] && n >= r->next_ckpt) {
+    r->next_ckpt += cfg->checkpoint_every;
+    sac_ckpt_counters_t c = {(uint64_t)n, (uint64_t)r->steps, r->version, sac_clock_s() - r->t0};
+    sac_checkpoint_save(r->sac, r->ckpt_path, &c);
+  }
+  if (r->dp && cfg->checkpoint_every > 0 && n % cfg->checkpoint_every == 0)
+    return dp_check(r->dp, r->sac, n);
+  return 0;
+}
+
+/* evaluate: the deterministic policy every eval_every updates. */
+static int evaluate(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  if (r->res->updates < r->next_eval)
+    return 0;
+  r->next_eval += cfg->eval_every;
   double ret;
-  if (!dp_follower(dp) &&
-      (rc = evaluate_point(cfg, sac, &hp, actor, res->wall_seconds, steps, res, &st, &ret)) != 0)
-    goto out;
-  if (pub && (rc = publish_checked(pub, sac, actor, (uint64_t)res->updates, &sm)) != 0)
-    goto out;
-  if (cfg->rundir) {
-    char path[1100];
-    sac_ckpt_counters_t c = {(uint64_t)res->updates, (uint64_t)steps, (uint64_t)res->updates,
-                             res->wall_seconds};
-    if (sac_checkpoint_save(sac, ckpt_path, &c) != 0)
-      rc = SAC_EIO;
-    snprintf(path, sizeof path, "%s/policy.bin", cfg->rundir->path);
-    sac_policy_save(path, sac_actor_desc(sac), actor, hp.log_std_min, hp.log_std_max);
+  int rc =
+      evaluate_point(cfg, r->sac, &r->hp, r->actor, sac_clock_s() - r->t0, r->steps, r->res, &r->st, &ret);
+  if (rc)
+    return rc;
+  if (r->tty_dirty) {
+    fprintf(stderr, "\r\033[K");
+    r->tty_dirty = 0;
   }
-out:
-  sac_service_metrics_rejections(&sm, client, 1);
+  if (!cfg->quiet)
+    SAC_INFO("learner", "eval at update %lld (%lld steps): mean return %.1f over %d episodes",
+             (long long)r->res->updates, (long long)r->steps, ret, cfg->eval_episodes);
+  return 0;
+}
+
+/* The progress line, every log_interval_s: on a terminal redrawn in place. */
+static void log_progress(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  double t = sac_clock_s();
+  sac_stats(r->sac, &r->st);
+  double ups = (double)(r->res->updates - r->last_log_updates) / (t - r->t_log);
+  double sps = (double)r->steps / (t - r->t0);
+  double eta = sps > 0 ? (double)(cfg->total_steps - r->steps) / sps : 0;
+  double ret = actors_mean_return(&r->em);
+  char line[512];
+  snprintf(
+      line, sizeof line,
+      "steps %lld/%lld  updates %lld (%.0f/s)  actor return %.1f  alpha %.4f  q_loss %.4f  pi_loss %.4f  "
+      "entropy %.3f  version %llu  eta %.0fs",
+      (long long)r->steps, (long long)cfg->total_steps, (long long)r->res->updates, ups, ret, r->st.alpha,
+      r->st.critic_loss, r->st.actor_loss, r->st.entropy, (unsigned long long)r->version, eta);
+  if (r->tty) { /* a status line redrawn in place; log lines go above it */
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+    r->tty_dirty = 1;
+  } else {
+    SAC_INFO("learner", "%s", line);
+  }
+  r->t_log = t;
+  r->last_log_updates = r->res->updates;
+}
+
+/* report: TensorBoard scalars and the progress line. */
+static int report(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  if (cfg->rundir && sac_clock_s() - r->tb_last.t >= TB_PERIOD_S)
+    report_tensorboard(cfg, r->sac, &r->em, r->client, r->n_shards, r->steps, r->res->updates, &r->tb_last);
+  if (!cfg->quiet && cfg->log_interval_s > 0 && sac_clock_s() - r->t_log >= cfg->log_interval_s)
+    log_progress(r);
+  return 0;
+}
+
+/* ---- the loop ---- */
+
+/* A round without a batch: keep the weights flowing, and (data-parallel) tell the
+ * other ranks. */
+static int idle_round(run_t *r) {
+  int rc = timed(r, SAC_LEARNER_STAGE_PUBLISH, publish_keepalive);
+  if (rc == 0 && r->dp)
+    rc = timed(r, SAC_LEARNER_STAGE_DP_ROUND, dp_round_idle);
+  return rc ? rc : NEXT_ROUND;
+}
+
+/* One round: 0, NEXT_ROUND (cut short), END_RUN or a negative code. */
+static int run_round(run_t *r) {
+  int rc = timed(r, SAC_LEARNER_STAGE_SAMPLE, sample);
+  if (rc == NO_BATCH)
+    return idle_round(r);
+  if (rc || (rc = timed(r, SAC_LEARNER_STAGE_STAGE, stage_batch)) != 0)
+    return rc;
+  if (r->dp && (rc = timed(r, SAC_LEARNER_STAGE_DP_ROUND, dp_round)) != 0)
+    return rc;
+  if ((rc = timed(r, SAC_LEARNER_STAGE_UPDATE, update)) != 0 ||
+      (rc = timed(r, SAC_LEARNER_STAGE_PRIORITIES, send_priorities)) != 0 ||
+      (rc = timed(r, SAC_LEARNER_STAGE_PUBLISH, publish_round)) != 0 ||
+      (rc = timed(r, SAC_LEARNER_STAGE_REPORT, count_update)) != 0 ||
+      (rc = timed(r, SAC_LEARNER_STAGE_CHECKPOINT, checkpoint)) != 0 ||
+      (rc = timed(r, SAC_LEARNER_STAGE_EVALUATE, evaluate)) != 0)
+    return rc;
+  return timed(r, SAC_LEARNER_STAGE_REPORT, report);
+}
+
+/* Rounds until total_steps were stored, *stop, the data-parallel ranks stop, or an error. */
+static int run_loop(run_t *r) {
+  while (!(r->stop && atomic_load(r->stop))) {
+    int rc = run_round(r);
+    sac_service_metrics_stages(&r->sm, r->res, 0); /* the profile on /metrics, twice a second */
+    if (rc < 0)
+      return rc;
+    if (rc == END_RUN)
+      break;
+  }
+  return 0;
+}
+
+/* ---- tear-down ---- */
+
+/* data-parallel: the other ranks stop too (unless they said so), then a last check and
+ * the all-reduce's share of the update time. */
+static int dp_finish(run_t *r) {
+  int act, rc;
+  if ((!r->dp_stopped && (rc = sac_dp_round(r->dp, 0, 1, &act)) != 0) ||
+      (rc = dp_check(r->dp, r->sac, r->res->updates)) != 0)
+    return rc;
+  sac_dp_stats_t ds;
+  sac_dp_stats(r->dp, &ds);
+  int64_t n = r->res->updates - r->start_updates;
+  SAC_INFO(
+      "learner",
+      "data-parallel: rank %d of %d did %lld updates; gradient all-reduce (%s) %.3f ms per update (%.1f%% "
+      "of update time), agreement rounds %.3f ms per update",
+      sac_dp_rank(r->dp), sac_dp_size(r->dp), (long long)n, sac_dp_collective(r->dp),
+      n > 0 ? 1e3 * ds.allreduce_s / (double)n : 0.0,
+      r->upd_time > 0 ? 100.0 * ds.allreduce_s / r->upd_time : 0.0,
+      n > 0 ? 1e3 * ds.round_s / (double)n : 0.0);
+  return 0;
+}
+
+/* The last update's priorities. */
+static int flush_priorities(run_t *r) {
+  return r->cfg->prioritized ? prio_lag_flush(&r->lag, r->sac, r->client, (size_t)r->hp.batch, r->prio) : 0;
+}
+
+/* The run's figures in the result. */
+static void sum_up(run_t *r) {
+  sac_learner_result_t *res = r->res;
+  if (r->tty_dirty)
+    fprintf(stderr, "\n");
+  res->wall_seconds = sac_clock_s() - r->t0;
+  res->env_steps = r->steps;
+  res->policy_version = r->version;
+  res->updates_per_second = r->upd_time > 0 ? (double)(res->updates - r->start_updates) / r->upd_time : 0;
+  res->env_steps_per_second = (double)r->steps / res->wall_seconds;
+  for (size_t i = 0; i < r->em.n_actors; i++)
+    res->episodes += (int64_t)atomic_load(&sac_actor_stats(r->em.actors[i])->episodes);
+}
+
+/* evaluate, at the end: the final policy (rank 0). */
+static int evaluate_final(run_t *r) {
+  double ret;
+  if (dp_follower(r->dp))
+    return 0;
+  return evaluate_point(r->cfg, r->sac, &r->hp, r->actor, r->res->wall_seconds, r->steps, r->res, &r->st,
+                        &ret);
+}
+
+/* publish, at the end: the final policy as version = updates. */
+static int publish_final(run_t *r) {
+  return r->pub ? publish_checked(r->pub, r->sac, r->actor, (uint64_t)r->res->updates, &r->sm) : 0;
+}
+
+/* checkpoint, at the end: the checkpoint and the final policy into the run directory. */
+static int save_final(run_t *r) {
+  const sac_learner_cfg_t *cfg = r->cfg;
+  if (!cfg->rundir)
+    return 0;
+  int rc = 0;
+  char path[1100];
+  sac_ckpt_counters_t c = {(uint64_t)r->res->updates, (uint64_t)r->steps, (uint64_t)r->res->updates,
+                           r->res->wall_seconds};
+  if (sac_checkpoint_save(r->sac, r->ckpt_path, &c) != 0)
+    rc = SAC_EIO;
+  snprintf(path, sizeof path, "%s/policy.bin", cfg->rundir->path);
+  sac_policy_save(path, sac_actor_desc(r->sac), r->actor, r->hp.log_std_min, r->hp.log_std_max);
+  return rc;
+}
+
+/* After the loop: the pending priorities, the ranks' farewell, the figures, the final
+ * evaluation, broadcast and files. */
+static int finish(run_t *r) {
+  int rc;
+  if ((rc = timed(r, SAC_LEARNER_STAGE_PRIORITIES, flush_priorities)) != 0)
+    return rc;
+  if (r->dp && (rc = timed(r, SAC_LEARNER_STAGE_DP_ROUND, dp_finish)) != 0)
+    return rc;
+  sum_up(r);
+  if ((rc = timed(r, SAC_LEARNER_STAGE_EVALUATE, evaluate_final)) != 0 ||
+      (rc = timed(r, SAC_LEARNER_STAGE_PUBLISH, publish_final)) != 0)
+    return rc;
+  return timed(r, SAC_LEARNER_STAGE_CHECKPOINT, save_final);
+}
+
+/* Releases everything the run holds, in the reverse order of set-up (also after a
+ * failed one); a failed run first tells the other data-parallel ranks. */
+static void close_run(run_t *r, int rc) {
+  sac_service_metrics_rejections(&r->sm, r->client, 1);
+  sac_service_metrics_stages(&r->sm, r->res, 1);
   if (rc)
     SAC_ERROR("learner", "stopped: %s", sac_strerror(rc));
-  if (rc && dp) /* data-parallel: the other ranks stop now rather than at their timeout */
-    sac_dp_abort(dp, sac_strerror(rc));
-  sac_dp_destroy(&dp);
-  sac_service_metrics_close(&sm, res);
-  embedded_stop(&em);
-  sac_replay_client_destroy(&client);
-  sac_weights_pub_destroy(&pub);
-  sac_net_ctx_destroy(&ctx);
-  sac_destroy(&sac);
-  sac_backend_destroy(&be);
-  sac_env_destroy(&probe);
-  free(actor), free(prio), free(sample_eps), free(dp_idx), free(lag.idx[0]), free(lag.idx[1]);
+  if (rc && r->dp) /* data-parallel: the other ranks stop now rather than at their timeout */
+    sac_dp_abort(r->dp, sac_strerror(rc));
+  sac_dp_destroy(&r->dp);
+  sac_service_metrics_close(&r->sm, r->res);
+  embedded_stop(&r->em);
+  sac_replay_client_destroy(&r->client);
+  sac_weights_pub_destroy(&r->pub);
+  sac_net_ctx_destroy(&r->ctx);
+  sac_destroy(&r->sac);
+  sac_backend_destroy(&r->be);
+  sac_env_destroy(&r->probe);
+  free(r->actor), free(r->prio), free(r->sample_eps), free(r->dp_idx), free(r->lag.idx[0]),
+      free(r->lag.idx[1]);
+}
+
+int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_result_t *res) {
+  memset(res, 0, sizeof *res);
+  res->final_eval_return = res->best_eval_return = -INFINITY;
+  run_t *r = calloc(1, sizeof *r);
+  if (!r)
+    return SAC_ENOMEM;
+  r->cfg = cfg, r->stop = stop, r->res = res;
+  sac_service_metrics_init(&r->sm, cfg->metrics, cfg);
+  if (!(r->sample_eps = calloc(SAC_LEARNER_MAX_SHARDS, 256))) {
+    free(r);
+    return SAC_ENOMEM;
+  }
+  int rc = open_run(r);
+  if (rc == 0)
+    rc = open_learner(r);
+  if (rc == 0)
+    rc = open_network(r);
+  if (rc == 0)
+    rc = open_replay(r);
+  if (rc == 0)
+    rc = publish_initial(r);
+  if (rc == 0) {
+    start_progress(r);
+    rc = run_loop(r);
+  }
+  if (rc == 0)
+    rc = finish(r);
+  close_run(r, rc);
+  free(r);
   return rc;
 }

@@ -65,12 +65,33 @@ typedef struct {
   sac_http_t *http; /* the metrics endpoint: embedded shards add GET /provenance?shard=<i> (NULL: none) */
 } sac_learner_cfg_t;
 
+/* The stages of the learner's loop, each timed (sac_learner_result_t.stage_seconds,
+ * and sac_learner_stage_seconds_total{stage} on /metrics). */
+typedef enum {
+  SAC_LEARNER_STAGE_SAMPLE,     /* waiting for and taking a sampled batch (and the run's progress) */
+  SAC_LEARNER_STAGE_STAGE,      /* the batch into the backend */
+  SAC_LEARNER_STAGE_UPDATE,     /* the SAC update (and its loss check) */
+  SAC_LEARNER_STAGE_PRIORITIES, /* |td| fetched and sent to the shards (prioritised replay) */
+  SAC_LEARNER_STAGE_PUBLISH,    /* the actor's weights copied out and broadcast */
+  SAC_LEARNER_STAGE_EVALUATE,   /* deterministic evaluations */
+  SAC_LEARNER_STAGE_CHECKPOINT, /* checkpoints (and data-parallel state checks) */
+  SAC_LEARNER_STAGE_REPORT,     /* metrics, TensorBoard scalars, progress lines */
+  SAC_LEARNER_STAGE_DP_ROUND,   /* data-parallel agreement rounds */
+  SAC_LEARNER_STAGES
+} sac_learner_stage_t;
+
+/* "sample", "stage", ... "dp_round" (the metrics' stage label); "unknown" out of range. */
+const char *sac_learner_stage_name(sac_learner_stage_t s);
+
 typedef struct {
   double final_eval_return, best_eval_return;
   int64_t env_steps, updates, episodes;
   uint64_t policy_version;
   double wall_seconds, updates_per_second, env_steps_per_second;
   double sample_wait_seconds;
+  /* host seconds spent in each stage over the run (set-up excluded, the final
+   * evaluation, broadcast and checkpoint included) */
+  double stage_seconds[SAC_LEARNER_STAGES];
 } sac_learner_result_t;
 
 void sac_learner_cfg_default(sac_learner_cfg_t *c);

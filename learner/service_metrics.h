@@ -57,6 +57,9 @@ typedef struct {
   sac_backend_t *be;
   double next_tick;
   int shard_snapshots; /* embedded shards write snapshots (into the run directory) */
+  /* the loop's per-stage seconds, mirrored from the result twice a second */
+  sac_metric_t *stage_s[SAC_LEARNER_STAGES];
+  double stage_seen[SAC_LEARNER_STAGES], next_stage_mirror;
 } sac_service_metrics_t;
 
 /* Registers the learner's own series (owned by the registry: they stay after the run). */
@@ -130,6 +133,12 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
   m->eval_return = sac_metrics_gauge(
       r, "sac_learner_eval_return",
       "Mean return of the last deterministic evaluation (NaN before the first).", NULL, NULL);
+  for (int k = 0; k < SAC_LEARNER_STAGES; k++)
+    m->stage_s[k] = sac_metrics_counter(
+        r, "sac_learner_stage_seconds_total",
+        "Host seconds the learner's loop spent in each stage (sample, stage, update, priorities, publish, "
+        "evaluate, checkpoint, report, dp_round).",
+        (const char *[]){"stage", sac_learner_stage_name((sac_learner_stage_t)k), NULL}, NULL);
   sac_metric_set(m->target_steps, (double)cfg->total_steps);
   if (sac_metric_value(m->updates) == 0) { /* a first run: no statistics yet */
     sac_metric_t *nan_until_first[] = {m->critic_loss, m->actor_loss, m->alpha_loss, m->alpha,
@@ -360,6 +369,24 @@ static inline void sac_service_metrics_rejections(sac_service_metrics_t *m, cons
       sac_metric_set(m->rejected[k], (double)cs.rejected_by[k]);
   sac_metric_set(m->shard_errors, (double)cs.sample_errors);
   sac_metric_set(m->shard_refusals, (double)cs.shard_refusals);
+}
+
+/* The result's per-stage seconds added to their counters (at most twice a second, and
+ * with force at the end); the counters add up over the runs of one registry. */
+static inline void sac_service_metrics_stages(sac_service_metrics_t *m, const sac_learner_result_t *res,
+                                              int force) {
+  if (!m->r)
+    return;
+  double now = sac_clock_s();
+  if (!force && now < m->next_stage_mirror)
+    return;
+  m->next_stage_mirror = now + 0.5;
+  for (int k = 0; k < SAC_LEARNER_STAGES; k++) {
+    double d = res->stage_seconds[k] - m->stage_seen[k];
+    if (d > 0)
+      sac_metric_add(m->stage_s[k], d);
+    m->stage_seen[k] = res->stage_seconds[k];
+  }
 }
 
 /* After each update: dt is its host time. */

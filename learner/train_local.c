@@ -28,6 +28,7 @@ void sac_train_cfg_default(sac_train_cfg_t *cfg) {
   cfg->eval_episodes = 10;
   cfg->log_interval = 1000;
   cfg->seed = 1;
+  cfg->actor_lag = 1;
   sac_hparams_default(&cfg->hp, 1, 1);
 }
 
@@ -119,8 +120,34 @@ static int ring_sample(ring_t *r, sac_rng_t *rng, sac_t *sac, int B, float *stag
   return sac_load_batch(sac, &hb, 1);
 }
 
+/* One step's updates (updates_per_step of them, each on a freshly sampled batch), then
+ * the acting copy of the actor: with actor_lag, a copy of the actor is enqueued now and
+ * the one enqueued after the previous step's updates is collected (a copy made while
+ * this step's updates ran), so the acting policy is one step late and nothing waits for
+ * the updates just enqueued; without, a download (a blocking sync). 0 or an error. */
+static int update_step(const sac_train_cfg_t *cfg, sac_t *sac, ring_t *ring, sac_rng_t *rng, float *stage,
+                       float *actor, int *lag_slot, int64_t *updates) {
+  const int B = sac_hparams(sac)->batch;
+  int rc;
+  for (int u = 0; u < cfg->updates_per_step; u++) {
+    if ((rc = ring_sample(ring, rng, sac, B, stage)) != 0 || (rc = sac_update(sac)) != 0)
+      return rc;
+    (*updates)++;
+  }
+  if (!cfg->actor_lag)
+    return sac_get_actor(sac, actor);
+  int slot = *lag_slot < 0 ? 0 : *lag_slot ^ 1;
+  if ((rc = sac_actor_fetch(sac, slot)) != 0)
+    return rc;
+  if (*lag_slot >= 0 && (rc = sac_actor_collect(sac, *lag_slot, actor)) != 0)
+    return rc;
+  *lag_slot = slot;
+  return 0;
+}
+
 int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user, sac_train_result_t *res) {
   memset(res, 0, sizeof *res);
+  res->steady_blocking_syncs = res->steady_launches = -1;
   res->final_eval_return = res->best_eval_return = -INFINITY;
   sac_env_t *env = NULL;
   sac_backend_t *be = NULL;
@@ -165,6 +192,11 @@ int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user
   int64_t last_log_updates = 0;
   double last_log_t = t0;
   sac_stats_t st = {0};
+  int lag_slot = -1; /* the fetch slot of the actor copy in flight (-1: none) */
+  sac_backend_counts_t c0, c1;
+  const int counted = sac_backend_counts(be, &c0) == 0;
+  if (counted)
+    res->steady_blocking_syncs = res->steady_launches = 0;
   for (int64_t t = 1; t <= cfg->total_steps; t++) {
     if (t <= cfg->learning_starts) {
       for (int i = 0; i < A; i++)
@@ -188,22 +220,24 @@ int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user
     } else {
       memcpy(obs, nobs, sizeof(float) * O);
     }
-    if (t > cfg->learning_starts && ring.size >= B) {
-      double u0 = sac_clock_s();
-      for (int u = 0; u < cfg->updates_per_step; u++) {
-        if ((rc = ring_sample(&ring, &rng, sac, B, stage)) != 0)
-          goto out;
-        sac_update(sac);
-        res->updates++;
-      }
-      if ((rc = sac_get_actor(sac, actor)) != 0)
-        goto out;
-      upd_time += sac_clock_s() - u0;
-    }
     int do_eval = (cfg->eval_interval > 0 && t % cfg->eval_interval == 0) || t == cfg->total_steps;
     int do_log = cfg->log_interval > 0 && t % cfg->log_interval == 0 && !cfg->quiet;
-    if ((do_eval || do_log) && res->updates > 0)
-      sac_stats(sac, &st);
+    if (t > cfg->learning_starts && ring.size >= B) {
+      double u0 = sac_clock_s();
+      int64_t n0 = res->updates;
+      if (counted)
+        sac_backend_counts(be, &c0);
+      if ((rc = update_step(cfg, sac, &ring, &rng, stage, actor, &lag_slot, &res->updates)) != 0)
+        goto out;
+      if (counted && !do_eval && !do_log && sac_backend_counts(be, &c1) == 0) {
+        res->steady_updates += res->updates - n0;
+        res->steady_blocking_syncs += c1.blocking_syncs - c0.blocking_syncs;
+        res->steady_launches += c1.launches - c0.launches;
+      }
+      upd_time += sac_clock_s() - u0;
+    }
+    if ((do_eval || do_log) && res->updates > 0 && (rc = sac_stats(sac, &st)) != 0) /* not per update */
+      goto out;
     if (do_log) {
       double now = sac_clock_s();
       double ups = (double)(res->updates - last_log_updates) / (now - last_log_t);
@@ -218,6 +252,9 @@ int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user
     }
     if (do_eval) {
       double ret;
+      /* the evaluation sees the policy as it stands (a wait, once per evaluation) */
+      if (res->updates > 0 && cfg->actor_lag && (rc = sac_get_actor(sac, actor)) != 0)
+        goto out;
       if ((rc = sac_evaluate(cfg->env, cfg->seed, ad, actor, &hp, cfg->eval_episodes, &ret)) != 0)
         goto out;
       res->final_eval_return = ret;

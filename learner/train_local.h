@@ -24,6 +24,10 @@ typedef struct {
   int64_t log_interval; /* environment steps between progress lines (0: none) */
   int quiet;
   uint64_t seed;
+  /* The acting copy of the actor: 1 (the default) refreshed one environment step late,
+   * from a copy fetched after the previous step's updates (no wait for the updates just
+   * enqueued); 0 downloaded after every step's updates (a blocking sync per step). */
+  int actor_lag;
   sac_hparams_t hp; /* obs_dim / act_dim are taken from the environment */
 } sac_train_cfg_t;
 
@@ -33,6 +37,10 @@ typedef struct {
   int64_t steps, updates, episodes;
   double wall_seconds;
   double updates_per_second; /* of update time only */
+  /* The backend's counts (sac_backend_counts) over the steady-state steps: those after
+   * learning_starts that neither log nor evaluate, from sampling to the acting copy's
+   * refresh. -1 where the backend keeps no counts. */
+  int64_t steady_updates, steady_blocking_syncs, steady_launches;
 } sac_train_result_t;
 
 /* Called after each evaluation (may be NULL). */

@@ -674,6 +674,172 @@ static float *params_of(sac_t *s) {
   return p;
 }
 
+/* Parity per tensor: every layer's W and b of the actor, the critics and the target
+ * critics, log alpha, and Adam's m and v of each, compared one by one (a defect confined
+ * to log alpha, one output bias or the target network is a small part of the whole
+ * parameter vector and passed the former whole-vector bound). Returns the number of
+ * tensors over tol; names the worst one in *worst (and prints every one over). */
+typedef struct {
+  const char *buf_name;
+  int which;
+} state_buf_t;
+
+static int state_tensors_over(sac_t *a, sac_t *b, double tol, char *worst, size_t cap, double *worst_err) {
+  static const state_buf_t bufs[] = {{"params", SAC_BUF_PARAMS},
+                                     {"target", SAC_BUF_TARGET},
+                                     {"adam_m", SAC_BUF_ADAM_M},
+                                     {"adam_v", SAC_BUF_ADAM_V}};
+  const sac_mlp_desc_t *nets[2] = {sac_actor_desc(a), sac_critic_desc(a)};
+  const size_t na = sac_actor_param_count(a), np = sac_param_count(a);
+  const size_t base[2] = {0, na};
+  int over = 0;
+  *worst_err = 0;
+  snprintf(worst, cap, "none");
+  for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+    size_t n = sac_buffer_len(a, bufs[k].which);
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    cr_assert(x && y);
+    cr_assert_eq(sac_get_buffer(a, bufs[k].which, x, n), 0);
+    cr_assert_eq(sac_get_buffer(b, bufs[k].which, y, n), 0);
+    /* the target buffer holds the critics' layout only, from offset 0 */
+    const int target = bufs[k].which == SAC_BUF_TARGET;
+    for (int net = target ? 1 : 0; net < 2; net++) {
+      const size_t off = target ? 0 : base[net];
+      for (int l = 0; l < nets[net]->n_layers; l++) {
+        for (int wb = 0; wb < 2; wb++) {
+          size_t o = off + (wb ? sac_mlp_bias_offset(nets[net], l) : sac_mlp_weight_offset(nets[net], l));
+          size_t len = (size_t)nets[net]->ensemble * nets[net]->sizes[l + 1] * (wb ? 1 : nets[net]->sizes[l]);
+          double e = nerr(y + o, x + o, len);
+          char name[96];
+          snprintf(name, sizeof name, "%s %s layer %d %s", bufs[k].buf_name, net ? "critics" : "actor", l,
+                   wb ? "b" : "W");
+          if (!(e <= tol)) {
+            over++;
+            fprintf(stderr, "  %-40s err %.2e over tol %.0e\n", name, e, tol);
+          }
+          if (!(e <= *worst_err)) {
+            *worst_err = e;
+            snprintf(worst, cap, "%s", name);
+          }
+        }
+      }
+    }
+    if (!target) { /* log alpha (last float) */
+      double e = nerr(y + np - 1, x + np - 1, 1);
+      if (!(e <= tol)) {
+        over++;
+        fprintf(stderr, "  %s log alpha err %.2e over tol %.0e\n", bufs[k].buf_name, e, tol);
+      }
+      if (!(e <= *worst_err)) {
+        *worst_err = e;
+        snprintf(worst, cap, "%s log alpha", bufs[k].buf_name);
+      }
+    }
+    free(x), free(y);
+  }
+  return over;
+}
+
+/* The per-tensor check itself, on the CPU (runs without a GPU): two identical learners
+ * agree; one float planted into a single small tensor (log alpha, a critic output bias,
+ * a target bias, one Adam v entry) is found, at the tolerance the GPU parity uses. */
+Test(backend_cuda, parity_per_tensor_catches_a_planted_single_tensor_error) {
+  sac_backend_t *c1 = cpu_backend(), *c2 = cpu_backend();
+  const int O = 17, A = 6, H = 64, B = 32;
+  sac_t *a = new_sac(c1, O, A, H, 2, B, 0), *b = new_sac(c2, O, A, H, 2, B, 0);
+  hbatch_t hb;
+  hbatch_init(&hb, B, O, A);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 62, 3);
+  for (int u = 0; u < 3; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    put_batch(c1, a, &hb, 0);
+    put_batch(c2, b, &hb, 0);
+    cr_assert_eq(sac_update(a), 0);
+    cr_assert_eq(sac_update(b), 0);
+  }
+  char worst[96];
+  double e;
+  cr_assert_eq(state_tensors_over(a, b, 5e-3, worst, sizeof worst, &e), 0, "identical runs differ at %s",
+               worst);
+  const size_t np = sac_param_count(a), na = sac_actor_param_count(a);
+  const sac_mlp_desc_t *cd = sac_critic_desc(a);
+  const size_t out_b = sac_mlp_bias_offset(cd, cd->n_layers - 1);
+  struct {
+    int which;
+    size_t at;
+    const char *name;
+  } plant[] = {{SAC_BUF_PARAMS, np - 1, "params log alpha"},
+               {SAC_BUF_PARAMS, na + out_b + 1, "params critics layer 2 b"},
+               {SAC_BUF_TARGET, out_b, "target critics layer 2 b"},
+               {SAC_BUF_ADAM_V, np - 1, "adam_v log alpha"}};
+  for (size_t i = 0; i < sizeof plant / sizeof plant[0]; i++) {
+    size_t n = sac_buffer_len(b, plant[i].which);
+    float *x = malloc(n * sizeof(float));
+    cr_assert_eq(sac_get_buffer(b, plant[i].which, x, n), 0);
+    float keep = x[plant[i].at];
+    x[plant[i].at] = keep * 1.1f + 1e-2f; /* one float of one small tensor off by 10% + 0.01 */
+    cr_assert_eq(sac_set_buffer(b, plant[i].which, x, n), 0);
+    int over = state_tensors_over(a, b, 5e-3, worst, sizeof worst, &e);
+    cr_expect_eq(over, 1, "planted error in %s: %d tensors over", plant[i].name, over);
+    cr_expect_str_eq(worst, plant[i].name, "planted error in %s, worst tensor %s", plant[i].name, worst);
+    x[plant[i].at] = keep;
+    cr_assert_eq(sac_set_buffer(b, plant[i].which, x, n), 0);
+    free(x);
+  }
+  /* whole-vector control: the former check (params at 5e-3) misses the log alpha plant */
+  {
+    float *x = malloc(np * sizeof(float)), *y = malloc(np * sizeof(float));
+    cr_assert_eq(sac_get_buffer(a, SAC_BUF_PARAMS, x, np), 0);
+    memcpy(y, x, np * sizeof(float));
+    y[np - 1] = y[np - 1] * 1.1f + 1e-2f;
+    cr_expect_leq(nerr(y, x, np), 5e-3, "control: the whole-vector error already caught it");
+    free(x), free(y);
+  }
+  hbatch_free(&hb);
+  sac_destroy(&a), sac_destroy(&b);
+  sac_backend_destroy(&c1), sac_backend_destroy(&c2);
+}
+
+/* The launch counts the cpu backend keeps (what the cuda backend's ops launch in fp32)
+ * against the cuda backend's own count, over the same eager updates (cheetah shape and
+ * Pendulum's, fused and unfused); and an update makes no blocking sync on either. */
+static void launches_agree(int O, int A) {
+  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+  cr_assert_eq(gpu->ops->set_option(gpu, "graphs", "0"), 0);
+  sac_t *sc = new_sac(cpu, O, A, 256, 2, 256, 0), *sg = new_sac(gpu, O, A, 256, 2, 256, 0);
+  hbatch_t hb;
+  hbatch_init(&hb, 256, O, A);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 63, 3);
+  for (int unfused = 0; unfused < 2; unfused++) {
+    sac_set_unfused(sc, unfused), sac_set_unfused(sg, unfused);
+    for (int u = 0; u < 3; u++) {
+      hbatch_fill(&hb, &rng, 1.0f);
+      put_batch(cpu, sc, &hb, 1);
+      put_batch(gpu, sg, &hb, 1);
+      sac_backend_counts_t c0, g0, c1, g1;
+      cr_assert_eq(sac_backend_counts(cpu, &c0), 0);
+      cr_assert_eq(sac_backend_counts(gpu, &g0), 0);
+      cr_assert_eq(sac_update(sc), 0);
+      cr_assert_eq(sac_update(sg), 0);
+      cr_assert_eq(sac_backend_counts(cpu, &c1), 0);
+      cr_assert_eq(sac_backend_counts(gpu, &g1), 0);
+      fprintf(stderr, "  O %d A %d unfused %d update %d: launches cuda %lld, cpu count %lld\n", O, A, unfused,
+              u, (long long)(g1.launches - g0.launches), (long long)(c1.launches - c0.launches));
+      cr_expect_eq(g1.launches - g0.launches, c1.launches - c0.launches, "launch counts disagree");
+      cr_expect_eq(g1.blocking_syncs - g0.blocking_syncs, 0, "a cuda update waited for the device");
+      cr_expect_eq(c1.blocking_syncs - c0.blocking_syncs, 0);
+    }
+  }
+  hbatch_free(&hb);
+  sac_destroy(&sc), sac_destroy(&sg);
+  sac_backend_destroy(&gpu), sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, launch_counts_of_cpu_equal_cuda_cheetah) { launches_agree(17, 6); }
+Test(backend_cuda, launch_counts_of_cpu_equal_cuda_pendulum) { launches_agree(3, 1); }
+
 Test(backend_cuda, update_parity_cpu_vs_cuda_fp32_100_updates) {
   sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
   const int O = 17, A = 6, H = 256, B = 256;
@@ -701,6 +867,12 @@ Test(backend_cuda, update_parity_cpu_vs_cuda_fp32_100_updates) {
       snprintf(what, sizeof what, "sac params after %d updates", u);
       EXPECT_CLOSE(what, "fp32", pg, pc, n, u == 1 ? 1e-3 : 5e-3);
       free(pc), free(pg);
+      /* and tensor by tensor, targets and Adam state included */
+      char worst[96];
+      double we;
+      int over = state_tensors_over(sc, sg, u == 1 ? 1e-3 : 5e-3, worst, sizeof worst, &we);
+      fprintf(stderr, "  per tensor after %d updates: worst %s err %.2e\n", u, worst, we);
+      cr_expect_eq(over, 0, "after %d updates %d tensors differ (worst %s, %.3g)", u, over, worst, we);
     }
   }
   fprintf(stderr, "  sac critic loss over 100 updates: worst relative difference %.2e\n", worst_loss);
@@ -713,6 +885,8 @@ Test(backend_cuda, update_parity_cpu_vs_cuda_fp32_100_updates) {
 }
 
 /* n updates on a fresh cuda backend with graphs on or off; returns the parameters */
+static double g_last_skipped; /* skipped_steps of the last cuda_run */
+
 static float *cuda_run(const char *prec, int graphs, int n_updates, int recompute, int depth, int H,
                        double *launches, double *dev_bytes) {
   sac_backend_t *gpu = cuda_or_skip(prec);
@@ -734,6 +908,7 @@ static float *cuda_run(const char *prec, int graphs, int n_updates, int recomput
     *launches = metric(gpu, "graph_launches");
   if (dev_bytes)
     *dev_bytes = metric(gpu, "device_peak_bytes");
+  g_last_skipped = metric(gpu, "skipped_steps");
   hbatch_free(&hb);
   sac_destroy(&s);
   sac_backend_destroy(&gpu);
@@ -770,8 +945,17 @@ Test(backend_cuda, same_seed_same_bits) {
 Test(backend_cuda, low_precision_updates_stay_finite_and_close) {
   size_t n = cheetah_params();
   float *ref = cuda_run("fp32", 1, 50, 0, 2, 256, NULL, NULL);
+  float *init = cuda_run("fp32", 1, 0, 0, 2, 256, NULL, NULL);
+  const double moved = nerr(ref, init, n);
   for (int p = 1; p < 4; p++) {
     float *q = cuda_run(k_prec[p], 1, 50, 0, 2, 256, NULL, NULL);
+    /* a run whose steps were all skipped (fp16 overflow every time) stays at the start,
+     * which the 5e-2 bound below alone would let pass: it must have moved as fp32 did,
+     * and skipped at most a few warm-up steps */
+    fprintf(stderr, "  %s: skipped %g of 50 updates; moved %.2e from the start (fp32 %.2e)\n", k_prec[p],
+            g_last_skipped, nerr(q, init, n), moved);
+    cr_expect_lt(g_last_skipped, 10.0, "%s skipped %g of 50 updates", k_prec[p], g_last_skipped);
+    cr_expect_geq(nerr(q, init, n), 0.5 * moved, "%s parameters did not move as fp32's did", k_prec[p]);
     int finite = 1;
     for (size_t i = 0; i < n; i++)
       finite &= isfinite(q[i]) != 0;
@@ -780,7 +964,7 @@ Test(backend_cuda, low_precision_updates_stay_finite_and_close) {
     EXPECT_CLOSE("params after 50 updates vs fp32", k_prec[p], q, ref, n, 5e-2);
     free(q);
   }
-  free(ref);
+  free(ref), free(init);
 }
 
 Test(backend_cuda, fp16_forced_overflow_skips_the_step) {

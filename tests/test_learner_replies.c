@@ -480,6 +480,46 @@ Test(learner, good_shard_gets_updates, .timeout = 120) {
   free(f);
 }
 
+/* The loop's per-stage profile (sac_learner_result_t.stage_seconds): every stage a run
+ * of updates, priorities and broadcasts goes through has time, a stage it never enters
+ * (dp_round without data-parallel ranks) has none, the stages of the loop account for
+ * its wall time, and /metrics carries the same seconds under
+ * sac_learner_stage_seconds_total{stage}. */
+Test(learner, stage_profile_adds_up, .timeout = 120) {
+  fake_t *f = malloc(sizeof *f);
+  sac_metrics_t *reg = sac_metrics_new();
+  run_t *r = run_learner(f, ANSWER_GOOD, 3.0, 1, reg);
+  cr_assert_eq(r->rc, 0, "rc %d", r->rc);
+  cr_assert_gt(r->res.updates, 20, "%lld updates", (long long)r->res.updates);
+  const double *s = r->res.stage_seconds;
+  const sac_learner_stage_t used[] = {SAC_LEARNER_STAGE_SAMPLE,     SAC_LEARNER_STAGE_STAGE,
+                                      SAC_LEARNER_STAGE_UPDATE,     SAC_LEARNER_STAGE_PRIORITIES,
+                                      SAC_LEARNER_STAGE_PUBLISH,    SAC_LEARNER_STAGE_EVALUATE,
+                                      SAC_LEARNER_STAGE_REPORT};
+  for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
+    cr_expect_gt(s[used[i]], 0.0, "stage %s: %g s", sac_learner_stage_name(used[i]), s[used[i]]);
+  cr_expect_eq(s[SAC_LEARNER_STAGE_DP_ROUND], 0.0, "dp_round without data-parallel ranks: %g s",
+               s[SAC_LEARNER_STAGE_DP_ROUND]);
+  /* the final evaluation comes after the wall clock stops; everything else is inside it,
+   * and the loop spends its time in its stages */
+  double in_loop = 0;
+  for (int k = 0; k < SAC_LEARNER_STAGES; k++)
+    in_loop += k == SAC_LEARNER_STAGE_EVALUATE ? 0 : s[k];
+  cr_expect_leq(in_loop, r->res.wall_seconds + 0.05, "stages %g s > wall %g s", in_loop, r->res.wall_seconds);
+  cr_expect_geq(in_loop, 0.8 * r->res.wall_seconds, "stages %g s of wall %g s", in_loop, r->res.wall_seconds);
+  for (int k = 0; k < SAC_LEARNER_STAGES; k++) {
+    char needle[128];
+    snprintf(needle, sizeof needle, "sac_learner_stage_seconds_total{stage=\"%s\"} ",
+             sac_learner_stage_name((sac_learner_stage_t)k));
+    double v = metric_of(reg, needle);
+    cr_expect(fabs(v - s[k]) <= 1e-6 * (1.0 + s[k]), "%s: /metrics %g, result %g", needle, v, s[k]);
+  }
+  cr_expect_str_eq(sac_learner_stage_name(SAC_LEARNER_STAGES), "unknown");
+  free(r);
+  free(f);
+  sac_metrics_destroy(&reg);
+}
+
 /* defect 8: every update on rewards of 3e38 has a non-finite loss: refused, counted, and
  * after max_nonfinite_updates in a row the learner stops with SAC_ENONFINITE */
 Test(learner, huge_rewards_stop_the_learner, .timeout = 120) {

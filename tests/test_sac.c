@@ -572,3 +572,98 @@ Test(sac, op_count_sees_the_fused_tails) {
   sac_destroy(&s);
   sac_backend_destroy(&be);
 }
+
+/* The statistics and the actor one update late (issue: no blocking sync per update):
+ * fetched after update N, collected after update N + 1, they are update N's exactly as
+ * sac_stats and sac_get_actor give right after it, and neither fetch nor collect is a
+ * blocking sync (the backend's count stays put), while sac_stats is one (control). */
+Test(sac, stats_and_actor_fetched_one_update_late_are_that_updates) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 4, 2);
+  hp.hidden = 8;
+  hp.batch = 10;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  const size_t na = sac_actor_param_count(s);
+  float *an[5], *al = malloc(na * sizeof(float));
+  sac_stats_t sn[5], sl;
+  sac_rng_t rng;
+  sac_rng_init(&rng, 3, 3);
+  for (int u = 0; u < 5; u++) {
+    an[u] = malloc(na * sizeof(float));
+    fill_batch(s, &rng, hp.batch, 4, 2, 0);
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_stats(s, &sn[u]), 0);
+    cr_assert_eq(sac_get_actor(s, an[u]), 0);
+    sac_backend_counts_t c0, c1;
+    cr_assert_eq(sac_backend_counts(be, &c0), 0);
+    cr_assert_eq(sac_stats_fetch(s, u & 1), 0);
+    cr_assert_eq(sac_actor_fetch(s, u & 1), 0);
+    if (u > 0) {
+      cr_assert_eq(sac_stats_collect(s, (u - 1) & 1, &sl), 0);
+      cr_assert_eq(sac_actor_collect(s, (u - 1) & 1, al), 0);
+      cr_assert_eq(memcmp(&sl, &sn[u - 1], sizeof sl), 0, "update %d's statistics", u - 1);
+      cr_assert(sac_stats_finite(&sl));
+      cr_assert_eq(memcmp(al, an[u - 1], na * sizeof(float)), 0, "update %d's actor", u - 1);
+      cr_assert_neq(memcmp(&sl, &sn[u], sizeof sl), 0, "negative control: updates %d and %d agree", u - 1, u);
+      cr_assert_neq(memcmp(al, an[u], na * sizeof(float)), 0, "negative control: actors %d and %d agree",
+                    u - 1, u);
+    }
+    cr_assert_eq(sac_backend_counts(be, &c1), 0);
+    cr_assert_eq(c1.blocking_syncs, c0.blocking_syncs, "fetch/collect waited like a download");
+    cr_assert_eq(sac_stats(s, &sl), 0);
+    cr_assert_eq(sac_backend_counts(be, &c0), 0);
+    cr_assert_eq(c0.blocking_syncs, c1.blocking_syncs + 1, "control: sac_stats is a blocking download");
+  }
+  sac_stats_t bad = sn[0];
+  bad.actor_loss = NAN;
+  cr_assert(!sac_stats_finite(&bad), "a NaN actor loss passed as finite");
+  cr_assert_eq(sac_stats_fetch(s, 2), SAC_EINVAL);
+  cr_assert_eq(sac_actor_fetch(s, -1), SAC_EINVAL);
+  for (int u = 0; u < 5; u++)
+    free(an[u]);
+  free(al);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+/* Launches and blocking syncs per update, counted on the cpu backend (which counts what
+ * the cuda backend's ops launch in fp32; tests/test_backend_cuda.c checks the two agree
+ * on a device): the default network (2 x 256, batch 256) on Pendulum's sizes. An update
+ * itself never waits (graphs or not: the count is of the calls sac.c makes); the loss
+ * guard's checks are two waits (control). The launch figures are docs/CUDA.md's. */
+Test(sac, launches_and_blocking_syncs_per_update_default_network) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 3, 1);
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 5, 3);
+  sac_backend_counts_t c[4];
+  fill_batch(s, &rng, hp.batch, 3, 1, 0);
+  cr_assert_eq(sac_update(s), 0); /* warm-up */
+  cr_assert_eq(sac_backend_counts(be, &c[0]), 0);
+  cr_assert_eq(sac_update(s), 0);
+  cr_assert_eq(sac_backend_counts(be, &c[1]), 0);
+  sac_set_loss_guard(s, 1);
+  cr_assert_eq(sac_update(s), 0);
+  cr_assert_eq(sac_backend_counts(be, &c[2]), 0);
+  sac_set_loss_guard(s, 0);
+  sac_set_unfused(s, 1);
+  cr_assert_eq(sac_update(s), 0);
+  cr_assert_eq(sac_backend_counts(be, &c[3]), 0);
+  int64_t launches = c[1].launches - c[0].launches;
+  cr_assert_eq(c[1].blocking_syncs - c[0].blocking_syncs, 0, "an update waited for the backend");
+  cr_assert_eq(c[2].blocking_syncs - c[1].blocking_syncs, 2,
+               "control: the loss guard's two checks not counted");
+  cr_assert_eq(launches, 48, "launches per update %lld (docs/CUDA.md says 48)", (long long)launches);
+  cr_assert_eq(c[2].launches - c[1].launches, 48);
+  cr_assert_eq(c[3].launches - c[2].launches, 52, "unfused launches %lld (docs/CUDA.md says 52)",
+               (long long)(c[3].launches - c[2].launches));
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
