@@ -32,11 +32,14 @@
 #include <fcntl.h>
 #include <fuse.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -239,10 +242,67 @@ static int load_dir(int dir, const char *path) {
  * become stale (EIO). */
 static int g_unloaded;
 
-static int drop_all(void) {
+static uint64_t g_last_drop_us; /* how long the last drop took inside forgetfs */
+
+static uint64_t now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+/* A zeroed node table, mapped (not calloc'ed: reusing the heap would zero 20+ MiB in the
+ * drop, 25 ms and more on a busy machine). NULL when out of memory. */
+static node_t *table_new(void) {
+  void *p =
+      mmap(NULL, MAX_NODES * sizeof(node_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* Returns a large buffer's pages to the kernel in 4 MiB steps before freeing it: one
+ * munmap of hundreds of MiB holds the process's memory map lock long enough to stall the
+ * FUSE thread's next allocation (a drop measured 180 ms so). */
+static void release(unsigned char *p, size_t cap) {
+  const uintptr_t page = 4096, step = 4u << 20;
+  if (p && cap > step) {
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), end = ((uintptr_t)p + cap) & ~(page - 1);
+    for (; a + step <= end; a += step)
+      madvise((void *)a, step, MADV_DONTNEED);
+  }
+  free(p);
+}
+
+/* A spare zeroed table made ahead of the next drop (so the drop maps nothing). */
+static node_t *_Atomic g_spare;
+
+/* Frees a dropped node table (its buffers can be hundreds of MiB, whose release takes
+ * longer than the drop may), on a thread of its own, then maps the next spare table. */
+static void *free_table(void *arg) {
+  node_t *t = arg;
   for (int i = 1; i < MAX_NODES; i++)
-    if (g_nodes[i].used)
-      node_free(i);
+    if (t[i].used) {
+      release(t[i].cur.p, t[i].cur.cap);
+      release(t[i].synced.p, t[i].synced.cap);
+    }
+  munmap(t, MAX_NODES * sizeof *t);
+  node_t *spare = table_new(), *none = NULL;
+  if (spare && !atomic_compare_exchange_strong(&g_spare, &none, spare))
+    munmap(spare, MAX_NODES * sizeof *spare);
+  return NULL;
+}
+
+static int drop_all(void) {
+  node_t *fresh = atomic_exchange(&g_spare, NULL), *old = g_nodes;
+  if (!fresh)
+    fresh = table_new();
+  if (!fresh)
+    return -ENOMEM;
+  fresh[0] = old[0]; /* the root: it has no buffers */
+  g_nodes = fresh;
+  pthread_t th;
+  if (pthread_create(&th, NULL, free_table, old) == 0)
+    pthread_detach(th);
+  else
+    free_table(old);
   g_generation++;
   g_drops++;
   g_unloaded = 1;
@@ -362,7 +422,9 @@ static int sync_dir(int dir) {
 
 static int control_write(const char *buf, size_t size) {
   if (size >= 4 && !strncmp(buf, "drop", 4)) {
+    uint64_t t0 = now_us();
     int rc = drop_all();
+    g_last_drop_us = now_us() - t0;
     return rc ? rc : (int)size;
   }
   return -EINVAL;
@@ -378,9 +440,10 @@ static int control_text(char *out, size_t cap) {
                (g_nodes[i].cur.len && memcmp(g_nodes[i].cur.p, g_nodes[i].synced.p, g_nodes[i].cur.len));
     }
   return snprintf(out, cap,
-                  "drops %llu\nfile_syncs %llu\ndir_syncs %llu\nfiles %d\nfiles_with_unsynced_data %d\n",
-                  (unsigned long long)g_drops, (unsigned long long)g_file_syncs,
-                  (unsigned long long)g_dir_syncs, files, dirty);
+                  "drops %llu\nlast_drop_us %llu\nfile_syncs %llu\ndir_syncs %llu\nfiles "
+                  "%d\nfiles_with_unsynced_data %d\n",
+                  (unsigned long long)g_drops, (unsigned long long)g_last_drop_us,
+                  (unsigned long long)g_file_syncs, (unsigned long long)g_dir_syncs, files, dirty);
 }
 
 /* ------------------------------------------------------------------ FUSE operations */
@@ -715,7 +778,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "forgetfs: %s: %s\n", argv[1], strerror(errno));
     return 2;
   }
-  g_nodes = calloc(MAX_NODES, sizeof *g_nodes);
+  g_nodes = table_new();
+  atomic_store(&g_spare, table_new());
   if (!g_nodes)
     return 1;
   g_nodes[0].used = 1;

@@ -55,7 +55,7 @@ check "the mount shows the renames and the unlinks" [ -f "$M/s/r1.moved" ] && [ 
 py 'fd=os.open(M+"/r2.moved",os.O_WRONLY); os.ftruncate(fd,1); os.close(fd)'
 
 forgetfs_drop || fails=$((fails + 1))
-echo "drop answered in $FORGETFS_DROP_MS ms"
+echo "drop: $FORGETFS_DROP_US us inside forgetfs, answered in $FORGETFS_DROP_MS ms"
 check "an unsynced write is gone after the drop" [ "$(content "$M/a")" = synced ]
 check "a write covered by fdatasync stays" [ "$(content "$M/b")" = onetwo ]
 check "an unlink without a directory fsync is undone" [ -f "$M/b" ] && [ "$(content "$M/s/u")" = "gone?" ]
