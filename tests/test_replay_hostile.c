@@ -866,6 +866,7 @@ Test(replay_hostile, oversized_replies_and_frame_errors) {
   const char *big[] = {"--insert_endpoint=tcp://127.0.0.1:*",
                        "--sample_endpoint=tcp://127.0.0.1:*",
                        "--obs_dim=4096",
+                       "--act_dim=6",
                        "--max_sample_batch=128",
                        "--metrics_port=-1",
                        NULL};
@@ -909,8 +910,13 @@ Test(replay_hostile, every_failing_exit_says_why) {
   static char out[1 << 16];
   /* inside the documented range: now it starts (the held-batch buffer is reserved, not
    * allocated); before, it exited 1 without a word */
-  const char *held[] = {"--insert_endpoint=tcp://127.0.0.1:*", "--sample_endpoint=tcp://127.0.0.1:*",
-                        "--max_held_bytes=68719476736", "--metrics_port=-1", NULL};
+  const char *held[] = {"--insert_endpoint=tcp://127.0.0.1:*",
+                        "--sample_endpoint=tcp://127.0.0.1:*",
+                        "--obs_dim=5",
+                        "--act_dim=2",
+                        "--max_held_bytes=68719476736",
+                        "--metrics_port=-1",
+                        NULL};
   shard_t s;
   fork_replay(&s, "held", held);
   if (!wait_ready(&s, 20.0)) { /* only where the kernel refuses even a reservation (overcommit 2) */
