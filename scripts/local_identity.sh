@@ -83,11 +83,14 @@ compare() {
 common=(--seed 7 --total_steps "$steps" --learning_starts 1000 --eval_interval 1000 --eval_episodes 2 --log_interval 500)
 compare pendulum-threads1 "${common[@]}" --threads 1
 compare pendulum-threads2 "${common[@]}" --threads 2
-if [ -f "$tmp/old/envs/mujoco/libsac_env_mujoco.so" ] && [ -f "$tmp/new/envs/mujoco/libsac_env_mujoco.so" ]; then
+# MuJoCo: built, and its models found (SAC_MUJOCO_ASSETS, or Gymnasium for python3)
+if [ -f "$tmp/old/envs/mujoco/libsac_env_mujoco.so" ] && [ -f "$tmp/new/envs/mujoco/libsac_env_mujoco.so" ] &&
+  "$tmp/new/learner/sac-learner" --mode local --metrics_port -1 --env HalfCheetah-v5 --total_steps 2 \
+    --learning_starts 2 --batch_size 1 --eval_interval 0 --eval_episodes 1 >"$tmp/mujoco-probe.log" 2>&1; then
   compare cheetah --env HalfCheetah-v5 --seed 7 --total_steps 1500 --learning_starts 1000 --eval_interval 500 \
     --eval_episodes 1 --log_interval 250 --hidden 256 --depth 2 --batch_size 256 --threads 2
 else
-  echo "local_identity: cheetah: skipped (MuJoCo not built here)"
+  echo "local_identity: cheetah: skipped (MuJoCo not built, or no models: set SAC_MUJOCO_ASSETS)"
 fi
 
 for side in old new; do "$tmp/$side/wire_probe" 3000 >"$tmp/$side-wire.txt"; done
