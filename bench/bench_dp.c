@@ -8,7 +8,8 @@
  *   bench-dp-result rank=R size=L collective=C backend=B updates=N updates_per_s=X
  *     allreduce_ms=Y allreduce_share=Z identical=0|1 hash=H skipped=S
  * (allreduce_share: the gradient all-reduces' part of the timed update loop; for nccl
- * the stream is synchronised before each, so it is the collective's time alone).
+ * the host does not synchronise the stream first, so it includes the gradient compute
+ * still in flight when the collective is enqueued).
  * Exit status 0 when every rank's state is bit-identical, 1 otherwise, 2 for bad options.
  * Used by scripts/gpu_check.sh; on a CPU machine it runs with --backend cpu --collective
  * zmq. */

@@ -190,8 +190,10 @@ typedef struct sac_backend_ops {
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4
-/* Fetch slots: 0-1 PER priorities, 2-3 update statistics, 4-5 the acting actor (sac.c) */
-#define SAC_BACKEND_FETCH_SLOTS 8
+/* Fetch slots: 0-1 PER priorities, 2-3 update statistics, 4-5 the acting actor (sac.c),
+ * 6-8 the gradient segments a data-parallel rank sends through the host (dp.c) */
+#define SAC_BACKEND_SLOT_DP 6
+#define SAC_BACKEND_FETCH_SLOTS 9
 
 /* The two counts of get_metric ("blocking_syncs", "kernel_launches"); SAC_ENOTFOUND
  * where the backend keeps none. Difference two readings for the calls between them. */

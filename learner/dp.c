@@ -348,6 +348,25 @@ int sac_dp_sync_state(sac_dp_t *dp, sac_t *sac, void *extra, size_t extra_bytes)
  * steps on overflow, the overflow flag travels as one more segment: its mean is nonzero
  * when any rank overflowed, and every rank then skips this phase's step (and halves its
  * scale) together. */
+/* The segments into host memory for the zmq collective: one copy per segment into the
+ * backend's fetch slots (in order on its stream), then a wait on each copy's event: the
+ * first waits for the gradient, the others are done by then. Without fetch, downloads
+ * (a stream sync each). 0 or a backend error. */
+static int stage_segments(sac_dp_t *dp, float *const *segs, const size_t *ns, int k) {
+  const sac_backend_ops_t *ops = dp->be->ops;
+  int rc = 0;
+  if (!ops->fetch || !ops->fetch_wait) {
+    for (int i = 0; i < k && rc == 0; i++)
+      rc = ops->download(dp->be, dp->stage[i], segs[i], ns[i]);
+    return rc;
+  }
+  for (int i = 0; i < k && rc == 0; i++)
+    rc = ops->fetch(dp->be, SAC_BACKEND_SLOT_DP + i, segs[i], ns[i]);
+  for (int i = 0; i < k && rc == 0; i++)
+    rc = ops->fetch_wait(dp->be, SAC_BACKEND_SLOT_DP + i, dp->stage[i], ns[i]);
+  return rc;
+}
+
 static int grad_hook(void *user, int phase, float *const *segs_in, const size_t *ns_in, int k) {
   (void)phase;
   sac_dp_t *dp = user;
@@ -366,15 +385,13 @@ static int grad_hook(void *user, int phase, float *const *segs_in, const size_t 
   int rc = 0;
   double t0;
   if (dp->grad->device_memory || !dp->stage[0]) {
-    /* the collective reads backend memory itself; a device backend is synchronised
-     * first so that the time below is the collective's alone */
-    if (dp->grad->device_memory && (rc = ops->sync(dp->be)) != 0)
-      return dp_fail(dp, rc, "the backend failed");
+    /* the collective reads backend memory itself, in order on the backend's stream (nccl
+     * enqueues there and waits on an event with a deadline): no stream sync first, so
+     * the time below includes the gradient compute still in flight */
     t0 = sac_clock_s();
     rc = sac_coll_allreduce_mean_v(dp->grad, segs, ns, k);
   } else { /* zmq with a device backend: through the host */
-    for (int i = 0; i < k && rc == 0; i++)
-      rc = ops->download(dp->be, dp->stage[i], segs[i], ns[i]);
+    rc = stage_segments(dp, segs, ns, k);
     if (rc)
       return dp_fail(dp, rc, "the backend failed");
     t0 = sac_clock_s();

@@ -43,6 +43,11 @@ typedef struct {
   sac_metric_t *updates, *update_s, *sample_wait_s, *env_steps, *target_steps, *version;
   sac_metric_t *critic_loss, *actor_loss, *alpha_loss, *alpha, *entropy, *mean_q, *eval_return;
   sac_metric_t *loss_scale, *skipped, *gpu_used, *gpu_total, *backend_bytes;
+  /* the backend's counts per update between ticks (sac_backend_counts), the ticks' own
+   * readings left out: blocking syncs and launches (kernels + matmul calls) */
+  sac_metric_t *blocking_per_update, *launches_per_update;
+  sac_backend_counts_t counts_seen;
+  double updates_seen;
   /* hostile input (issue 14): sample replies refused by kind, updates refused for a
    * non-finite loss, weight broadcasts withheld for non-finite weights */
   sac_metric_t *rejected[SAC_REPLAY_REJECT_KINDS], *nonfinite, *unpublished, *shard_errors, *shard_refusals;
@@ -277,6 +282,20 @@ static inline void sac_service_metrics_attach(sac_service_metrics_t *m, sac_back
     if (be->ops->get_metric(be, "device_bytes", &v) == 0)
       m->backend_bytes = sac_metrics_gauge(m->r, "sac_learner_backend_device_bytes",
                                            "Device memory allocated by the learner's backend.", NULL, m);
+    if (sac_backend_counts(be, &m->counts_seen) == 0) {
+      m->blocking_per_update = sac_metrics_gauge(m->r, "sac_learner_blocking_syncs_per_update",
+                                                 "Blocking backend syncs (waits for the device) per update "
+                                                 "since the last reading, this reading's own "
+                                                 "left out; 0 in the steady state.",
+                                                 NULL, m);
+      m->launches_per_update = sac_metrics_gauge(
+          m->r, "sac_learner_launches_per_update",
+          "Kernel launches and matmul calls per update since the last reading, as enqueued or recorded (the "
+          "cpu "
+          "backend counts what the cuda backend would launch; a CUDA graph replay adds none).",
+          NULL, m);
+      m->updates_seen = sac_metric_value(m->updates);
+    }
     if (!nvml && be->ops->get_metric(be, "device_used_bytes", &v) == 0) {
       m->gpu_used = sac_metrics_gauge(m->r, "sac_learner_gpu_memory_used_bytes",
                                       "Device memory in use on the learner's GPU (all processes).", NULL, m);
@@ -330,7 +349,21 @@ static inline void sac_service_metrics__rundir(sac_service_metrics_t *m) {
     }
 }
 
+/* Per update since the last reading: the counts now against the ones kept last time. */
+static inline void sac_service_metrics__counts(sac_service_metrics_t *m, int keep) {
+  sac_backend_counts_t c;
+  if (!m->be || !m->blocking_per_update || sac_backend_counts(m->be, &c) != 0)
+    return;
+  double u = sac_metric_value(m->updates), du = u - m->updates_seen;
+  if (!keep && du > 0) {
+    sac_metric_set(m->blocking_per_update, (double)(c.blocking_syncs - m->counts_seen.blocking_syncs) / du);
+    sac_metric_set(m->launches_per_update, (double)(c.launches - m->counts_seen.launches) / du);
+  }
+  m->counts_seen = c, m->updates_seen = u;
+}
+
 static inline void sac_service_metrics__tick(sac_service_metrics_t *m, sac_t *sac) {
+  sac_service_metrics__counts(m, 0);
   sac_service_metrics__rundir(m);
   sac_stats_t st;
   if (sac_stats(sac, &st) == 0) {
@@ -407,6 +440,7 @@ static inline void sac_service_metrics_updated(sac_service_metrics_t *m, sac_t *
     return;
   m->next_tick = now + 1.0;
   sac_service_metrics__tick(m, sac);
+  sac_service_metrics__counts(m, 1); /* the tick's own readings are not the updates' */
   if (isfinite(res->final_eval_return))
     sac_metric_set(m->eval_return, res->final_eval_return);
 }

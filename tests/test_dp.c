@@ -285,6 +285,8 @@ typedef struct {
   int decisions[3], same[2];
   double scale; /* mode 2: the emulated loss scale at the end */
   uint64_t skipped;
+  int host_path; /* 1: the backend claims a device stream (gradients through the host); 2: also no fetch */
+  int64_t update_waits; /* blocking syncs during the updates */
 } darg_t;
 
 static const char *k_conf = "env = Pendulum-v1\nbatch_size = 256\nlr_actor = 0.000300000014\n";
@@ -403,10 +405,25 @@ static void free_state(darg_t *a) { free(a->params), free(a->m), free(a->v), fre
 /* mode 0: 50 lock-step updates on rank-specific batches, then the identity checks;
  * mode 1: rank 0 alone first does 10 updates (and rank 1 starts from another seed),
  *         then the state broadcast, then nothing else. */
+/* A device stream to show: with one, the zmq collective takes the path a GPU rank takes
+ * (its gradients copied to host memory through the backend's fetch slots and back). */
+static void *fake_stream(sac_backend_t *be) { return be; }
+
 static void *sac_thread(void *p) {
   darg_t *a = p;
-  sac_backend_t *be = NULL;
-  sac_t *s = small_sac(&be, a->mode == 1 && a->rank == 1 ? 99 : 7);
+  sac_backend_t *real = NULL, wrap, *be;
+  sac_backend_ops_t ops;
+  sac_t *s = small_sac(&real, a->mode == 1 && a->rank == 1 ? 99 : 7);
+  be = real;
+  if (a->host_path) {
+    ops = *real->ops;
+    ops.native_stream = fake_stream;
+    if (a->host_path == 2) /* the control: no fetch slots, so downloads */
+      ops.fetch = NULL, ops.fetch_wait = NULL;
+    wrap = (sac_backend_t){&ops, real->impl};
+    be = &wrap;
+    cr_assert_eq(sac_swap_backend(s, be), 0);
+  }
   if (a->mode == 1 && a->rank == 0)
     for (int u = 0; u < 10; u++) {
       batch_for(s, 50, u);
@@ -424,10 +441,14 @@ static void *sac_thread(void *p) {
     a->rc = sac_dp_sync_state(dp, s, a->extra, sizeof a->extra);
     if (a->rc == 0)
       a->rc = sac_dp_attach(dp, s);
+    sac_backend_counts_t c0, c1;
+    cr_assert_eq(sac_backend_counts(be, &c0), 0);
     for (int u = 0; a->mode == 0 && u < a->updates && a->rc == 0; u++) {
       batch_for(s, (uint64_t)a->rank, u);
       a->rc = sac_update(s);
     }
+    cr_assert_eq(sac_backend_counts(be, &c1), 0);
+    a->update_waits = c1.blocking_syncs - c0.blocking_syncs;
     if (a->rc == 0)
       a->rc = sac_dp_check_identical(dp, s, &a->same[0]);
     if (a->rc == 0 && a->rank == 1) { /* one rank's state changes: the check must see it */
@@ -448,18 +469,21 @@ static void *sac_thread(void *p) {
   take_state(a, s);
   sac_dp_destroy(&dp);
   sac_destroy(&s);
-  sac_backend_destroy(&be);
+  sac_backend_destroy(&real);
   return NULL;
 }
 
-static void run_sac(darg_t *a, int mode, int updates) {
+static void run_sac_path(darg_t *a, int mode, int updates, int host_path) {
   memset(a, 0, sizeof(darg_t) * 2);
+  a[0].host_path = a[1].host_path = host_path;
   char ep[64];
   endpoint(ep, sizeof ep);
   for (int r = 0; r < 2; r++) {
     snprintf(a[r].ep, sizeof a[r].ep, "%s", ep);
     a[r].rank = r, a[r].size = 2, a[r].mode = mode, a[r].updates = updates;
   }
+  for (int r = 0; r < 2; r++)
+    a[r].host_path = host_path;
   run_threads(2, sac_thread, a, sizeof a[0]);
   for (int r = 0; r < 2; r++) {
     cr_assert_eq(a[r].rc_new, 0, "rank %d: %s (%s)", r, sac_strerror(a[r].rc_new), a[r].why);
@@ -468,6 +492,8 @@ static void run_sac(darg_t *a, int mode, int updates) {
     cr_assert_eq(a[r].same[1], 0, "rank %d: the identity check missed a one-ulp difference", r);
   }
 }
+
+static void run_sac(darg_t *a, int mode, int updates) { run_sac_path(a, mode, updates, 0); }
 
 static void expect_same_state(const darg_t *x, const darg_t *y) {
   cr_assert_eq(x->n, y->n);
@@ -515,6 +541,31 @@ Test(dp, two_learners_stay_bit_identical_over_50_updates_and_differ_from_one) {
   sac_destroy(&one), sac_backend_destroy(&be);
   for (int r = 0; r < 2; r++)
     free_state(&a[r]);
+}
+
+/* A GPU rank with the zmq collective sends its gradients through host memory: copied
+ * into the backend's fetch slots and waited for by event, not by a stream sync per
+ * segment. The same run through that path ends bit-identical to the direct one, and
+ * neither makes a blocking sync during the updates (the former path downloaded each
+ * segment: two to three stream syncs per phase). */
+Test(dp, gradients_through_the_host_path_equal_the_direct_path_without_stream_syncs) {
+  darg_t d[2], h[2];
+  run_sac_path(d, 0, 20, 0);
+  run_sac_path(h, 0, 20, 1);
+  expect_same_state(&d[0], &h[0]);
+  expect_same_state(&h[0], &h[1]);
+  for (int r = 0; r < 2; r++) {
+    cr_expect_eq(d[r].update_waits, 0, "direct path: %lld blocking syncs", (long long)d[r].update_waits);
+    cr_expect_eq(h[r].update_waits, 0, "host path: %lld blocking syncs", (long long)h[r].update_waits);
+    free_state(&d[r]), free_state(&h[r]);
+  }
+  /* control: the same path without fetch slots downloads every segment (a stream sync each) */
+  run_sac_path(h, 0, 20, 2);
+  for (int r = 0; r < 2; r++) {
+    cr_expect_geq(h[r].update_waits, 40, "control: %lld blocking syncs by downloads",
+                  (long long)h[r].update_waits);
+    free_state(&h[r]);
+  }
 }
 
 Test(dp, rank_0s_state_makes_a_fresh_rank_equal) {
