@@ -10,6 +10,7 @@
 #include "actor/actor_metrics.h"
 #include "common/auth.h"
 #include "common/config.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/http.h"
 #include "common/log.h"
@@ -25,6 +26,7 @@ typedef struct {
   char metrics_addr[64];
   int metrics_port;
   char curve_key[1024], curve_server_key[1024];
+  char env_module[256];
 } actor_main_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h)                                                                           \
@@ -36,7 +38,11 @@ static const sac_cfg_opt_t k_opts[] = {
         "this actor's id (unique per run; seeds its streams)"),
     STR("env", a.env, "Pendulum-v1",
         "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5, "
-        "Humanoid-v5 (MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
+        "Humanoid-v5 (MuJoCo); gym:ID for any other Gymnasium ID (the Gymnasium bridge); "
+        "plugin:PATH.so[:ARGS] "
+        "for your own plugin"),
+    STR("env_module", env_module, "",
+        "with --env gym:ID: the Python module that registers ID, imported first (your own package)"),
     OPT("num_envs", SAC_CFG_INT, a.num_envs, "1", 1, 4096,
         "environments stepped together (batched inference)"),
     OPT("seed", SAC_CFG_INT64, a.seed, "1", 0, 9.2e18, "run seed (the same on every process of a run)"),
@@ -54,7 +60,7 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("ledger", a.ledger_path, "",
         "append every batch a shard acknowledged to this file, one line each (actor/ledger.h; read by "
         "scripts/ledger_check.sh); empty: none"),
-    OPT("log_interval", SAC_CFG_INT, a.log_interval_s, "10", 0, 86400, "seconds between progress lines"),
+    OPT("log_interval_s", SAC_CFG_INT, a.log_interval_s, "10", 0, 86400, "seconds between progress lines"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
     STR("metrics_addr", metrics_addr, "0.0.0.0",
@@ -87,6 +93,8 @@ int main(int argc, char **argv) {
   if (action == SAC_CFG_EXIT_OK)
     return 0;
   if (sac_log_configure(c.log_level, c.log_json, "actor"))
+    return 2;
+  if (sac_env_apply_module(c.a.env, sizeof c.a.env, c.env_module))
     return 2;
   c.a.actor_id = (uint32_t)c.actor_id;
   if (sac_actor_set_shards(&c.a, c.shards))

@@ -35,7 +35,9 @@
  *   [--prefetch K (requests in flight per shard; default the client's, as the learner)]
  *   [--publish_every K (default 10, the learner's)]
  *   [--prefill ROWS (per shard before the learner starts, default 32768; capacity 65536)]
- *   [--env ENV_ID: also an actor core's steps per CPU-second on ENV_ID, e.g. HalfCheetah-v5] */
+ *   [--env ENV_ID: also an actor core's steps per CPU-second on ENV_ID, e.g. HalfCheetah-v5]
+ *   [--learner ENV_ID: also sac_learner_run itself, embedded, on the null backend, with the
+ *    seconds per update of each of its named stages] */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -56,6 +58,7 @@
 #include "common/weights.h"
 #include "learner/backend.h"
 #include "learner/sac.h"
+#include "learner/service.h"
 #include "replay/client.h"
 #include "replay/server.h"
 #include "tests/replay_testgen.h"
@@ -74,7 +77,8 @@ typedef struct {
   int64_t prefill;
   double actor_rate;
   char configs[256], samplers[64], actors[64];
-  char env[256]; /* "": no actor-core table */
+  char env[256];     /* "": no actor-core table */
+  char learner[256]; /* "": no run of the learner service itself */
 } opts_t;
 
 /* One configuration. */
@@ -552,6 +556,69 @@ out:
   return rc;
 }
 
+/* ---- the learner service itself: sac_learner_run on the null backend ----
+ * The embedded default as `sac-learner --backend null --env ENV` runs it (2 shards, 2
+ * actors, one update per environment step, durability none), stopped after the warm-up
+ * and the windows; prints its updates/s and the seconds per update of each of its named
+ * stages (sac_learner_result_t.stage_seconds). Unlike the tables above, the actors' step
+ * rate holds it here (the shards' rate limiter), as in a real run. */
+typedef struct {
+  sac_learner_cfg_t cfg;
+  sac_learner_result_t res;
+  atomic_int stop;
+  int rc;
+} learner_run_t;
+
+static void *learner_run_main(void *arg) {
+  learner_run_t *r = arg;
+  r->rc = sac_learner_run(&r->cfg, &r->stop, &r->res);
+  return NULL;
+}
+
+static int learner_service(const opts_t *o) {
+  learner_run_t *r = calloc(1, sizeof *r);
+  if (!r)
+    return SAC_ENOMEM;
+  sac_learner_cfg_default(&r->cfg);
+  snprintf(r->cfg.env, sizeof r->cfg.env, "%s", o->learner);
+  snprintf(r->cfg.backend, sizeof r->cfg.backend, "null");
+  snprintf(r->cfg.weights_endpoint, sizeof r->cfg.weights_endpoint, "inproc://bench-service-learner-weights");
+  r->cfg.hp.batch = o->batch;
+  r->cfg.total_steps = INT64_MAX / 4;
+  r->cfg.eval_every = 0;
+  r->cfg.eval_episodes = 1;
+  r->cfg.log_interval_s = 0;
+  r->cfg.quiet = 1;
+  r->cfg.durability = SAC_REPLAY_DURABILITY_NONE;
+  pthread_t t;
+  if (pthread_create(&t, NULL, learner_run_main, r) != 0) {
+    free(r);
+    return SAC_ENOMEM;
+  }
+  sac_sleep_ns((uint64_t)((0.5 + o->seconds * o->windows) * 1e9));
+  atomic_store(&r->stop, 1);
+  pthread_join(t, NULL);
+  int rc = r->rc;
+  const double n = (double)r->res.updates;
+  if (rc == 0 && n > 0) {
+    printf("learner service (sac_learner_run, embedded default, --backend null, %s): %lld updates in %.1f s, "
+           "%.0f updates/s, %.0f env steps/s; us per update by stage:",
+           o->learner, (long long)r->res.updates, r->res.wall_seconds, n / r->res.wall_seconds,
+           r->res.env_steps_per_second);
+    for (int k = 0; k < SAC_LEARNER_STAGES; k++)
+      printf(" %s %.1f", sac_learner_stage_name((sac_learner_stage_t)k), 1e6 * r->res.stage_seconds[k] / n);
+    printf("\nRESULT learner_service env=%s updates_per_s=%.1f", o->learner, n / r->res.wall_seconds);
+    for (int k = 0; k < SAC_LEARNER_STAGES; k++)
+      printf(" %s_us=%.2f", sac_learner_stage_name((sac_learner_stage_t)k),
+             1e6 * r->res.stage_seconds[k] / n);
+    printf("\n");
+  } else if (rc == 0) {
+    rc = SAC_ETIMEOUT; /* no update at all */
+  }
+  free(r);
+  return rc;
+}
+
 /* ---- options and the table ---- */
 static int parse_confs(const char *s, conf_t *out, int cap) {
   int n = 0;
@@ -605,7 +672,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: sac-bench-service [--seconds S] [--windows W] [--configs inproc:2,tcp:1,tcp:2,tcp:4]\n"
           "  [--samplers uniform,prioritized] [--actors 0,4,16] [--actor_rate STEPS_PER_S]\n"
-          "  [--batch B] [--prefetch K] [--publish_every K] [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n");
+          "  [--batch B] [--prefetch K] [--publish_every K] [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n"
+          "  [--learner ENV_ID]\n");
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
@@ -641,6 +709,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->actor_rate = atof(v);
     else if (!strcmp(argv[i], "--configs"))
       snprintf(o->configs, sizeof o->configs, "%s", v);
+    else if (!strcmp(argv[i], "--learner"))
+      snprintf(o->learner, sizeof o->learner, "%s", v);
     else if (!strcmp(argv[i], "--env"))
       snprintf(o->env, sizeof o->env, "%s", v);
     else if (!strcmp(argv[i], "--samplers"))
@@ -687,6 +757,13 @@ int main(int argc, char **argv) {
          "updates/s", "transitions/s", "MB/s in", "x memcpy", "cpu us/u", "lrn us/u", "u/core-s",
          "wait | learner CPU us/update: sample stage update priorities publish");
   int failed = 0, id = 0;
+  if (o.learner[0]) {
+    int rc = learner_service(&o);
+    if (rc) {
+      printf("learner service on %s: failed: %s\n", o.learner, sac_strerror(rc));
+      failed = 1;
+    }
+  }
   if (o.env[0]) {
     env_result_t er;
     int rc = env_core(&o, &er);

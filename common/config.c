@@ -41,22 +41,54 @@ _Static_assert(sizeof(long long) == sizeof(int64_t), "INT64 options are parsed w
 typedef struct {
   const char *name;
   const char *help;
+  const char *programs; /* space-separated programs whose --help lists it; NULL: every program */
 } env_var_t;
+#define ENV_PROGRAMS_ENVS "sac-learner sac-actor sac-bench-learner"
 static const env_var_t k_env_other[] = {
-    {"SAC_CONFIG", "config file read before the environment and the command line (--config wins)"},
-    {"SAC_LOG_LEVEL", "error|warn|info|debug, before --log_level is parsed"},
-    {"SAC_LOG_JSON", "1: log lines as JSON objects, from the first line on"},
+    {"SAC_CONFIG", "config file read before the environment and the command line (--config wins)", NULL},
+    {"SAC_LOG_LEVEL", "error|warn|info|debug, before --log_level is parsed", NULL},
+    {"SAC_LOG_JSON", "1: log lines as JSON objects, from the first line on", NULL},
     {"SAC_PLUGIN_PATH",
      "':'-separated folders searched first for the environment plugins sacfleet ships (then next to the "
-     "binary, the install prefix, the build tree)"},
+     "binary, the install prefix, the build tree)",
+     ENV_PROGRAMS_ENVS},
     {"SAC_MUJOCO_ASSETS",
      "folder of Gymnasium's MuJoCo model XMLs (default: the one the build found, else the one of the "
-     "Gymnasium that the python3 on PATH imports)"},
+     "Gymnasium that the python3 on PATH imports)",
+     ENV_PROGRAMS_ENVS},
     {"SAC_CUDA_MODULE",
      "path of libsacfleet-cuda.so, the cuda backend's module, where it is not next to the binary or in "
-     "<prefix>/lib/sacfleet"},
-    {"SAC_FUZZ_SEED_DIR", "fuzz targets only: folder of seed inputs (scripts/fuzz.sh)"},
+     "<prefix>/lib/sacfleet",
+     "sac-learner sac-bench-learner sac-bench-dp"},
+    {"SAC_FUZZ_SEED_DIR", "fuzz targets only: folder of seed inputs (scripts/fuzz.sh)", "fuzz"},
 };
+
+/* Names renamed so that one concept has one name (with its unit) in every program. An old
+ * name still works for one release, with a one-line warning: on the command line, in a config
+ * file and as SAC_<OLD>. A row applies to a table that has its new key and not its old one,
+ * so sac-learner's `log_interval` (steps in local mode, seconds in service mode) sets both
+ * of its successors. A row with if_true/if_false renames a boolean into a choice; a row with
+ * `requires` applies only to a table that also has that key (the program the old name was
+ * an option of: the learner has embedded_shards, a shard has shard_id). */
+typedef struct {
+  const char *old_key, *new_key;
+  const char *if_true, *if_false;
+  const char *requires;
+} alias_t;
+#define LEARNER_KEY "embedded_shards"
+static const alias_t k_aliases[] = {
+    {"buffer_capacity", "capacity", NULL, NULL, LEARNER_KEY},
+    {"prioritized", "sampler", "prioritized", "uniform", LEARNER_KEY},
+    {"per_alpha", "priority_alpha", NULL, NULL, LEARNER_KEY},
+    {"per_beta", "priority_beta", NULL, NULL, LEARNER_KEY},
+    {"alpha", "priority_alpha", NULL, NULL, "shard_id"},
+    {"eval_every", "eval_every_updates", NULL, NULL, NULL},
+    {"eval_interval", "eval_every_steps", NULL, NULL, NULL},
+    {"log_interval", "log_every_steps", NULL, NULL, NULL},
+    {"log_interval", "log_interval_s", NULL, NULL, NULL},
+    {"actors", "embedded_actors", NULL, NULL, NULL},
+};
+#define N_ALIASES (sizeof k_aliases / sizeof k_aliases[0])
 
 #define ENV_NAME_MAX 256
 
@@ -99,6 +131,28 @@ static const sac_cfg_opt_t *find_opt(const sac_cfg_opt_t *opts, size_t n_opts, c
     if (strcmp(opts[i].key, key) == 0)
       return &opts[i];
   return NULL;
+}
+
+/* The option an alias row sets in this table, or NULL where the row does not apply. */
+static const sac_cfg_opt_t *alias_target(const sac_cfg_opt_t *opts, size_t n_opts, const alias_t *a) {
+  if (find_opt(opts, n_opts, a->old_key) || (a->requires && !find_opt(opts, n_opts, a->requires)))
+    return NULL;
+  return find_opt(opts, n_opts, a->new_key);
+}
+
+/* The table's own copy of the old name key (key may be a temporary buffer), or NULL. */
+static const char *find_alias_key(const char *key) {
+  for (size_t i = 0; i < N_ALIASES; i++)
+    if (strcmp(k_aliases[i].old_key, key) == 0)
+      return k_aliases[i].old_key;
+  return NULL;
+}
+
+static int is_alias(const sac_cfg_opt_t *opts, size_t n_opts, const char *key) {
+  for (size_t i = 0; i < N_ALIASES; i++)
+    if (strcmp(k_aliases[i].old_key, key) == 0 && alias_target(opts, n_opts, &k_aliases[i]))
+      return 1;
+  return 0;
 }
 
 static const char *type_name(sac_cfg_type_t t) {
@@ -220,17 +274,46 @@ bad:
   return SAC_ECONFIG;
 }
 
+/* Sets every successor of the old name key (is_alias() is true) from value, after a
+ * one-line deprecation warning. A renamed boolean takes any boolean word. 0 or SAC_ECONFIG. */
+static int set_alias(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key,
+                     const char *value, const char *source) {
+  int rc = 0;
+  for (size_t i = 0; i < N_ALIASES; i++) {
+    const alias_t *a = &k_aliases[i];
+    const sac_cfg_opt_t *o = strcmp(a->old_key, key) == 0 ? alias_target(opts, n_opts, a) : NULL;
+    if (!o)
+      continue;
+    SAC_WARN("config", "%s: '%s' is deprecated and goes in the next release; use '%s'", source, key, o->key);
+    const char *v = value;
+    if (a->if_true) {
+      int b;
+      if (parse_bool(value, &b) != 0) {
+        SAC_ERROR("config", "%s: %s = '%s': not a boolean (true/false, 1/0, yes/no, on/off)", source, key,
+                  value);
+        rc = SAC_ECONFIG;
+        continue;
+      }
+      v = b ? a->if_true : a->if_false;
+    }
+    if (set_value(o, target, v, source) != 0)
+      rc = SAC_ECONFIG;
+  }
+  return rc;
+}
+
 int sac_config_set(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key, const char *value,
                    const char *source) {
   assert(opts && target && key && value);
   if (!source)
     source = "sac_config_set";
   const sac_cfg_opt_t *o = find_opt(opts, n_opts, key);
-  if (!o) {
-    SAC_ERROR("config", "%s: unknown key '%s'", source, key);
-    return SAC_ECONFIG;
-  }
-  return set_value(o, target, value, source);
+  if (o)
+    return set_value(o, target, value, source);
+  if (is_alias(opts, n_opts, key))
+    return set_alias(opts, n_opts, target, key, value, source);
+  SAC_ERROR("config", "%s: unknown key '%s'", source, key);
+  return SAC_ECONFIG;
 }
 
 /* ---- sources ------------------------------------------------------------------------ */
@@ -489,6 +572,20 @@ static int env_allowed(const char *name, size_t len) {
 static int load_env(const sac_cfg_opt_t *opts, size_t n_opts, void *target) {
   int rc = 0;
   char name[ENV_NAME_MAX], src[ENV_NAME_MAX + 32];
+  /* old names first, so that the new name wins where both are set */
+  for (size_t i = 0; i < N_ALIASES; i++) {
+    const char *old = k_aliases[i].old_key;
+    int seen = 0;
+    for (size_t j = 0; j < i && !seen; j++)
+      seen = strcmp(k_aliases[j].old_key, old) == 0;
+    env_name(old, name);
+    const char *v = getenv(name);
+    if (seen || !v || !is_alias(opts, n_opts, old))
+      continue;
+    snprintf(src, sizeof src, "environment variable %s", name);
+    if (set_alias(opts, n_opts, target, old, v, src) != 0)
+      rc = SAC_ECONFIG;
+  }
   for (size_t i = 0; i < n_opts; i++) {
     env_name(opts[i].key, name);
     const char *v = getenv(name);
@@ -510,6 +607,11 @@ static int load_env(const sac_cfg_opt_t *opts, size_t n_opts, void *target) {
       env_name(opts[i].key, name);
       known = strlen(name) == len && strncmp(name, *e, len) == 0;
     }
+    for (size_t i = 0; i < N_ALIASES && !known; i++) {
+      env_name(k_aliases[i].old_key, name);
+      known =
+          strlen(name) == len && strncmp(name, *e, len) == 0 && is_alias(opts, n_opts, k_aliases[i].old_key);
+    }
     if (!known) {
       SAC_ERROR("config", "environment variable %.*s: unknown key (no option maps to it)", (int)len, *e);
       rc = SAC_ECONFIG;
@@ -521,10 +623,22 @@ static int load_env(const sac_cfg_opt_t *opts, size_t n_opts, void *target) {
 /* ---- the command line --------------------------------------------------------------- */
 
 typedef struct {
-  const sac_cfg_opt_t *opt;
+  const sac_cfg_opt_t *opt; /* NULL for an old name */
+  const char *alias;        /* the old name (k_aliases), or NULL */
   const char *value;
   int argi;
 } cli_set_t;
+
+/* Whether the old name key takes a boolean on the command line (bare --key, --no-key). */
+static int alias_is_bool(const sac_cfg_opt_t *opts, size_t n_opts, const char *key) {
+  for (size_t i = 0; i < N_ALIASES; i++) {
+    const sac_cfg_opt_t *o =
+        strcmp(k_aliases[i].old_key, key) == 0 ? alias_target(opts, n_opts, &k_aliases[i]) : NULL;
+    if (o && (k_aliases[i].if_true || o->type == SAC_CFG_BOOL))
+      return 1;
+  }
+  return 0;
+}
 
 /* A separate "--key value" never takes a value that starts with "--": that is the next
  * option, and taking it would turn a forgotten value into a silently wrong setting. */
@@ -561,24 +675,27 @@ static int parse_argv(const sac_cfg_opt_t *opts, size_t n_opts, int argc, char *
     int is_config = strcmp(key, "config") == 0;
     if (!o && !is_config && strncmp(key, "no-", 3) == 0) {
       const sac_cfg_opt_t *b = find_opt(opts, n_opts, key + 3);
-      if (b && b->type == SAC_CFG_BOOL) {
+      int old_bool = !b && alias_is_bool(opts, n_opts, key + 3);
+      if ((b && b->type == SAC_CFG_BOOL) || old_bool) {
         if (value) {
           SAC_ERROR("config", "command line argument %d: --%s takes no value", i, key);
           errors++;
         } else {
-          sets[(*n_sets)++] = (cli_set_t){b, "false", i};
+          const char *old = old_bool ? find_alias_key(key + 3) : NULL;
+          sets[(*n_sets)++] = (cli_set_t){old ? NULL : b, old, "false", i};
         }
         continue;
       }
     }
-    if (!o && !is_config) {
+    const char *alias = !o && !is_config && is_alias(opts, n_opts, key) ? find_alias_key(key) : NULL;
+    if (!o && !is_config && !alias) {
       SAC_ERROR("config", "command line argument %d: unknown key '%s' (in '%s')", i, key, a);
       errors++;
       continue;
     }
     if (!value) {
       int bool_word;
-      if (o && o->type == SAC_CFG_BOOL) {
+      if ((o && o->type == SAC_CFG_BOOL) || (alias && alias_is_bool(opts, n_opts, alias))) {
         /* Bare --flag is true; a following boolean word is its value, anything else is
          * left to be read as the next argument. */
         if (i + 1 < argc && parse_bool(argv[i + 1], &bool_word) == 0)
@@ -601,7 +718,7 @@ static int parse_argv(const sac_cfg_opt_t *opts, size_t n_opts, int argc, char *
         *config_path = value;
       }
     } else {
-      sets[(*n_sets)++] = (cli_set_t){o, value, i};
+      sets[(*n_sets)++] = (cli_set_t){o, alias, value, i};
     }
   }
   return errors;
@@ -612,6 +729,17 @@ static const char *prog_name(int argc, char **argv) {
     return "sac";
   const char *slash = strrchr(argv[0], '/');
   return slash ? slash + 1 : argv[0];
+}
+
+/* Whether prog's --help lists the variable v. */
+static int env_listed(const env_var_t *v, const char *prog) {
+  if (!v->programs)
+    return 1;
+  size_t n = strlen(prog);
+  for (const char *p = v->programs; (p = strstr(p, prog)) != NULL; p += n)
+    if ((p == v->programs || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+      return 1;
+  return 0;
 }
 
 static void print_usage(const sac_cfg_opt_t *opts, size_t n_opts, const char *prog, const char *summary) {
@@ -641,10 +769,80 @@ static void print_usage(const sac_cfg_opt_t *opts, size_t n_opts, const char *pr
   }
   printf("  --config FILE\n      read options from FILE (overrides SAC_CONFIG)\n"
          "  --help\n      print this text and exit\n"
+         "  --help-markdown\n      print this text as the program's section of docs/CONFIG.md and exit\n"
          "  --version\n      print the version and exit\n"
          "\nOther environment variables (any other SAC_* that matches no option is an error):\n");
   for (size_t i = 0; i < sizeof k_env_other / sizeof k_env_other[0]; i++)
-    printf("  %s\n      %s\n", k_env_other[i].name, k_env_other[i].help);
+    if (env_listed(&k_env_other[i], prog))
+      printf("  %s\n      %s\n", k_env_other[i].name, k_env_other[i].help);
+  int any = 0;
+  for (size_t i = 0; i < N_ALIASES; i++) {
+    const sac_cfg_opt_t *o = alias_target(opts, n_opts, &k_aliases[i]);
+    if (!o)
+      continue;
+    if (!any++)
+      printf("\nOld names, accepted until the next release with a warning:\n");
+    printf("  --%s -> --%s\n", k_aliases[i].old_key, o->key);
+  }
+}
+
+/* Markdown cells: '|' would end the cell and a newline the row. */
+static void md_cell(const char *s) {
+  for (; s && *s; s++) {
+    if (*s == '|')
+      fputs("\\|", stdout);
+    else if (*s == '\n')
+      fputc(' ', stdout);
+    else
+      fputc(*s, stdout);
+  }
+}
+
+/* --help-markdown: the same facts as --help, as the section of docs/CONFIG.md for prog
+ * (cmake/config_md.sh puts the sections together). */
+static void print_markdown(const sac_cfg_opt_t *opts, size_t n_opts, const char *prog, const char *summary) {
+  char env[ENV_NAME_MAX];
+  printf("## %s\n\n", prog);
+  if (summary && summary[0]) {
+    md_cell(summary);
+    printf("\n\n");
+  }
+  printf("| option | type | default | variable | meaning |\n| --- | --- | --- | --- | --- |\n");
+  for (size_t i = 0; i < n_opts; i++) {
+    const sac_cfg_opt_t *o = &opts[i];
+    env_name(o->key, env);
+    printf("| `--%s` | %s | ", o->key, type_name(o->type));
+    if (o->def && o->def[0]) {
+      printf("`");
+      md_cell(o->def);
+      printf("`");
+    }
+    printf(" | `%s` | ", env);
+    md_cell(o->help);
+    if (o->min <= o->max && o->type != SAC_CFG_BOOL && o->type != SAC_CFG_STRING)
+      printf(" (range [%g, %g])", o->min, o->max);
+    printf(" |\n");
+  }
+  printf("\nOther environment variables:\n\n| variable | meaning |\n| --- | --- |\n");
+  for (size_t i = 0; i < sizeof k_env_other / sizeof k_env_other[0]; i++) {
+    if (!env_listed(&k_env_other[i], prog))
+      continue;
+    printf("| `%s` | ", k_env_other[i].name);
+    md_cell(k_env_other[i].help);
+    printf(" |\n");
+  }
+  int any = 0;
+  for (size_t i = 0; i < N_ALIASES; i++) {
+    const sac_cfg_opt_t *o = alias_target(opts, n_opts, &k_aliases[i]);
+    if (!o)
+      continue;
+    if (!any++)
+      printf("\nOld names, accepted until the next release with a warning:\n\n| old name | use |\n| --- | "
+             "--- |\n");
+    env_name(k_aliases[i].old_key, env);
+    printf("| `--%s`, `%s` | `--%s` |\n", k_aliases[i].old_key, env, o->key);
+  }
+  printf("\n");
 }
 
 int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int argc, char **argv,
@@ -659,6 +857,12 @@ int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int 
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0)
       break;
+    if (strcmp(argv[i], "--help-markdown") == 0) {
+      print_markdown(opts, n_opts, prog_name(argc, argv), summary);
+      fflush(stdout);
+      *action = SAC_CFG_EXIT_OK;
+      return 0;
+    }
     if (strcmp(argv[i], "--help") == 0) {
       print_usage(opts, n_opts, prog_name(argc, argv), summary);
       fflush(stdout);
@@ -699,7 +903,9 @@ int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int 
   for (int i = 0; i < n_sets; i++) {
     char src[64];
     snprintf(src, sizeof src, "command line argument %d", sets[i].argi);
-    if (set_value(sets[i].opt, target, sets[i].value, src) != 0)
+    int r = sets[i].alias ? set_alias(opts, n_opts, target, sets[i].alias, sets[i].value, src)
+                          : set_value(sets[i].opt, target, sets[i].value, src);
+    if (r != 0)
       rc = SAC_ECONFIG;
   }
   free(sets);

@@ -38,6 +38,11 @@ typedef struct {
  *   error. --help and --version win over every other argument and read no other source.
  * - Keys are lower-case letters, digits, '_', '.', '-'; "help", "version" and "config"
  *   are reserved. A bad table is a programmer error and asserts.
+ * - Renamed options (the alias table k_aliases in config.c): an old name whose new name is
+ *   in the table still works in every source, for one release, with a one-line warning.
+ * - --help lists the table, the other SAC_* variables this program reads (by argv[0]'s
+ *   base name) and the old names; --help-markdown prints the same as the program's
+ *   section of docs/CONFIG.md (cmake/config_md.sh).
  * On SAC_ECONFIG the target holds a mix of old and new values and must not be used; a
  * single failed sac_config_set leaves its field unchanged. Not thread-safe with respect
  * to setenv() in other threads (it reads the environment). */
@@ -46,9 +51,9 @@ typedef struct {
 enum { SAC_CFG_RUN = 0, SAC_CFG_EXIT_OK = 1 };
 
 /* Applies defaults, file, environment and argv (argv[0] is the program) to target.
- * --help prints usage (the table's keys, types, defaults, help) to stdout and
- * --version prints the version; both set *action to SAC_CFG_EXIT_OK. Positional
- * arguments are an error. Returns 0 or SAC_ECONFIG (with a log line saying why). */
+ * --help prints usage (the table's keys, types, defaults, help) to stdout,
+ * --help-markdown the same as Markdown, and --version prints the version; all set *action to SAC_CFG_EXIT_OK.
+ * Positional arguments are an error. Returns 0 or SAC_ECONFIG (with a log line saying why). */
 int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int argc, char **argv,
                     const char *summary, int *action);
 /* Sets one key from text (as a command-line override would). 0, or SAC_ECONFIG. */

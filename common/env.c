@@ -36,6 +36,9 @@ typedef struct {
 } known_env_t;
 
 #define MUJOCO_SO "libsac_env_mujoco.so"
+/* "gym:ID[,ARGS]": any Gymnasium ID (a user's "module:ID" too) through the Gymnasium bridge */
+#define GYM_PREFIX "gym:"
+#define GYM_SO "libsac_env_gym.so"
 static const known_env_t k_known[] = {
     {"Pendulum-v1", &sac__env_pendulum_ops, NULL},
     {"MountainCarContinuous-v0", &sac__env_mountaincar_ops, NULL},
@@ -58,11 +61,43 @@ void sac_env_known_ids(char *buf, size_t cap) {
     n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", k_known[i].id);
 }
 
+int sac_env_apply_module(char *env, size_t cap, const char *module) {
+  assert(env && module);
+  if (!module[0])
+    return 0;
+  size_t p = strlen(GYM_PREFIX);
+  if (strncmp(env, GYM_PREFIX, p) != 0) {
+    SAC_ERROR("env", "--env_module %s needs --env gym:ID (the module registers Gymnasium IDs), not '%s'",
+              module, env);
+    return SAC_ECONFIG;
+  }
+  size_t m = strlen(module);
+  if (strncmp(env + p, module, m) == 0 && env[p + m] == ':')
+    return 0; /* already applied (a resumed run's saved config holds both) */
+  char id[1024];
+  if (snprintf(id, sizeof id, "%s", env + p) >= (int)sizeof id ||
+      snprintf(env, cap, GYM_PREFIX "%s:%s", module, id) >= (int)cap) {
+    SAC_ERROR("env", "--env gym:%s with --env_module %s is too long", id, module);
+    return SAC_ECONFIG;
+  }
+  return 0;
+}
+
 int sac_env_resolve(const char *name, char *out, size_t cap) {
   assert(name && out && cap > 0);
   out[0] = '\0';
   if (strncmp(name, PLUGIN_PREFIX, strlen(PLUGIN_PREFIX)) == 0)
     return snprintf(out, cap, "%s", name) < (int)cap ? 0 : SAC_EINVAL;
+  if (strncmp(name, GYM_PREFIX, strlen(GYM_PREFIX)) == 0) {
+    if (!name[strlen(GYM_PREFIX)])
+      return SAC_ENOTFOUND;
+    char path[1024];
+    int rc = sac__env_plugin_find(GYM_SO, path, sizeof path);
+    if (rc < 0)
+      return rc;
+    return snprintf(out, cap, PLUGIN_PREFIX "%s:%s", path, name + strlen(GYM_PREFIX)) < (int)cap ? 0
+                                                                                                 : SAC_EINVAL;
+  }
   size_t id_len = strcspn(name, ",");
   for (size_t i = 0; i < sizeof k_known / sizeof k_known[0]; i++) {
     const known_env_t *k = &k_known[i];
@@ -91,7 +126,9 @@ int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **ou
   if (rc < 0) {
     char known[512];
     sac_env_known_ids(known, sizeof known);
-    SAC_ERROR("env", "unknown environment '%s' (known: %s; or plugin:PATH.so[:ARGS] for your own plugin)",
+    SAC_ERROR("env",
+              "unknown environment '%s' (known: %s; gym:ID for any other Gymnasium ID through the Gymnasium "
+              "bridge; plugin:PATH.so[:ARGS] for your own plugin)",
               name, known);
     return SAC_ENOTFOUND;
   }

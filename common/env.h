@@ -44,6 +44,11 @@ int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **ou
 int sac_env_resolve(const char *name, char *out, size_t cap);
 /* The shipped IDs, comma-separated, into buf (truncated to cap). */
 void sac_env_known_ids(char *buf, size_t cap);
+/* --env_module: where env is "gym:ID[,ARGS]" and module is not empty, rewrites env (of cap
+ * bytes) in place to "gym:MODULE:ID[,ARGS]", Gymnasium's spelling for "import MODULE, then
+ * make ID" (a user's package that registers its environments on import). 0, or SAC_ECONFIG
+ * (logged) when module is given with an env that is not gym:, or the result is too long. */
+int sac_env_apply_module(char *env, size_t cap, const char *module);
 /* Destroys and NULLs *env; idempotent. */
 void sac_env_destroy(sac_env_t **env);
 const sac_env_spec_t *sac_env_spec(const sac_env_t *env);

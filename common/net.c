@@ -304,6 +304,25 @@ int sac_net_recv(void *s, void *buf, size_t cap, int flags, size_t *len, int *mo
   return 0;
 }
 
+_Static_assert(sizeof(sac_net_msg_t) == sizeof(zmq_msg_t), "sac_net_msg_t must hold a zmq_msg_t");
+_Static_assert(_Alignof(sac_net_msg_t) >= _Alignof(zmq_msg_t), "sac_net_msg_t must align a zmq_msg_t");
+
+int sac_net_recv_msg(void *s, sac_net_msg_t *m, int flags, const void **data, size_t *len) {
+  zmq_msg_t *msg = (zmq_msg_t *)(void *)m->opaque;
+  zmq_msg_init(msg);
+  int rc = zmq_msg_recv(msg, s, (flags & SAC_NET_DONTWAIT) ? ZMQ_DONTWAIT : 0);
+  if (rc < 0) {
+    int e = SAC_ZCHK(rc);
+    zmq_msg_close(msg);
+    return e;
+  }
+  *data = zmq_msg_data(msg);
+  *len = zmq_msg_size(msg);
+  return 0;
+}
+
+void sac_net_msg_close(sac_net_msg_t *m) { zmq_msg_close((zmq_msg_t *)(void *)m->opaque); }
+
 int sac_net_drain_frames(void *s) {
   int n = 0;
   for (;;) {

@@ -119,6 +119,17 @@ int sac_net_send(void *s, const void *buf, size_t len, int flags);
  * cap (then buf holds the first cap bytes). *more tells whether frames follow.
  * 0, SAC_EAGAIN, SAC_EINTR, SAC_ESTATE, SAC_ENET. */
 int sac_net_recv(void *s, void *buf, size_t cap, int flags, size_t *len, int *more);
+/* A frame received without copying it out of ZeroMQ (sac_net_recv_msg): its bytes stay
+ * ZeroMQ's until sac_net_msg_close. Opaque; the size and alignment of a zmq_msg_t. */
+typedef struct {
+  _Alignas(8) unsigned char opaque[64];
+} sac_net_msg_t;
+/* Receives one frame into m and points *data at its *len bytes (valid until
+ * sac_net_msg_close(m), which the caller must call after a 0 return; nothing to close on
+ * an error). Over inproc:// the sender's buffer itself, over tcp:// ZeroMQ's: the copy
+ * sac_net_recv makes into the caller's buffer is saved. 0 or as sac_net_recv. */
+int sac_net_recv_msg(void *s, sac_net_msg_t *m, int flags, const void **data, size_t *len);
+void sac_net_msg_close(sac_net_msg_t *m);
 /* Receives and drops the remaining frames of the current message; returns how many. */
 int sac_net_drain_frames(void *s);
 

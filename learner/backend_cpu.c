@@ -354,12 +354,11 @@ static int cpu_fetch_wait(sac_backend_t *be, int slot, float *dst, size_t n) {
 }
 
 /* The cuda backend's launches for a linear layer (backend_cuda.cu, cu_linear_fwd and
- * cu_linear_bwd in fp32): one matmul per input segment (shared) or one (per-member
- * columns); a separate bias kernel where the bias is under 16-byte aligned (the
- * critics' 1-wide output: member 1's bias 4 bytes after member 0's); backward: the
- * activation-backward/bias-sum kernel where there is an activation or a bias gradient,
- * the weight-gradient matmuls, and the input gradient (a kernel per shared segment, a
- * matmul otherwise). */
+ * cu_linear_bwd in fp32): the critics' one-wide last layer one kernel each way; else one
+ * matmul per input segment (shared) or one (per-member columns), a separate bias kernel
+ * where the bias is under 16-byte aligned; backward: the activation-backward/bias-sum
+ * kernel where there is an activation or a bias gradient, the weight-gradient matmuls,
+ * and the input gradient (a kernel per shared segment, a matmul otherwise). */
 static int bias_unaligned(const float *b, int n_out, int K) {
   uintptr_t a = (uintptr_t)b;
   if (K > 1)
@@ -367,7 +366,12 @@ static int bias_unaligned(const float *b, int n_out, int K) {
   return (a % 16) != 0;
 }
 
+/* the twin critics' last layer: one kernel each way on cuda (k_out1_fwd, k_out1_bwd) */
+static int is_out1(const sac_linear_t *L) { return !L->shared && L->n_out == 1 && L->act == SAC_ACT_NONE; }
+
 static uint64_t linear_fwd_launches(const sac_linear_t *L) {
+  if (is_out1(L))
+    return 1;
   uint64_t n = L->shared ? (uint64_t)L->n_seg : 1;
   return n +
          (L->b && (L->act == SAC_ACT_RELU || L->act == SAC_ACT_NONE) && bias_unaligned(L->b, L->n_out, L->K)
@@ -377,6 +381,8 @@ static uint64_t linear_fwd_launches(const sac_linear_t *L) {
 
 static uint64_t linear_bwd_launches(const sac_linear_t *L, const float *dW, const float *db,
                                     float *const dX[2]) {
+  if (is_out1(L))
+    return dW || db || (dX && dX[0]) ? 1 : 0;
   uint64_t n = L->act != SAC_ACT_NONE || db ? 1 : 0;
   if (dW)
     n += L->shared ? (uint64_t)L->n_seg : 1;

@@ -237,6 +237,56 @@ __global__ void k_bias_act(float *Y, int ldy, const float *b, int rows, int cols
   }
 }
 
+/* The one-wide output layer of a K-member ensemble (the twin critics' last layer), not
+ * shared, no activation: Y[b, k] = X[b, k n : (k+1) n] . W_k + bias[k]. One warp per
+ * (b, k), a fixed-order warp sum: one launch where a matmul of one output column and a
+ * separate bias kernel (member 1's bias is 4 bytes after member 0's, too little aligned
+ * for the fused epilogue) took two. fp32 arithmetic whatever the precision. */
+__global__ void k_out1_fwd(float *Y, int ldy, const float *X, int ldx, const float *W, const float *bias, int B,
+                           int K, int n) {
+  size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  if (warp >= (size_t)B * K)
+    return; /* whole warps */
+  int b = (int)(warp / K), k = (int)(warp % K);
+  const float *x = X + (size_t)b * ldx + (size_t)k * n, *w = W + (size_t)k * n;
+  float acc = 0.0f;
+  for (int j = lane; j < n; j += 32)
+    acc += x[j] * w[j];
+  for (int o = 16; o > 0; o >>= 1)
+    acc += __shfl_down_sync(0xffffffffu, acc, o);
+  if (lane == 0)
+    Y[(size_t)b * ldy + k] = acc + (bias ? bias[k] : 0.0f);
+}
+
+/* Backward of k_out1_fwd, one launch for what took three (bias-sum kernel, dW and dX
+ * matmuls): thread c < K n owns input column c = k n + j: dW[c] = sum_b X[b, c] dY[b, k]
+ * and dX[b, c] = dY[b, k] W[c]; thread K n + k sums db[k] = sum_b dY[b, k]. Rows in order
+ * (deterministic). dW, db, dX may each be NULL. */
+__global__ void k_out1_bwd(const float *dY, int ldy, const float *X, int ldx, const float *W, float *dW, float *db,
+                           float *dX, int lddx, int B, int K, int n) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x, cols = K * n;
+  if (c < cols) {
+    int k = c / n;
+    float w = W[c], acc = 0.0f;
+    for (int b = 0; b < B; b++) {
+      float g = dY[(size_t)b * ldy + k];
+      if (dW)
+        acc += X[(size_t)b * ldx + c] * g;
+      if (dX)
+        dX[(size_t)b * lddx + c] = g * w;
+    }
+    if (dW)
+      dW[c] = acc;
+  } else if (db && c < cols + K) {
+    int k = c - cols;
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++)
+      acc += dY[(size_t)b * ldy + k];
+    db[k] = acc;
+  }
+}
+
 /* d = d * act'(y) in place over (rows, cols); db = column sums when non-NULL. Block
  * (32, 16): 32 adjacent columns, 16 row lanes, then a fixed-order sum of the lanes.
  * fp16 (ovf non-NULL): flags a gradient that the next GEMMs could not take as an fp16
@@ -1015,8 +1065,19 @@ static int cu_sync(sac_backend_t *be) {
 /* ------------------------------------------------------------------------------------ */
 /* ops: compute                                                                           */
 
+/* The twin critics' last layer: one output column per member, read from its own block of
+ * the input, no activation (k_out1_fwd / k_out1_bwd). */
+static int is_out1(const sac_linear_t *L) { return !L->shared && L->n_out == 1 && L->act == SAC_ACT_NONE; }
+
 static void cu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
   cu_t *im = IM(be);
+  if (is_out1(L)) {
+    size_t threads = (size_t)L->B * L->K * 32;
+    k_out1_fwd<<<(unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, im->stream>>>(
+        Y, ldy, L->seg[0].p, L->seg[0].ld, L->W, L->b, L->B, L->K, L->n_in);
+    LAUNCHED(im, "k_out1_fwd");
+    return;
+  }
   const int64_t wsz = (int64_t)L->n_in * L->n_out;
   gemm_t g;
   memset(&g, 0, sizeof g);
@@ -1056,6 +1117,16 @@ static void cu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, c
   const int K = L->K, width = K * L->n_out;
   const int64_t wsz = (int64_t)L->n_in * L->n_out;
   const int fp16 = im->prec == PREC_FP16;
+  if (is_out1(L) && !fp16) { /* fp16 keeps the kernels that flag an fp16 overflow */
+    float *dx = dX ? dX[0] : NULL;
+    if (!dW && !db && !dx)
+      return;
+    unsigned threads = (unsigned)(K * L->n_in + K);
+    k_out1_bwd<<<(threads + THREADS - 1) / THREADS, THREADS, 0, im->stream>>>(
+        dY, ldy, L->seg[0].p, L->seg[0].ld, L->W, dW, db, dx, dx ? ldx[0] : 0, L->B, K, L->n_in);
+    LAUNCHED(im, "k_out1_bwd");
+    return;
+  }
   if (L->act != SAC_ACT_NONE || db || fp16) {
     dim3 block(32, 16), grid((unsigned)((width + 31) / 32));
     k_act_bwd_colsum<<<grid, block, 0, im->stream>>>(dY, Y, ldy, L->B, width, (int)L->act, db,
@@ -1744,7 +1815,8 @@ static int preload_kernels(cu_t *im) {
                        (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
                        (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
                        (const void *)k_ovf_import,    (const void *)k_adam_polyak,
-                       (const void *)k_actor_alpha_loss, (const void *)k_normal2};
+                       (const void *)k_actor_alpha_loss, (const void *)k_normal2, (const void *)k_out1_fwd,
+                       (const void *)k_out1_bwd};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))

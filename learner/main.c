@@ -14,6 +14,7 @@
 
 #include "common/auth.h"
 #include "common/config.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/http.h"
 #include "common/log.h"
@@ -27,9 +28,9 @@ typedef struct {
   char mode[16];
   char shards[4096];
   char weights[256];
-  int embedded_shards, actors, envs_per_actor, publish_every, prioritized, max_nonfinite_updates;
+  int embedded_shards, actors, envs_per_actor, publish_every, max_nonfinite_updates, log_interval_s;
   int publish_interval_ms;
-  char weights_precision[8];
+  char sampler[32], weights_precision[8];
   int64_t eval_every;
   double per_alpha, per_beta;
   double lr, lr_actor, lr_critic, lr_alpha, gamma, tau, init_alpha, target_entropy, log_std_min, log_std_max;
@@ -45,6 +46,7 @@ typedef struct {
   char durability[16]; /* embedded shards (replay/server.h) */
   int wal_sync_ms;
   char device[16];
+  char env_module[256];
 } learner_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h)                                                                           \
@@ -61,7 +63,7 @@ static const sac_cfg_opt_t k_opts[] = {
         "tcp://*:5570 otherwise)"),
     OPT("embedded_shards", SAC_CFG_INT, embedded_shards, "2", 1, 64,
         "replay shards hosted in the embedded default"),
-    OPT("actors", SAC_CFG_INT, actors, "2", 1, 4096, "actor threads in the embedded default"),
+    OPT("embedded_actors", SAC_CFG_INT, actors, "2", 1, 4096, "actor threads in the embedded default"),
     OPT("envs_per_actor", SAC_CFG_INT, envs_per_actor, "1", 1, 4096, "environments per embedded actor"),
     OPT("publish_every", SAC_CFG_INT, publish_every, "10", 1, 1000000,
         "at least this many updates between weight broadcasts"),
@@ -74,15 +76,18 @@ static const sac_cfg_opt_t k_opts[] = {
         "service: updates in a row refused for a NaN/Inf loss before the learner stops with an error (each "
         "is "
         "skipped, logged and counted in sac_learner_nonfinite_updates_total)"),
-    OPT("eval_every", SAC_CFG_INT64, eval_every, "2000", 0, 1e15,
+    OPT("eval_every_updates", SAC_CFG_INT64, eval_every, "2000", 0, 1e15,
         "service: updates between evaluations (0: only at the end)"),
-    OPT("prioritized", SAC_CFG_BOOL, prioritized, "false", 1, 0, "prioritised replay (embedded shards)"),
-    OPT("per_alpha", SAC_CFG_DOUBLE, per_alpha, "0.6", 0, 10, "prioritised replay: priority exponent"),
-    OPT("per_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1,
-        "prioritised replay: importance-sampling exponent"),
+    STR("sampler", sampler, "uniform", "embedded shards: uniform | prioritized"),
+    OPT("priority_alpha", SAC_CFG_DOUBLE, per_alpha, "0.6", 0, 10, "prioritized: priority exponent"),
+    OPT("priority_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1, "prioritized: importance-sampling exponent"),
     STR("env", t.env, "Pendulum-v1",
         "environment ID: Pendulum-v1, MountainCarContinuous-v0, HalfCheetah/Hopper/Walker2d/Ant-v4 or -v5, "
-        "Humanoid-v5 (MuJoCo); plugin:PATH.so[:ARGS] for your own plugin"),
+        "Humanoid-v5 (MuJoCo); gym:ID for any other Gymnasium ID (the Gymnasium bridge); "
+        "plugin:PATH.so[:ARGS] "
+        "for your own plugin"),
+    STR("env_module", env_module, "",
+        "with --env gym:ID: the Python module that registers ID, imported first (your own package)"),
     STR("backend", t.backend, "cpu",
         "compute backend: cpu or cuda; null is a measuring tool that does no math (it reads each batch, "
         "returns priorities and keeps the initial weights: the service's ceiling, docs/LEARNER.md)"),
@@ -108,13 +113,15 @@ static const sac_cfg_opt_t k_opts[] = {
         "snapshots in the run directory) | snapshot | none"),
     OPT("wal_sync_ms", SAC_CFG_INT, wal_sync_ms, "2", -1, 60000,
         "embedded shards: group commit window of the write-ahead log (0: fsync each batch; -1: no fsync)"),
-    OPT("buffer_capacity", SAC_CFG_INT64, t.buffer_capacity, "1000000", 1, 1e12,
-        "replay capacity (transitions)"),
-    OPT("eval_interval", SAC_CFG_INT64, t.eval_interval, "5000", 0, 1e15,
+    OPT("capacity", SAC_CFG_INT64, t.buffer_capacity, "1000000", 1, 1e12,
+        "replay capacity in transitions (embedded default: split over the embedded shards)"),
+    OPT("eval_every_steps", SAC_CFG_INT64, t.eval_interval, "5000", 0, 1e15,
         "local: environment steps between evaluations (0: only at the end)"),
     OPT("eval_episodes", SAC_CFG_INT, t.eval_episodes, "10", 1, 100000, "episodes per evaluation"),
-    OPT("log_interval", SAC_CFG_INT64, t.log_interval, "1000", 0, 1e15,
-        "local: environment steps between progress lines; service: seconds (0: none)"),
+    OPT("log_every_steps", SAC_CFG_INT64, t.log_interval, "1000", 0, 1e15,
+        "local: environment steps between progress lines (0: none)"),
+    OPT("log_interval_s", SAC_CFG_INT, log_interval_s, "10", 0, 86400,
+        "service: seconds between progress lines (0: none)"),
     OPT("seed", SAC_CFG_INT64, t.seed, "1", 0, 9.2e18, "random seed (networks, noise, environments)"),
     OPT("quiet", SAC_CFG_BOOL, t.quiet, "false", 1, 0, "no progress lines"),
     OPT("hidden", SAC_CFG_INT, hidden, "256", 1, 65536, "hidden layer width (actor and critics)"),
@@ -227,9 +234,13 @@ static int run_service(const learner_cfg_t *c) {
   lc.publish_interval_ms = c->publish_interval_ms;
   snprintf(lc.weights_precision, sizeof lc.weights_precision, "%s", c->weights_precision);
   lc.max_nonfinite_updates = c->max_nonfinite_updates;
-  lc.log_interval_s = (int)c->t.log_interval;
+  lc.log_interval_s = c->log_interval_s;
   lc.quiet = c->t.quiet;
-  lc.prioritized = c->prioritized;
+  if (strcmp(c->sampler, "uniform") != 0 && strcmp(c->sampler, "prioritized") != 0) {
+    SAC_ERROR("learner", "sampler must be uniform or prioritized, not '%s'", c->sampler);
+    return 2;
+  }
+  lc.prioritized = strcmp(c->sampler, "prioritized") == 0;
   lc.per_alpha = c->per_alpha;
   lc.per_beta = c->per_beta;
   lc.embedded_shards = c->embedded_shards;
@@ -326,6 +337,8 @@ int main(int argc, char **argv) {
   if (action == SAC_CFG_EXIT_OK)
     return 0;
   if (sac_log_configure(c.log_level, c.log_json, "learner"))
+    return 2;
+  if (sac_env_apply_module(c.t.env, sizeof c.t.env, c.env_module))
     return 2;
   /* metrics on loopback unless the learner is part of a cluster (--shards) or told otherwise */
   if (!c.metrics_addr[0])

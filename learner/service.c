@@ -116,29 +116,27 @@ int sac_learner_check_cfg(const sac_learner_cfg_t *c, char *why, size_t cap) {
   if (c->hp.batch > need)
     need = c->hp.batch;
   if (per < need) {
-    snprintf(
-        why, cap,
-        "--buffer_capacity %lld is too small for %d embedded shard(s): each shard holds buffer_capacity / "
-        "embedded_shards = %lld transitions and needs at least %lld (4 x the %u-row batches the actors "
-        "insert, and --batch_size %d): use --buffer_capacity %lld or more, or fewer --embedded_shards",
-        (long long)c->buffer_capacity, S, (long long)per, (long long)need, EMBEDDED_MAX_BATCH_ROWS,
-        c->hp.batch, (long long)need * S);
+    snprintf(why, cap,
+             "--capacity %lld is too small for %d embedded shard(s): each shard holds capacity / "
+             "embedded_shards = %lld transitions and needs at least %lld (4 x the %u-row batches the actors "
+             "insert, and --batch_size %d): use --capacity %lld or more, or fewer --embedded_shards",
+             (long long)c->buffer_capacity, S, (long long)per, (long long)need, EMBEDDED_MAX_BATCH_ROWS,
+             c->hp.batch, (long long)need * S);
     SAC_ERROR("learner", "%s", why);
     return SAC_ECONFIG;
   }
   if (per >= (int64_t)UINT32_MAX) {
-    snprintf(
-        why, cap,
-        "--buffer_capacity %lld gives each of the %d embedded shard(s) %lld transitions, over the 2^32 - 1 "
-        "one shard holds: lower it or use more --embedded_shards",
-        (long long)c->buffer_capacity, S, (long long)per);
+    snprintf(why, cap,
+             "--capacity %lld gives each of the %d embedded shard(s) %lld transitions, over the 2^32 - 1 "
+             "one shard holds: lower it or use more --embedded_shards",
+             (long long)c->buffer_capacity, S, (long long)per);
     SAC_ERROR("learner", "%s", why);
     return SAC_ECONFIG;
   }
   if (c->learning_starts / S > per) {
     snprintf(why, cap,
-             "--learning_starts %lld is more than the embedded shards can hold (--buffer_capacity %lld): no "
-             "shard would ever serve a batch; lower --learning_starts or raise --buffer_capacity",
+             "--learning_starts %lld is more than the embedded shards can hold (--capacity %lld): no "
+             "shard would ever serve a batch; lower --learning_starts or raise --capacity",
              (long long)c->learning_starts, (long long)c->buffer_capacity);
     SAC_ERROR("learner", "%s", why);
     return SAC_ECONFIG;

@@ -629,13 +629,19 @@ int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_
     for (size_t j = 0; j < c->n; j++) {
       size_t i = (c->rr_sample + j) % c->n;
       conn_t *k = &c->conns[i];
+      /* decoded straight from ZeroMQ's message (the decoder's views are its own memory,
+       * so the message is released at once): no copy into rbuf first */
       size_t len = 0;
-      if (sac_net_recv(k->smp, c->rbuf, c->rcap, SAC_NET_DONTWAIT, &len, NULL) != 0)
+      const void *data = NULL;
+      sac_net_msg_t msg;
+      if (sac_net_recv_msg(k->smp, &msg, SAC_NET_DONTWAIT, &data, &len) != 0)
         continue;
       k->last_reply_ns = sac_clock_ns();
       sac_wire_msg_t m;
       sac_wire_reason_t why = SAC_WIRE_R_TOO_BIG;
-      if (len >= c->rcap || sac_wire_decode(c->dec, c->rbuf, len, &c->slim, &m, &why) != 0) {
+      int bad = len >= c->rcap || sac_wire_decode(c->dec, data, len, &c->slim, &m, &why) != 0;
+      sac_net_msg_close(&msg);
+      if (bad) {
         char d[160];
         snprintf(d, sizeof d, "%s (%zu bytes)", sac_wire_reason_str(why), len);
         refuse(c, k, why, d);

@@ -28,6 +28,7 @@
 #include "replay/inspect.h"
 #include "replay/server.h"
 #include "replay/server_metrics.h"
+#include "replay/sizes.h"
 
 typedef struct {
   int shard_id;
@@ -35,6 +36,7 @@ typedef struct {
   char sample_endpoint[256];
   int64_t capacity;
   int obs_dim, act_dim;
+  char env[512];
   int fp16_obs, fp16_actions;
   char sampler[32];
   double alpha, priority_eps;
@@ -74,12 +76,18 @@ static const sac_cfg_opt_t k_opts[] = {
     {"sample_endpoint", SAC_CFG_STRING, O(sample_endpoint), 256, "tcp://*:5561", SAC_CFG_UNBOUNDED,
      "ZeroMQ endpoint for sample requests and priority updates from learners"},
     {"capacity", SAC_CFG_INT64, O(capacity), 0, "1000000", 1024, 4294967294.0, "transitions the ring holds"},
-    {"obs_dim", SAC_CFG_INT, O(obs_dim), 0, "17", 1, 65536, "observation size"},
-    {"act_dim", SAC_CFG_INT, O(act_dim), 0, "6", 1, 65536, "action size"},
+    {"env", SAC_CFG_STRING, O(env), 512, "", SAC_CFG_UNBOUNDED,
+     "environment ID whose sizes the shard takes (as sac-actor --env); empty: --obs_dim/--act_dim, or the "
+     "first "
+     "actor's batch"},
+    {"obs_dim", SAC_CFG_INT, O(obs_dim), 0, "0", 0, 65536,
+     "observation size (0: from --env, else from the first actor's batch; later batches of other sizes are "
+     "refused)"},
+    {"act_dim", SAC_CFG_INT, O(act_dim), 0, "0", 0, 65536, "action size (0: as obs_dim)"},
     {"fp16_obs", SAC_CFG_BOOL, O(fp16_obs), 0, "0", SAC_CFG_UNBOUNDED, "store observations as float16"},
     {"fp16_actions", SAC_CFG_BOOL, O(fp16_actions), 0, "0", SAC_CFG_UNBOUNDED, "store actions as float16"},
     {"sampler", SAC_CFG_STRING, O(sampler), 32, "uniform", SAC_CFG_UNBOUNDED, "uniform | prioritized"},
-    {"alpha", SAC_CFG_DOUBLE, O(alpha), 0, "0.6", 0, 10, "prioritized: priority exponent"},
+    {"priority_alpha", SAC_CFG_DOUBLE, O(alpha), 0, "0.6", 0, 10, "prioritized: priority exponent"},
     {"priority_eps", SAC_CFG_DOUBLE, O(priority_eps), 0, "1e-6", 0, 1e6, "prioritized: added to priorities"},
     {"min_size", SAC_CFG_INT64, O(min_size), 0, "1000", 1, 4294967294.0,
      "transitions before sampling starts"},
@@ -152,9 +160,11 @@ static const sac_cfg_opt_t k_opts[] = {
 #undef O
 
 static sac_replay_server_t *volatile g_srv;
+static volatile sig_atomic_t g_stop_sizing; /* SIGINT/SIGTERM while waiting for sizes */
 
 static void on_stop(int sig) {
   (void)sig;
+  g_stop_sizing = 1;
   if (g_srv)
     sac_replay_server_stop(g_srv);
 }
@@ -216,6 +226,71 @@ static int write_ready(const char *path, const sac_replay_server_t *s, const sac
 /* /healthz: 503 while snapshots fail (sac_replay_server_healthy) */
 static int health(void *ud, char *why, size_t cap) { return sac_replay_server_healthy(ud, why, cap); }
 
+/* The shard's sizes from --obs_dim/--act_dim or --env (see replay/sizes.h). Returns 1 when
+ * c holds them, 0 when they are to come from the first batch, -1 on a bad combination
+ * (logged with its fix). */
+static int size_from_options(const opts_t *o, sac_replay_server_config_t *c) {
+  if ((o->obs_dim == 0) != (o->act_dim == 0)) {
+    SAC_ERROR("replay",
+              "give both --obs_dim and --act_dim, or neither (then --env ID or the first actor's batch "
+              "sizes the shard)");
+    return -1;
+  }
+  uint32_t obs = (uint32_t)o->obs_dim, act = (uint32_t)o->act_dim;
+  if (o->env[0]) {
+    uint32_t eo, ea;
+    if (sac_replay_sizes_from_env(o->env, &eo, &ea) != 0)
+      return -1;
+    if (obs && (obs != eo || act != ea)) {
+      SAC_ERROR("replay", "--obs_dim %u --act_dim %u contradict --env %s (%u, %u): give one of them", obs,
+                act, o->env, eo, ea);
+      return -1;
+    }
+    obs = eo;
+    act = ea;
+  }
+  const char *from = o->env[0] ? " from --env " : "";
+  if (!obs && o->snapshot_path[0] && access(o->snapshot_path, F_OK) == 0 &&
+      strcmp(o->durability, "none") != 0) { /* a restart: the snapshot it restores knows */
+    sac_replay_shard_config_t sc = c->shard;
+    int rc = sac_replay_shard_snapshot_config(o->snapshot_path, &sc);
+    if (rc) {
+      SAC_ERROR("replay",
+                "cannot read the sizes of the snapshot %s (%s): give --env ID or --obs_dim and --act_dim",
+                o->snapshot_path, sac_strerror(rc));
+      return -1;
+    }
+    obs = sc.obs_dim;
+    act = sc.act_dim;
+    from = " from the snapshot ";
+  }
+  c->shard.obs_dim = obs;
+  c->shard.act_dim = act;
+  if (obs)
+    SAC_INFO("replay", "sizes: obs_dim %u, act_dim %u%s%s", obs, act, from,
+             o->env[0] ? o->env : (from[0] ? o->snapshot_path : ""));
+  return obs ? 1 : 0;
+}
+
+/* Waits for the first actor's batch on the insert endpoint and sizes c from it. On a
+ * context of its own, made with the same CurveZMQ settings: destroying it closes the
+ * listening socket before the shard binds the same endpoint (a socket closed in a live
+ * context is closed later, by its I/O thread). 0, SAC_EINTR (stopped), or an error. */
+static int size_from_first_batch(sac_replay_server_config_t *c, const sac_net_curve_t *curve,
+                                 struct sigaction *sa) {
+  sa->sa_handler = on_stop;
+  sigaction(SIGINT, sa, NULL);
+  sigaction(SIGTERM, sa, NULL);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  int err = ctx ? sac_net_ctx_set_curve(ctx, curve) : SAC_ENOMEM;
+  if (!err)
+    err = sac_replay_sizes_from_first_batch(ctx, c->insert_endpoint, c->max_msg_bytes, &g_stop_sizing,
+                                            c->insert_endpoint, sizeof c->insert_endpoint, &c->shard.obs_dim,
+                                            &c->shard.act_dim);
+  sac_net_ctx_destroy(&ctx);
+  return err;
+}
+
 /* Every failing exit says why, last, whatever was logged before it. */
 static int exit_why(int code, const char *what, int err) {
   SAC_ERROR("replay", "exiting with code %d: %s (%s)", code, what, sac_strerror(err));
@@ -238,8 +313,9 @@ int main(int argc, char **argv) {
   sac_replay_server_config_default(&c);
   c.shard.shard_id = (uint32_t)o.shard_id;
   c.shard.capacity = (uint64_t)o.capacity;
-  c.shard.obs_dim = (uint32_t)o.obs_dim;
-  c.shard.act_dim = (uint32_t)o.act_dim;
+  int sizes = size_from_options(&o, &c);
+  if (sizes < 0)
+    return exit_why(2, "the shard's sizes cannot be set", SAC_ECONFIG);
   c.shard.obs_f16 = o.fp16_obs;
   c.shard.act_f16 = o.fp16_actions;
   if (!strcasecmp(o.sampler, "uniform")) {
@@ -306,10 +382,16 @@ int main(int argc, char **argv) {
     return exit_why(2, "the CurveZMQ options (curve_key, curve_allow) cannot be used", err);
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   err = ctx ? sac_net_ctx_set_curve(ctx, &curve) : SAC_ENOMEM;
+  if (!err && sizes == 0) /* none given: the first actor's batch says */
+    err = size_from_first_batch(&c, &curve, &sa);
   sac_net_curve_clear(&curve);
   if (err) {
     sac_net_ctx_destroy(&ctx);
-    return exit_why(1, "cannot create the ZeroMQ context", err);
+    if (err == SAC_EINTR) /* stopped while waiting for the first batch */
+      return 0;
+    if (err == SAC_ENET)
+      return exit_why(4, "cannot bind the insert endpoint", err);
+    return exit_why(1, sizes ? "cannot create the ZeroMQ context" : "cannot wait for the first batch", err);
   }
   sac_replay_server_t *srv = sac_replay_server_new(&c, ctx, &err);
   sac_net_ctx_destroy(&ctx); /* the server holds its own reference */

@@ -36,6 +36,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib_return.sh
+. "$ROOT/scripts/lib_return.sh"
 T0=$(date +%s)
 log() { printf '[compose_test %4ds] %s\n' "$(($(date +%s) - T0))" "$*"; }
 skip() {
@@ -282,7 +284,7 @@ export SAC_IMAGE="$IMAGE" SAC_LEARNER_IMAGE="$IMAGE" SAC_PROMETHEUS_IMAGE="$PROM
 export SAC_BASE_IMAGE="$BASE_TAG" SAC_PROMETHEUS_PORT="$PROM_PORT"
 export SAC_SNAPSHOT_INTERVAL_S=5 SAC_RUN_NAME=compose-test
 # the test's own settings, not the caller's
-unset SAC_TOTAL_STEPS SAC_LR SAC_SEED SAC_ENV SAC_ACTORS SAC_LEARNER_THREADS SAC_BACKEND SAC_LOG_LEVEL
+unset SAC_TOTAL_STEPS SAC_LR SAC_SEED SAC_ENV SAC_ACTOR_REPLICAS SAC_LEARNER_THREADS SAC_BACKEND SAC_LOG_LEVEL
 
 PROM="http://127.0.0.1:$PROM_PORT"
 log "docker-compose up: project $PROJECT, 2 shards, 2 actors, learner, prometheus on $PROM"
@@ -412,8 +414,8 @@ result=$(docker logs "$LEARNER" 2>/dev/null | grep -E '^result:' | tail -n 1)
 [ -n "$result" ] || fail "the learner printed no result line"
 echo "    $result"
 docker logs "$LEARNER" 2>/dev/null | grep -E '^results in' | sed 's/^/    /' || true
-ret=$(sed -E 's/.*final eval return (-?[0-9.]+).*/\1/' <<<"$result")
-awk -v r="$ret" 'BEGIN { exit !(r >= -200) }' || fail "final eval return $ret is below the bar of -200"
+return_check "$result" -200 || fail "$RETURN_WHY"
+ret=$RETURN
 log "trained across containers: final eval return $ret >= -200"
 files=$(docker cp "$LEARNER:/var/lib/sac/runs/compose-test" - 2>/dev/null | tar -t 2>/dev/null | sed 's,^compose-test/,,' | grep -v '^$' | sort | tr '\n' ' ')
 log "run directory in the volume ${PROJECT}_runs: $files"
@@ -437,7 +439,7 @@ COMPOSE=(docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" -f "$ROOT/deploy/docker
 DP_STEPS=${SAC_COMPOSE_DP_STEPS:-3000}
 log "data-parallel: project $PROJECT, learner + learner1 (dp_size 2, zmq), 2 shards, 2 actors, $DP_STEPS steps"
 UP=1
-SAC_DP_SIZE=2 SAC_SAMPLES_PER_INSERT=512 SAC_TOTAL_STEPS=$DP_STEPS SAC_EVAL_EVERY=0 SAC_RUN_NAME=compose-dp \
+SAC_DP_SIZE=2 SAC_SAMPLES_PER_INSERT=512 SAC_TOTAL_STEPS=$DP_STEPS SAC_EVAL_EVERY_UPDATES=0 SAC_RUN_NAME=compose-dp \
   timeout 300 "${COMPOSE[@]}" up -d --no-build --scale actor=2 >"$WORK/up-dp.log" 2>&1 ||
   { cat "$WORK/up-dp.log"; fail "docker-compose up (data-parallel) failed"; }
 LEARNER=$(cid learner)

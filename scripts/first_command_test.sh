@@ -31,6 +31,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib_return.sh
+. "$ROOT/scripts/lib_return.sh"
 T0=$(date +%s)
 log() { printf '[first_command %4ds] %s\n' "$(($(date +%s) - T0))" "$*"; }
 skip() {
@@ -179,8 +181,8 @@ result=$(grep -E '^result:' "$WORK/run.log" | tail -n 1)
 [ -n "$result" ] || { tail -n 30 "$WORK/run.log"; fail "no result line (log above)"; }
 echo "    $result"
 grep -E '^results in' "$WORK/run.log" | sed 's/^/    /' || true
-ret=$(sed -E 's/.*final eval return (-?[0-9.]+).*/\1/' <<<"$result")
-awk -v r="$ret" 'BEGIN { exit !(r >= -200) }' || fail "final eval return $ret is below the bar of -200"
+return_check "$result" -200 || fail "$RETURN_WHY"
+ret=$RETURN
 
 docker exec "$CTR" dpkg-query -W -f='${Package}\n' >"$WORK/ctr-pkgs"
 found=$(extras_in "$WORK/ctr-pkgs" | tr '\n' ' ')

@@ -29,14 +29,32 @@ it_cleanup() {
   rm -rf "$DIR"
 }
 
-# waits (bounded, $2 tenths of a second) until the command $1 succeeds
+# wait_for CMD STALL: polls the command CMD (eval'd) every 0.1 s until it succeeds; returns
+# 1 once NOTHING has progressed for STALL tenths of a second. Progress is the output of
+# $IT_PROGRESS changing (probed once a second); the default, it_progress, is the total
+# size of the logs in $DIR, which grows while the processes under test do anything. So a
+# slow or busy machine slows the test down without failing it, and a wedged system fails
+# it after the stated time; the test's ctest TIMEOUT stays the last resort against a
+# livelock. (tests/test_wait_progress.sh checks both ways.)
+it_progress() { cat "$DIR"/*.log 2>/dev/null | wc -c; }
+IT_PROGRESS=it_progress
 wait_for() {
-  local i
-  for i in $(seq 1 "$2"); do
+  local _wf_tok _wf_now _wf_last _wf_probe _wf_t
+  _wf_tok=$(eval "$IT_PROGRESS" 2>/dev/null)
+  _wf_last=${EPOCHREALTIME/./} _wf_probe=$_wf_last # microseconds
+  while :; do
     eval "$1" && return 0
     sleep 0.1
+    _wf_t=${EPOCHREALTIME/./}
+    if ((_wf_t - _wf_probe >= 1000000)); then
+      _wf_probe=$_wf_t
+      _wf_now=$(eval "$IT_PROGRESS" 2>/dev/null)
+      if [ "$_wf_now" != "$_wf_tok" ]; then
+        _wf_tok=$_wf_now _wf_last=$_wf_t
+      fi
+    fi
+    ((_wf_t - _wf_last < $2 * 100000)) || return 1
   done
-  return 1
 }
 
 # the metrics port a binary logged in file $1 ("metrics on http://ADDR:PORT/metrics"),

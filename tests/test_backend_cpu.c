@@ -5,7 +5,11 @@
  * Tolerance: analytic gradients are float32 (about 1e-7 relative per operation over a
  * few hundred terms), the finite differences are double with h = 1e-6 (truncation
  * error ~1e-12, rounding ~1e-10): |analytic - fd| <= 2e-4 + 1e-3 |fd| is far above
- * float noise and far below any real mistake (a wrong sign or a missing term is O(1)). */
+ * float noise and far below any real mistake (a wrong sign or a missing term is O(1)).
+ *
+ * Every op's outputs hold stale values (stale(), not zeros) when the op runs, so an op
+ * that accumulates into an output instead of overwriting it fails (issue 27: two such
+ * bugs passed while every output buffer started zeroed). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
@@ -22,10 +26,12 @@
 
 static sac_backend_t *be;
 static sac_rng_t rng;
+static sac_rng_t stale_rng; /* its own stream: the inputs stay those of rng */
 
 static void setup(void) {
   cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
   sac_rng_init(&rng, 1234, 99);
+  sac_rng_init(&stale_rng, 4321, 7);
 }
 static void teardown(void) { sac_backend_destroy(&be); }
 
@@ -39,6 +45,12 @@ static float *dev(size_t n) {
 static void fill(float *p, size_t n, double lo, double hi) {
   for (size_t i = 0; i < n; i++)
     p[i] = (float)sac_rng_uniform_range(&rng, lo, hi);
+}
+/* What an output buffer holds before an op writes it: values of the size of a previous
+ * update's, which the op must overwrite, not add to. */
+static void stale(float *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (float)sac_rng_uniform_range(&stale_rng, -3, 3);
 }
 static void to_double(const float *f, double *d, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -96,6 +108,8 @@ static void check_linear(int shared, sac_act_t act) {
   fill(W, (size_t)K * n_in * n_out, -1, 1);
   fill(b, (size_t)K * n_out, -0.5, 0.5);
   fill(dY, (size_t)B * K * n_out, -1, 1);
+  stale(Y, (size_t)B * K * n_out), stale(dW, (size_t)K * n_in * n_out), stale(db, (size_t)K * n_out);
+  stale(dX1, (size_t)B * w1), stale(dX2, (size_t)B * (n2 ? n2 : 1));
   lin_ref_t r = {B, n1, n2, n_out, K, shared, act, NULL, NULL, NULL, NULL, NULL};
   r.X1 = calloc((size_t)B * w1, sizeof(double));
   r.X2 = calloc((size_t)B * (n2 ? n2 : 1), sizeof(double));
@@ -192,6 +206,9 @@ static void run_layer(sac_backend_t *b, const split_case_t *c, const float *src,
   size_t sz[] = {nX1, nX2, nW, nb, nY, nY, nW, nb, nX1, nX2};
   for (int i = 0; i < 10; i++)
     cr_assert_eq(b->ops->alloc(b, sz[i], all[i]), 0);
+  for (int i = 4; i < 10; i++) /* Y and the gradients: outputs */
+    if (i != 5)
+      stale(*all[i], sz[i]);
   size_t off = 0;
   memcpy(X1, src + off, nX1 * 4), off += nX1;
   memcpy(X2, src + off, nX2 * 4), off += nX2;
@@ -461,6 +478,7 @@ Test(backend_cpu, split_noise_and_head_match_one_thread) {
     for (int t = 0; t < 3; t++) {
       eps[t] = malloc((n + 1) * 4), a[t] = malloc(n * 4), lp[t] = malloc((size_t)B * 4);
       dP[t] = malloc(2 * n * 4);
+      stale(a[t], n), stale(lp[t], (size_t)B), stale(dP[t], 2 * n);
       eps[t][n] = 12345.0f; /* n odd: the last pair's second number must not be written */
       bs[t]->ops->normal(bs[t], eps[t], n, key, 5, 1);
       bs[t]->ops->head_fwd(bs[t], &h, P, eps[t], a[t], A, lp[t]);
@@ -515,6 +533,7 @@ Test(backend_cpu, policy_head_forward_and_backward) {
   fill(eps, (size_t)B * A, -2, 2);
   fill(da, (size_t)B * A, -1, 1);
   fill(dl, B, -1, 1);
+  stale(a, (size_t)B * A), stale(lp, B), stale(dP, (size_t)B * 2 * A);
   sac_head_hp_t h = {.B = B, .A = A, .log_std_min = -5, .log_std_max = 2};
   be->ops->head_fwd(be, &h, P, eps, a, A, lp);
   head_ref_t r = {B, A, -5, 2, NULL, NULL, NULL, NULL};
@@ -552,6 +571,7 @@ Test(backend_cpu, critic_target_bootstraps_unless_terminated) {
         lv[] = {-1, 2, 0.5f, 1};
   memcpy(r, rv, sizeof rv), memcpy(term, tv, sizeof tv), memcpy(qt, qv, sizeof qv), memcpy(lp, lv, sizeof lv);
   la[0] = logf(0.2f);
+  stale(y, B);
   sac_head_hp_t h = {.B = B, .A = 1, .gamma = 0.9f, .log_alpha = la};
   be->ops->critic_target(be, &h, r, term, qt, lp, y);
   /* y0 = 1 + 0.9 (min(5,4) - 0.2 * -1) = 1 + 0.9 * 4.2; y1 terminated = -2;
@@ -569,6 +589,7 @@ Test(backend_cpu, critic_loss_gradient_and_weights) {
   const int B = 5;
   float *q = dev(2 * B), *y = dev(B), *w = dev(B), *dq = dev(2 * B), *td = dev(B), *st = dev(2);
   fill(q, 2 * B, -2, 2), fill(y, B, -2, 2), fill(w, B, 0.1, 2);
+  stale(dq, 2 * B), stale(td, B), stale(st, 2);
   sac_head_hp_t h = {.B = B};
   be->ops->critic_loss(be, &h, q, y, w, dq, td, st);
   double dq_d[10], y_d[5], w_d[5];
@@ -601,6 +622,7 @@ Test(backend_cpu, actor_and_alpha_loss_gradients) {
   float *q = dev(2 * B), *lp = dev(B), *dq = dev(2 * B), *dl = dev(B), *st = dev(2), *la = dev(1),
         *g = dev(1);
   fill(q, 2 * B, -2, 2), fill(lp, B, -3, 1);
+  stale(dq, 2 * B), stale(dl, B), stale(st, 2), stale(g, 1);
   la[0] = -0.7f;
   sac_head_hp_t h = {.B = B, .A = 2, .target_entropy = -2, .log_alpha = la};
   be->ops->actor_loss(be, &h, q, lp, dq, dl, st);
@@ -826,9 +848,9 @@ Test(backend_cpu, fused_actor_alpha_loss_equals_the_two_ops) {
   la[0] = -0.7f;
   sac_head_hp_t h = {.B = B, .A = 3, .gamma = 0.99f, .target_entropy = -3.0f, .log_alpha = la};
   size_t sz[5] = {2 * (size_t)B, (size_t)B, 2, 1, 1}; /* dq, dlogp, stats_pi, grad_alpha, stats_alpha */
-  for (int c = 0; c < 2; c++)
+  for (int c = 0; c < 2; c++)                         /* each copy its own stale values */
     for (int k = 0; k < 5; k++)
-      out[c][k] = dev(sz[k]);
+      out[c][k] = dev(sz[k]), stale(out[c][k], sz[k]);
   be->ops->actor_loss(be, &h, q, logp, out[0][0], out[0][1], out[0][2]);
   be->ops->alpha_loss(be, &h, logp, out[0][3], out[0][4]);
   cr_assert_not_null(be->ops->actor_alpha_loss);

@@ -4,8 +4,10 @@
  * graph replay against eager execution, determinism, fp16 loss scaling (a step with an
  * inf gradient is skipped and the scale backs off), batch staging, activation
  * recomputation, and device memory flat over 10,000 updates. Every GPU test skips with a
- * message where there is no usable CUDA device (no driver, no GPU); the recomputation
- * test on the cpu backend runs everywhere.
+ * message where there is no CUDA device (no driver, no GPU) and fails on every other
+ * error (the module missing, unloadable or from another build); a run whose every case
+ * skipped exits 77 (tests/skip_exit.h), so CTest says Skipped. The recomputation test on
+ * the cpu backend (suite backend_cuda_cpu) runs everywhere, as its own CTest entry.
  *
  * Tolerances (normalised L2 error per tensor) and why:
  * - GEMM outputs: fp32 1e-4 (the two sides sum up to 1024 products in different orders
@@ -31,6 +33,7 @@
 #include "common/rng.h"
 #include "learner/backend.h"
 #include "learner/sac.h"
+#include "tests/skip_exit.h"
 
 static const char *const k_prec[] = {"fp32", "tf32", "bf16", "fp16"};
 static const double k_tol_gemm[] = {1e-4, 5e-3, 2e-2, 2e-2};
@@ -45,12 +48,22 @@ static sac_backend_t *cpu_backend(void) {
   return be;
 }
 
-/* The cuda backend in the given precision, or the test is skipped. */
+/* The cuda backend in the given precision. The test is skipped only on "no device"
+ * (SAC_ENODEV: the module loaded and cudaGetDeviceCount failed or found none; any error
+ * of the runtime there means no GPU); every other error (module missing, from another
+ * build, not loadable) fails it, since a build that ships a broken module must not pass.
+ * With SAC_TEST_GPU_PRESENT=1 (tests/skip_exit.h) nothing skips: "no device" fails too. */
 static sac_backend_t *cuda_or_skip(const char *prec) {
   sac_backend_t *be = NULL;
   int rc = sac_backend_new("cuda", 0, &be);
-  if (rc != 0)
-    cr_skip_test("no usable CUDA device (%s): GPU test skipped", sac_strerror(rc));
+  if (rc == SAC_ENODEV && !sac_test_gpu_present())
+    cr_skip_test("no CUDA device (%s): GPU test skipped", sac_strerror(rc));
+  cr_assert_eq(rc, 0,
+               "the cuda backend cannot be opened: %s (%s); only \"no device\" skips a GPU test "
+               "(the log above says why)",
+               sac_strerror(rc),
+               rc == SAC_ENODEV ? "SAC_TEST_GPU_PRESENT=1 says this machine has a GPU"
+                                : "module missing or broken");
   cr_assert_not_null(be->ops->set_option);
   cr_assert_eq(be->ops->set_option(be, "precision", prec), 0, "precision %s", prec);
   return be;
@@ -743,7 +756,7 @@ static int state_tensors_over(sac_t *a, sac_t *b, double tol, char *worst, size_
 /* The per-tensor check itself, on the CPU (runs without a GPU): two identical learners
  * agree; one float planted into a single small tensor (log alpha, a critic output bias,
  * a target bias, one Adam v entry) is found, at the tolerance the GPU parity uses. */
-Test(backend_cuda, parity_per_tensor_catches_a_planted_single_tensor_error) {
+Test(backend_cuda_cpu, parity_per_tensor_catches_a_planted_single_tensor_error) {
   sac_backend_t *c1 = cpu_backend(), *c2 = cpu_backend();
   const int O = 17, A = 6, H = 64, B = 32;
   sac_t *a = new_sac(c1, O, A, H, 2, B, 0), *b = new_sac(c2, O, A, H, 2, B, 0);
@@ -1118,7 +1131,7 @@ static void recompute_same(sac_backend_t *be, int depth, int H) {
   free(p[0]), free(p[1]);
 }
 
-Test(backend_cuda, recompute_same_updates_on_cpu) {
+Test(backend_cuda_cpu, recompute_same_updates_on_cpu) {
   sac_backend_t *cpu = cpu_backend();
   for (int depth = 1; depth <= 8; depth++)
     recompute_same(cpu, depth, 16);

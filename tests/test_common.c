@@ -505,8 +505,15 @@ Test(clock, monotonic_and_sleep) {
   uint64_t t1 = sac_clock_ns();
   cr_assert_geq(t1 - t0, want, "slept %llu ns of %llu", (unsigned long long)(t1 - t0),
                 (unsigned long long)want);
+  /* sac_clock_s is the same clock in seconds: between two reads of sac_clock_ns, however
+   * long the process was descheduled between them (no time bound: a busy machine cannot
+   * fail it), give or take 1 us of double rounding */
+  uint64_t n0 = sac_clock_ns();
   double s = sac_clock_s();
-  cr_assert_lt(fabs(s - (double)sac_clock_ns() * 1e-9), 1e-3);
+  uint64_t n1 = sac_clock_ns();
+  cr_assert(s >= (double)n0 * 1e-9 - 1e-6 && s <= (double)n1 * 1e-9 + 1e-6,
+            "sac_clock_s %.9f is not between the sac_clock_ns reads around it (%.9f, %.9f)", s,
+            (double)n0 * 1e-9, (double)n1 * 1e-9);
   sac_sleep_ns(0);
   cr_assert_gt(sac_wallclock_ns(), 1577836800ull * 1000000000ull, "wall clock before 2020");
 }

@@ -91,9 +91,17 @@ wait_for '[ "$(metric "$REPLAY_PORT" sac_auth_denied_total)" != 0 ]' 100 || fail
   >"$DIR/actor.log" 2>&1 &
 PIDS+=($!)
 
-# the run ends by itself once the shard stored total_steps transitions
-for _ in $(seq 1 1800); do kill -0 "$LEARNER_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$LEARNER_PID" 2>/dev/null && fail "the CURVE run did not finish in 180 s"
+# the run ends by itself once the shard stored total_steps transitions; waited for by
+# progress (the learner's log, one line a second, and the shard's stored transitions), not
+# by the clock: it fails once neither has moved for 60 s
+curve_progress() {
+  wc -c <"$DIR/learner.log"
+  metric "$REPLAY_PORT" sac_replay_inserted_transitions_total
+}
+IT_PROGRESS=curve_progress
+wait_for '! kill -0 "$LEARNER_PID" 2>/dev/null' 600 ||
+  fail "the CURVE run stopped moving: nothing progressed for 60 s (learner log $(wc -c <"$DIR/learner.log") bytes, shard transitions $(metric "$REPLAY_PORT" sac_replay_inserted_transitions_total))"
+IT_PROGRESS=it_progress
 wait "$LEARNER_PID"
 rc=$?
 [ $rc -eq 0 ] || fail "sac-learner exited $rc"

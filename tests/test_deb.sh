@@ -15,71 +15,52 @@
 # The package's Depends line must name only Debian packages of shared libraries (checked
 # against the container's apt, which must resolve them).
 #
-# Exit 0 pass, 1 fail, 77 skip (no docker engine answers and none can be started here, or
-# the base image is missing and cannot be made here: not root or no debootstrap). An engine
-# this test starts (dockerd --iptables=false --bridge=none, as the compose test) it stops. The container uses the host's network
-# (apt mirror, pip with this machine's pip settings); every step has a time limit.
+# Exit 0 pass, 1 fail, 77 skip (no Docker engine can be had: not root, docker.io or
+# debootstrap cannot be installed with apt-get, dockerd will not start). Installs docker.io
+# and debootstrap when missing (as scripts/compose_test.sh and scripts/first_command_test.sh
+# do, through scripts/lib_debian_image.sh), so on a fresh CI machine it runs whatever order
+# ctest picks. An engine this test starts (dockerd --iptables=false --bridge=none) it stops.
+# The container uses the host's network (apt mirror, pip with this machine's pip settings);
+# every step has a time limit.
 # usage: test_deb.sh SOURCE_DIR
 set -euo pipefail
 src=$(cd "$1" && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 T0=$(date +%s)
 log() { printf '[test_deb %4ds] %s\n' "$(($(date +%s) - T0))" "$*"; }
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
-command -v docker >/dev/null || skip "no docker client"
 WORK=$(mktemp -d /tmp/sacfleet-deb.XXXXXX)
 DOCKERD_PID=""
+# shellcheck source=scripts/lib_debian_image.sh
+. "$ROOT/scripts/lib_debian_image.sh"
 cleanup() {
-  if [ -n "$DOCKERD_PID" ]; then # only an engine this test started
-    kill "$DOCKERD_PID" 2>/dev/null || true
-    for _ in $(seq 1 30); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 1; done
-    kill -0 "$DOCKERD_PID" 2>/dev/null || umount /var/run/docker/netns/default 2>/dev/null || true
-  fi
+  docker_engine_stop # only an engine this test started
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# ---- the engine: the one that answers, else one started here as scripts/compose_test.sh does
-if ! timeout 20 docker info >/dev/null 2>&1; then
-  [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null || skip "no Docker engine answers and none can be started (root, dockerd)"
-  if [ -S /var/run/docker.sock ] && pgrep -x dockerd >/dev/null; then
-    skip "a dockerd is running but does not answer on /var/run/docker.sock"
+# ---- the tools, the engine and the base image (as scripts/first_command_test.sh) ----------
+need_pkgs=()
+command -v docker >/dev/null || need_pkgs+=(docker.io)
+command -v dockerd >/dev/null || need_pkgs+=(docker.io)
+command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || skip "needs root to install ${need_pkgs[*]} (apt-get) and to run dockerd"
+  mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)
+  log "installing ${need_pkgs[*]}"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${need_pkgs[@]}"; } >"$WORK/apt.log" 2>&1; then
+    tail -n 20 "$WORK/apt.log"
+    skip "could not install ${need_pkgs[*]} with apt-get (log above)"
   fi
-  log "starting dockerd --iptables=false --bridge=none"
-  dockerd --iptables=false --bridge=none >"$WORK/dockerd.log" 2>&1 &
-  DOCKERD_PID=$!
-  for _ in $(seq 1 60); do
-    timeout 5 docker info >/dev/null 2>&1 && break
-    kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -n 20 "$WORK/dockerd.log"; DOCKERD_PID=""; skip "dockerd exited at start"; }
-    sleep 1
-  done
-  timeout 5 docker info >/dev/null 2>&1 || { tail -n 20 "$WORK/dockerd.log"; skip "dockerd did not answer within 60 s"; }
 fi
-
-# ---- the base image (as scripts/compose_test.sh makes it) --------------------------------
-SUITE=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release | tr -d '"')
-SUITE=${SUITE:-bookworm}
-BASE=sacfleet-base:$SUITE
-if ! docker image inspect "$BASE" >/dev/null 2>&1; then
-  [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null || skip "no $BASE image and no root+debootstrap to make it"
-  mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null ||
-    awk '$1 == "deb" { print $2; exit }' /etc/apt/sources.list)
-  [ -n "$mirror" ] || fail "no Debian mirror configured"
-  log "base image $BASE: debootstrap --variant=minbase $SUITE"
-  timeout 900 debootstrap --variant=minbase "$SUITE" "$WORK/rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
-    { tail -20 "$WORK/debootstrap.log"; fail "debootstrap"; }
-  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-    rm -f "$WORK/rootfs/etc/apt/sources.list"
-    cp /etc/apt/sources.list.d/debian.sources "$WORK/rootfs/etc/apt/sources.list.d/"
-  fi
-  apt-config dump | grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::Proxy)' \
-    >"$WORK/rootfs/etc/apt/apt.conf.d/90host" || true
-  rm -rf "$WORK/rootfs"/var/lib/apt/lists/*
-  tar -C "$WORK/rootfs" --numeric-owner -cf - . | docker import \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    --change 'CMD ["/bin/bash"]' - "$BASE" >/dev/null
-  rm -rf "$WORK/rootfs"
-fi
+rc=0
+docker_engine_ensure "$WORK" || rc=$?
+[ $rc = 0 ] || exit $rc # 77 with its SKIP line printed
+log "engine: Docker $(docker version -f '{{.Server.Version}}')"
+debian_base_image "$WORK" || fail "no base image (reason above)" # sets BASE_TAG
+BASE=$BASE_TAG
 log "base image $BASE"
 
 # ---- the package ---------------------------------------------------------------------------

@@ -6,13 +6,20 @@
 # on PATH exist, Hopper-v5 by ID. The plugin must be the installed one (the debug log names
 # the file), also after the prefix is moved elsewhere. SAC_PLUGIN_PATH pointing at an empty
 # folder must not change that (it is searched first, and holds nothing).
-# usage: test_install.sh BUILD_DIR
+# usage: [INSTALL_PART=base|hopper] test_install.sh BUILD_DIR
+# INSTALL_PART=base: the layout and Pendulum-v1 (ctest test_install); INSTALL_PART=hopper:
+# the layout and Hopper-v5 (ctest test_install_hopper), which exits 77 (Skipped) where the
+# plugin was not built or python3 has no Gymnasium; unset, both, and such a machine skips
+# the whole test rather than pass without its Hopper part.
 set -euo pipefail
 build=$1
+PART=${INSTALL_PART:-all}
+case $PART in base | hopper | all) ;; *) echo "FAIL: INSTALL_PART=$PART: base, hopper or unset"; exit 1 ;; esac
 dir=$(mktemp -d /tmp/sac-install-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 cmake --install "$build" --prefix "$dir/p" > "$dir/install.log"
 fail() { echo "FAIL: $*"; exit 1; }
+skip() { echo "SKIP: $*"; exit 77; }
 for p in sac-learner sac-actor sac-replay sac-export sac-keygen; do
   [ -x "$dir/p/bin/$p" ] || fail "bin/$p not installed"
   man=$dir/p/share/man/man1/$p.1
@@ -33,16 +40,19 @@ done
 echo "layout: 5 programs, 5 man pages, plugin header, docs"
 
 common=(--total_steps 600 --eval_episodes 1 --metrics_port -1 --log_interval 0 --run_dir "$dir/runs")
-"$dir/p/bin/sac-learner" --env Pendulum-v1 "${common[@]}" > "$dir/pend.log" 2>&1 ||
-  { cat "$dir/pend.log"; fail "installed sac-learner --env Pendulum-v1"; }
-grep -q '^result: env Pendulum-v1 .* steps 600 ' "$dir/pend.log" || { cat "$dir/pend.log"; fail "no Pendulum result"; }
-echo "installed sac-learner --env Pendulum-v1: $(grep '^result:' "$dir/pend.log" | cut -c1-80)"
+if [ "$PART" != hopper ]; then
+  "$dir/p/bin/sac-learner" --env Pendulum-v1 "${common[@]}" > "$dir/pend.log" 2>&1 ||
+    { cat "$dir/pend.log"; fail "installed sac-learner --env Pendulum-v1"; }
+  grep -q '^result: env Pendulum-v1 .* steps 600 ' "$dir/pend.log" || { cat "$dir/pend.log"; fail "no Pendulum result"; }
+  echo "installed sac-learner --env Pendulum-v1: $(grep '^result:' "$dir/pend.log" | cut -c1-80)"
+  [ "$PART" = base ] && { echo "1 passed, 0 failed (layout, Pendulum-v1)"; exit 0; }
+fi
 
 so=$(find "$dir/p" -name libsac_env_mujoco.so)
 if [ -z "$so" ]; then
-  echo "MuJoCo plugin not built here: Hopper-v5 part skipped"
+  skip "MuJoCo plugin not built here: the installed Hopper-v5 cannot run"
 elif ! python3 -c 'import gymnasium' 2>/dev/null; then
-  echo "python3 on PATH has no gymnasium: Hopper-v5 part skipped"
+  skip "python3 on PATH has no gymnasium: the installed Hopper-v5 cannot run"
 else
   mkdir "$dir/empty"
   for prefix in "$dir/p" "$dir/moved"; do

@@ -606,8 +606,7 @@ Test(learner, small_buffer_capacity_names_learner_options) {
   char why[512];
   c.buffer_capacity = 100;
   cr_expect_eq(sac_learner_check_cfg(&c, why, sizeof why), SAC_ECONFIG);
-  cr_expect(strstr(why, "--buffer_capacity") && strstr(why, "--embedded_shards") &&
-                !strstr(why, "max_batch_rows"),
+  cr_expect(strstr(why, "--capacity ") && strstr(why, "--embedded_shards") && !strstr(why, "max_batch_rows"),
             "%s", why);
   c.buffer_capacity = 1000000;
   c.hp.batch = 1 << 20;

@@ -83,6 +83,16 @@ static void fixture_init(fixture_t *f, int with_weights) {
   for (size_t i = 0; i < f->nc; i++)
     f->target[i] += (float)sac_rng_uniform_range(&rng, -0.1, 0.1);
   sac_set_buffer(f->sac, SAC_BUF_TARGET, f->target, f->nc);
+  /* Every gradient first on another batch, so each gradient buffer (and the scratch
+   * buffers under them: input gradients, head gradient) holds another batch's values
+   * when the checked computation runs: an op that accumulates into its output instead of
+   * overwriting it is then off by O(1) (issue 27; zeroed buffers hid two such bugs). */
+  sac_rng_t other;
+  sac_rng_init(&other, 6, 6);
+  fill_batch(f->sac, &other, f->B, f->O, f->A, !with_weights);
+  sac_forward_policy(f->sac);
+  sac_compute_critic_grads(f->sac);
+  sac_compute_actor_grads(f->sac);
   fill_batch(f->sac, &rng, f->B, f->O, f->A, with_weights);
   f->params = malloc(sizeof(float) * f->n);
   f->grads = malloc(sizeof(float) * f->n);
@@ -573,6 +583,221 @@ Test(sac, op_count_sees_the_fused_tails) {
   sac_backend_destroy(&be);
 }
 
+/* Issue 27, point 8: whole updates at the sizes the learner trains with, op by op against
+ * the double-precision reference (sac_ref.h's analytic backward), over several updates, so
+ * a gradient buffer that keeps something of the previous update (an op that accumulates
+ * where it should overwrite) shows from the second update on. Before each update the
+ * float state is read; after it, each op's result is checked against the reference
+ * computed from the float state it started from:
+ *   the critic gradient (from the pre-update parameters and targets),
+ *   the critics' Adam step (from the pre-update moments and the float gradient),
+ *   the actor gradient and log alpha's (from the stepped critics, as the update does),
+ *   the actor's and log alpha's Adam steps, and the Polyak average of the targets.
+ * Tolerances: a gradient block (one layer's W or b of one network, all members) within
+ * GRAD_TOL of its largest element (float32 sums of 256-512 terms and a float forward
+ * under them: the worst seen at these sizes is under 2e-6 (1, 2 threads), while a stale
+ * buffer adds O(1) of the block); an Adam step's parameter within ADAM_TOL x lr (float
+ * rounding of the step is ~1e-7 of it, plus the parameter's own rounding), its moments
+ * within 1e-5 relative; the targets within 1e-6 of their largest. */
+#define GRAD_TOL 2e-4
+#define ADAM_TOL 1e-3
+static double *dvec(size_t n) { return malloc(sizeof(double) * (n ? n : 1)); }
+
+/* One network's gradient, block by block; returns the worst relative error seen. */
+static double expect_grad_blocks(const sac_mlp_desc_t *d, const float *got, const double *ref,
+                                 const char *net, int u, int threads) {
+  double worst = 0;
+  for (int l = 0; l < d->n_layers; l++)
+    for (int wb = 0; wb < 2; wb++) {
+      size_t off = wb ? sac_mlp_bias_offset(d, l) : sac_mlp_weight_offset(d, l);
+      size_t len = (size_t)d->ensemble * d->sizes[l + 1] * (wb ? 1 : (size_t)d->sizes[l]);
+      double big = 0, err = 0;
+      size_t at = 0;
+      for (size_t i = off; i < off + len; i++) {
+        big = fmax(big, fabs(ref[i]));
+        if (!(fabs(got[i] - ref[i]) <= err)) /* NaN counts */
+          err = isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]), at = i - off;
+      }
+      double rel = err / fmax(big, 1e-30);
+      worst = fmax(worst, rel);
+      cr_expect(
+          rel <= GRAD_TOL,
+          "update %d, %d threads: %s layer %d %s gradient off by %.3g of its largest (element %zu: %.9g, "
+          "double %.9g)",
+          u, threads, net, l, wb ? "bias" : "weight", rel, at, (double)got[off + at], ref[off + at]);
+    }
+  return worst;
+}
+
+/* Adam (PyTorch's formula, as backend.h) in double on n parameters from the float state
+ * before, with the float gradient g, against the float state after. */
+static double expect_adam(const float *p0, const float *m0, const float *v0, const float *g, size_t n,
+                          float lr, float t, const float *p1, const float *m1, const float *v1,
+                          const char *what, int u, int threads) {
+  const double b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  const double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    double m = b1 * m0[i] + (1 - b1) * g[i], v = b2 * v0[i] + (1 - b2) * (double)g[i] * g[i];
+    double p = p0[i] - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps);
+    /* the moments against the size of their two terms (m cancels where g turns) */
+    double ep = fabs(p1[i] - p) / lr,
+           em = fabs(m1[i] - m) / (b1 * fabs(m0[i]) + (1 - b1) * fabs(g[i]) + 1e-30),
+           ev = fabs(v1[i] - v) / (fabs(v) + 1e-30);
+    worst = fmax(worst, ep);
+    if (!(ep <= ADAM_TOL) || !(em <= 1e-5 || fabs(m1[i] - m) < 1e-30) ||
+        !(ev <= 1e-5 || fabs(v1[i] - v) < 1e-30)) {
+      cr_expect(
+          0,
+          "update %d, %d threads: %s Adam, parameter %zu: %.9g (double %.9g), m %.9g (%.9g), v %.9g (%.9g)",
+          u, threads, what, i, (double)p1[i], p, (double)m1[i], m, (double)v1[i], v);
+      return INFINITY;
+    }
+  }
+  return worst;
+}
+
+/* The float state of a sac_t, packed. */
+typedef struct {
+  float *p, *m, *v, *tgt, *g, steps[3];
+} state_t;
+
+static void state_alloc(state_t *st, size_t n, size_t nc) {
+  st->p = malloc(n * 4), st->m = malloc(n * 4), st->v = malloc(n * 4), st->g = malloc(n * 4);
+  st->tgt = malloc(nc * 4);
+}
+static void state_read(sac_t *s, state_t *st) {
+  size_t n = sac_param_count(s), nc = sac_buffer_len(s, SAC_BUF_TARGET);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, st->p, n), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_ADAM_M, st->m, n), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_ADAM_V, st->v, n), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_GRADS, st->g, n), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, st->tgt, nc), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, st->steps, 3), 0);
+}
+static void state_free(state_t *st) { free(st->p), free(st->m), free(st->v), free(st->g), free(st->tgt); }
+
+/* The reference's inputs for the update just run: its batch and its noise (the noise
+ * buffers hold the last update's draws). */
+static void ref_inputs(sac_t *s, fixture_t *f) {
+  free(f->obs), free(f->nobs), free(f->act), free(f->rew), free(f->term), free(f->w);
+  free(f->eps_next), free(f->eps_pi);
+  f->obs = NULL, f->nobs = NULL, f->act = NULL, f->rew = NULL, f->term = NULL, f->w = NULL;
+  f->eps_next = NULL, f->eps_pi = NULL;
+  const int B = f->B, O = f->O, A = f->A;
+  sac_batch_t *b = sac_batch(s);
+  f->obs = dcopy(b->obs, (size_t)B * O), f->nobs = dcopy(b->next_obs, (size_t)B * O);
+  f->act = dcopy(b->action, (size_t)B * A), f->rew = dcopy(b->reward, B);
+  f->term = dcopy(b->terminated, B), f->w = dcopy(b->weights, B);
+  float *e = malloc(sizeof(float) * B * A);
+  cr_assert_eq(sac_get_noise(s, 0, e), 0);
+  f->eps_next = dcopy(e, (size_t)B * A);
+  cr_assert_eq(sac_get_noise(s, 1, e), 0);
+  f->eps_pi = dcopy(e, (size_t)B * A);
+  free(e);
+  const sac_hparams_t *hp = sac_hparams(s);
+  f->R = (ref_sac_t){.B = B,
+                     .O = O,
+                     .A = A,
+                     .gamma = hp->gamma,
+                     .lsmin = hp->log_std_min,
+                     .lsmax = hp->log_std_max,
+                     .target_entropy = hp->target_entropy,
+                     .ad = sac_actor_desc(s),
+                     .cd = sac_critic_desc(s),
+                     .obs = f->obs,
+                     .act = f->act,
+                     .rew = f->rew,
+                     .term = f->term,
+                     .nobs = f->nobs,
+                     .w = f->w,
+                     .eps_next = f->eps_next,
+                     .eps_pi = f->eps_pi};
+}
+
+/* The checks of one update (state a before, b after) against the reference. */
+static void check_one_update(sac_t *s, fixture_t *f, const state_t *a, const state_t *b, int u, int threads,
+                             double worst[4]) {
+  const sac_hparams_t *hp = sac_hparams(s);
+  const size_t n = sac_param_count(s), na = sac_actor_param_count(s), nc = n - na - 1;
+  double *pa = dcopy(a->p, n), *pb = dcopy(b->p, n), *ta = dcopy(a->tgt, nc);
+  double *gc = dvec(nc), *ga = dvec(na), gla;
+  /* the critic step */
+  ref_critic_grad(&f->R, pa, pa + na, ta, pa[n - 1], gc);
+  worst[0] = fmax(worst[0], expect_grad_blocks(sac_critic_desc(s), b->g + na, gc, "critic", u, threads));
+  worst[1] =
+      fmax(worst[1], expect_adam(a->p + na, a->m + na, a->v + na, b->g + na, nc, hp->lr_critic,
+                                 a->steps[0] + 1, b->p + na, b->m + na, b->v + na, "critic", u, threads));
+  /* the actor and alpha steps, from the stepped critics */
+  ref_actor_grad(&f->R, pa, pb + na, pa[n - 1], ga, &gla);
+  worst[0] = fmax(worst[0], expect_grad_blocks(sac_actor_desc(s), b->g, ga, "actor", u, threads));
+  cr_expect(fabs(b->g[n - 1] - gla) <= GRAD_TOL * (1 + fabs(gla)),
+            "update %d, %d threads: log alpha gradient %.9g, double %.9g", u, threads, (double)b->g[n - 1],
+            gla);
+  worst[1] = fmax(worst[1], expect_adam(a->p, a->m, a->v, b->g, na, hp->lr_actor, a->steps[1] + 1, b->p, b->m,
+                                        b->v, "actor", u, threads));
+  worst[1] = fmax(worst[1], expect_adam(a->p + n - 1, a->m + n - 1, a->v + n - 1, b->g + n - 1, 1,
+                                        hp->lr_alpha, a->steps[2] + 1, b->p + n - 1, b->m + n - 1,
+                                        b->v + n - 1, "log alpha", u, threads));
+  /* Polyak, from the stepped critics */
+  double big = 0, err = 0;
+  for (size_t i = 0; i < nc; i++) {
+    double t = (1 - (double)hp->tau) * a->tgt[i] + (double)hp->tau * b->p[na + i];
+    big = fmax(big, fabs(t)), err = fmax(err, fabs(b->tgt[i] - t));
+  }
+  worst[2] = fmax(worst[2], err / big);
+  cr_expect(err <= 1e-6 * big, "update %d, %d threads: targets off by %.3g of their largest", u, threads,
+            err / big);
+  free(pa), free(pb), free(ta), free(gc), free(ga);
+}
+
+static void check_whole_updates(int O, int A, int B, int threads, int n_updates) {
+  fixture_t f;
+  memset(&f, 0, sizeof f);
+  f.B = B, f.O = O, f.A = A;
+  cr_assert_eq(sac_backend_new("cpu", threads, &f.be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, O, A); /* hidden 256, depth 2 */
+  hp.batch = B;
+  hp.seed = 21;
+  cr_assert_eq(sac_new(&hp, f.be, &f.sac), 0);
+  const size_t n = sac_param_count(f.sac), nc = sac_buffer_len(f.sac, SAC_BUF_TARGET);
+  state_t st[2];
+  state_alloc(&st[0], n, nc), state_alloc(&st[1], n, nc);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 31, 7);
+  double worst[4] = {0, 0, 0, 0};
+  for (int u = 0; u < n_updates; u++) {
+    fill_batch(f.sac, &rng, B, O, A, 1);
+    state_read(f.sac, &st[0]);
+    cr_assert_eq(sac_update(f.sac), 0);
+    state_read(f.sac, &st[1]);
+    ref_inputs(f.sac, &f);
+    check_one_update(f.sac, &f, &st[0], &st[1], u, threads, worst);
+  }
+  cr_log_info(
+      "obs %d act %d batch %d, %d threads, %d updates: worst gradient block error %.3g of its largest, "
+      "Adam step %.3g of lr, targets %.3g",
+      O, A, B, threads, n_updates, worst[0], worst[1], worst[2]);
+  state_free(&st[0]), state_free(&st[1]);
+  f.params = NULL, f.grads = NULL, f.target = NULL;
+  fixture_fini(&f);
+}
+
+/* cheetah: obs 17, act 6, 2 x 256, batch 256 */
+Test(sac, whole_updates_at_cheetah_sizes_match_double_1_thread, .timeout = 120) {
+  check_whole_updates(17, 6, 256, 1, 3);
+}
+Test(sac, whole_updates_at_cheetah_sizes_match_double_2_threads, .timeout = 120) {
+  check_whole_updates(17, 6, 256, 2, 3);
+}
+/* Batch 1024: the policy's output layer's weight gradient (256 x 6 per thread over 1024
+ * rows) is over the backend's small-GEMM size (1e6 multiply-adds) with a side under 64, so
+ * it is cut into row pieces of a transposed A (backend_cpu.c, gemm). */
+Test(sac, whole_updates_with_transposed_row_pieces_match_double, .timeout = 180) {
+  check_whole_updates(17, 6, 1024, 2, 3);
+}
+
 /* The statistics and the actor one update late (issue: no blocking sync per update):
  * fetched after update N, collected after update N + 1, they are update N's exactly as
  * sac_stats and sac_get_actor give right after it, and neither fetch nor collect is a
@@ -660,9 +885,9 @@ Test(sac, launches_and_blocking_syncs_per_update_default_network) {
   cr_assert_eq(c[1].blocking_syncs - c[0].blocking_syncs, 0, "an update waited for the backend");
   cr_assert_eq(c[2].blocking_syncs - c[1].blocking_syncs, 2,
                "control: the loss guard's two checks not counted");
-  cr_assert_eq(launches, 48, "launches per update %lld (docs/CUDA.md says 48)", (long long)launches);
-  cr_assert_eq(c[2].launches - c[1].launches, 48);
-  cr_assert_eq(c[3].launches - c[2].launches, 52, "unfused launches %lld (docs/CUDA.md says 52)",
+  cr_assert_eq(launches, 43, "launches per update %lld (docs/CUDA.md says 43)", (long long)launches);
+  cr_assert_eq(c[2].launches - c[1].launches, 43);
+  cr_assert_eq(c[3].launches - c[2].launches, 47, "unfused launches %lld (docs/CUDA.md says 47)",
                (long long)(c[3].launches - c[2].launches));
   sac_destroy(&s);
   sac_backend_destroy(&be);

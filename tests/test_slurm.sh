@@ -27,6 +27,8 @@
 # usage: test_slurm.sh SAC_LEARNER SAC_REPLAY SAC_ACTOR
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib_return.sh
+. "$ROOT/scripts/lib_return.sh"
 LEARNER_BIN=${1:?usage: test_slurm.sh SAC_LEARNER SAC_REPLAY SAC_ACTOR}
 REPLAY_BIN=${2:?sac-replay}
 ACTOR_BIN=${3:?sac-actor}
@@ -224,8 +226,8 @@ show_job_log train
 result=$(grep -h '^result:' "$D/runs/train/logs/learner-0.log" | tail -n 1)
 [ -n "$result" ] || fail "job train: the learner printed no result line"
 echo "    $result"
-ret=$(sed -E 's/.*final eval return (-?[0-9.]+).*/\1/' <<<"$result")
-awk -v r="$ret" 'BEGIN { exit !(r >= -200) }' || fail "job train: final eval return $ret is below the bar of -200"
+return_check "$result" -200 || fail "job train: $RETURN_WHY"
+ret=$RETURN
 steps=$(sed -E 's/.* steps ([0-9]+) .*/\1/' <<<"$result")
 [ "$steps" -ge "$STEPS1" ] || fail "job train ended at $steps steps, before its $STEPS1: $result"
 train_s=$(($(date +%s) - t1))

@@ -2,7 +2,7 @@
 # Unit test of the deadlines by progress in tests/dist/lib.sh (issue 15, point 7): a wait
 # goes on past its stated time while the system progresses, and fails once nothing has
 # moved for that time, for wait_until (DIST_PROGRESS) and wait_result (the learner's
-# progress line). Each case runs in a subshell of its own (lib.sh's fail exits).
+# progress line); and the same for tests/lib_it.sh's wait_for (its logs growing). Each case runs in a subshell of its own (lib.sh's fail exits).
 set -u
 LIB="$(dirname "$0")/dist/lib.sh"
 fails=0
@@ -66,6 +66,34 @@ tidy "$out"
 grep -q 'FAIL: wait_progress_4: no result line from learner and its progress line did not move for 2s' <<<"$out" &&
   ((rc == 1)) && ok "wait_result fails when the learner stops progressing" ||
   bad "wait_result fails when the learner stops progressing (exit $rc): $out"
+
+# 5. tests/lib_it.sh's wait_for: a log growing (5 lines a second) for 8 s, the condition
+#    true after 6 s, a stall bound of 3 s (30 tenths): passes after about 6 s (a plain
+#    bound of 3 s would give up at 3 s)
+LIB_IT="$(dirname "$0")/lib_it.sh"
+out=$( (
+  source "$LIB_IT"
+  it_init wait_progress_5
+  (for i in $(seq 1 40); do echo "tick $i"; sleep 0.2; done) >"$DIR/p.log" 2>&1 &
+  PIDS+=($!)
+  t_start=$SECONDS
+  wait_for '((SECONDS - t_start >= 6))' 30 || { echo "FAIL: gave up after $((SECONDS - t_start)) s"; exit 1; }
+  echo "PASS: waited $((SECONDS - t_start)) s"
+) 2>&1)
+grep -q '^PASS: waited [6-9] s' <<<"$out" && ok "lib_it wait_for goes on while the logs grow" ||
+  bad "lib_it wait_for goes on while the logs grow: $out"
+
+# 6. lib_it wait_for: nothing grows: gives up after the stall bound (3 s), not later
+out=$( (
+  source "$LIB_IT"
+  it_init wait_progress_6
+  echo "one line" >"$DIR/p.log"
+  t_start=$SECONDS
+  wait_for 'false' 30 && { echo "FAIL: a condition never true was met"; exit 1; }
+  echo "GAVE UP after $((SECONDS - t_start)) s"
+) 2>&1)
+grep -q '^GAVE UP after [2-5] s' <<<"$out" && ok "lib_it wait_for gives up when nothing progresses" ||
+  bad "lib_it wait_for gives up when nothing progresses: $out"
 
 if ((fails)); then
   echo "FAIL: $fails case(s)"

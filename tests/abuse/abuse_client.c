@@ -6,6 +6,22 @@
  * the attack's outcome is its output (healthz: the answer and its latency; bigsub:
  * whether the publisher disconnected); the suite judges the targets' health.
  *
+ * What it sent: garbage, slowloris and unread end their summary line with key=value
+ * figures the suite asserts on (tests/abuse/abuse_suite.sh, sent_figure): bytes= the bytes
+ * the kernel accepted on connected sockets (a send() to a peer that never accepted the
+ * connection fails, so these reached the target's socket), conns= how many connections
+ * took at least one byte, reconnects=; for unread, requests= the sample requests handed
+ * to ZeroMQ and queued= those still unsent at the end (ZeroMQ's own queue towards the
+ * shard, read with ZMQ_EVENTS: 0 when every request left the client).
+ *
+ * What it sent: garbage, slowloris and unread end their summary line with key=value
+ * figures the suite asserts on (tests/abuse/abuse_suite.sh, sent_figure): bytes= the bytes
+ * the kernel accepted on connected sockets (a send() to a peer that never accepted the
+ * connection fails, so these reached the target's socket), conns= how many connections
+ * took at least one byte, reconnects=; for unread, requests= the sample requests handed
+ * to ZeroMQ and queued= those still unsent at the end (ZeroMQ's own queue towards the
+ * shard, read with ZMQ_EVENTS: 0 when every request left the client).
+ *
  *   garbage PORT CONNS SECONDS          raw connections sending random bytes (reconnecting)
  *   slowloris PORT CONNS SECONDS        HTTP connections sending one request byte per second
  *   healthz PORT TIMEOUT_MS             GET /healthz: exit 0 when 200 came within TIMEOUT_MS
@@ -78,8 +94,9 @@ static int cmd_garbage(int port, int conns, double seconds) {
   sac_rng_init(&rng, (uint64_t)getpid(), 1);
   for (int i = 0; i < conns; i++)
     fds[i] = tcp_open(port);
+  static int took[MAX_CONNS]; /* this connection (since its last reconnect) took bytes */
   unsigned char junk[4096];
-  unsigned long long sent = 0, reconnects = 0;
+  unsigned long long sent = 0, reconnects = 0, took_conns = 0;
   double end = now_s() + seconds;
   while (now_s() < end) {
     for (size_t k = 0; k < sizeof junk; k++)
@@ -88,11 +105,14 @@ static int cmd_garbage(int port, int conns, double seconds) {
       ssize_t k = fds[i] >= 0 ? send(fds[i], junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
       if (k > 0) {
         sent += (unsigned long long)k;
+        if (!took[i])
+          took[i] = 1, took_conns++;
       } else if (fds[i] < 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN) ||
                  peer_closed(fds[i])) {
         if (fds[i] >= 0)
           close(fds[i]);
         fds[i] = tcp_open(port);
+        took[i] = 0;
         reconnects++;
       }
     }
@@ -101,8 +121,9 @@ static int cmd_garbage(int port, int conns, double seconds) {
   for (int i = 0; i < conns; i++)
     if (fds[i] >= 0)
       close(fds[i]);
-  printf("garbage: port %d, %d connections, %llu bytes sent, %llu reconnects\n", port, conns, sent,
-         reconnects);
+  printf("garbage: port %d, %d connections, %llu bytes sent, %llu reconnects: bytes=%llu conns=%llu "
+         "reconnects=%llu\n",
+         port, conns, sent, reconnects, sent, took_conns, reconnects);
   return 0;
 }
 
@@ -112,7 +133,7 @@ static int cmd_slowloris(int port, int conns, double seconds) {
   static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-a: b\r\nX-a: b\r\nX-a: b\r\nX-a: b\r\n";
   for (int i = 0; i < conns; i++)
     fds[i] = tcp_open(port), pos[i] = 0;
-  unsigned long long bytes = 0, reconnects = 0;
+  unsigned long long bytes = 0, reconnects = 0, took_conns = 0;
   double end = now_s() + seconds;
   while (now_s() < end) {
     for (int i = 0; i < conns; i++) {
@@ -125,6 +146,8 @@ static int cmd_slowloris(int port, int conns, double seconds) {
         reconnects++;
         continue;
       }
+      if (pos[i] == 0)
+        took_conns++; /* a connection's first byte: it was accepted */
       pos[i]++;
       bytes++;
     }
@@ -133,7 +156,9 @@ static int cmd_slowloris(int port, int conns, double seconds) {
   for (int i = 0; i < conns; i++)
     if (fds[i] >= 0)
       close(fds[i]);
-  printf("slowloris: port %d, %d connections, %llu bytes, %llu reconnects\n", port, conns, bytes, reconnects);
+  printf("slowloris: port %d, %d connections, %llu bytes, %llu reconnects: bytes=%llu conns=%llu "
+         "reconnects=%llu\n",
+         port, conns, bytes, reconnects, bytes, took_conns, reconnects);
   return 0;
 }
 
@@ -341,6 +366,8 @@ static int cmd_steal(int port, double seconds) {
 static int cmd_unread(const char *endpoint, int conns, int reqs, int rows, double seconds) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   static void *socks[MAX_CONNS];
+  static sac_net_monitor_t *mons[MAX_CONNS];
+  static int connected[MAX_CONNS];
   if (!ctx)
     return 2;
   sac_net_opts_t o;
@@ -351,7 +378,8 @@ static int cmd_unread(const char *endpoint, int conns, int reqs, int rows, doubl
   long long sent = 0;
   for (int c = 0; c < conns; c++) {
     socks[c] = sac_net_socket(ctx, SAC_NET_DEALER, &o);
-    if (!socks[c] || sac_net_connect(socks[c], endpoint) != 0)
+    mons[c] = socks[c] ? sac_net_monitor_new(ctx, socks[c]) : NULL; /* did it connect? */
+    if (!socks[c] || !mons[c] || sac_net_connect(socks[c], endpoint) != 0)
       return 2;
     for (int r = 0; r < reqs; r++) {
       sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
@@ -362,12 +390,22 @@ static int cmd_unread(const char *endpoint, int conns, int reqs, int rows, doubl
         sent++;
     }
   }
-  sac_sleep_ns((uint64_t)(seconds * 1e9)); /* hold the connections open, reading nothing */
-  for (int c = 0; c < conns; c++)
+  /* hold the connections open, reading nothing; meanwhile, which of them connected */
+  int n_connected = 0;
+  for (double end = now_s() + seconds; now_s() < end;) {
+    for (int c = 0; c < conns; c++)
+      if (!connected[c] && (sac_net_monitor_poll(mons[c]) & SAC_NET_EV_CONNECTED))
+        connected[c] = 1, n_connected++;
+    sac_sleep_ns(100000000ull);
+  }
+  for (int c = 0; c < conns; c++) {
+    sac_net_monitor_destroy(&mons[c]);
     sac_net_close(&socks[c]);
+  }
   sac_net_ctx_destroy(&ctx);
-  printf("unread: %s, %d connections, %lld sample requests of %d rows sent, no reply read\n", endpoint, conns,
-         sent, rows);
+  printf("unread: %s, %d connections, %lld sample requests of %d rows sent, no reply read: requests=%lld "
+         "conns=%d\n",
+         endpoint, conns, sent, rows, sent, n_connected);
   return 0;
 }
 
@@ -455,8 +493,8 @@ int main(int argc, char **argv) {
   if (strcmp(c, "insert") == 0 && argc == 8 && atoi(argv[3]) > 0 && atoi(argv[4]) > 0 && atoi(argv[7]) > 0 &&
       atoi(argv[7]) <= 10000)
     return cmd_insert(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), argv[6], atoi(argv[7]));
-  if (strcmp(c, "steal") == 0 && argc == 4 && atoi(argv[2]) > 0 && atoi(argv[2]) < 65536 && atof(argv[3]) > 0 &&
-      atof(argv[3]) <= 120)
+  if (strcmp(c, "steal") == 0 && argc == 4 && atoi(argv[2]) > 0 && atoi(argv[2]) < 65536 &&
+      atof(argv[3]) > 0 && atof(argv[3]) <= 120)
     return cmd_steal(atoi(argv[2]), atof(argv[3]));
   return usage();
 }

@@ -25,6 +25,14 @@
 # again; after the huge and sequence phases the shard must have refused every attacking
 # batch (its rejected-messages counter). At the end each process must exit 0 within 5 s
 # of its SIGTERM.
+# Each attack is shown to have reached its target (abuse_client's key=value figures, and
+# the target's own counters where it has one): unread: all 4096 requests left the client,
+# its 4 DEALERs connected, and the shard dropped at least 1024 replies it could not
+# deliver (sac_replay_replies_dropped_total); garbage: bytes taken on each of the 300
+# connections; slowloris: bytes taken on each of the 200 connections of each port, and each
+# target's HTTP server closed slow connections (sac_http_header_timeouts_total +
+# _connections_evicted_total + _connections_rejected_total rose); the stop phase's garbage:
+# bytes taken on every port.
 #
 # usage: abuse_suite.sh SAC_LEARNER SAC_ACTOR SAC_REPLAY ABUSE_CLIENT
 # env:   ABUSE_PHASES (default "unread weights slowloris huge sequence stop": a subset runs
@@ -146,6 +154,26 @@ attack() {
 
 wants() { [[ " $PHASES " == *" $1 "* ]]; }
 
+# sent_figure FILE KEY: abuse_client's KEY=N figure on its summary line in FILE (empty if none)
+sent_figure() { grep -ao " $2=[0-9]*" "$1" 2>/dev/null | tail -n 1 | cut -d= -f2; }
+# reached NAME FILE KEY MIN WHAT: the attack's KEY figure is at least MIN, or the suite fails
+reached() {
+  local v
+  v=$(sent_figure "$2" "$3")
+  [[ -n "$v" ]] || fail "attack $1: abuse_client reported no $3= figure: $(cat "$2")"
+  ((v >= $4)) || fail "attack $1: $3=$v, fewer than $4 $5: the attack did not reach its target ($(cat "$2"))"
+}
+# slow_closed NAME: the HTTP server of process NAME closed connections that were slow or
+# over its limit (its three counters, summed)
+slow_closed() {
+  local n=0 k v
+  for k in sac_http_header_timeouts_total sac_http_connections_evicted_total sac_http_connections_rejected_total; do
+    v=$(metric "$1" "$k")
+    n=$((n + ${v:-0}))
+  done
+  echo "$n"
+}
+
 # The run is moving before any attack.
 first_updates() { ge "$(updates)" 1; }
 wait_until 60 "the first updates" first_updates
@@ -153,13 +181,25 @@ check_all
 progress_after
 
 if wants unread; then
+  d0=$(metric shard0 sac_replay_replies_dropped_total)
   attack unread "$CLIENT" unread "$SMP" 4 1024 4096 10
+  reached unread "$T/attack-unread.log" requests 4096 "sample requests handed to ZeroMQ"
+  reached unread "$T/attack-unread.log" conns 4 "DEALERs connected to the shard"
+  d1=$(metric shard0 sac_replay_replies_dropped_total)
+  [[ -n "$d0" && -n "$d1" ]] || fail "cannot read the shard's sac_replay_replies_dropped_total"
+  # the shard answers every request, and all but the few replies that fit in its queue
+  # towards a DEALER that never reads are dropped (3756 of 4096 measured): at least 1024
+  ((d1 - d0 >= 1024)) ||
+    fail "attack unread: the shard dropped $((d1 - d0)) replies (at least 1024 expected): its requests did not reach it"
+  log "attack unread reached the shard: it dropped $((d1 - d0)) replies to the peers that do not read"
   progress_after
 fi
 if wants weights; then
   "$CLIENT" bigsub "$WEIGHTS_PORT" 1048576 3 >>"$T/attack-bigsub.log" 2>&1 &
   BIGSUB=$!
   attack garbage "$CLIENT" garbage "$WEIGHTS_PORT" 300 10
+  reached garbage "$T/attack-garbage.log" conns 300 "connections that took bytes"
+  reached garbage "$T/attack-garbage.log" bytes $((300 * 4096)) "bytes (one 4 KiB write per connection)"
   wait "$BIGSUB" || fail "bigsub failed: $(cat "$T/attack-bigsub.log")"
   log "bigsub done: $(cat "$T/attack-bigsub.log")"
   grep -q ', 3 disconnected by the publisher' "$T/attack-bigsub.log" ||
@@ -180,10 +220,21 @@ if wants weights; then
   progress_after
 fi
 if wants slowloris; then
+  c0_shard=$(slow_closed shard0) c0_learner=$(slow_closed learner)
   "$CLIENT" slowloris "${MPORT[shard0]}" 200 10 >>"$T/attack-slowloris-shard.log" 2>&1 &
   SLOW=$!
   attack slowloris-learner "$CLIENT" slowloris "${MPORT[learner]}" 200 10
   wait "$SLOW" || fail "slowloris on the shard failed"
+  log "slowloris on the shard done: $(cat "$T/attack-slowloris-shard.log")"
+  for n in shard learner; do
+    reached "slowloris-$n" "$T/attack-slowloris-$n.log" conns 200 "connections that took a byte"
+    reached "slowloris-$n" "$T/attack-slowloris-$n.log" bytes 200 "bytes (a byte on each connection)"
+  done
+  c1_shard=$(slow_closed shard0) c1_learner=$(slow_closed learner)
+  ((c1_shard > c0_shard)) || fail "slowloris: the shard's HTTP server closed no slow connection ($c0_shard -> $c1_shard)"
+  ((c1_learner > c0_learner)) ||
+    fail "slowloris: the learner's HTTP server closed no slow connection ($c0_learner -> $c1_learner)"
+  log "slowloris reached both: slow connections closed by the shard $((c1_shard - c0_shard)), by the learner $((c1_learner - c0_learner))"
   progress_after
 fi
 if wants huge; then
@@ -242,8 +293,10 @@ fi
 
 if wants stop; then
   # SIGTERM while garbage keeps arriving on the weights port and both shard ports
+  STOP_GARBAGE=()
   for p in "$WEIGHTS_PORT" "${INS##*:}" "${SMP##*:}"; do
     "$CLIENT" garbage "$p" 100 20 >>"$T/attack-stop-$p.log" 2>&1 &
+    STOP_GARBAGE+=("$!")
     on_cleanup "kill $! 2>/dev/null"
   done
   sleep 3
@@ -262,6 +315,12 @@ if wants stop; then
     log "$n stopped on SIGTERM in $ms ms (exit 0)"
     DIST_WATCH=${DIST_WATCH//$n/}
   done
+  # the garbage did arrive while they stopped (each client ends within its own 20 s)
+  for pid in "${STOP_GARBAGE[@]}"; do wait "$pid" || fail "a garbage client of the stop phase failed"; done
+  for p in "$WEIGHTS_PORT" "${INS##*:}" "${SMP##*:}"; do
+    reached "stop-garbage-$p" "$T/attack-stop-$p.log" conns 100 "connections that took bytes"
+  done
+  log "garbage during the stop: $(cat "$T"/attack-stop-*.log | tr '\n' ' ')"
 fi
 no_crash_in_logs
 pass "phases: $PHASES"

@@ -12,6 +12,9 @@
 
 set -u
 set -o pipefail
+# the return bar (return_check): one helper for every test that checks a return
+# shellcheck source=scripts/lib_return.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib_return.sh" || { echo "FAIL: cannot load scripts/lib_return.sh"; exit 1; }
 
 declare -a DIST_PIDS=()     # every PID started, in order
 declare -A DIST_PID_OF=()   # name -> PID of its latest start
@@ -294,9 +297,8 @@ last_num() {
 # rss_kib PID: resident set size in KiB (empty if the process is gone).
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null; }
 
-# The learner's result line and its final eval return.
+# The learner's result line; its return is checked with return_check (scripts/lib_return.sh).
 result_line() { grep -a '^result:' "$T/$1.log" | tail -n 1; }
-final_return() { result_line "$1" | sed -n 's/.*final eval return \(-\{0,1\}[0-9.]*\).*/\1/p'; }
 
 # Grep the logs for crash signatures (sanitizers, assertions, fatal signals).
 no_crash_in_logs() {

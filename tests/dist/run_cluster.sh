@@ -34,8 +34,6 @@ log "$S shard(s), $N actor(s), learner training for $TOTAL steps"
 wait_result learner "$TIMEOUT"
 line=$(result_line learner)
 log "$line"
-ret=$(final_return learner)
-[[ -n "$ret" ]] || fail "no final eval return in: $line"
 # every other process is still up (nothing crashed while the learner trained)
 check_watch_others() {
   local n
@@ -47,6 +45,6 @@ check_watch_others() {
 }
 check_watch_others
 no_crash_in_logs
-awk -v r="$ret" -v t="$THRESHOLD" 'BEGIN { exit !(r >= t) }' ||
-  fail "final eval return $ret < $THRESHOLD"
+return_check "$line" "$THRESHOLD" || fail "$RETURN_WHY"
+ret=$RETURN
 pass "final eval return $ret >= $THRESHOLD with $S shards and $N actors as separate processes on loopback"

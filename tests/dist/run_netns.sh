@@ -111,8 +111,6 @@ log "$S shard(s), $N actor(s), learner: $((S + N + 1)) namespaces, training for 
 wait_result learner "$TIMEOUT"
 line=$(result_line learner)
 log "$line"
-ret=$(final_return learner)
-[[ -n "$ret" ]] || fail "no final eval return in: $line"
 for n in $DIST_WATCH; do
   [[ $n == learner ]] && continue
   exited "$(pid_of "$n")" && fail "$n ended during the run"
@@ -123,6 +121,6 @@ for ((i = 0; i < N; i++)); do
   [[ -n "$v" && "$v" -gt 0 ]] || fail "actor$i never reported learned weights (last version '${v}')"
 done
 no_crash_in_logs
-awk -v r="$ret" -v t="$THRESHOLD" 'BEGIN { exit !(r >= t) }' ||
-  fail "final eval return $ret < $THRESHOLD"
+return_check "$line" "$THRESHOLD" || fail "$RETURN_WHY"
+ret=$RETURN
 pass "final eval return $ret >= $THRESHOLD with learner, $S shards and $N actors in $((S + N + 1)) network namespaces"
