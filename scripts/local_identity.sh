@@ -16,6 +16,8 @@
 #   SAC_IDENTITY_STEPS   total steps of the Pendulum runs (default 4000)
 #   SAC_IDENTITY_JOBS    build parallelism (default 2)
 #   SAC_IDENTITY_KEEP=1  keep the temporary folder (its path is printed)
+#   SAC_IDENTITY_NEW_REF a commit to compare instead of the current tree (e.g. a merge
+#                        commit on main against its first parent: that merge's changes alone)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 old_ref=${1:-$(git -C "$here" merge-base HEAD main)}
@@ -50,7 +52,15 @@ echo "local_identity: old $old_commit ($(git -C "$here" log -1 --format=%s "$old
 mkdir -p "$tmp/old-src"
 git -C "$here" archive "$old_commit" | tar -x -C "$tmp/old-src"
 build "$tmp/old-src" "$tmp/old"
-build "$here" "$tmp/new"
+new_src=$here
+if [ -n "${SAC_IDENTITY_NEW_REF:-}" ]; then
+  new_commit=$(git -C "$here" rev-parse --verify "$SAC_IDENTITY_NEW_REF^{commit}") || exit 2
+  echo "local_identity: new $new_commit ($(git -C "$here" log -1 --format=%s "$new_commit" | cut -c1-60))"
+  new_src=$tmp/new-src
+  mkdir -p "$new_src"
+  git -C "$here" archive "$new_commit" | tar -x -C "$new_src"
+fi
+build "$new_src" "$tmp/new"
 
 # The fields that measure time, not behaviour (and the warnings that an option the
 # command uses has a new name, which only one side may print).
