@@ -13,10 +13,11 @@
 # something cannot be built or run.
 #
 # usage: scripts/local_identity.sh [OLD_REF]   (default: the merge-base of HEAD and main)
-#   SAC_IDENTITY_STEPS   total steps of the Pendulum runs (default 4000)
-#   SAC_IDENTITY_JOBS    build parallelism (default 2)
-#   SAC_IDENTITY_KEEP=1  keep the temporary folder (its path is printed)
-#   SAC_IDENTITY_NEW_REF a commit to compare instead of the current tree (e.g. a merge
+# (not SAC_*: the programs read SAC_* variables as options and refuse unknown ones)
+#   LOCAL_IDENTITY_STEPS   total steps of the Pendulum runs (default 4000)
+#   LOCAL_IDENTITY_JOBS    build parallelism (default 2)
+#   LOCAL_IDENTITY_KEEP=1  keep the temporary folder (its path is printed)
+#   LOCAL_IDENTITY_NEW_REF a commit to compare instead of the current tree (e.g. a merge
 #                        commit on main against its first parent: that merge's changes alone)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,10 +26,10 @@ old_commit=$(git -C "$here" rev-parse --verify "$old_ref^{commit}") || {
   echo "local_identity: no such commit: $old_ref" >&2
   exit 2
 }
-steps=${SAC_IDENTITY_STEPS:-4000}
-jobs=${SAC_IDENTITY_JOBS:-2}
+steps=${LOCAL_IDENTITY_STEPS:-4000}
+jobs=${LOCAL_IDENTITY_JOBS:-2}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sac-identity.XXXXXX")
-cleanup() { [ "${SAC_IDENTITY_KEEP:-0}" = 1 ] && echo "local_identity: kept $tmp" || rm -rf "$tmp"; }
+cleanup() { [ "${LOCAL_IDENTITY_KEEP:-0}" = 1 ] && echo "local_identity: kept $tmp" || rm -rf "$tmp"; }
 trap cleanup EXIT
 
 # build SRC OUT: sac-learner and the libraries the wire probe links
@@ -53,8 +54,8 @@ mkdir -p "$tmp/old-src"
 git -C "$here" archive "$old_commit" | tar -x -C "$tmp/old-src"
 build "$tmp/old-src" "$tmp/old"
 new_src=$here
-if [ -n "${SAC_IDENTITY_NEW_REF:-}" ]; then
-  new_commit=$(git -C "$here" rev-parse --verify "$SAC_IDENTITY_NEW_REF^{commit}") || exit 2
+if [ -n "${LOCAL_IDENTITY_NEW_REF:-}" ]; then
+  new_commit=$(git -C "$here" rev-parse --verify "$LOCAL_IDENTITY_NEW_REF^{commit}") || exit 2
   echo "local_identity: new $new_commit ($(git -C "$here" log -1 --format=%s "$new_commit" | cut -c1-60))"
   new_src=$tmp/new-src
   mkdir -p "$new_src"
