@@ -32,7 +32,8 @@
  * Usage: sac-bench-service [--seconds S (default 1)] [--windows W (default 3)]
  *   [--configs inproc:2,tcp:1,tcp:2,tcp:4] [--samplers uniform,prioritized]
  *   [--actors 0,4,16] [--actor_rate STEPS_PER_S (default 1000)] [--batch B (default 256)]
- *   [--prefetch K (requests in flight per shard; default the client's, as the learner)]
+ *   [--prefetch K (requests in flight per shard; default as the learner: 8 for replies of at
+ *    most 256 KB, else the client's 2)]
  *   [--publish_every K (default 10, the learner's)]
  *   [--prefill ROWS (per shard before the learner starts, default 32768; capacity 65536)]
  *   [--env ENV_ID: also an actor core's steps per CPU-second on ENV_ID, e.g. HalfCheetah-v5]
@@ -299,9 +300,11 @@ static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const
   cc.batch_size = (uint32_t)o->batch;
   cc.obs_dim = OBS;
   cc.act_dim = ACT;
+  size_t reply = (size_t)o->batch * ((2 * OBS + ACT + 3) * 4 + 8) + 4096;
   if (o->prefetch > 0)
     cc.prefetch = (uint32_t)o->prefetch;
-  size_t reply = (size_t)o->batch * ((2 * OBS + ACT + 3) * 4 + 8) + 4096;
+  else if (reply <= (size_t)256 << 10) /* as learner/service.c asks for small replies */
+    cc.prefetch = 8;
   if (cc.max_msg_bytes < reply)
     cc.max_msg_bytes = reply;
   return (L->client = sac_replay_client_new(&cc)) ? 0 : SAC_ENET;
@@ -760,7 +763,10 @@ int main(int argc, char **argv) {
   if (o.learner[0]) {
     int rc = learner_service(&o);
     if (rc) {
-      printf("learner service on %s: failed: %s\n", o.learner, sac_strerror(rc));
+      printf("learner service on %s: failed: %s%s\n", o.learner, sac_strerror(rc),
+             rc == SAC_ETIMEOUT ? " (no update in the run: the actors had not stored learning_starts "
+                                  "steps yet; give it more --seconds or --windows)"
+                                : "");
       failed = 1;
     }
   }

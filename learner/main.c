@@ -28,7 +28,8 @@ typedef struct {
   char mode[16];
   char shards[4096];
   char weights[256];
-  int embedded_shards, actors, envs_per_actor, publish_every, max_nonfinite_updates, log_interval_s;
+  int embedded_shards, actors, envs_per_actor, publish_every, max_nonfinite_updates, log_interval_s,
+      loss_guard;
   int publish_interval_ms;
   char sampler[32], weights_precision[8];
   int64_t eval_every;
@@ -76,6 +77,11 @@ static const sac_cfg_opt_t k_opts[] = {
         "service: updates in a row refused for a NaN/Inf loss before the learner stops with an error (each "
         "is "
         "skipped, logged and counted in sac_learner_nonfinite_updates_total)"),
+    OPT("loss_guard", SAC_CFG_BOOL, loss_guard, "true", 1, 0,
+        "service: with eager updates (cpu backend, --graphs false) check each update's losses before its "
+        "steps "
+        "are applied (two waits for the backend per update); false: the check comes one update late, as with "
+        "CUDA graphs"),
     OPT("eval_every_updates", SAC_CFG_INT64, eval_every, "2000", 0, 1e15,
         "service: updates between evaluations (0: only at the end)"),
     STR("sampler", sampler, "uniform", "embedded shards: uniform | prioritized"),
@@ -234,6 +240,7 @@ static int run_service(const learner_cfg_t *c) {
   lc.publish_interval_ms = c->publish_interval_ms;
   snprintf(lc.weights_precision, sizeof lc.weights_precision, "%s", c->weights_precision);
   lc.max_nonfinite_updates = c->max_nonfinite_updates;
+  lc.loss_guard = c->loss_guard;
   lc.log_interval_s = c->log_interval_s;
   lc.quiet = c->t.quiet;
   if (strcmp(c->sampler, "uniform") != 0 && strcmp(c->sampler, "prioritized") != 0) {

@@ -43,6 +43,7 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   c->publish_every = 10;
   c->publish_interval_ms = 50;
   strcpy(c->weights_precision, "fp32");
+  c->loss_guard = 1;
   c->eval_every = 5000;
   c->eval_episodes = 10;
   c->log_interval_s = 5;
@@ -169,6 +170,9 @@ static size_t sample_reply_bytes(int B, int O, int A) {
 
 /* The replay client and embedded shards take messages up to this (and ZeroMQ twice it) */
 #define MAX_SAMPLE_REPLY_BYTES ((size_t)1 << 30)
+/* Sample replies up to this size are asked for SMALL_REPLY_PREFETCH at a time per shard. */
+#define SMALL_REPLY_BYTES ((size_t)256 << 10)
+#define SMALL_REPLY_PREFETCH 8u
 
 /* The in-process shards and actors of the embedded default. */
 typedef struct {
@@ -679,6 +683,12 @@ typedef struct {
   tb_mark_t tb_last;
   uint64_t version;
   sac_stats_t st;
+  /* one update late (no wait for the update just enqueued): the statistics fetched so
+   * far (their verdict where the loss guard is off), and a policy copied out for
+   * publishing at the next round (pub_slot >= 0: as version pub_version) */
+  int64_t stats_fetched;
+  int pub_slot, pub_next_slot;
+  uint64_t pub_version;
 } run_t;
 
 /* What a stage returns besides 0 (go on) and a negative SAC_E* code. */
@@ -735,7 +745,8 @@ static int open_learner(run_t *r) {
     return rc;
   /* the loss guard needs the eager path and no gradient hook: with CUDA graphs or
    * data-parallel ranks a non-finite loss is found after the update instead */
-  r->guard = cfg->dp.size <= 1 && (!r->be->ops->graph_launch || !cfg->graphs);
+  r->guard = cfg->loss_guard && cfg->dp.size <= 1 && (!r->be->ops->graph_launch || !cfg->graphs);
+  r->pub_slot = -1;
   sac_set_loss_guard(r->sac, r->guard);
   if (!cfg->resume[0])
     return 0;
@@ -812,6 +823,11 @@ static int open_replay(run_t *r) {
   cc.act_dim = (uint32_t)r->hp.act_dim;
   if (cc.max_msg_bytes < r->reply_bytes)
     cc.max_msg_bytes = r->reply_bytes;
+  /* more requests in flight where replies are small: each reply then carries less of the
+   * round trip's wake-ups (sac-bench-service over TCP: 20% less CPU per update at 8 than at
+   * the client's 2, docs/SCALING.md); a shard queues at most 8 x 256 KB for us */
+  if (r->reply_bytes <= SMALL_REPLY_BYTES)
+    cc.prefetch = SMALL_REPLY_PREFETCH;
   if (!(r->client = sac_replay_client_new(&cc)))
     return SAC_ENET;
   SAC_INFO("learner", "%s on %s: %zu shard(s), weights on %s, backend %s, batch %d, %dx%d", cfg->env,
@@ -946,32 +962,62 @@ static int dp_round(run_t *r) {
   return 0;
 }
 
+/* The verdict on update `index`'s losses where the guard is off (its steps applied on
+ * every rank alike, so the run goes on): counted and logged when not finite. */
+static int late_verdict(run_t *r, const sac_stats_t *st, int64_t index) {
+  if (sac_stats_finite(st)) {
+    r->nf.in_a_row = 0;
+    return 0;
+  }
+  return nonfinite_update(&r->nf, r->cfg, &r->sm, index, 1);
+}
+
+/* Without the guard: this update's statistics are fetched (a copy enqueued after it) and
+ * the previous update's, fetched a round ago, are read: a wait for that copy only, not
+ * for the update just enqueued. */
+static int stats_lag_push(run_t *r) {
+  int slot = (int)(r->stats_fetched & 1), rc = sac_stats_fetch(r->sac, slot);
+  if (rc)
+    return rc;
+  if (r->stats_fetched++ == 0)
+    return 0;
+  sac_stats_t st;
+  if ((rc = sac_stats_collect(r->sac, slot ^ 1, &st)) != 0)
+    return rc;
+  return late_verdict(r, &st, r->res->updates - 1);
+}
+
 /* update: one SAC step. A non-finite loss: with the guard the step was refused
  * (NEXT_ROUND: no priorities, nothing to publish); without it (CUDA graphs,
- * data-parallel) it is found right after the step, which was applied on every rank
- * alike, so the round goes on. Counted and logged; the learner stops after
- * max_nonfinite_updates in a row. */
+ * data-parallel, --loss_guard false) it is found one update late (stats_lag_push),
+ * the steps applied on every rank alike, so the run goes on. Counted and logged; the
+ * learner stops after max_nonfinite_updates in a row. */
 static int update(run_t *r) {
   int rc = sac_update(r->sac);
-  int bad = rc == SAC_ENONFINITE;
   if (rc == 0 && !r->guard) {
-    sac_stats_t ls;
-    if ((rc = sac_stats(r->sac, &ls)) != 0)
+    if ((rc = stats_lag_push(r)) != 0)
       return rc;
-    bad = !(isfinite(ls.critic_loss) && isfinite(ls.actor_loss) && isfinite(ls.alpha_loss));
-  } else if (rc && !bad) {
+  } else if (rc == SAC_ENONFINITE) {
+    if ((rc = nonfinite_update(&r->nf, r->cfg, &r->sm, r->res->updates, 0)) != 0)
+      return rc;
+    return NEXT_ROUND;
+  } else if (rc) {
     return rc;
-  }
-  if (bad) {
-    if ((rc = nonfinite_update(&r->nf, r->cfg, &r->sm, r->res->updates, !r->guard)) != 0)
-      return rc;
-    if (r->guard)
-      return NEXT_ROUND;
   } else {
     r->nf.in_a_row = 0;
   }
   r->res->updates++;
   return 0;
+}
+
+/* After the loop: the last update's verdict (guard off). */
+static int stats_lag_flush(run_t *r) {
+  if (r->stats_fetched == 0)
+    return 0;
+  sac_stats_t st;
+  int rc = sac_stats_collect(r->sac, (int)((r->stats_fetched - 1) & 1), &st);
+  r->stats_fetched = 0;
+  return rc ? rc : late_verdict(r, &st, r->res->updates - 1);
 }
 
 /* priorities: the previous update's |td| to the shards (prioritised replay). */
@@ -983,20 +1029,41 @@ static int send_priorities(run_t *r) {
 }
 
 /* publish: the actor's weights as version = updates, once publish_every updates and
- * publish_interval_ms have passed since the last broadcast: at most
+ * publish_interval_ms have passed since the last broadcast (at most
  * min(updates/s / publish_every, 1000 / publish_interval_ms) broadcasts a second, so the
- * bytes sent to the actors do not grow with the update rate. */
+ * bytes sent to the actors do not grow with the update rate), one round late: at the
+ * update that makes the version the actor is copied out (a copy enqueued after it), and
+ * the next round, with one more update enqueued, that copy is read (a wait for the copy
+ * alone) and broadcast, unless a weight is not finite (publish_checked's rule). */
 static int publish_round(run_t *r) {
+  if (!r->pub)
+    return 0;
+  int rc = 0;
+  if (r->pub_slot >= 0) {
+    if ((rc = sac_actor_collect(r->sac, r->pub_slot, r->actor)) != 0)
+      return rc;
+    r->pub_slot = -1;
+    if (!all_finite(r->actor, sac_actor_param_count(r->sac))) {
+      if (r->sm.r)
+        sac_metric_inc(r->sm.unpublished);
+      SAC_ERROR("learner", "the actor's weights are not finite at update %llu: not publishing them",
+                (unsigned long long)r->pub_version);
+      return SAC_ENONFINITE;
+    }
+    r->version = r->pub_version;
+    if ((rc = publish(r->pub, r->actor, r->version, &r->sm)) != 0)
+      return rc;
+    r->t_pub = sac_clock_s();
+  }
   const sac_learner_cfg_t *cfg = r->cfg;
-  if (!r->pub || r->res->updates - (int64_t)r->version < cfg->publish_every)
+  if (r->res->updates - (int64_t)r->version < cfg->publish_every)
     return 0;
   if (cfg->publish_interval_ms > 0 && sac_clock_s() - r->t_pub < 1e-3 * cfg->publish_interval_ms)
     return 0;
-  r->version = (uint64_t)r->res->updates;
-  int rc = publish_checked(r->pub, r->sac, r->actor, r->version, &r->sm);
-  if (rc == 0)
-    r->t_pub = sac_clock_s();
-  return rc;
+  r->pub_version = (uint64_t)r->res->updates;
+  r->pub_slot = r->pub_next_slot;
+  r->pub_next_slot ^= 1;
+  return sac_actor_fetch(r->sac, r->pub_slot);
 }
 
 /* report (per update): the update's host time, from staging to publishing. */
@@ -1199,7 +1266,8 @@ static int save_final(run_t *r) {
  * evaluation, broadcast and files. */
 static int finish(run_t *r) {
   int rc;
-  if ((rc = timed(r, SAC_LEARNER_STAGE_PRIORITIES, flush_priorities)) != 0)
+  if ((rc = timed(r, SAC_LEARNER_STAGE_UPDATE, stats_lag_flush)) != 0 ||
+      (rc = timed(r, SAC_LEARNER_STAGE_PRIORITIES, flush_priorities)) != 0)
     return rc;
   if (r->dp && (rc = timed(r, SAC_LEARNER_STAGE_DP_ROUND, dp_finish)) != 0)
     return rc;

@@ -287,13 +287,13 @@ static inline void sac_service_metrics_attach(sac_service_metrics_t *m, sac_back
                                                  "Blocking backend syncs (waits for the device) per update "
                                                  "since the last reading, this reading's own "
                                                  "left out; 0 in the steady state.",
-                                                 NULL, m);
+                                                 NULL, NULL); /* plain figures: kept after the run */
       m->launches_per_update = sac_metrics_gauge(
           m->r, "sac_learner_launches_per_update",
           "Kernel launches and matmul calls per update since the last reading, as enqueued or recorded (the "
           "cpu "
           "backend counts what the cuda backend would launch; a CUDA graph replay adds none).",
-          NULL, m);
+          NULL, NULL);
       m->updates_seen = sac_metric_value(m->updates);
     }
     if (!nvml && be->ops->get_metric(be, "device_used_bytes", &v) == 0) {

@@ -32,7 +32,7 @@ rm -rf "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAC_WERROR=ON
 cmake --build "$build" -j"$(nproc)"
 status=0
-junit="$PWD/$build/ctest-junit.xml"
+junit="$(cd "$build" && pwd)/ctest-junit.xml"
 (cd "$build" && ctest --output-on-failure --timeout 900 -j1 --no-tests=error --output-junit "$junit") || status=$?
 scripts/skip_check.sh "$junit" tests/allowed_skips.txt || status=1
 scripts/ci_extra.sh "$build" || status=1

@@ -3,7 +3,8 @@
 # its verdict over a results directory are fed recorded outputs in the formats the GPU
 # steps write (criterion --verbose, sac-bench-dp and sac-bench-learner result lines,
 # sac-learner --mode local's result line). A good run must pass; each planted failure
-# (a skipped, failed or missing GPU test, too few [PASS] lines, a bad exit status; unequal
+# (a skipped, failed or missing GPU test, too few [PASS] lines, a bad exit status, no
+# expected test count; unequal
 # data-parallel hashes, a missing rank, a rank with identical=0 or a bad exit status, an
 # fp16 overflow that only one rank skipped, a required run that did not run; a benchmark
 # line with a NaN loss, a failed graph capture, degraded GEMMs, too many launches, a
@@ -96,6 +97,8 @@ plant "a GPU test failed" "FAIL GPU tests: 1 failed" \
 plant "a GPU test crashed" "FAIL GPU tests: 1 failed" "echo '[----] backend_cuda::x: CRASH!' >>tests.log"
 plant "test binary exit status" "FAIL GPU tests: exit status 1" "sed -i 's/^test exit status 0/test exit status 1/' tests.log"
 plant "GPU tests not run" "FAIL GPU tests: no log" "rm tests.log"
+plant "expected test count missing" "FAIL GPU tests: no expected test count" "echo >expected_pass"
+plant "expected test count file missing" "FAIL GPU tests: no expected test count" "rm expected_pass"
 
 plant "data-parallel hashes differ" "FAIL data-parallel zmq-fp16-overflow-2-ranks-gpu0: 2 distinct parameter hashes" \
   "sed -i '3s/hash=0123456789abcdef/hash=0123456789abcdee/' dp/zmq-fp16-overflow-2-ranks-gpu0.out"

@@ -403,6 +403,7 @@ static void *learner_thread(void *arg) {
 /* Runs the learner against a fake shard in `mode` for up to run_s seconds (or until it
  * stops by itself); returns the run with its rc. */
 static int g_publish_interval_ms = -1; /* >= 0: the runs' publish_interval_ms (else the default) */
+static int g_loss_guard = 1;           /* run_learner's cfg.loss_guard */
 
 static run_t *run_learner(fake_t *f, answer_t mode, double run_s, int prioritized, sac_metrics_t *reg) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
@@ -423,6 +424,7 @@ static run_t *run_learner(fake_t *f, answer_t mode, double run_s, int prioritize
   r->cfg.threads = 1;
   r->cfg.prioritized = prioritized;
   r->cfg.max_nonfinite_updates = 20;
+  r->cfg.loss_guard = g_loss_guard;
   r->cfg.metrics = reg;
   if (g_publish_interval_ms >= 0)
     r->cfg.publish_interval_ms = g_publish_interval_ms;
@@ -619,4 +621,30 @@ Test(learner, small_buffer_capacity_names_learner_options) {
   cr_expect(strstr(why, "--learning_starts") != NULL, "%s", why);
   c.n_shards = 1; /* remote shards check their own capacity */
   cr_expect_eq(sac_learner_check_cfg(&c, why, sizeof why), 0);
+}
+
+/* The service loop's waits for the backend per update, from /metrics (the readings'
+ * own left out): with the loss guard off (as with CUDA graphs) none — the statistics'
+ * verdict, the priorities and the published policy are all read one update late; with
+ * it on, exactly its two checks per update (the control: the count does see waits). */
+Test(learner, service_updates_wait_for_the_backend_only_for_the_loss_guard, .timeout = 120) {
+  for (int guard = 0; guard < 2; guard++) {
+    fake_t *f = malloc(sizeof *f);
+    sac_metrics_t *reg = sac_metrics_new();
+    g_loss_guard = guard;
+    run_t *r = run_learner(f, ANSWER_GOOD, 3.5, 1, reg);
+    g_loss_guard = 1;
+    cr_assert_eq(r->rc, 0, "rc %d", r->rc);
+    cr_expect_gt(r->res.updates, 20, "updates %lld", (long long)r->res.updates);
+    double waits = metric_of(reg, "\nsac_learner_blocking_syncs_per_update ");
+    double launches = metric_of(reg, "\nsac_learner_launches_per_update ");
+    cr_log_info("loss guard %d: %lld updates, %g blocking syncs and %g launches per update", guard,
+                (long long)r->res.updates, waits, launches);
+    cr_expect_eq(waits, guard ? 2.0 : 0.0, "loss guard %d: %g blocking syncs per update", guard, waits);
+    cr_expect_gt(launches, 20.0);
+    cr_expect_gt(f->priority_updates, 10, "priorities went back (%d)", (int)f->priority_updates);
+    free(r);
+    free(f);
+    sac_metrics_destroy(&reg);
+  }
 }

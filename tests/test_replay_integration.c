@@ -25,6 +25,7 @@
 #include "proto/sac.pb-c.h"
 #include "replay/client.h"
 #include "tests/replay_testgen.h"
+#include "tests/wait_progress.h"
 
 #define MAX_PROCS 8
 static pid_t g_pids[MAX_PROCS];
@@ -36,8 +37,11 @@ static void setup(void) {
   memset(g_pids, 0, sizeof g_pids);
 }
 
-static int reap(pid_t pid, double timeout_s) {
-  uint64_t end = sac_clock_ns() + (uint64_t)(timeout_s * 1e9);
+/* The exit code of pid (128 + signal when killed), -1 when it is not our child, or -2 when
+ * it has made no progress (tests/wait_progress.h: CPU time) for stall_s seconds. */
+static int reap(pid_t pid, double stall_s) {
+  wp_t w;
+  wp_start(&w, wp_token(pid, NULL));
   for (;;) {
     int status = 0;
     pid_t r = waitpid(pid, &status, WNOHANG);
@@ -45,7 +49,7 @@ static int reap(pid_t pid, double timeout_s) {
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (r < 0)
       return -1;
-    if (sac_clock_ns() > end)
+    if (wp_stalled(&w, wp_token(pid, NULL), stall_s))
       return -2;
     sac_sleep_ns(10000000);
   }
@@ -111,8 +115,10 @@ static void spawn(shard_t *s, const char *name, const char *const *extra) {
       g_pids[i] = pid;
       break;
     }
-  /* wait (bounded) for the ready file */
-  uint64_t end = sac_clock_ns() + 15000000000ull;
+  /* wait for the ready file, by progress: fails once the shard has used no CPU and
+   * logged nothing for 15 s (tests/wait_progress.h) */
+  wp_t w;
+  wp_start(&w, wp_token(pid, log));
   for (;;) {
     FILE *f = fopen(s->ready, "r");
     if (f) {
@@ -131,7 +137,8 @@ static void spawn(shard_t *s, const char *name, const char *const *extra) {
     }
     int status;
     cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "sac-replay %s exited early (see %s)", name, log);
-    cr_assert_lt(sac_clock_ns(), end, "sac-replay %s not ready in 15 s", name);
+    cr_assert(!wp_stalled(&w, wp_token(pid, log), 15.0),
+              "sac-replay %s not ready and no progress for 15 s (see %s)", name, log);
     sac_sleep_ns(20000000);
   }
 }
@@ -281,12 +288,14 @@ Test(replay_integration, kill9_after_snapshot_then_restart) {
   /* snapshot now (SIGUSR1) and wait until it covers every acknowledged row */
   cr_assert_eq(kill(s.pid, SIGUSR1), 0);
   sac_wire_shard_info_t info;
-  uint64_t end = sac_clock_ns() + 10000000000ull;
+  wp_t w;
+  wp_start(&w, wp_token(s.pid, NULL));
   for (;;) {
     cr_assert_eq(sac_replay_client_info(actor, 0, 3000, &info), 0);
     if (info.snapshot_inserted_total >= 960)
       break;
-    cr_assert_lt(sac_clock_ns(), end, "no snapshot after 10 s");
+    cr_assert(!wp_stalled(&w, wp_token(s.pid, NULL), 10.0),
+              "no snapshot, and the shard used no CPU for 10 s");
     sac_sleep_ns(50000000);
   }
   cr_assert_eq(info.snapshot_inserted_total, 960);

@@ -22,7 +22,8 @@
  * to ZeroMQ and queued= those still unsent at the end (ZeroMQ's own queue towards the
  * shard, read with ZMQ_EVENTS: 0 when every request left the client).
  *
- *   garbage PORT CONNS SECONDS          raw connections sending random bytes (reconnecting)
+ *   garbage PORT CONNS SECONDS          raw connections sending random bytes (reconnecting);
+ *                                       prints "first bytes taken" once the first arrive
  *   slowloris PORT CONNS SECONDS        HTTP connections sending one request byte per second
  *   healthz PORT TIMEOUT_MS             GET /healthz: exit 0 when 200 came within TIMEOUT_MS
  *   bigsub PORT BYTES COUNT             ZMTP 3 SUBs each sending one BYTES-long subscription
@@ -104,6 +105,10 @@ static int cmd_garbage(int port, int conns, double seconds) {
     for (int i = 0; i < conns; i++) {
       ssize_t k = fds[i] >= 0 ? send(fds[i], junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
       if (k > 0) {
+        if (sent == 0) { /* the first bytes in: a line the suite can wait for */
+          printf("garbage: port %d: first bytes taken\n", port);
+          fflush(stdout);
+        }
         sent += (unsigned long long)k;
         if (!took[i])
           took[i] = 1, took_conns++;
