@@ -25,8 +25,8 @@ for env in $envs; do
   pids=()
   for seed in $seeds; do
     "$bin" --mode local --env "plugin:$so:$env" --total_steps "$steps" --seed "$seed" --threads 1 \
-      --learning_starts 5000 --eval_interval "$interval" --eval_episodes "${SAC_EVAL_EPISODES:-5}" \
-      --log_interval 10000 --metrics_port 0 "$@" >"$out/${env}_s$seed.log" 2>&1 &
+      --learning_starts 5000 --eval_every_steps "$interval" --eval_episodes "${SAC_EVAL_EPISODES:-5}" \
+      --log_every_steps 10000 --metrics_port 0 "$@" >"$out/${env}_s$seed.log" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/durable.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -148,7 +149,8 @@ int sac_snap_writer_open(sac_snap_writer_t *w, const char *path, uint32_t kind) 
   snprintf(w->path, sizeof w->path, "%s", path);
   snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", path, (long)getpid());
   w->kind = kind;
-  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  w->fd =
+      sac_durable_fault("open", w->path) ? -1 : open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd < 0) {
     SAC_ERROR("snapshot", "cannot create %s: %s", w->tmp, strerror(errno));
     return SAC_EIO;
@@ -167,7 +169,7 @@ int sac_snap_writer_open(sac_snap_writer_t *w, const char *path, uint32_t kind) 
 int sac_snap_write(sac_snap_writer_t *w, const void *data, size_t len) {
   if (w->fd < 0)
     return SAC_EIO;
-  if (write_all(w->fd, data, len) != 0) {
+  if (sac_durable_fault("write", w->path) || write_all(w->fd, data, len) != 0) {
     SAC_ERROR("snapshot", "cannot write %s: %s", w->tmp, strerror(errno));
     return SAC_EIO;
   }
@@ -191,7 +193,7 @@ int sac_snap_writer_commit(sac_snap_writer_t *w) {
   if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h)
     goto err;
   step = "fsync";
-  if (fsync(w->fd) != 0)
+  if (sac_durable_fault("fsync", w->path) || fsync(w->fd) != 0)
     goto err;
   step = "close";
   if (close(w->fd) != 0) {
@@ -200,15 +202,17 @@ int sac_snap_writer_commit(sac_snap_writer_t *w) {
   }
   w->fd = -1;
   step = "rename";
-  if (rename(w->tmp, w->path) != 0)
+  if (sac_durable_fault("rename", w->path) || rename(w->tmp, w->path) != 0)
     goto err;
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", w->path);
-  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    if (fsync(dfd) != 0)
-      SAC_WARN("snapshot", "fsync of the directory of %s failed: %s", w->path, strerror(errno));
-    close(dfd);
+  /* until the directory is synced the rename may be undone by a power cut: the new
+   * snapshot is not durable, and whoever relies on it (the shard truncating its log)
+   * must not */
+  if (sac_durable_sync_dir(w->path) != 0) {
+    SAC_ERROR("snapshot",
+              "fsync of the directory of %s failed: %s; the new snapshot is in place but not durable",
+              w->path, strerror(errno));
+    w->tmp[0] = '\0';
+    return SAC_EIO;
   }
   return 0;
 err:

@@ -38,8 +38,11 @@ typedef struct {
 int sac_snap_writer_open(sac_snap_writer_t *w, const char *path, uint32_t kind);
 /* Appends payload bytes. 0 or SAC_EIO. */
 int sac_snap_write(sac_snap_writer_t *w, const void *data, size_t len);
-/* Trailer, fsync, rename, directory fsync. 0 or SAC_EIO; on error the temporary file is
- * removed and the previous snapshot is untouched. */
+/* Trailer, fsync, rename, directory fsync. 0 or SAC_EIO. On an error before the rename
+ * the temporary file is removed and the previous snapshot is untouched; when only the
+ * directory fsync fails (or the directory cannot be opened) the new snapshot is in
+ * place but may not survive a power cut: SAC_EIO too, so nothing that it would make
+ * redundant (a write-ahead log) is dropped. */
 int sac_snap_writer_commit(sac_snap_writer_t *w);
 /* Removes the temporary file. Idempotent. */
 void sac_snap_writer_abort(sac_snap_writer_t *w);

@@ -261,6 +261,14 @@ static int embedded_shard_config(const sac_learner_cfg_t *c, const sac_env_spec_
   if (sc.max_held_bytes < sc.max_msg_bytes)
     sc.max_held_bytes = sc.max_msg_bytes;
   sc.durability = c->durability;
+  if (!c->rundir && sc.durability != SAC_REPLAY_DURABILITY_NONE) {
+    /* no run directory (a data-parallel follower, a test): no place for the shards'
+     * files, and nothing to resume from; said once, not silent */
+    if (i == 0)
+      SAC_WARN("learner",
+               "no run directory: the embedded shards keep their data in memory only (durability none)");
+    sc.durability = SAC_REPLAY_DURABILITY_NONE;
+  }
   sc.wal_sync_ms = c->wal_sync_ms;
   snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);
   snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://sacfleet-shard-%d-sample", i);

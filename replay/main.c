@@ -64,6 +64,7 @@ typedef struct {
   char durability[16];
   int wal_sync_ms;
   char wal_path[1024];
+  int wal_truncate_corrupt;
   int64_t wal_max_mb;
   char print_provenance[1024];
 } opts_t;
@@ -133,13 +134,18 @@ static const sac_cfg_opt_t k_opts[] = {
     {"start_empty_on_bad_snapshot", SAC_CFG_BOOL, O(start_empty_on_bad_snapshot), 0, "0", SAC_CFG_UNBOUNDED,
      "move an unusable snapshot aside and start empty instead of refusing to start"},
     {"durability", SAC_CFG_STRING, O(durability), 16, "wal", SAC_CFG_UNBOUNDED,
-     "wal (acknowledged batches survive kill -9: logged and fsynced before the ack; needs snapshot_path) | "
+     "wal (acknowledged batches survive kill -9 and a power cut: logged and fsynced before the ack; needs "
+     "snapshot_path, refuses to start without one) | "
      "snapshot (only what the last snapshot holds) | none (memory only; snapshot_path ignored)"},
     {"wal_sync_ms", SAC_CFG_INT, O(wal_sync_ms), 0, "2", -1, 60000,
      "group commit: the longest an ack waits for the fsync covering its batch (0: fsync each batch; -1: no "
      "fsync, survives a process kill but not a power cut)"},
     {"wal_path", SAC_CFG_STRING, O(wal_path), 1024, "", SAC_CFG_UNBOUNDED,
      "write-ahead log file (empty: <snapshot_path>.wal)"},
+    {"wal_truncate_corrupt", SAC_CFG_BOOL, O(wal_truncate_corrupt), 0, "0", SAC_CFG_UNBOUNDED,
+     "a log corrupt in the middle (intact records after a bad one): copy it aside and cut it there instead "
+     "of "
+     "refusing to start (the batches after the bad record are lost)"},
     {"wal_max_mb", SAC_CFG_INT64, O(wal_max_mb), 0, "1024", 0, 1e9,
      "take a snapshot (which empties the log) when the log grows past this many MiB (0: never)"},
     {"print_provenance", SAC_CFG_STRING, O(print_provenance), 1024, "", SAC_CFG_UNBOUNDED,
@@ -365,6 +371,7 @@ int main(int argc, char **argv) {
   }
   c.wal_sync_ms = o.wal_sync_ms;
   snprintf(c.wal_path, sizeof c.wal_path, "%s", o.wal_path);
+  c.wal_truncate_corrupt = o.wal_truncate_corrupt;
   c.wal_max_bytes = (uint64_t)o.wal_max_mb << 20;
   if (o.print_provenance[0])
     return print_provenance(&c, o.print_provenance);

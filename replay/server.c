@@ -2,6 +2,8 @@
  * sockets; the only shared state is the stop/snapshot flags and the published stats. */
 #include "replay/server.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,9 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/clock.h"
+#include "common/durable.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/snapshot.h"
@@ -91,6 +96,7 @@ struct sac_replay_server {
   uint64_t wal_appended, wal_asked; /* records appended; records an fsync was asked to cover */
   uint64_t wal_synced;              /* records covered by a finished fsync (as last seen) */
   int wal_failed;                   /* an append or fsync failed: the server stops (see wal_fail) */
+  int lock_fd;                      /* the exclusive lock on <snapshot_path>.lock (-1: none held) */
   /* The fsync thread: syncs up to sync_target, publishes sync_done; under sync_mu. It
    * lets the server go on reading and appending while an fsync runs (pipelined group
    * commit). */
@@ -195,6 +201,8 @@ static void sync_thread_stop(sac_replay_server_t *s);
 
 static int restore_wal(sac_replay_server_t *s);
 static int restore_snapshot(sac_replay_server_t *s, const char *path);
+static int lock_files(sac_replay_server_t *s, const char *path);
+static int sync_restored(const char *path);
 
 static int restore(sac_replay_server_t *s) {
   const char *path = s->cfg.snapshot_path;
@@ -207,8 +215,48 @@ static int restore(sac_replay_server_t *s) {
     SAC_ERROR("replay", "refusing to start: snapshots cannot be written to %s (%s)", path, sac_strerror(rc));
     return SAC_ECONFIG;
   }
+  if ((rc = lock_files(s, path)) != 0)
+    return rc;
   rc = restore_snapshot(s, path);
   return rc ? rc : restore_wal(s);
+}
+
+/* One shard process per snapshot and log: a second one (a supervisor restarting while
+ * the old process lives) would interleave its records with the first's. The lock is
+ * held until the server is destroyed; the kernel drops it when the process dies. */
+static int lock_files(sac_replay_server_t *s, const char *path) {
+  char lock[1100], holder[32];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  int fd = -1, rc = sac_durable_lock(lock, &fd, holder, sizeof holder);
+  if (rc == SAC_EAGAIN) {
+    SAC_ERROR("replay",
+              "refusing to start: %s is locked by process %s, another shard using the snapshot %s%s%s; stop "
+              "it first",
+              lock, holder[0] ? holder : "(pid unknown)", path, s->cfg.wal_path[0] ? " and the log " : "",
+              s->cfg.wal_path);
+    return SAC_ECONFIG;
+  }
+  if (rc) {
+    SAC_ERROR("replay", "refusing to start: cannot take the lock %s: %s", lock, strerror(errno));
+    return SAC_ECONFIG;
+  }
+  s->lock_fd = fd;
+  return 0;
+}
+
+/* The loaded snapshot may exist only in the page cache (its writer died before the
+ * directory fsync, or the kernel has not written it back): it is made durable before
+ * anything is acknowledged on top of it. */
+static int sync_restored(const char *path) {
+  int fd = sac_durable_fault("open", path) ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+  int rc = fd < 0 || sac_durable_fault("fsync", path) || fsync(fd) != 0 ? SAC_EIO : 0;
+  if (fd >= 0)
+    close(fd);
+  if (!rc)
+    rc = sac_durable_sync_dir(path);
+  if (rc)
+    SAC_ERROR("replay", "refusing to start: cannot sync the restored snapshot %s: %s", path, strerror(errno));
+  return rc;
 }
 
 static int restore_snapshot(sac_replay_server_t *s, const char *path) {
@@ -218,7 +266,7 @@ static int restore_snapshot(sac_replay_server_t *s, const char *path) {
     sac_replay_shard_stats(s->shard, &ss);
     s->st.restored_transitions = ss.size;
     s->st.snapshot_inserted_total = ss.inserted_rows_total;
-    return 0;
+    return sync_restored(path) ? SAC_ECONFIG : 0;
   }
   if (rc == SAC_ENOTFOUND) {
     SAC_INFO("replay", "no snapshot at %s: starting empty", path);
@@ -241,8 +289,11 @@ static int restore_snapshot(sac_replay_server_t *s, const char *path) {
   }
   char aside[1200];
   snprintf(aside, sizeof aside, "%s.bad-%lld", path, (long long)time(NULL));
-  if (rename(path, aside) != 0)
-    SAC_WARN("replay", "could not move the unusable snapshot %s aside", path);
+  if (sac_durable_rename(path, aside) != 0) {
+    SAC_ERROR("replay", "refusing to start: could not move the unusable snapshot %s aside to %s: %s", path,
+              aside, strerror(errno));
+    return SAC_ECONFIG;
+  }
   SAC_WARN("replay", "snapshot %s unusable (%s): moved to %s, starting empty as asked", path,
            sac_strerror(rc), aside);
   return 0;
@@ -319,6 +370,7 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
     return NULL;
   }
   s->cfg = *cfg;
+  s->lock_fd = -1;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->prov_cv, NULL);
   if (durability_setup(s) != 0)
@@ -450,6 +502,8 @@ void sac_replay_server_destroy(sac_replay_server_t **sp) {
     munmap(s->held_buf, s->held_cap);
   sync_thread_stop(s);
   sac_replay_wal_close(&s->wal);
+  if (s->lock_fd >= 0)
+    close(s->lock_fd);
   free(s->wacks);
   free(s->prov_text);
   pthread_cond_destroy(&s->prov_cv);
@@ -505,10 +559,24 @@ static void reply(sac_replay_server_t *s, void *sock, const unsigned char *id, s
 
 /* actor: whose batch this answers (the credit is granted to it); UINT32_MAX when the
  * message did not decode (credit 1, not recorded). */
+/* The acked_seq an error reply (reject, busy, a failed insert) may carry: the client
+ * takes every seq up to it as stored, so it must be durable. While any appended record
+ * waits for its fsync the shard cannot tell this actor's durable mark from its stored
+ * one: the reply claims nothing (0); the held acks carry the marks once synced. */
+static uint64_t durable_acked(const sac_replay_server_t *s, const sac_replay_insert_result_t *r) {
+  if (!r)
+    return 0;
+  if (s->wal && s->cfg.wal_sync_ms >= 0 && (s->n_wacks || s->wal_synced < s->wal_appended || s->wal_failed))
+    return 0;
+  return r->acked_seq;
+}
+
 static void send_ack(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
                      uint64_t seq, const sac_replay_insert_result_t *r, const char *error) {
   sac_wire_msg_t m = {.type = SAC_WIRE_ACK};
-  m.u.ack = (sac_wire_ack_t){.acked_seq = r ? r->acked_seq : 0,
+  m.u.ack = (sac_wire_ack_t){.acked_seq = error ? durable_acked(s, r)
+                                          : r   ? r->acked_seq
+                                                : 0,
                              .seq = seq,
                              .credit = actor != UINT32_MAX
                                            ? sac_replay_shard_credit(s->shard, actor, s->batch_rows_avg,
@@ -971,11 +1039,33 @@ static uint64_t new_incarnation(void) {
   }
 }
 
+/* durability snapshot or none over a log that holds records: starting would ignore
+ * acknowledged batches (and a later wal start would replay stale ones). Refused like
+ * another shard's snapshot. */
+static int refuse_foreign_log(const sac_replay_server_config_t *c) {
+  char wal[1100];
+  if (!c->wal_path[0] && !c->snapshot_path[0])
+    return 0;
+  snprintf(wal, sizeof wal, "%s%s", c->wal_path[0] ? c->wal_path : c->snapshot_path,
+           c->wal_path[0] ? "" : ".wal");
+  struct stat sb;
+  if (stat(wal, &sb) != 0 || sb.st_size <= (off_t)SAC_REPLAY_WAL_HEADER_BYTES)
+    return 0;
+  SAC_ERROR(
+      "replay",
+      "refusing to start with durability %s: the write-ahead log %s holds %lld bytes of records a shard "
+      "with durability wal acknowledged. Start with durability wal to replay them, or move the log aside",
+      sac_replay_durability_name(c->durability), wal, (long long)sb.st_size);
+  return SAC_ECONFIG;
+}
+
 /* Decides the durability in effect, before anything is restored: NONE forgets the
  * snapshot path; WAL derives the log path and allocates the queue of held acks. */
 static int durability_setup(sac_replay_server_t *s) {
   s->st.incarnation = new_incarnation();
   sac_replay_server_config_t *c = &s->cfg;
+  if (c->durability != SAC_REPLAY_DURABILITY_WAL && refuse_foreign_log(c) != 0)
+    return SAC_ECONFIG;
   if (c->durability == SAC_REPLAY_DURABILITY_NONE) {
     c->snapshot_path[0] = '\0';
     c->wal_path[0] = '\0';
@@ -991,11 +1081,14 @@ static int durability_setup(sac_replay_server_t *s) {
     return SAC_ECONFIG;
   }
   if (!c->snapshot_path[0]) {
-    /* the log is emptied by snapshots; without them it would only grow */
-    SAC_INFO("replay",
-             "durability wal needs a snapshot path; without one nothing is kept (as durability none)");
-    c->wal_path[0] = '\0';
-    return 0;
+    /* the log is emptied by snapshots; without them it would only grow. Running as
+     * durability none here would acknowledge at once what no file holds. */
+    SAC_ERROR(
+        "replay",
+        "refusing to start: durability wal (the default) needs a place for its files: give snapshot_path "
+        "(the log goes to <snapshot_path>.wal), or choose durability none (memory only: nothing survives "
+        "a restart) or snapshot explicitly");
+    return SAC_ECONFIG;
   }
   if (!c->wal_path[0] &&
       snprintf(c->wal_path, sizeof c->wal_path, "%s.wal", c->snapshot_path) >= (int)sizeof c->wal_path) {
@@ -1011,23 +1104,35 @@ static int durability_setup(sac_replay_server_t *s) {
   return 0;
 }
 
-/* Applies one logged batch at start. A record that no longer decodes (the shard was
- * restarted with other limits) or that the shard refuses is skipped and counted, not
- * treated as a torn tail: the records after it are still good. */
+/* Applies one logged batch at start. A record that no longer passes the shard's checks
+ * (the shard was restarted with other dims or limits) refuses the start, naming the
+ * record and the reason: skipping it would drop a batch that was acknowledged. A record
+ * of a session the shard has since seen replaced is what a crash between a snapshot and
+ * the log's truncation leaves: already superseded, skipped like a duplicate. */
 static int wal_apply(void *user, const sac_replay_wal_rec_t *rec, const unsigned char *payload, size_t len) {
   sac_replay_server_t *s = user;
-  (void)rec;
   sac_wire_msg_t m;
   sac_wire_reason_t why = SAC_WIRE_R_MALFORMED;
-  if (sac_wire_decode(s->ins_dec, payload, len, &s->ins_lim, &m, &why) != 0 ||
-      m.type != SAC_WIRE_TRANSITIONS) {
-    count_reject(s, why, "log", NULL, 0);
-    return 0;
+  sac_replay_insert_result_t r = {0};
+  int rc = sac_wire_decode(s->ins_dec, payload, len, &s->ins_lim, &m, &why);
+  if (rc == 0 && m.type != SAC_WIRE_TRANSITIONS)
+    rc = SAC_EPROTO;
+  if (rc == 0 && sac_replay_shard_insert(s->shard, &m.u.transitions, &r) != 0 &&
+      r.reason != SAC_WIRE_R_SESSION) {
+    why = r.reason;
+    rc = SAC_EINVAL;
   }
-  sac_replay_insert_result_t r;
-  if (sac_replay_shard_insert(s->shard, &m.u.transitions, &r) != 0)
-    count_reject(s, r.reason, "log", NULL, 0);
-  return 0;
+  if (rc == 0)
+    return 0;
+  count_reject(s, why, "log", NULL, 0);
+  SAC_ERROR(
+      "replay",
+      "refusing to start: the record at byte %llu of the write-ahead log %s (actor %u, session %llu, seq "
+      "%llu, %u rows) fails validation: %s (%s). Restart with the settings it was written under, or move "
+      "the log aside to drop its batches",
+      (unsigned long long)rec->offset, s->cfg.wal_path, rec->actor, (unsigned long long)rec->session,
+      (unsigned long long)rec->seq, rec->rows, sac_wire_reason_str(why), sac_wire_reason_name(why));
+  return SAC_EINVAL;
 }
 
 /* The fsync thread (see the struct): one fdatasync per round covers every record
@@ -1075,16 +1180,21 @@ static int restore_wal(sac_replay_server_t *s) {
   if (!s->wacks)
     return 0;
   sac_replay_wal_scan_t scan;
-  int rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, wal_apply, s,
-                               &s->wal, &scan);
+  unsigned flags = (s->cfg.wal_truncate_corrupt ? SAC_REPLAY_WAL_TRUNCATE_CORRUPT : 0u) |
+                   (s->cfg.shard.adopt_snapshot ? SAC_REPLAY_WAL_ADOPT : 0u);
+  int rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, flags, wal_apply,
+                               s, &s->wal, &scan);
   if (rc == SAC_EPROTO && s->cfg.start_empty_on_bad_snapshot) {
     char aside[1200];
     snprintf(aside, sizeof aside, "%s.bad-%lld", s->cfg.wal_path, (long long)time(NULL));
-    if (rename(s->cfg.wal_path, aside) != 0)
-      SAC_WARN("replay", "could not move the unusable log %s aside", s->cfg.wal_path);
+    if (sac_durable_rename(s->cfg.wal_path, aside) != 0) {
+      SAC_ERROR("replay", "refusing to start: could not move the unusable log %s aside to %s: %s",
+                s->cfg.wal_path, aside, strerror(errno));
+      return SAC_ECONFIG;
+    }
     SAC_WARN("replay", "log %s unusable: moved to %s as asked", s->cfg.wal_path, aside);
-    rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, wal_apply, s,
-                             &s->wal, &scan);
+    rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, flags, wal_apply,
+                             s, &s->wal, &scan);
   }
   if (rc) {
     SAC_ERROR("replay", "refusing to start: the write-ahead log %s cannot be used (%s)", s->cfg.wal_path,
@@ -1135,7 +1245,7 @@ static int wal_log(sac_replay_server_t *s, const sac_wire_transitions_t *t, cons
   sac_replay_insert_result_t r;
   if (sac_replay_shard_check(s->shard, t, &r) != SAC_REPLAY_SEQ_NEW)
     return 0;
-  sac_replay_wal_rec_t rec = {t->actor_id, t->n, t->session, t->seq};
+  sac_replay_wal_rec_t rec = {t->actor_id, t->n, t->session, t->seq, 0};
   if (sac_replay_wal_append(s->wal, &rec, msg, len) != 0) {
     wal_fail(s, "an append");
     return SAC_EIO;

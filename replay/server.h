@@ -79,7 +79,8 @@ typedef struct {
   sac_replay_durability_t durability; /* default WAL */
   int wal_sync_ms;                    /* group commit window (ms); 0: fsync each batch; -1: no fsync */
   char wal_path[1024];                /* "": <snapshot_path>.wal */
-  uint64_t wal_max_bytes;             /* a snapshot is taken when the log grows past this; 0: never */
+  int wal_truncate_corrupt; /* a log corrupt in the middle: keep it aside and cut it (0: refuse to start) */
+  uint64_t wal_max_bytes;   /* a snapshot is taken when the log grows past this; 0: never */
 } sac_replay_server_config_t;
 
 /* Defaults: shard defaults, tcp ports 5560 and 5561 on all interfaces, 4 MiB messages, credit 16,

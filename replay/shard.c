@@ -394,7 +394,8 @@ int sac_replay_shard_insert(sac_replay_shard_t *sh, const sac_wire_transitions_t
   res->stored = stored;
   sac_replay_limiter_inserted(&sh->lim, stored);
   sh->inserted_batches++;
-  sac_replay_prov_add(&sh->prov, t->actor_id, t->session, t->seq, t->n, sh->st.alloc_count);
+  /* the rows this shard holds of the batch, which the ledger check compares with what was sent */
+  sac_replay_prov_add(&sh->prov, t->actor_id, t->session, t->seq, stored, sh->st.alloc_count);
   sac_replay_prov_trim(&sh->prov, sh->st.alloc_count, sh->cfg.capacity);
   return 0;
 }

@@ -10,8 +10,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "common/durable.h"
 #include "common/error.h"
 #include "common/le.h"
 #include "common/log.h"
@@ -47,6 +49,39 @@ static int read_full(int fd, void *buf, size_t len, size_t *got) {
       break;
     *got += (size_t)n;
   }
+  return 0;
+}
+
+#define RESYNC_WINDOW (64u << 20) /* offsets searched for an intact record after a bad one */
+
+/* After a bad record at bad: is there an intact record (length in range, checksum good)
+ * anywhere in the next RESYNC_WINDOW bytes? *at gets its offset, or 0 (a torn tail: what
+ * a crash mid-append leaves, which holds no intact record). 0, SAC_EIO, SAC_ENOMEM. */
+static int find_intact_after(int fd, uint64_t file_bytes, uint64_t bad, uint64_t *at) {
+  *at = 0;
+  uint64_t span = file_bytes - bad;
+  if (span > (uint64_t)RESYNC_WINDOW + SAC_REPLAY_WAL_MAX_RECORD + SAC_REPLAY_WAL_RECORD_HEAD)
+    span = (uint64_t)RESYNC_WINDOW + SAC_REPLAY_WAL_MAX_RECORD + SAC_REPLAY_WAL_RECORD_HEAD;
+  if (span <= SAC_REPLAY_WAL_RECORD_HEAD)
+    return 0;
+  unsigned char *buf = malloc((size_t)span);
+  if (!buf)
+    return SAC_ENOMEM;
+  size_t got = 0;
+  if (lseek(fd, (off_t)bad, SEEK_SET) < 0 || read_full(fd, buf, (size_t)span, &got) != 0) {
+    free(buf);
+    return SAC_EIO;
+  }
+  for (size_t i = 1; i + SAC_REPLAY_WAL_RECORD_HEAD <= got && i < RESYNC_WINDOW; i++) {
+    uint32_t len = sac_le_get32(buf + i);
+    if (len == 0 || len > got - i - SAC_REPLAY_WAL_RECORD_HEAD)
+      continue;
+    if (record_crc(buf + i, buf + i + SAC_REPLAY_WAL_RECORD_HEAD, len) == sac_le_get32(buf + i + 4)) {
+      *at = bad + i;
+      break;
+    }
+  }
+  free(buf);
   return 0;
 }
 
@@ -104,8 +139,8 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
       break;
     }
     sac_replay_wal_rec_t rec = {sac_le_get32(head + 8), sac_le_get32(head + 12), sac_le_get64(head + 16),
-                                sac_le_get64(head + 24)};
-    if (apply && apply(user, &rec, buf, len) != 0) {
+                                sac_le_get64(head + 24), out->valid_bytes};
+    if (apply && (rc = apply(user, &rec, buf, len)) != 0) {
       out->why = "record refused by the shard";
       break;
     }
@@ -114,6 +149,8 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
   }
   free(buf);
   out->dropped_bytes = file_bytes > out->valid_bytes ? file_bytes - out->valid_bytes : 0;
+  if (!rc && out->dropped_bytes)
+    rc = find_intact_after(fd, file_bytes, out->valid_bytes, &out->valid_after);
   return rc;
 }
 
@@ -149,26 +186,85 @@ int sac_replay_wal_scan(const char *path, size_t max_payload, sac_replay_wal_app
   return rc;
 }
 
-/* fsync of the directory holding path: a new log's name survives a power cut too. */
-static int sync_dir(const char *path) {
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir)
-    slash[1] = '\0';
-  else if (slash)
-    *slash = '\0';
-  else
-    snprintf(dir, sizeof dir, ".");
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
+/* Copies the damaged log to "<path>.corrupt-<unix time>" (synced, with its directory)
+ * before a cut destroys the records after the bad one. 0 or SAC_EIO. */
+static int keep_aside(sac_replay_wal_t *w, uint64_t file_bytes, char *aside, size_t cap) {
+  snprintf(aside, cap, "%s.corrupt-%lld", w->path, (long long)time(NULL));
+  int out =
+      sac_durable_fault("open", aside) ? -1 : open(aside, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0)
+    return SAC_EIO;
+  unsigned char buf[1 << 16];
+  int rc = 0;
+  for (uint64_t off = 0; off < file_bytes && !rc;) {
+    ssize_t n = pread(w->fd, buf, sizeof buf, (off_t)off);
+    if (n <= 0 || write(out, buf, (size_t)n) != n)
+      rc = SAC_EIO;
+    off += n > 0 ? (uint64_t)n : 0;
+  }
+  if (!rc && (sac_durable_fault("fsync", aside) || fsync(out) != 0))
+    rc = SAC_EIO;
+  close(out);
+  return rc ? rc : sac_durable_sync_dir(aside);
 }
 
-int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
+/* The existing log of open: header, shard, records; a torn tail is cut, a corrupt
+ * record with intact ones after it refuses (or, asked to, is cut after keeping the file
+ * aside). Then the file and its directory are synced. */
+static int replay_existing(sac_replay_wal_t *w, uint32_t shard_id, uint64_t file_bytes, size_t max_payload,
+                           unsigned flags, sac_replay_wal_apply_fn apply, void *user,
+                           sac_replay_wal_scan_t *scan) {
+  const char *path = w->path;
+  uint32_t file_shard = 0;
+  int rc = check_header(w->fd, path, &file_shard);
+  if (rc)
+    return rc;
+  if (file_shard != shard_id) {
+    if (!(flags & SAC_REPLAY_WAL_ADOPT)) {
+      SAC_ERROR("replay",
+                "the write-ahead log %s belongs to shard %u, not shard %u: refusing it (adopt_snapshot=1 "
+                "replays it into this shard)",
+                path, file_shard, shard_id);
+      return SAC_ESTATE;
+    }
+    SAC_WARN("replay", "write-ahead log %s belongs to shard %u, replaying it into shard %u as asked", path,
+             file_shard, shard_id);
+  }
+  rc = scan_fd(w->fd, file_bytes, max_payload, apply, user, scan);
+  if (rc)
+    return rc;
+  if (scan->valid_after) {
+    if (!(flags & SAC_REPLAY_WAL_TRUNCATE_CORRUPT)) {
+      SAC_ERROR("replay",
+                "the write-ahead log %s is corrupt in the middle: %s at byte %llu, an intact record at byte "
+                "%llu after it (acknowledged batches would be lost with it). Refusing to start; "
+                "wal_truncate_corrupt=1 keeps a copy aside and cuts the log there",
+                path, scan->why, (unsigned long long)scan->valid_bytes,
+                (unsigned long long)scan->valid_after);
+      return SAC_ECHECKSUM;
+    }
+    char aside[1200];
+    if (keep_aside(w, file_bytes, aside, sizeof aside) != 0) {
+      SAC_ERROR("replay", "cannot keep the corrupt log %s aside as %s: %s", path, aside, strerror(errno));
+      return SAC_EIO;
+    }
+    SAC_WARN("replay",
+             "write-ahead log %s: %s at byte %llu; kept the whole file as %s and cut the log there, as asked",
+             path, scan->why, (unsigned long long)scan->valid_bytes, aside);
+  }
+  if (scan->dropped_bytes &&
+      (sac_durable_fault("truncate", path) || ftruncate(w->fd, (off_t)scan->valid_bytes) != 0))
+    return SAC_EIO;
+  /* replayed records may be only in the page cache of the process that died */
+  if (sac_durable_fault("fsync", path) || fsync(w->fd) != 0 || sac_durable_sync_dir(path) != 0)
+    return SAC_EIO;
+  SAC_INFO("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
+           (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes,
+           scan->dropped_bytes ? ": " : "", scan->dropped_bytes ? scan->why : "", path);
+  return 0;
+}
+
+int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload, unsigned flags,
                         sac_replay_wal_apply_fn apply, void *user, sac_replay_wal_t **out,
                         sac_replay_wal_scan_t *scan) {
   *out = NULL;
@@ -181,7 +277,7 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
   if (!w)
     return SAC_ENOMEM;
   snprintf(w->path, sizeof w->path, "%s", path);
-  w->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  w->fd = sac_durable_fault("open", path) ? -1 : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   struct stat sb;
   if (w->fd < 0 || fstat(w->fd, &sb) != 0) {
     SAC_ERROR("replay", "cannot open the write-ahead log %s: %s", path, strerror(errno));
@@ -194,25 +290,14 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
     memcpy(h, k_magic, 8);
     sac_le_put32(h + 8, 1);
     sac_le_put32(h + 12, shard_id);
-    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0 || sync_dir(path) != 0)
+    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0 ||
+        sac_durable_sync_dir(path) != 0)
       rc = SAC_EIO;
     scan->valid_bytes = sizeof h;
     if (!rc)
       SAC_INFO("replay", "wal: applied 0 records, dropped 0 bytes (new log %s)", path);
   } else {
-    uint32_t file_shard = 0;
-    rc = check_header(w->fd, path, &file_shard);
-    if (!rc && file_shard != shard_id)
-      SAC_WARN("replay", "write-ahead log %s belongs to shard %u, replaying it into shard %u", path,
-               file_shard, shard_id);
-    if (!rc)
-      rc = scan_fd(w->fd, (uint64_t)sb.st_size, max_payload, apply, user, scan);
-    if (!rc && scan->dropped_bytes && (ftruncate(w->fd, (off_t)scan->valid_bytes) != 0 || fsync(w->fd) != 0))
-      rc = SAC_EIO;
-    if (!rc)
-      SAC_INFO("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
-               (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes,
-               scan->dropped_bytes ? ": " : "", scan->dropped_bytes ? scan->why : "", path);
+    rc = replay_existing(w, shard_id, (uint64_t)sb.st_size, max_payload, flags, apply, user, scan);
   }
   if (rc) {
     if (rc == SAC_EIO)
@@ -250,7 +335,7 @@ int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, 
   struct iovec iov[2] = {{head, sizeof head}, {(void *)payload, len}};
   size_t want = sizeof head + len, done = 0;
   while (done < want) {
-    ssize_t n = pwritev(w->fd, iov, 2, (off_t)(w->bytes + done));
+    ssize_t n = sac_durable_fault("write", w->path) ? -1 : pwritev(w->fd, iov, 2, (off_t)(w->bytes + done));
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0) {
@@ -279,7 +364,7 @@ int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, 
 int sac_replay_wal_sync(sac_replay_wal_t *w) {
   if (sac_replay_wal_sync_hook)
     sac_replay_wal_sync_hook(sac_replay_wal_sync_hook_arg);
-  if (fdatasync(w->fd) != 0) {
+  if (sac_durable_fault("fdatasync", w->path) || fdatasync(w->fd) != 0) {
     SAC_ERROR("replay", "write-ahead log %s: fdatasync failed: %s", w->path, strerror(errno));
     return SAC_EIO;
   }
@@ -287,7 +372,8 @@ int sac_replay_wal_sync(sac_replay_wal_t *w) {
 }
 
 int sac_replay_wal_reset(sac_replay_wal_t *w) {
-  if (ftruncate(w->fd, SAC_REPLAY_WAL_HEADER_BYTES) != 0 || fsync(w->fd) != 0) {
+  if (sac_durable_fault("truncate", w->path) || ftruncate(w->fd, SAC_REPLAY_WAL_HEADER_BYTES) != 0 ||
+      sac_durable_fault("fsync", w->path) || fsync(w->fd) != 0) {
     SAC_ERROR("replay", "write-ahead log %s: cannot empty it: %s", w->path, strerror(errno));
     return SAC_EIO;
   }

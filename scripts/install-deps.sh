@@ -39,6 +39,7 @@ if ((extras)); then
   pkgs+=(python3-pip)                       # scripts/test.sh pip-installs gymnasium[mujoco], the tests' reference
   pkgs+=(time binutils)                    # /usr/bin/time -v and readelf: tests/footprint (peak RSS, NEEDED)
   pkgs+=(clang valgrind)                    # scripts/ci_extra.sh: fuzzing, memcheck
+  pkgs+=(fuse3 libfuse3-dev)                # tests/forgetfs and the power-cut tests (FUSE; skipped without)
   if [ "${SAC_WITH_PEER:-1}" = 1 ]; then
     pkgs+=(python3-torch)                   # the PyTorch peer of bench/bench_learner.c
   fi

@@ -363,6 +363,7 @@ Test(keygen, binary_writes_a_usable_pair, .init = setup, .fini = teardown) {
 static sac_replay_server_t *server_on(sac_net_ctx_t *ctx, const char *ins_ep, const char *smp_ep) {
   sac_replay_server_config_t c;
   sac_replay_server_config_default(&c);
+  c.durability = SAC_REPLAY_DURABILITY_NONE; /* memory only: not what this test is about */
   c.shard.capacity = 4096;
   c.shard.obs_dim = OBS;
   c.shard.act_dim = ACT;

@@ -54,7 +54,7 @@ echo "half-configured and broken CURVE options: exit 2, the option or file:line 
 
 # ---- the cluster ------------------------------------------------------------------------------
 "$REPLAY" --insert_endpoint='tcp://127.0.0.1:*' --sample_endpoint='tcp://127.0.0.1:*' --obs_dim=3 --act_dim=1 \
-  --capacity=100000 --min_size=256 "${SRV[@]}" --metrics_addr=127.0.0.1 --metrics_port=0 \
+  --capacity=100000 --min_size=256 --durability=none "${SRV[@]}" --metrics_addr=127.0.0.1 --metrics_port=0 \
   --ready_file="$DIR/replay.ready" >"$DIR/replay.log" 2>&1 &
 PIDS+=($!)
 wait_for '[ -f "$DIR/replay.ready" ] && grep -q "^metrics_port=" "$DIR/replay.ready"' 150 || fail "sac-replay not ready"

@@ -130,6 +130,7 @@ static void rig_start(rig_t *k, uint32_t max_held) {
   memset(k, 0, sizeof *k);
   sac_replay_server_config_t c;
   sac_replay_server_config_default(&c);
+  c.durability = SAC_REPLAY_DURABILITY_NONE; /* memory only: not what this test is about */
   c.shard = shard_config();
   /* spi 1, min_size 60, error buffer 30: inserts run ahead by at most 90 transitions,
    * so 9 batches of 10 are stored, then the limiter holds inserts until samples come */

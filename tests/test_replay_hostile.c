@@ -124,6 +124,11 @@ static pid_t fork_replay(shard_t *s, const char *name, const char *const *extra)
   int n = 0;
   argv[n++] = SAC_BUILD_DIR "/replay/sac-replay";
   argv[n++] = ready_arg;
+  int durable = 0; /* a shard without a snapshot path must say it keeps nothing */
+  for (int i = 0; extra[i]; i++)
+    durable |= !strncmp(extra[i], "--snapshot_path=", 16) || !strncmp(extra[i], "--durability=", 13);
+  if (!durable)
+    argv[n++] = "--durability=none";
   for (int i = 0; extra[i] && n < 46; i++)
     argv[n++] = extra[i];
   argv[n] = NULL;

@@ -70,6 +70,7 @@ Test(replay_ratelimit, sample_below_min_size_times_out) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   sac_replay_server_config_t c;
   sac_replay_server_config_default(&c);
+  c.durability = SAC_REPLAY_DURABILITY_NONE; /* memory only: not what this test is about */
   c.shard.capacity = 65536;
   c.shard.obs_dim = 4;
   c.shard.act_dim = 1;
@@ -124,6 +125,7 @@ Test(replay_ratelimit, inserts_wait_for_samples_backpressure) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   sac_replay_server_config_t c;
   sac_replay_server_config_default(&c);
+  c.durability = SAC_REPLAY_DURABILITY_NONE; /* memory only: not what this test is about */
   c.shard.capacity = 65536;
   c.shard.obs_dim = 4;
   c.shard.act_dim = 1;

@@ -6,6 +6,7 @@
  * sent before the fsync that covers them; replaying a log whose records a snapshot
  * already holds stores nothing twice; the provenance index survives snapshot and log. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/durable.h"
 #include "common/error.h"
 #include "common/net.h"
 #include "common/snapshot.h"
@@ -85,7 +87,7 @@ static int collect(void *user, const sac_replay_wal_rec_t *rec, const unsigned c
 static void write_records(const char *path, int n, long *starts) {
   sac_replay_wal_t *w = NULL;
   unlink(path);
-  cr_assert_eq(sac_replay_wal_open(path, 3, 4096, NULL, NULL, &w, NULL), 0);
+  cr_assert_eq(sac_replay_wal_open(path, 3, 4096, 0, NULL, NULL, &w, NULL), 0);
   for (int i = 0; i < n; i++) {
     starts[i] = (long)sac_replay_wal_bytes(w);
     unsigned char p[64];
@@ -149,7 +151,7 @@ Test(replay_wal, record_round_trip) {
   /* reopening appends after the last record */
   sac_replay_wal_t *w = NULL;
   seen_t s2 = {0};
-  cr_assert_eq(sac_replay_wal_open(path, 3, 4096, collect, &s2, &w, &sc), 0);
+  cr_assert_eq(sac_replay_wal_open(path, 3, 4096, 0, collect, &s2, &w, &sc), 0);
   cr_assert_eq(s2.n, 5);
   sac_replay_wal_rec_t r = {.actor = 9, .rows = 1, .session = 1, .seq = 99};
   cr_assert_eq(sac_replay_wal_append(w, &r, "xyz", 3), 0);
@@ -176,7 +178,7 @@ Test(replay_wal, torn_tail_at_every_byte_of_the_last_record) {
     seen_t s = {0};
     sac_replay_wal_t *w = NULL;
     sac_replay_wal_scan_t sc;
-    cr_assert_eq(sac_replay_wal_open(cut, 3, 4096, collect, &s, &w, &sc), 0, "cut at %ld", end);
+    cr_assert_eq(sac_replay_wal_open(cut, 3, 4096, 0, collect, &s, &w, &sc), 0, "cut at %ld", end);
     cr_assert_eq(s.n, 2, "cut at %ld: %d records applied", end, s.n);
     cr_assert_eq(sc.dropped_bytes, (uint64_t)(end - starts[2]), "cut at %ld", end);
     cr_assert_eq(file_size(cut), starts[2], "the torn tail is truncated");
@@ -658,4 +660,488 @@ Test(replay_wal, provenance_survives_a_snapshot_and_version_1_still_loads) {
   sac_replay_shard_destroy(&a);
   sac_replay_shard_destroy(&b);
   sac_replay_shard_destroy(&c);
+}
+
+/* ------------------------------------------------------------------ issue: power-cut holes */
+
+/* The fault hook (common/durable.h): records every durable-file operation, and fails the
+ * ones whose op and path suffix match g_fail_op / g_fail_suffix with g_fail_errno. */
+static char g_ops[256][96];
+static int g_n_ops;
+static const char *g_fail_op, *g_fail_suffix;
+static int g_fail_errno;
+
+static int record_op(const char *op, const char *path) {
+  const char *base = strrchr(path, '/');
+  if (g_n_ops < 256)
+    snprintf(g_ops[g_n_ops++], sizeof g_ops[0], "%s %s", op, base ? base + 1 : path);
+  size_t lp = strlen(path), ls = g_fail_suffix ? strlen(g_fail_suffix) : 0;
+  if (g_fail_op && !strcmp(op, g_fail_op) && lp >= ls && !strcmp(path + lp - ls, g_fail_suffix))
+    return g_fail_errno;
+  return 0;
+}
+
+static void hook_on(const char *fail_op, const char *fail_suffix, int err) {
+  g_n_ops = 0;
+  g_fail_op = fail_op;
+  g_fail_suffix = fail_suffix;
+  g_fail_errno = err;
+  sac_durable_fault_hook = record_op;
+}
+
+static int op_index(const char *op_and_base, int from) {
+  for (int i = from; i < g_n_ops; i++)
+    if (!strcmp(g_ops[i], op_and_base))
+      return i;
+  return -1;
+}
+
+/* A restarted shard serves on top of what it replayed, which may so far exist only in
+ * the page cache of the process that died (kill -9 leaves it there; a power cut then
+ * loses it): the log and the snapshot are synced before the first ack. */
+Test(replay_wal, restart_syncs_the_replayed_log_and_snapshot_before_serving) {
+  const int n = 20;
+  acked_then_die(SAC_REPLAY_DURABILITY_WAL, n);
+  hook_on(NULL, NULL, 0);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "rs1");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  int synced_log = op_index("fsync shard.snap.wal", 0) >= 0 || op_index("fdatasync shard.snap.wal", 0) >= 0;
+  cr_assert(synced_log, "the replayed log was not synced before serving (%d ops)", g_n_ops);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  sac_replay_server_destroy(&s); /* final snapshot */
+  hook_on(NULL, NULL, 0);
+  s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  sac_replay_stats_t st;
+  sac_replay_server_stats(s, &st);
+  cr_assert_eq(st.restored_transitions, (uint64_t)n * 32u);
+  cr_assert_geq(op_index("fsync shard.snap", 0), 0, "the restored snapshot was not synced before serving");
+  cr_assert_geq(op_index("dirsync shard.snap", 0), 0, "the restored snapshot's directory was not synced");
+  sac_durable_fault_hook = NULL;
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* A snapshot whose directory fsync fails may be undone by a power cut: it is a failed
+ * snapshot, and the log it would make redundant stays. */
+Test(replay_wal, snapshot_with_a_failed_directory_fsync_keeps_the_log) {
+  const int n = 10;
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "dsf");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(s));
+  insert_acked(cl, n);
+  long logged = file_size(wal);
+  cr_assert_gt(logged, 16);
+  hook_on("dirsync", "/shard.snap", EIO); /* the snapshot's directory fsync, not the log's */
+  sac_replay_client_destroy(&cl);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s); /* the final snapshot */
+  sac_durable_fault_hook = NULL;
+  sac_replay_stats_t st;
+  sac_replay_server_stats(s, &st);
+  cr_assert_geq(op_index("dirsync shard.snap", 0), 0, "the snapshot's directory fsync was asked for");
+  cr_assert_eq(st.snapshots_total, 0, "a snapshot whose directory fsync failed counted as taken");
+  cr_assert_gt(st.snapshot_failures_total, 0);
+  cr_assert_eq(file_size(wal), logged, "the log was emptied behind a snapshot that is not durable");
+  sac_replay_server_destroy(&s);
+  /* and the restart finds every batch, once */
+  char *text = provenance_after_restart(SAC_REPLAY_DURABILITY_WAL, &st);
+  ledger_t l = check_ledger(text, n);
+  cr_assert_eq(l.found_once, n);
+  free(text);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* A raw insert connection (no client library): what the shard answers, as sent. */
+typedef struct {
+  sac_net_ctx_t *ctx;
+  void *ins;
+  sac_wire_decoder_t *dec;
+  unsigned char buf[1 << 16];
+} raw_t;
+
+static void raw_send(raw_t *k, uint64_t seq, uint64_t acked_through, tg_t *g) {
+  sac_wire_msg_t m = {.type = SAC_WIRE_TRANSITIONS};
+  m.u.transitions = *tg_next(g);
+  m.u.transitions.actor_id = ACTOR;
+  m.u.transitions.session = SESSION;
+  m.u.transitions.seq = seq;
+  m.u.transitions.acked_through = acked_through;
+  size_t len = 0;
+  cr_assert_eq(sac_wire_encode(&m, k->buf, sizeof k->buf, &len), 0);
+  cr_assert_eq(sac_net_send(k->ins, k->buf, len, 0), 0);
+}
+
+static int raw_ack(raw_t *k, int timeout_ms, sac_wire_ack_t *a, char *err, size_t cap) {
+  sac_net_pollitem_t it = {k->ins, SAC_NET_POLLIN, 0};
+  if (sac_net_poll(&it, 1, timeout_ms) <= 0)
+    return 0;
+  size_t len = 0;
+  cr_assert_eq(sac_net_recv(k->ins, k->buf, sizeof k->buf, 0, &len, NULL), 0);
+  sac_wire_msg_t m;
+  sac_wire_reason_t why;
+  cr_assert_eq(sac_wire_decode(k->dec, k->buf, len, NULL, &m, &why), 0);
+  cr_assert_eq(m.type, SAC_WIRE_ACK);
+  *a = m.u.ack;
+  snprintf(err, cap, "%s", a->error ? a->error : "");
+  return 1;
+}
+
+/* The client takes every seq up to acked_seq as stored, whatever the reply says: an
+ * error reply (here a reject) sent while a stored batch waits for its fsync must not
+ * claim that batch. Every reply with acked_seq >= 1 must come after the fsync. */
+Test(replay_wal, error_replies_carry_only_the_durable_watermark) {
+  g_sync_sleep_ns = 300000000; /* a 300 ms disk */
+  atomic_store(&g_syncs, 0);
+  sac_replay_wal_sync_hook = slow_sync;
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "dwm");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  raw_t *k = calloc(1, sizeof *k);
+  k->ins = sac_net_socket(ctx, SAC_NET_DEALER, NULL);
+  cr_assert_eq(sac_net_connect(k->ins, sac_replay_server_insert_endpoint(s)), 0);
+  k->dec = sac_wire_decoder_new(0);
+  tg_t g;
+  tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
+  raw_send(k, 1, 0, &g);   /* stored, its ack waits for the fsync */
+  raw_send(k, 100, 0, &g); /* beyond the window: rejected at once */
+  int got = 0, errors = 0;
+  for (int i = 0; i < 2; i++) {
+    sac_wire_ack_t a;
+    char err[128];
+    if (!raw_ack(k, 5000, &a, err, sizeof err))
+      break;
+    got++;
+    errors += err[0] != '\0';
+    uint64_t syncs = atomic_load(&g_syncs);
+    cr_assert(a.acked_seq == 0 || syncs > 0,
+              "a reply (seq %llu, error '%s') claimed acked_seq %llu before any fsync finished",
+              (unsigned long long)a.seq, err, (unsigned long long)a.acked_seq);
+  }
+  cr_assert_eq(got, 2, "both batches answered");
+  cr_assert_eq(errors, 1, "one of them rejected");
+  sac_replay_wal_sync_hook = NULL;
+  tg_free(&g);
+  sac_net_close(&k->ins);
+  sac_wire_decoder_destroy(&k->dec);
+  free(k);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+static int record_start(void *user, const sac_replay_wal_rec_t *rec, const unsigned char *payload,
+                        size_t len) {
+  (void)payload, (void)len;
+  uint64_t *starts = user;
+  for (int i = 0; i < 64; i++)
+    if (!starts[i]) {
+      starts[i] = rec->offset;
+      break;
+    }
+  return 0;
+}
+
+/* Valid records after a corrupt one were fsynced and acknowledged: the shard refuses to
+ * start and says where, leaving the file as it is; wal_truncate_corrupt cuts it there
+ * after keeping the whole file aside. A torn tail (nothing intact after it) is still
+ * cut without asking. */
+Test(replay_wal, corruption_in_the_middle_refuses_the_start_unless_asked) {
+  const int n = 12;
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  acked_then_die(SAC_REPLAY_DURABILITY_WAL, n);
+  long size = file_size(wal);
+  /* flip a byte in the payload of the 4th record */
+  uint64_t starts[64] = {0};
+  sac_replay_wal_scan_t sc;
+  cr_assert_eq(sac_replay_wal_scan(wal, 1 << 20, record_start, starts, &sc), 0);
+  cr_assert_eq(sc.records, (uint64_t)n);
+  long at = (long)starts[3] + 40;
+  int fd = open(wal, O_RDWR);
+  unsigned char ch;
+  cr_assert_eq(pread(fd, &ch, 1, at), 1);
+  ch ^= 0x40;
+  cr_assert_eq(pwrite(fd, &ch, 1, at), 1);
+  close(fd);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "mid");
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, &err);
+  cr_assert_null(s, "a log corrupt in the middle was replayed up to the bad record and cut");
+  cr_assert_eq(err, SAC_ECONFIG);
+  cr_assert_eq(file_size(wal), size, "the refused log is left as it was");
+  c.wal_truncate_corrupt = 1;
+  s = sac_replay_server_new(&c, ctx, &err);
+  cr_assert_not_null(s);
+  sac_replay_stats_t st;
+  sac_replay_server_stats(s, &st);
+  cr_assert_eq(st.wal_replayed_records, 3);
+  cr_assert_eq(file_size(wal), (long)starts[3]);
+  sac_replay_server_destroy(&s);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd,
+           "n=0; for f in '%s'/shard.snap.wal.corrupt-*; do [ \"$(stat -c %%s \"$f\")\" = %ld ] && "
+           "n=$((n+1)); done; [ $n = 1 ]",
+           g_dir, size);
+  cr_assert_eq(system(cmd), 0, "the whole damaged log was kept aside");
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* A record that no longer passes the shard's checks (here: restarted with another
+ * obs_dim) refuses the start, naming the record, rather than being skipped. */
+Test(replay_wal, a_record_failing_validation_refuses_the_start) {
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  acked_then_die(SAC_REPLAY_DURABILITY_WAL, 5);
+  long size = file_size(wal);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "val");
+  c.shard.obs_dim = OBS + 1;
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, &err);
+  cr_assert_null(s, "records of another obs_dim were skipped and the shard started without them");
+  cr_assert_eq(err, SAC_ECONFIG);
+  cr_assert_eq(file_size(wal), size, "the log is left as it was");
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* durability wal without a place for the log: refused, never a silent "none". */
+Test(replay_wal, wal_without_a_path_refuses_to_start) {
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "nop");
+  c.snapshot_path[0] = '\0';
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+  cr_assert_null(s, "durability wal without a path ran without keeping anything");
+  cr_assert_eq(err, SAC_ECONFIG);
+}
+
+/* Two shards on one log would interleave their records: the second refuses, naming the
+ * first's pid. */
+Test(replay_wal, a_second_shard_on_the_same_files_refuses) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "lk1");
+  sac_replay_server_t *a = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(a);
+  sac_replay_server_config_t c2 = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "lk2");
+  int err = 0;
+  sac_replay_server_t *b = sac_replay_server_new(&c2, ctx, &err);
+  cr_assert_null(b, "a second shard opened the same log and snapshot");
+  cr_assert_eq(err, SAC_ECONFIG);
+  char lock[400], text[64] = {0};
+  snprintf(lock, sizeof lock, "%s/shard.snap.lock", g_dir);
+  FILE *f = fopen(lock, "r");
+  cr_assert_not_null(f);
+  cr_assert_not_null(fgets(text, sizeof text, f));
+  fclose(f);
+  cr_assert_eq(atol(text), (long)getpid(), "the lock file names its holder: %s", text);
+  sac_replay_server_destroy(&a);
+  b = sac_replay_server_new(&c2, ctx, &err); /* released with the first */
+  cr_assert_not_null(b);
+  sac_replay_server_destroy(&b);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* Another shard's log, or a log under durability snapshot/none, is refused as another
+ * shard's snapshot is. */
+Test(replay_wal, a_log_of_another_shard_or_mode_is_refused) {
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  acked_then_die(SAC_REPLAY_DURABILITY_WAL, 5); /* shard 0's log */
+  long size = file_size(wal);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  int err = 0;
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "oth");
+  c.shard.shard_id = 1;
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, &err);
+  cr_assert_null(s, "shard 1 replayed shard 0's log");
+  cr_assert_eq(err, SAC_ECONFIG);
+  for (int d = 0; d < 2; d++) {
+    c = server_cfg(d ? SAC_REPLAY_DURABILITY_NONE : SAC_REPLAY_DURABILITY_SNAPSHOT, 2, "mode");
+    s = sac_replay_server_new(&c, ctx, &err);
+    cr_assert_null(s, "durability %s started over a log of acknowledged batches", d ? "none" : "snapshot");
+  }
+  cr_assert_eq(file_size(wal), size);
+  c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "own");
+  s = sac_replay_server_new(&c, ctx, &err);
+  cr_assert_not_null(s, "its own shard replays it");
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* A file moved aside is followed by a directory fsync: otherwise a power cut can bring
+ * the bad file back under the name the shard starts from. */
+Test(replay_wal, a_file_moved_aside_is_followed_by_a_directory_fsync) {
+  char snap[400];
+  snprintf(snap, sizeof snap, "%s/shard.snap", g_dir);
+  FILE *f = fopen(snap, "wb");
+  fputs("not a snapshot at all, and long enough to be looked at as one", f);
+  fclose(f);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "asd");
+  c.start_empty_on_bad_snapshot = 1;
+  hook_on(NULL, NULL, 0);
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  sac_durable_fault_hook = NULL;
+  cr_assert_not_null(s);
+  int ren = -1;
+  for (int i = 0; i < g_n_ops && ren < 0; i++)
+    if (!strncmp(g_ops[i], "rename shard.snap.bad-", 22))
+      ren = i;
+  cr_assert_geq(ren, 0, "the bad snapshot was moved aside through the durable rename");
+  int ds = -1;
+  for (int i = ren + 1; i < g_n_ops && ds < 0; i++)
+    if (!strncmp(g_ops[i], "dirsync shard.snap.bad-", 23))
+      ds = i;
+  cr_assert_geq(ds, 0, "no directory fsync after moving the snapshot aside");
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* ------------------------------------------------------------------ injected I/O errors */
+
+/* Sends seq from..to one at a time on a raw connection, waiting up to wait_ms for each
+ * ack; marks acked[seq] for every seq an ack (or an ack's cumulative acked_seq) covers. */
+static void send_and_collect(raw_t *k, tg_t *g, uint64_t from, uint64_t to, int wait_ms, int *acked) {
+  for (uint64_t q = from; q <= to; q++) {
+    uint64_t through = 0;
+    for (uint64_t p = 1; p < q; p++)
+      if (acked[p] && p == through + 1)
+        through = p;
+    raw_send(k, q, through, g);
+    sac_wire_ack_t a;
+    char err[128];
+    if (raw_ack(k, wait_ms, &a, err, sizeof err)) {
+      if (!err[0] && a.seq >= 1 && a.seq < 64)
+        acked[a.seq] = 1;
+      for (uint64_t p = 1; p <= a.acked_seq && p < 64; p++)
+        acked[p] = 1;
+    }
+  }
+}
+
+static int g_io_trial;
+
+/* One fault: the shard takes batches 1..5 (acknowledged), then op on the file ending in
+ * suffix fails with err while batches 6..10 arrive (and, for the snapshot, a snapshot is
+ * asked for). Then the fault is removed and the shard restarted: every acknowledged batch
+ * is there, once. Returns how many of 6..10 were acknowledged under the fault. */
+static int io_fault_trial(const char *op, const char *suffix, int err, sac_replay_stats_t *during) {
+  char tag[32];
+  snprintf(tag, sizeof tag, "io%d", g_io_trial++);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -f '%s'/shard.snap*", g_dir);
+  cr_assert_eq(system(cmd), 0);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, tag);
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  raw_t *k = calloc(1, sizeof *k);
+  k->ins = sac_net_socket(ctx, SAC_NET_DEALER, NULL);
+  cr_assert_eq(sac_net_connect(k->ins, sac_replay_server_insert_endpoint(s)), 0);
+  k->dec = sac_wire_decoder_new(0);
+  tg_t g;
+  tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
+  int acked[64] = {0};
+  send_and_collect(k, &g, 1, 5, 5000, acked);
+  for (int q = 1; q <= 5; q++)
+    cr_assert(acked[q], "%s %s: batch %d acknowledged before the fault", op, suffix, q);
+  hook_on(op, suffix, err);
+  if (strstr(suffix, ".snap") && !strstr(suffix, ".wal"))
+    sac_replay_server_request_snapshot(s);
+  send_and_collect(k, &g, 6, 10, 700, acked);
+  if (strstr(suffix, ".snap") && !strstr(suffix, ".wal"))
+    sac_replay_server_request_snapshot(s);
+  sac_replay_server_stats(s, during);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_server_stats(s, during);
+  sac_durable_fault_hook = NULL;
+  tg_free(&g);
+  sac_net_close(&k->ins);
+  sac_wire_decoder_destroy(&k->dec);
+  free(k);
+  sac_replay_server_destroy(&s);
+  int late = 0;
+  for (int q = 6; q <= 10; q++)
+    late += acked[q];
+  /* restarted without the fault: every acknowledged batch, once */
+  sac_replay_stats_t st;
+  char *text = provenance_after_restart(SAC_REPLAY_DURABILITY_WAL, &st);
+  int *count = calloc(64, sizeof *count);
+  const char *p = strchr(text, '\n');
+  for (p++; *p; p = strchr(p, '\n') + 1) {
+    unsigned actor = 0, rows = 0;
+    unsigned long long session = 0, seq = 0;
+    cr_assert_eq(sscanf(p, "%u %llu %llu %u", &actor, &session, &seq, &rows), 4);
+    if (seq < 64)
+      count[seq]++;
+  }
+  for (int q = 1; q <= 10; q++) {
+    cr_assert_leq(count[q], 1, "%s %s (%s): batch %d stored twice", op, suffix, strerror(err), q);
+    cr_assert(!acked[q] || count[q] == 1, "%s %s (%s): acknowledged batch %d missing after the restart", op,
+              suffix, strerror(err), q);
+  }
+  free(count);
+  free(text);
+  sac_net_ctx_destroy(&ctx);
+  return late;
+}
+
+/* EIO and ENOSPC on the log's write and fdatasync: the shard stops (fail-stop), answers
+ * none of the batches it could not make durable, counts the error, and the restarted
+ * shard has every acknowledged batch. */
+Test(replay_wal, io_errors_on_the_log_stop_the_shard_and_ack_nothing_undurable) {
+  const char *ops[] = {"write", "fdatasync"};
+  const int errs[] = {EIO, ENOSPC};
+  for (int o = 0; o < 2; o++)
+    for (int e = 0; e < 2; e++) {
+      sac_replay_stats_t st;
+      int late = io_fault_trial(ops[o], "/shard.snap.wal", errs[e], &st);
+      cr_assert_eq(late, 0, "%s of the log failing with %s: %d batches acknowledged after it", ops[o],
+                   strerror(errs[e]), late);
+      cr_assert_geq(st.wal_errors_total, 1, "%s (%s): not counted", ops[o], strerror(errs[e]));
+    }
+}
+
+/* The log cannot be opened: the shard refuses to start (and starts once it can). */
+Test(replay_wal, io_error_opening_the_log_refuses_the_start) {
+  const int errs[] = {EIO, ENOSPC};
+  for (int e = 0; e < 2; e++) {
+    sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "ioo");
+    hook_on("open", "/shard.snap.wal", errs[e]);
+    int err = 0;
+    sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+    sac_durable_fault_hook = NULL;
+    cr_assert_null(s, "started on a log it could not open (%s)", strerror(errs[e]));
+    cr_assert_eq(err, SAC_ECONFIG);
+    s = sac_replay_server_new(&c, NULL, &err);
+    cr_assert_not_null(s);
+    sac_replay_server_destroy(&s);
+  }
+}
+
+/* EIO and ENOSPC on the snapshot's open, write, fsync and rename: the snapshot fails and
+ * is counted, the log keeps every batch (its acks stay truthful: a batch is acknowledged
+ * only once the log's fsync covered it), and the restarted shard has every acknowledged
+ * batch. */
+Test(replay_wal, io_errors_on_the_snapshot_keep_the_log) {
+  const char *ops[] = {"open", "write", "fsync", "rename"};
+  const int errs[] = {EIO, ENOSPC};
+  for (int o = 0; o < 4; o++)
+    for (int e = 0; e < 2; e++) {
+      sac_replay_stats_t st;
+      io_fault_trial(ops[o], "/shard.snap", errs[e], &st);
+      cr_assert_geq(st.snapshot_failures_total, 1,
+                    "%s of the snapshot failing with %s: no failed snapshot counted", ops[o],
+                    strerror(errs[e]));
+      cr_assert_eq(st.snapshots_total, 0, "%s (%s): a snapshot counted as taken", ops[o], strerror(errs[e]));
+    }
 }

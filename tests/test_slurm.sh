@@ -185,9 +185,10 @@ PORT_BASE=$(free_port)
 submit() {
   local name=$1 steps=$2
   shift 2
-  env SACFLEET_HOME="$ROOT" SACFLEET_BIN_DIR="$D/bin" SACFLEET_RUN_ROOT="$D/runs" SACFLEET_RUN_NAME="$name" \
-    SACFLEET_PORT="$PORT_BASE" SACFLEET_WEIGHTS_PORT=$((PORT_BASE + 20)) SACFLEET_METRICS_PORT=$((PORT_BASE + 100)) \
-    SAC_TOTAL_STEPS="$steps" SAC_EVAL_EVERY=2000 SAC_SNAPSHOT_INTERVAL_S=3 "$@" \
+  # SACFLEET_RUN_NAME: the old name of SAC_SLURM_RUN_NAME still works (the run directory shows it)
+  env SAC_SLURM_HOME="$ROOT" SAC_SLURM_BIN_DIR="$D/bin" SAC_SLURM_RUN_ROOT="$D/runs" SACFLEET_RUN_NAME="$name" \
+    SAC_SLURM_PORT="$PORT_BASE" SAC_SLURM_WEIGHTS_PORT=$((PORT_BASE + 20)) SAC_SLURM_METRICS_PORT=$((PORT_BASE + 100)) \
+    SAC_TOTAL_STEPS="$steps" SAC_EVAL_EVERY_UPDATES=2000 SAC_SNAPSHOT_INTERVAL_S=3 "$@" \
     sbatch --parsable --chdir="$D" --output="$D/job-$name.out" "$ROOT/deploy/slurm/sacfleet.sbatch"
 }
 job_state() { scontrol show job -o "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }

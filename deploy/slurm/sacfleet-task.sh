@@ -8,13 +8,16 @@
 #      drops the rest: a user sets SAC_TOTAL_STEPS or SAC_NUM_ENVS once for the job, and
 #      the learner or the actors, respectively, get it.
 #   2. Actors started as one step of many tasks need distinct ids: actor id =
-#      SACFLEET_ACTOR_ID_BASE + SLURM_PROCID, and a metrics port from the same index.
+#      SAC_SLURM_ACTOR_ID_BASE + SLURM_PROCID, and a metrics port from the same index.
 #
 # usage: sacfleet-task.sh ROLE BINARY [ARGS...]   (ROLE: learner, replay or actor)
 set -euo pipefail
 role=${1:?usage: sacfleet-task.sh ROLE BINARY [ARGS...]}
 bin=${2:?usage: sacfleet-task.sh ROLE BINARY [ARGS...]}
 shift 2
+# read before the filter below drops every SAC_* the binary does not list
+id_base=${SAC_SLURM_ACTOR_ID_BASE:-${SACFLEET_ACTOR_ID_BASE:-0}}
+metrics_base=${SAC_SLURM_ACTOR_METRICS_BASE:-${SACFLEET_ACTOR_METRICS_BASE:-9164}}
 
 own=$("$bin" --help 2>&1 | sed -n 's/.*\[env \(SAC_[A-Z0-9_]*\)\].*/\1/p')
 [ -n "$own" ] || { echo "sacfleet-task: $bin --help lists no SAC_* variables" >&2; exit 2; }
@@ -24,7 +27,6 @@ done < <(compgen -e | grep '^SAC_' || true)
 
 if [ "$role" = actor ]; then
   i=${SLURM_PROCID:-0}
-  set -- --actor_id "$((${SACFLEET_ACTOR_ID_BASE:-0} + i))" \
-    --metrics_port "$((${SACFLEET_ACTOR_METRICS_BASE:-9164} + i))" "$@"
+  set -- --actor_id "$((id_base + i))" --metrics_port "$((metrics_base + i))" "$@"
 fi
 exec "$bin" "$@"

@@ -317,7 +317,11 @@ fi
 if wants stop; then
   # SIGTERM while garbage keeps arriving on the weights port and both shard ports
   STOP_GARBAGE=()
-  for p in "$WEIGHTS_PORT" "${INS##*:}" "${SMP##*:}"; do
+  # the shard's two ports, and the weights port while the learner is one of those stopped
+  # (after portlost no one listens on it)
+  STOP_PORTS=("${INS##*:}" "${SMP##*:}")
+  [[ " $STOPPED " == *" learner "* ]] && STOP_PORTS+=("$WEIGHTS_PORT")
+  for p in "${STOP_PORTS[@]}"; do
     "$CLIENT" garbage "$p" 100 20 >>"$T/attack-stop-$p.log" 2>&1 &
     STOP_GARBAGE+=("$!")
     on_cleanup "kill $! 2>/dev/null"
@@ -325,11 +329,11 @@ if wants stop; then
   # the garbage is arriving on every port (each client says so once its first bytes went in)
   garbage_flowing() {
     local p
-    for p in "$WEIGHTS_PORT" "${INS##*:}" "${SMP##*:}"; do
+    for p in "${STOP_PORTS[@]}"; do
       grep -q 'first bytes taken' "$T/attack-stop-$p.log" 2>/dev/null || return 1
     done
   }
-  wait_until 10 "garbage arriving on the three ports" garbage_flowing
+  wait_until 10 "garbage arriving on ${STOP_PORTS[*]}" garbage_flowing
   for n in $STOPPED; do
     pid=$(pid_of "$n")
     exited "$pid" && fail "$n had already ended (exit ${DIST_RC_OF[$pid]})"
@@ -347,7 +351,7 @@ if wants stop; then
   done
   # the garbage did arrive while they stopped (each client ends within its own 20 s)
   for pid in "${STOP_GARBAGE[@]}"; do wait "$pid" || fail "a garbage client of the stop phase failed"; done
-  for p in "$WEIGHTS_PORT" "${INS##*:}" "${SMP##*:}"; do
+  for p in "${STOP_PORTS[@]}"; do
     reached "stop-garbage-$p" "$T/attack-stop-$p.log" conns 100 "connections that took bytes"
   done
   log "garbage during the stop: $(cat "$T"/attack-stop-*.log | tr '\n' ' ')"

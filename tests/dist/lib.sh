@@ -327,6 +327,16 @@ BUFFER=${DIST_BUFFER:-1000000}
 # all interfaces: several processes share a host here, and traffic stays on loopback).
 METRICS_OPTS="--metrics_addr=127.0.0.1 --metrics_port=0"
 
+# memory_only_unless_durable [options...]: "--durability=none" unless the options give a
+# snapshot path or a durability (sac-replay refuses durability wal without a path).
+memory_only_unless_durable() {
+  local a
+  for a in "$@"; do
+    case $a in --snapshot_path=* | --durability=*) return 0 ;; esac
+  done
+  printf -- '--durability=none'
+}
+
 # shard_args S ID: the sac-replay options of shard ID of S (endpoints excluded).
 shard_args() {
   local S=$1 id=$2 min=$((LEARNING_STARTS / $1))
@@ -419,8 +429,9 @@ start_local_shard() {
     DIST_PORTS[$pi]=1 DIST_PORTS[$ps]=1
     rm -f "$T/$name.ready"
     # shellcheck disable=SC2046
-    start "$name" "$REPLAY" $(shard_args "$S" "$id") --insert_endpoint="tcp://127.0.0.1:$pi" \
-      --sample_endpoint="tcp://127.0.0.1:$ps" --ready_file="$T/$name.ready" "$@"
+    start "$name" "$REPLAY" $(shard_args "$S" "$id") $(memory_only_unless_durable "$@") \
+      --insert_endpoint="tcp://127.0.0.1:$pi" --sample_endpoint="tcp://127.0.0.1:$ps" \
+      --ready_file="$T/$name.ready" "$@"
     r=0
     wait_ready "$name" "$START_PID" 30 || r=$?
     if ((r == 0)); then

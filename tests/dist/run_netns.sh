@@ -77,7 +77,7 @@ INS=() SMP=()
 for ((i = 0; i < S; i++)); do
   a="$NET.$((10 + i))"
   # shellcheck disable=SC2046
-  start "shard$i" ip netns exec "${P}shard$i" "$REPLAY" $(shard_args "$S" "$i") \
+  start "shard$i" ip netns exec "${P}shard$i" "$REPLAY" $(shard_args "$S" "$i") --durability=none \
     --insert_endpoint="tcp://$a:5560" --sample_endpoint="tcp://$a:5561" --ready_file="$T/shard$i.ready"
   wait_ready "shard$i" "$START_PID" 30 || fail "shard$i cannot bind $a"
   INS+=("tcp://$a:5560") SMP+=("tcp://$a:5561")

@@ -24,7 +24,7 @@ MARKERS = [
     (re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{1,2},? 20\d\d\b"), "a date"),
     (re.compile(r"\b[Ii]ssues?[ -]#?\d+\b|(?<![\w/])#\d+\b"), "an issue number"),
     (re.compile(r"\b[Dd]efects? \d+\b"), "a defect number of an issue"),
-    (re.compile(r"\bthis session\b|\bsessions'|\ban earlier version of this\b", re.I), "session talk"),
+    (re.compile(r"\b(?:this|these|previous|earlier|last|other) sessions?\b|\bsessions'|\ban earlier version of this\b", re.I), "session talk"),
 ]
 # hex that is not a hash: sizes and addresses in code, Z85/hex keys in examples
 HEX_OK = re.compile(r"^(?:[0-9]+|[a-f]+)$")

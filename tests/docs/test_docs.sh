@@ -14,6 +14,8 @@ if [ "$mode" = lint ]; then
   for what in "a commit hash" "a date" "an issue number" "session talk" "broken relative link"; do
     echo "$out" | grep -q "$what" || { echo "FAIL: the negative control's $what was not caught:"; echo "$out"; exit 1; }
   done
+  n=$(wc -l <"$src/README.md")
+  [ "$n" -le 150 ] || { echo "FAIL: README.md has $n lines, more than 150 (a landing page; details go in docs/)"; exit 1; }
   files="$src/README.md"
   for f in "$src"/docs/*.md; do files="$files $f"; done
   # shellcheck disable=SC2086

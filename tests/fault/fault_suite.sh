@@ -81,6 +81,7 @@ CKPT_EVERY=500  # learner checkpoints (updates)
 STALL_S=${FAULT_STALL_S:-120} # every wait: fails after this long without progress
 RECOVER_S=$STALL_S
 LEDGERS="$T/ledgers"
+LEDGER_EXPECT=4 # one ledger per actor, each with acknowledged batches (lib_fault.sh)
 mkdir -p "$LEDGERS"
 
 # ---------------------------------------------------------------- topology
@@ -433,8 +434,11 @@ DIST_WATCH="shard0 shard1 actor0 actor1 actor2 actor3"
 check_watch
 # the actors stop first (their last batches acknowledged or logged as not), then the
 # whole run's ledger is checked against the running shards, then the shards stop
+ledger_errors_zero actor0 actor1 actor2 actor3
 stop_clean actor0 actor1 actor2 actor3
 ledger_require_clean end-of-run $SHARDS
+# shellcheck disable=SC2086
+prov_rows_match_stored end-of-run $SHARDS
 final_fig=$LEDGER_FIG final_actors=$LEDGER_ACTORS
 stop_clean shard0 shard1
 # and what the shards left on disk (final snapshot + log, sac-replay --print_provenance):

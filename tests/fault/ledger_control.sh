@@ -39,6 +39,7 @@ grep -q -- '--durability' <<<"$replay_help" || fail "$REPLAY has no --durability
 
 STEPS=3000 # per actor and phase: 3000 / 64 rows = 47 batches each
 LEDGERS="$T/ledgers"
+LEDGER_EXPECT=2 # one ledger per actor, each with acknowledged batches (lib_fault.sh)
 mkdir -p "$LEDGERS"
 SHARD_OPTS=(--durability="$MODE" --snapshot_path="$T/shard0.snap" --snapshot_interval_s=3600
   --samples_per_insert=0 --min_size=64)
@@ -96,6 +97,7 @@ log "restarted: $(since_start shard0 | grep -a -i 'restored\|wal\|write-ahead\|s
 # 5. the ledger check --------------------------------------------------------------------
 rc=0
 ledger_check after-kill shard0 || rc=$?
+prov_rows_match_stored after-kill shard0
 inc_after=$(incarnation_of "$T/ledger-after-kill/shard0.prov")
 [[ -n "$inc_after" && "$inc_after" != "$inc_before" ]] ||
   fail "shard0's incarnation did not change across the restart ('$inc_before' -> '$inc_after')"

@@ -242,12 +242,54 @@ ledger_check() {
 }
 
 # ledger_require_clean LABEL SHARD...: the ledger check must find every acknowledged batch
-# once: missing 0, found twice 0 (and at least one batch acknowledged).
+# once: missing 0, found twice 0; and every actor must have kept a ledger with at least one
+# acknowledged batch in it (LEDGER_EXPECT, when set: how many ledger files there must be),
+# so that an actor whose ledger stayed empty cannot pass by having nothing to lose.
 ledger_require_clean() {
-  local label=$1
+  local label=$1 f n files=0
+  for f in "$LEDGERS"/*.ledger; do
+    [[ -f "$f" ]] || continue
+    files=$((files + 1))
+    n=$(grep -vc '^#' "$f")
+    ((n > 0)) || fail "ledger check '$label': $(basename "$f") holds no acknowledged batch"
+  done
+  [[ -z "${LEDGER_EXPECT:-}" ]] || ((files == LEDGER_EXPECT)) ||
+    fail "ledger check '$label': $files ledger files in $LEDGERS, expected one per actor ($LEDGER_EXPECT)"
   ledger_check "$@" || fail "ledger check '$label': $(cat "$T/ledger-$label/check.txt")"
   [[ "$LEDGER_FIG" =~ ^acknowledged\ ([0-9]+),\ found\ once\ ([0-9]+),\ missing\ 0,\ found\ twice\ 0$ ]] ||
     fail "ledger check '$label': unexpected figures '$LEDGER_FIG'"
   ((BASH_REMATCH[1] > 0 && BASH_REMATCH[1] == BASH_REMATCH[2])) ||
     fail "ledger check '$label': $LEDGER_FIG (nothing acknowledged?)"
+}
+
+# ledger_errors_zero ACTOR...: each actor's sac_actor_ledger_errors_total is 0 (a ledger
+# line it could not write would make the check above blind to that batch).
+ledger_errors_zero() {
+  local n v
+  for n in "$@"; do
+    v=$(metric "$n" sac_actor_ledger_errors_total)
+    [[ -n "$v" ]] || fail "$n: no sac_actor_ledger_errors_total on its /metrics"
+    [[ "$v" == 0 ]] || fail "$n: $v ledger lines could not be written (sac_actor_ledger_errors_total)"
+  done
+}
+
+# prov_rows_match_stored LABEL SHARD...: with the actors stopped (nothing arriving), the
+# rows of SHARD's provenance as fetched by the ledger check LABEL add up to the rows the
+# shard counts as stored (sac_replay_inserted_transitions_total): the provenance records
+# what was stored, not what was sent, and holds every stored batch (the rings are sized
+# so that nothing is evicted). Retried for 5 s: the metrics are published periodically.
+prov_rows_match_stored() {
+  local label=$1 n rows v try
+  shift
+  for n in "$@"; do
+    rows=$(awk '!/^#/ { r += $4 } END { printf "%d", r }' "$T/ledger-$label/$n.prov")
+    for ((try = 0; try < 25; try++)); do
+      v=$(metric "$n" sac_replay_inserted_transitions_total)
+      [[ "$v" == "$rows" ]] && break
+      sleep 0.2
+    done
+    [[ "$v" == "$rows" ]] ||
+      fail "ledger check '$label': $n's provenance holds $rows rows, the shard counts ${v:-?} stored"
+    log "ledger check '$label': $n's provenance rows ($rows) = its stored transitions"
+  done
 }

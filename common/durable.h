@@ -1,0 +1,34 @@
+/* What the durable files (snapshots, the shard's write-ahead log, their lock) need from
+ * the file system beyond plain calls: a directory fsync (a new, renamed or removed name
+ * survives a power cut only after it), a rename that is followed by one, an exclusive
+ * lock that names its holder, and one test hook through which tests inject I/O errors
+ * (EIO, ENOSPC) into exactly these operations. It is not a general file API: the
+ * callers still use read/write/fdatasync themselves, asking sac_durable_fault first. */
+#ifndef SAC_COMMON_DURABLE_H
+#define SAC_COMMON_DURABLE_H
+
+/* For tests: when set, asked before each durable-file operation op ("open", "write",
+ * "fsync", "fdatasync", "rename", "dirsync", "truncate") on path; returns 0 to let it
+ * run or an errno value (EIO, ENOSPC, ...) to make it fail with that errno. NULL: none. */
+extern int (*sac_durable_fault_hook)(const char *op, const char *path);
+
+/* 0, or the errno the hook injects (and errno is set to it). Cheap when no hook is set. */
+int sac_durable_fault(const char *op, const char *path);
+
+/* fsync of the directory that holds path ("." for a bare name). 0, or SAC_EIO with errno
+ * set (the directory cannot be opened or its fsync failed): a caller that needs the
+ * name to survive a power cut must treat that as a failure. */
+int sac_durable_sync_dir(const char *path);
+
+/* rename(from, to), then the directory fsync of to (from and to in one directory).
+ * 0, SAC_EIO (errno set; a failed directory fsync leaves the rename done but not
+ * durable). */
+int sac_durable_rename(const char *from, const char *to);
+
+/* Takes an exclusive lock (flock) on lock_path, creating it, and writes this process's
+ * pid into it. 0 with *fd the lock's descriptor (closing it releases the lock);
+ * SAC_EAGAIN when another process (or another open in this one) holds it: holder gets
+ * the pid the holder wrote ("" when unknown); SAC_EIO when the file cannot be opened. */
+int sac_durable_lock(const char *lock_path, int *fd, char *holder, unsigned holder_cap);
+
+#endif

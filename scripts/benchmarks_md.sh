@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Writes docs/BENCHMARKS.md from the benches' own output: runs each bench below from BUILD,
+# and puts down the command, the machine (CPU model, cores, load average before the run)
+# and what the bench printed, unedited. Rerun it to refresh the page; nothing in the page is
+# typed by hand.
+# usage: scripts/benchmarks_md.sh [BUILD (default build)] [OUT (default docs/BENCHMARKS.md)]
+set -euo pipefail
+BUILD=${1:-build}
+OUT=${2:-docs/BENCHMARKS.md}
+BENCHES=(
+  "replay service: ingest, sampling, durability|bench/sac-bench-replay --seconds 1 --reps 3"
+  "learner service ceiling (null backend, no math)|bench/sac-bench-service --seconds 1 --windows 3 --configs inproc:2,tcp:2 --actors 0,4"
+  "CPU learner: updates/s against the ceiling (pendulum preset)|bench/sac-bench-learner --preset pendulum --runs 3 --peer false"
+)
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
+machine="$(nproc) cores, ${cpu:-unknown CPU}, $(awk '{print int($2 / 1048576 + 0.5)}' <(grep MemTotal /proc/meminfo)) GiB"
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+{
+  printf '# Benchmarks\n\n'
+  printf '<!-- Written by scripts/benchmarks_md.sh from the benches'"'"' output: do not edit; rerun it. -->\n\n'
+  printf 'Current figures of the project'"'"'s benches, each with the command that printed it (run from\n'
+  printf 'the build directory) and the machine it ran on. A loaded machine (the load average is given)\n'
+  printf 'moves wall-clock rates a lot; the benches report ratios against a yardstick of the same run\n'
+  printf 'where they can. What each bench measures: [REPLAY.md](REPLAY.md), [LEARNER.md](LEARNER.md),\n'
+  printf '[SCALING.md](SCALING.md). Regenerate: `scripts/benchmarks_md.sh build`.\n\n'
+  for b in "${BENCHES[@]}"; do
+    title=${b%%|*} cmd=${b#*|}
+    load=$(cut -d' ' -f1-3 /proc/loadavg)
+    printf '## %s\n\n' "$title"
+    printf 'Command: `%s`  \nMachine: %s; load average %s before the run.\n\n' "./$cmd" "$machine" "$load"
+    # shellcheck disable=SC2086
+    if (cd "$BUILD" && ./$cmd) >"$tmp" 2>&1; then
+      printf '```\n'
+      cat "$tmp"
+      printf '```\n\n'
+    else
+      printf 'The bench failed (exit %s); its last lines:\n\n```\n%s\n```\n\n' "$?" "$(tail -n 5 "$tmp")"
+    fi
+  done
+} >"$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+echo "wrote $OUT"
