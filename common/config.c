@@ -43,7 +43,7 @@ typedef struct {
   const char *help;
   const char *programs; /* space-separated programs whose --help lists it; NULL: every program */
 } env_var_t;
-#define ENV_PROGRAMS_ENVS "sac-learner sac-actor sac-bench-learner"
+#define ENV_PROGRAMS_ENVS "sac-learner sac-actor sac-replay sac-bench-learner"
 static const env_var_t k_env_other[] = {
     {"SAC_CONFIG", "config file read before the environment and the command line (--config wins)", NULL},
     {"SAC_LOG_LEVEL", "error|warn|info|debug, before --log_level is parsed", NULL},

@@ -213,6 +213,28 @@ static void embedded_stop(embedded_t *em) {
     sac_replay_server_destroy(&em->shards[i]);
 }
 
+/* A resumed run's shard takes the replay its snapshot holds. Sized to the run, it may be
+ * smaller than the snapshot's (a shorter budget, a smaller --capacity) or larger: a larger
+ * shard takes a ring that never wrapped, but one that wrapped (the actors' batches go
+ * round-robin by batch, not by row, so a shard can get more than its share) only at its
+ * own capacity. Any other trouble with the file is the shard's to report when it loads it. */
+static void fit_to_snapshot(sac_replay_shard_config_t *sh, const char *path) {
+  uint64_t cap = 0;
+  int wrapped = 0;
+  if (sac_replay_shard_resume_capacity(path, sh->capacity, &cap, &wrapped) != 0 || cap == sh->capacity)
+    return;
+  if (wrapped)
+    SAC_INFO("learner",
+             "shard %u: the replay in %s filled its %llu slots and wrapped; the shard keeps that capacity "
+             "(sized to this run it would have %llu)",
+             sh->shard_id, path, (unsigned long long)cap, (unsigned long long)sh->capacity);
+  sh->capacity = cap;
+  if (sh->max_batch_rows > sh->capacity / 4)
+    sh->max_batch_rows = (uint32_t)(sh->capacity / 4);
+  if (sh->min_size > sh->capacity)
+    sh->min_size = sh->capacity;
+}
+
 /* Embedded shard i's configuration, sized to the run. 0, or SAC_ECONFIG when the run
  * directory's path leaves no room for the shard's snapshot path (logged). */
 static int embedded_shard_config(const sac_learner_cfg_t *c, const sac_env_spec_t *sp,
@@ -279,6 +301,7 @@ static int embedded_shard_config(const sac_learner_cfg_t *c, const sac_env_spec_
       SAC_ERROR("learner", "run directory path too long for shard snapshots: %s", c->rundir->path);
       return SAC_ECONFIG;
     }
+    fit_to_snapshot(&sc.shard, sc.snapshot_path);
   }
   *scp = sc;
   return 0;

@@ -719,13 +719,13 @@ static const char *check_loaded(sac_replay_shard_t *sh, uint64_t size) {
   return NULL;
 }
 
-int sac_replay_shard_snapshot_config(const char *path, sac_replay_shard_config_t *cfg) {
+/* The metadata block of the snapshot at path, checked for what the readers below use. */
+static int read_snapshot_meta(const char *path, uint64_t m[M_COUNT]) {
   sac_snap_reader_t r;
   int rc = sac_snap_reader_open(&r, path, SAC_SNAP_KIND_REPLAY);
   if (rc)
     return rc;
-  uint64_t m[M_COUNT];
-  rc = sac_snap_read(&r, m, sizeof m) != 0 ? SAC_EPROTO : 0;
+  rc = sac_snap_read(&r, m, M_COUNT * sizeof *m) != 0 ? SAC_EPROTO : 0;
   sac_snap_reader_close(&r);
   if (rc)
     return rc;
@@ -734,6 +734,24 @@ int sac_replay_shard_snapshot_config(const char *path, sac_replay_shard_config_t
   if (m[M_SHARD] >= SAC_WIRE_MAX_SHARDS || m[M_CAPACITY] >= UINT32_MAX || m[M_OBS_DIM] > (1u << 20) ||
       m[M_ACT_DIM] > (1u << 20))
     return SAC_EPROTO;
+  return 0;
+}
+
+int sac_replay_shard_resume_capacity(const char *path, uint64_t sized, uint64_t *capacity, int *wrapped) {
+  uint64_t m[M_COUNT];
+  int rc = read_snapshot_meta(path, m);
+  if (rc)
+    return rc;
+  *wrapped = m[M_ALLOC] > m[M_CAPACITY];
+  *capacity = *wrapped || m[M_CAPACITY] > sized ? m[M_CAPACITY] : sized;
+  return 0;
+}
+
+int sac_replay_shard_snapshot_config(const char *path, sac_replay_shard_config_t *cfg) {
+  uint64_t m[M_COUNT];
+  int rc = read_snapshot_meta(path, m);
+  if (rc)
+    return rc;
   cfg->shard_id = (uint32_t)m[M_SHARD];
   cfg->capacity = m[M_CAPACITY];
   cfg->obs_dim = (uint32_t)m[M_OBS_DIM];

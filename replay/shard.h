@@ -156,4 +156,11 @@ const sac_replay_prov_t *sac_replay_shard_provenance(const sac_replay_shard_t *s
  * shard's flags. 0; SAC_ENOTFOUND; SAC_EIO / SAC_ECHECKSUM / SAC_EVERSION / SAC_EPROTO. */
 int sac_replay_shard_snapshot_config(const char *path, sac_replay_shard_config_t *cfg);
 
+/* The capacity a shard sized to `sized` slots takes to load the snapshot at path (a
+ * resumed run whose budget, and so its replay, changed): the snapshot's own when its ring
+ * wrapped (only a shard of the same capacity can take it), else the larger of the two.
+ * *wrapped says which. 0; the errors of sac_replay_shard_snapshot_config (SAC_ENOTFOUND:
+ * no snapshot there). */
+int sac_replay_shard_resume_capacity(const char *path, uint64_t sized, uint64_t *capacity, int *wrapped);
+
 #endif

@@ -967,14 +967,14 @@ Test(config, help_lists_old_names_and_own_variables) {
   int action;
   capture_t cap;
   cap_begin(&cap, STDOUT_FILENO);
-  char *argv[] = {"/usr/bin/sac-replay", "--help", NULL};
+  char *argv[] = {"/usr/bin/sac-export", "--help", NULL};
   cr_assert_eq(sac_config_load(k_renamed, N_RENAMED, &r, 2, argv, "x", &action), 0);
   char *out = cap_end(&cap);
   cr_assert_not_null(strstr(out, "--buffer_capacity -> --capacity"), "%s", out);
   cr_assert_not_null(strstr(out, "SAC_LOG_LEVEL"), "%s", out);
   cr_assert_null(strstr(out, "SAC_FUZZ_SEED_DIR"), "%s", out);
   cr_assert_null(strstr(out, "SAC_CUDA_MODULE"), "%s", out);
-  cr_assert_null(strstr(out, "SAC_PLUGIN_PATH"), "the shard loads no environment:\n%s", out);
+  cr_assert_null(strstr(out, "SAC_PLUGIN_PATH"), "sac-export loads no environment:\n%s", out);
   free(out);
   cap_begin(&cap, STDOUT_FILENO);
   char *argv2[] = {"sac-learner", "--help-markdown", NULL};

@@ -315,6 +315,25 @@ Test(replay_snapshot, unwrapped_snapshot_loads_into_a_larger_shard, .init = setu
     cr_assert_gt(sb.size, sa.size);
     cr_assert_eq(sac_replay_shard_load(b, wrapped), SAC_ECONFIG,
                  "a wrapped snapshot needs the same capacity");
+    /* what a resumed embedded run sizes its shard to (learner/service.c): the larger of
+     * the run's size and an unwrapped snapshot's, a wrapped snapshot's own capacity */
+    uint64_t cap = 0;
+    int wr = -1;
+    cr_assert_eq(sac_replay_shard_resume_capacity(path, big.capacity, &cap, &wr), 0);
+    cr_assert(cap == big.capacity && wr == 0, "grows: %llu %d", (unsigned long long)cap, wr);
+    cr_assert_eq(sac_replay_shard_resume_capacity(path, c.capacity / 2, &cap, &wr), 0);
+    cr_assert(cap == c.capacity && wr == 0, "never below the snapshot: %llu %d", (unsigned long long)cap, wr);
+    cr_assert_eq(sac_replay_shard_resume_capacity(wrapped, big.capacity, &cap, &wr), 0);
+    cr_assert(cap == c.capacity && wr == 1, "a wrapped ring keeps its capacity: %llu %d",
+              (unsigned long long)cap, wr);
+    sac_replay_shard_config_t same = big;
+    same.capacity = cap;
+    sac_replay_shard_t *e = sac_replay_shard_new(&same, NULL);
+    cr_assert_eq(sac_replay_shard_load(e, wrapped), 0, "the capacity it gives takes the wrapped snapshot");
+    sac_replay_shard_destroy(&e);
+    char none[400];
+    snprintf(none, sizeof none, "%s/none%d.snap", g_dir, k);
+    cr_assert_eq(sac_replay_shard_resume_capacity(none, big.capacity, &cap, &wr), SAC_ENOTFOUND);
     sac_replay_shard_config_t small = c;
     small.capacity = c.capacity / 2;
     sac_replay_shard_t *d = sac_replay_shard_new(&small, NULL);
