@@ -20,6 +20,9 @@
 # with the learner for the cores unchecked). Bounded: WINDOW seconds per
 # configuration plus start-up (at most 60 s), the whole script at most 15 minutes.
 # usage: bench/scaling.sh [BUILD_DIR] [WINDOW_S]   (DIST_KEEP=1 keeps the logs)
+#   SCALING_CONFIGS="64 2,16 2"   the configurations ("ACTORS SHARDS", comma-separated)
+#   SCALING_LEARNER_ARGS="..."    more learner options, e.g. "--backend=null
+#                                 --publish_interval_ms=0 --weights_precision=bf16"
 set -u
 build=${1:-build}; window=${2:-10}
 build=$(cd "$build" && pwd) || exit 2
@@ -66,8 +69,9 @@ run_config() { # ACTORS SHARDS
     start_local_shard "s${S}a${N}shard$i" "$S" "$i" ${SCALING_SPI:+--samples_per_insert=$SCALING_SPI}
     shard_names+=("s${S}a${N}shard$i") shard_pids+=("$START_PID")
   done
+  # shellcheck disable=SC2086
   start_local_learner "s${S}a${N}learner" "" --total_steps=1000000000 --threads=1 --eval_every=0 \
-    --checkpoint_every=0 --log_interval=0
+    --checkpoint_every=0 --log_interval=0 ${SCALING_LEARNER_ARGS:-}
   local lpid=$START_PID
   for ((i = 0; i < N; i++)); do
     start_local_actor "s${S}a${N}actor$i" "$N" "$i" --log_interval=0 --metrics_port=-1
@@ -119,7 +123,9 @@ run_config() { # ACTORS SHARDS
 echo "== scaling: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)), load average $(cut -d' ' -f1-3 /proc/loadavg), window ${window} s$([[ -n "${SCALING_IN_NETNS:-}" ]] && echo ', own network namespace')"
 echo "| actors | shards | env steps/s | updates/s | actor CPU us/step | shard CPU us/step | wire B/step | sample wait ms | cores busy |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-for cfg in "1 2" "4 2" "16 2" "64 2" "16 1" "16 4"; do
+echo "learner options: --threads=1 ${SCALING_LEARNER_ARGS:-(defaults)}"
+IFS=, read -r -a configs <<<"${SCALING_CONFIGS:-1 2,4 2,16 2,64 2,16 1,16 4}"
+for cfg in "${configs[@]}"; do
   # shellcheck disable=SC2086
   run_config $cfg
   deadline_check

@@ -37,6 +37,9 @@ struct sac_weights_pub {
   size_t n_params;
   void *buf;
   size_t cap;
+  sac_wire_dtype_t dtype; /* of the broadcasts */
+  uint16_t *half;         /* half: (n_params) the bf16/fp16 copy sent, when dtype is one of those */
+  uint64_t sent;
 };
 
 /* Makes the XPUB and binds it to endpoint; 0 or SAC_ENET (logged). */
@@ -158,17 +161,62 @@ static int pub_drain(sac_weights_pub_t *p) {
 }
 
 uint64_t sac_weights_pub_ignored_subscriptions(const sac_weights_pub_t *p) { return p->ignored; }
+uint64_t sac_weights_pub_sent(const sac_weights_pub_t *p) { return p->sent; }
+
+/* bf16: the top half of the fp32 bits, rounded to nearest even (the weights are finite:
+ * checked by the learner before a broadcast, and again here after the conversion). */
+static uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+static float bf16_to_f32(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+int sac_weights_dtype_parse(const char *name, sac_wire_dtype_t *out) {
+  if (!strcmp(name, "fp32"))
+    *out = SAC_WIRE_F32;
+  else if (!strcmp(name, "bf16"))
+    *out = SAC_WIRE_BF16;
+  else if (!strcmp(name, "fp16"))
+    *out = SAC_WIRE_F16;
+  else
+    return SAC_EINVAL;
+  return 0;
+}
+
+int sac_weights_pub_set_dtype(sac_weights_pub_t *p, sac_wire_dtype_t dtype) {
+  if (dtype != SAC_WIRE_F32 && dtype != SAC_WIRE_BF16 && dtype != SAC_WIRE_F16)
+    return SAC_EINVAL;
+  if (dtype != SAC_WIRE_F32 && !p->half && !(p->half = malloc(p->n_params * sizeof *p->half)))
+    return SAC_ENOMEM;
+  p->dtype = dtype;
+  return 0;
+}
 uint64_t sac_weights_pub_renewals(const sac_weights_pub_t *p) { return p->renewals; }
 void sac_weights_pub_set_topic_budget(sac_weights_pub_t *p, long budget) { p->budget = budget; }
 
 int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *params) {
+  const void *data = params;
+  size_t es = sizeof(float);
+  if (p->dtype != SAC_WIRE_F32) { /* halved into the copy made by set_dtype */
+    for (size_t i = 0; i < p->n_params; i++)
+      p->half[i] = p->dtype == SAC_WIRE_BF16 ? f32_to_bf16(params[i]) : sac_wire_f32_to_f16(params[i], 1);
+    data = p->half, es = sizeof *p->half;
+  }
   sac_wire_msg_t m = {.type = SAC_WIRE_WEIGHTS};
   m.u.weights = (sac_wire_weights_t){.version = version,
-                                     .dtype = SAC_WIRE_F32,
+                                     .dtype = p->dtype,
                                      .n_layers = (uint32_t)p->desc.n_layers,
                                      .layers = p->layers,
-                                     .data = params,
-                                     .data_len = p->n_params * sizeof(float)};
+                                     .data = data,
+                                     .data_len = p->n_params * es};
   size_t len;
   int rc = pub_drain(p);
   if (rc == 0)
@@ -176,6 +224,8 @@ int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *par
   if (rc)
     return rc;
   rc = sac_net_send(p->sock, p->buf, len, SAC_NET_DONTWAIT);
+  if (rc == 0)
+    p->sent++;
   return rc == SAC_EAGAIN ? 0 : rc;
 }
 
@@ -186,6 +236,7 @@ void sac_weights_pub_destroy(sac_weights_pub_t **pp) {
   sac_net_close(&p->sock);
   sac_net_ctx_destroy(&p->own);
   free(p->buf);
+  free(p->half);
   free(p);
   *pp = NULL;
 }
@@ -234,7 +285,8 @@ sac_weights_sub_t *sac_weights_sub_new(sac_net_ctx_t *ctx, const char *endpoint,
 
 /* The message describes the policy this subscriber runs. */
 static int check_shape(const sac_weights_sub_t *s, const sac_wire_weights_t *w, sac_mlp_desc_t *d) {
-  if (w->dtype != SAC_WIRE_F32 || w->n_layers < 1 || w->n_layers > SAC_MLP_MAX_LAYERS)
+  if ((w->dtype != SAC_WIRE_F32 && w->dtype != SAC_WIRE_BF16 && w->dtype != SAC_WIRE_F16) ||
+      w->n_layers < 1 || w->n_layers > SAC_MLP_MAX_LAYERS)
     return SAC_EPROTO;
   memset(d, 0, sizeof *d);
   d->n_layers = (int)w->n_layers;
@@ -251,9 +303,23 @@ static int check_shape(const sac_weights_sub_t *s, const sac_wire_weights_t *w, 
   }
   if (d->sizes[0] != s->obs_dim || d->sizes[d->n_layers] != 2 * s->act_dim)
     return SAC_EPROTO;
-  if (w->data_len != sac_mlp_param_count(d) * sizeof(float))
+  if (w->data_len != sac_mlp_param_count(d) * (w->dtype == SAC_WIRE_F32 ? sizeof(float) : sizeof(uint16_t)))
     return SAC_EPROTO;
   return 0;
+}
+
+/* The message's n weights as fp32 into out (the wire's bytes may be unaligned). */
+static void to_f32(const sac_wire_weights_t *w, float *out, size_t n) {
+  const unsigned char *b = w->data;
+  if (w->dtype == SAC_WIRE_F32) {
+    memcpy(out, b, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, b + 2 * i, 2);
+    out[i] = w->dtype == SAC_WIRE_BF16 ? bf16_to_f32(h) : sac_wire_f16_to_f32(h);
+  }
 }
 
 int sac_weights_poll(sac_weights_sub_t *s) {
@@ -297,7 +363,7 @@ int sac_weights_poll(sac_weights_sub_t *s) {
     s->cur = -1;
   }
   int next = s->cur == 0 ? 1 : 0;
-  memcpy(s->params[next], m.u.weights.data, n * sizeof(float));
+  to_f32(&m.u.weights, s->params[next], n);
   for (size_t i = 0; i < n; i++)
     if (!isfinite(s->params[next][i])) {
       s->rejected++;

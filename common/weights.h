@@ -21,6 +21,7 @@
 
 #include "common/mlp.h"
 #include "common/net.h"
+#include "common/wire.h"
 
 typedef struct sac_weights_pub sac_weights_pub_t;
 typedef struct sac_weights_sub sac_weights_sub_t;
@@ -33,6 +34,15 @@ sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint,
 /* Publishes params (the desc's layout) as `version`. Never blocks: a slow subscriber
  * misses versions, which is what it wants. 0 or a negative code. */
 int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *params);
+/* Sends the later broadcasts as dtype: SAC_WIRE_F32 (the default), SAC_WIRE_BF16 or
+ * SAC_WIRE_F16 (half the bytes, rounded to nearest even; fp16 saturates at +-65504).
+ * Subscribers convert back to fp32 and act on that. 0, SAC_EINVAL (another dtype) or
+ * SAC_ENOMEM (the halved copy, allocated here once, not per broadcast). */
+int sac_weights_pub_set_dtype(sac_weights_pub_t *p, sac_wire_dtype_t dtype);
+/* "fp32", "bf16" or "fp16" to its dtype; SAC_EINVAL for anything else. */
+int sac_weights_dtype_parse(const char *name, sac_wire_dtype_t *out);
+/* Broadcasts sent (each version once; the keep-alive resends of a version too). */
+uint64_t sac_weights_pub_sent(const sac_weights_pub_t *p);
 /* Non-empty subscriptions received (each ignored: none is ever served on its own). */
 uint64_t sac_weights_pub_ignored_subscriptions(const sac_weights_pub_t *p);
 /* Times the socket was closed and bound again for holding too many topics. */
@@ -42,7 +52,10 @@ uint64_t sac_weights_pub_renewals(const sac_weights_pub_t *p);
 void sac_weights_pub_set_topic_budget(sac_weights_pub_t *p, long budget);
 void sac_weights_pub_destroy(sac_weights_pub_t **p);
 
-/* Connects a conflating SUB socket to endpoint; expects a policy for obs_dim/act_dim.
+/* Connects a conflating SUB socket to endpoint; expects a policy for obs_dim/act_dim,
+ * sent in fp32, bf16 or fp16 (converted to fp32 here). ZMQ_CONFLATE keeps only the
+ * newest message in the socket (a weights message is one frame, which conflation
+ * needs): an older version still queued when a newer one arrives is dropped unread.
  * NULL on failure (logged). */
 sac_weights_sub_t *sac_weights_sub_new(sac_net_ctx_t *ctx, const char *endpoint, int obs_dim, int act_dim);
 /* Takes the newest weights if any arrived (never blocks). Returns 1 when new weights

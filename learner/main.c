@@ -30,7 +30,8 @@ typedef struct {
   char weights[256];
   int embedded_shards, actors, envs_per_actor, publish_every, max_nonfinite_updates, log_interval_s,
       loss_guard;
-  char sampler[32];
+  int publish_interval_ms;
+  char sampler[32], weights_precision[8];
   int64_t eval_every;
   double per_alpha, per_beta;
   double lr, lr_actor, lr_critic, lr_alpha, gamma, tau, init_alpha, target_entropy, log_std_min, log_std_max;
@@ -65,7 +66,13 @@ static const sac_cfg_opt_t k_opts[] = {
         "replay shards hosted in the embedded default"),
     OPT("embedded_actors", SAC_CFG_INT, actors, "2", 1, 4096, "actor threads in the embedded default"),
     OPT("envs_per_actor", SAC_CFG_INT, envs_per_actor, "1", 1, 4096, "environments per embedded actor"),
-    OPT("publish_every", SAC_CFG_INT, publish_every, "10", 1, 1000000, "updates between weight broadcasts"),
+    OPT("publish_every", SAC_CFG_INT, publish_every, "10", 1, 1000000,
+        "at least this many updates between weight broadcasts"),
+    OPT("publish_interval_ms", SAC_CFG_INT, publish_interval_ms, "50", 0, 3600000,
+        "and at least this many milliseconds between them (0: by count only): broadcasts per second stay "
+        "under 1000 / publish_interval_ms whatever the update rate"),
+    STR("weights_precision", weights_precision, "fp32",
+        "dtype of the weight broadcasts: fp32, bf16 or fp16 (half the bytes; actors convert back to fp32)"),
     OPT("max_nonfinite_updates", SAC_CFG_INT, max_nonfinite_updates, "100", 1, 1000000,
         "service: updates in a row refused for a NaN/Inf loss before the learner stops with an error (each "
         "is "
@@ -230,6 +237,8 @@ static int run_service(const learner_cfg_t *c) {
   lc.eval_episodes = c->t.eval_episodes;
   lc.eval_every = c->eval_every;
   lc.publish_every = c->publish_every;
+  lc.publish_interval_ms = c->publish_interval_ms;
+  snprintf(lc.weights_precision, sizeof lc.weights_precision, "%s", c->weights_precision);
   lc.max_nonfinite_updates = c->max_nonfinite_updates;
   lc.loss_guard = c->loss_guard;
   lc.log_interval_s = c->log_interval_s;

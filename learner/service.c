@@ -41,6 +41,8 @@ void sac_learner_cfg_default(sac_learner_cfg_t *c) {
   c->learning_starts = 1000;
   c->updates_per_step = 1;
   c->publish_every = 10;
+  c->publish_interval_ms = 50;
+  strcpy(c->weights_precision, "fp32");
   c->loss_guard = 1;
   c->eval_every = 5000;
   c->eval_episodes = 10;
@@ -523,10 +525,13 @@ static void weights_port_metrics(sac_service_metrics_t *sm, const sac_weights_pu
   if (!sm->r || !pub)
     return;
   uint64_t ign = sac_weights_pub_ignored_subscriptions(pub), ren = sac_weights_pub_renewals(pub);
+  uint64_t sent = sac_weights_pub_sent(pub);
   sac_metric_add(sm->weights_ignored, (double)(ign - sm->weights_ignored_seen));
   sac_metric_add(sm->weights_renewals, (double)(ren - sm->weights_renewals_seen));
+  sac_metric_add(sm->weights_sent, (double)(sent - sm->weights_sent_seen));
   sm->weights_ignored_seen = ign;
   sm->weights_renewals_seen = ren;
+  sm->weights_sent_seen = sent;
 }
 
 /* Sends `actor` as `version` (when there is a publisher) and brings the port's counters
@@ -807,7 +812,16 @@ static int open_network(run_t *r) {
   }
   r->pub =
       sac_weights_pub_new(r->ctx, cfg->weights_endpoint, sac_actor_desc(r->sac), r->bound, sizeof r->bound);
-  return r->pub ? 0 : SAC_ENET;
+  if (!r->pub)
+    return SAC_ENET;
+  sac_wire_dtype_t dt;
+  rc = sac_weights_dtype_parse(cfg->weights_precision, &dt);
+  if (rc == 0)
+    rc = sac_weights_pub_set_dtype(r->pub, dt);
+  if (rc == SAC_EINVAL)
+    SAC_ERROR("learner", "--weights_precision must be fp32, bf16 or fp16, not \"%s\"",
+              cfg->weights_precision);
+  return rc == SAC_EINVAL ? SAC_ECONFIG : rc;
 }
 
 /* The shards (started here in the embedded default) and the replay client on them. */
@@ -1045,11 +1059,13 @@ static int send_priorities(run_t *r) {
                        r->prio);
 }
 
-/* publish: the actor's weights every publish_every updates, as version = updates, one
- * round late: at the update that makes the version the actor is copied out (a copy
- * enqueued after it), and the next round, with one more update enqueued, that copy is
- * read (a wait for the copy alone) and broadcast, unless a weight is not finite
- * (publish_checked's rule). */
+/* publish: the actor's weights as version = updates, once publish_every updates and
+ * publish_interval_ms have passed since the last broadcast (at most
+ * min(updates/s / publish_every, 1000 / publish_interval_ms) broadcasts a second, so the
+ * bytes sent to the actors do not grow with the update rate), one round late: at the
+ * update that makes the version the actor is copied out (a copy enqueued after it), and
+ * the next round, with one more update enqueued, that copy is read (a wait for the copy
+ * alone) and broadcast, unless a weight is not finite (publish_checked's rule). */
 static int publish_round(run_t *r) {
   if (!r->pub)
     return 0;
@@ -1070,7 +1086,10 @@ static int publish_round(run_t *r) {
       return rc;
     r->t_pub = sac_clock_s();
   }
-  if (r->res->updates % r->cfg->publish_every != 0)
+  const sac_learner_cfg_t *cfg = r->cfg;
+  if (r->res->updates - (int64_t)r->version < cfg->publish_every)
+    return 0;
+  if (cfg->publish_interval_ms > 0 && sac_clock_s() - r->t_pub < 1e-3 * cfg->publish_interval_ms)
     return 0;
   r->pub_version = (uint64_t)r->res->updates;
   r->pub_slot = r->pub_next_slot;

@@ -34,7 +34,11 @@ typedef struct {
   int64_t total_steps;     /* environment steps over all actors */
   int64_t learning_starts; /* replay size before sampling; random steps, split over actors */
   int updates_per_step;    /* update-to-data ratio, enforced by the shards' rate limiters */
-  int publish_every;       /* K: updates between weight broadcasts */
+  int publish_every;       /* K: updates between weight broadcasts (at least) */
+  /* and at least this many ms between them (0: by count only): a broadcast goes out once
+   * both have passed, so its rate is min(updates/s / K, 1000 / publish_interval_ms) */
+  int publish_interval_ms;
+  char weights_precision[8]; /* fp32, bf16 or fp16: the broadcast's dtype (actors act in fp32) */
   /* updates in a row refused for a non-finite loss before the learner stops with an
    * error (issue 14); each refused update is logged (rate-limited) and counted */
   int max_nonfinite_updates;

@@ -52,8 +52,8 @@ typedef struct {
    * non-finite loss, weight broadcasts withheld for non-finite weights */
   sac_metric_t *rejected[SAC_REPLAY_REJECT_KINDS], *nonfinite, *unpublished, *shard_errors, *shard_refusals;
   /* the weights port (issue 14.5): non-empty topics subscribed, socket renewals */
-  sac_metric_t *weights_ignored, *weights_renewals;
-  uint64_t weights_ignored_seen, weights_renewals_seen;
+  sac_metric_t *weights_ignored, *weights_renewals, *weights_sent;
+  uint64_t weights_ignored_seen, weights_renewals_seen, weights_sent_seen;
   /* failed writes of the run directory's periodic files, mirrored from rd->write_errors */
   sac_metric_t *rundir_errors[SAC_RUNDIR_FILES];
   uint64_t rundir_errors_seen[SAC_RUNDIR_FILES];
@@ -129,6 +129,11 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
       r, "sac_learner_weights_socket_renewals_total",
       "Times the weights port was closed and bound again because it held too many distinct topics.", NULL,
       NULL);
+  m->weights_sent = sac_metrics_counter(r, "sac_learner_weights_broadcasts_total",
+                                        "Weight broadcasts sent (at most one per publish_every updates and "
+                                        "publish_interval_ms, plus keep-alive "
+                                        "resends while no batch comes).",
+                                        NULL, NULL);
   m->rd = cfg->rundir;
   for (int k = 0; m->rd && k < SAC_RUNDIR_FILES; k++)
     m->rundir_errors[k] = sac_metrics_counter(

@@ -4,7 +4,8 @@
 #   - runs `sac-learner --mode local` with a fixed seed (Pendulum-v1 with --threads 1 and
 #     --threads 2; HalfCheetah-v5 at the `cheetah` network size, short, when MuJoCo is
 #     built), strips the fields that measure time (the updates/s, eta, wall and peak RSS
-#     figures and the log lines' timestamps) and compares the rest byte for byte;
+#     figures and the log lines' timestamps) and the warnings about renamed options, and
+#     compares the rest byte for byte;
 #   - builds scripts/wire_probe.c against each tree's wire codec and compares what it
 #     prints (seeded messages of every type encoded, decoded under several limits, and
 #     decoded again after corruption).
@@ -12,9 +13,12 @@
 # something cannot be built or run.
 #
 # usage: scripts/local_identity.sh [OLD_REF]   (default: the merge-base of HEAD and main)
-#   SAC_IDENTITY_STEPS   total steps of the Pendulum runs (default 4000)
-#   SAC_IDENTITY_JOBS    build parallelism (default 2)
-#   SAC_IDENTITY_KEEP=1  keep the temporary folder (its path is printed)
+# (not SAC_*: the programs read SAC_* variables as options and refuse unknown ones)
+#   LOCAL_IDENTITY_STEPS   total steps of the Pendulum runs (default 4000)
+#   LOCAL_IDENTITY_JOBS    build parallelism (default 2)
+#   LOCAL_IDENTITY_KEEP=1  keep the temporary folder (its path is printed)
+#   LOCAL_IDENTITY_NEW_REF a commit to compare instead of the current tree (e.g. a merge
+#                        commit on main against its first parent: that merge's changes alone)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 old_ref=${1:-$(git -C "$here" merge-base HEAD main)}
@@ -22,10 +26,10 @@ old_commit=$(git -C "$here" rev-parse --verify "$old_ref^{commit}") || {
   echo "local_identity: no such commit: $old_ref" >&2
   exit 2
 }
-steps=${SAC_IDENTITY_STEPS:-4000}
-jobs=${SAC_IDENTITY_JOBS:-2}
+steps=${LOCAL_IDENTITY_STEPS:-4000}
+jobs=${LOCAL_IDENTITY_JOBS:-2}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sac-identity.XXXXXX")
-cleanup() { [ "${SAC_IDENTITY_KEEP:-0}" = 1 ] && echo "local_identity: kept $tmp" || rm -rf "$tmp"; }
+cleanup() { [ "${LOCAL_IDENTITY_KEEP:-0}" = 1 ] && echo "local_identity: kept $tmp" || rm -rf "$tmp"; }
 trap cleanup EXIT
 
 # build SRC OUT: sac-learner and the libraries the wire probe links
@@ -49,11 +53,20 @@ echo "local_identity: old $old_commit ($(git -C "$here" log -1 --format=%s "$old
 mkdir -p "$tmp/old-src"
 git -C "$here" archive "$old_commit" | tar -x -C "$tmp/old-src"
 build "$tmp/old-src" "$tmp/old"
-build "$here" "$tmp/new"
+new_src=$here
+if [ -n "${LOCAL_IDENTITY_NEW_REF:-}" ]; then
+  new_commit=$(git -C "$here" rev-parse --verify "$LOCAL_IDENTITY_NEW_REF^{commit}") || exit 2
+  echo "local_identity: new $new_commit ($(git -C "$here" log -1 --format=%s "$new_commit" | cut -c1-60))"
+  new_src=$tmp/new-src
+  mkdir -p "$new_src"
+  git -C "$here" archive "$new_commit" | tar -x -C "$new_src"
+fi
+build "$new_src" "$tmp/new"
 
-# The fields that measure time, not behaviour.
+# The fields that measure time, not behaviour (and the warnings that an option the
+# command uses has a new name, which only one side may print).
 strip_timing() {
-  sed -E -e 's/^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z //' \
+  sed -E -e '/ is deprecated and goes in the next release; use /d' -e 's/^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z //' \
     -e 's/ \([0-9.]+\/s\)/ (-\/s)/g' -e 's/eta [0-9.]+s/eta -s/g' \
     -e 's/wall [0-9.]+ s/wall - s/' -e 's/[0-9.]+ updates\/s/- updates\/s/' -e 's/peak RSS [0-9.]+ MiB/peak RSS - MiB/'
 }
@@ -83,11 +96,14 @@ compare() {
 common=(--seed 7 --total_steps "$steps" --learning_starts 1000 --eval_interval 1000 --eval_episodes 2 --log_interval 500)
 compare pendulum-threads1 "${common[@]}" --threads 1
 compare pendulum-threads2 "${common[@]}" --threads 2
-if [ -f "$tmp/old/envs/mujoco/libsac_env_mujoco.so" ] && [ -f "$tmp/new/envs/mujoco/libsac_env_mujoco.so" ]; then
+# MuJoCo: built, and its models found (SAC_MUJOCO_ASSETS, or Gymnasium for python3)
+if [ -f "$tmp/old/envs/mujoco/libsac_env_mujoco.so" ] && [ -f "$tmp/new/envs/mujoco/libsac_env_mujoco.so" ] &&
+  "$tmp/new/learner/sac-learner" --mode local --metrics_port -1 --env HalfCheetah-v5 --total_steps 2 \
+    --learning_starts 2 --batch_size 1 --eval_interval 0 --eval_episodes 1 >"$tmp/mujoco-probe.log" 2>&1; then
   compare cheetah --env HalfCheetah-v5 --seed 7 --total_steps 1500 --learning_starts 1000 --eval_interval 500 \
     --eval_episodes 1 --log_interval 250 --hidden 256 --depth 2 --batch_size 256 --threads 2
 else
-  echo "local_identity: cheetah: skipped (MuJoCo not built here)"
+  echo "local_identity: cheetah: skipped (MuJoCo not built, or no models: set SAC_MUJOCO_ASSETS)"
 fi
 
 for side in old new; do "$tmp/$side/wire_probe" 3000 >"$tmp/$side-wire.txt"; done

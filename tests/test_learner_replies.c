@@ -402,7 +402,8 @@ static void *learner_thread(void *arg) {
 
 /* Runs the learner against a fake shard in `mode` for up to run_s seconds (or until it
  * stops by itself); returns the run with its rc. */
-static int g_loss_guard = 1; /* run_learner's cfg.loss_guard */
+static int g_publish_interval_ms = -1; /* >= 0: the runs' publish_interval_ms (else the default) */
+static int g_loss_guard = 1;           /* run_learner's cfg.loss_guard */
 
 static run_t *run_learner(fake_t *f, answer_t mode, double run_s, int prioritized, sac_metrics_t *reg) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
@@ -425,6 +426,8 @@ static run_t *run_learner(fake_t *f, answer_t mode, double run_s, int prioritize
   r->cfg.max_nonfinite_updates = 20;
   r->cfg.loss_guard = g_loss_guard;
   r->cfg.metrics = reg;
+  if (g_publish_interval_ms >= 0)
+    r->cfg.publish_interval_ms = g_publish_interval_ms;
   snprintf(r->cfg.weights_endpoint, sizeof r->cfg.weights_endpoint, "inproc://weights");
   cr_assert_eq(sac_learner_set_shards(&r->cfg, f->ep), 0);
   cr_assert_eq(pthread_create(&lt, NULL, learner_thread, r), 0);
@@ -495,9 +498,9 @@ Test(learner, stage_profile_adds_up, .timeout = 120) {
   cr_assert_eq(r->rc, 0, "rc %d", r->rc);
   cr_assert_gt(r->res.updates, 20, "%lld updates", (long long)r->res.updates);
   const double *s = r->res.stage_seconds;
-  const sac_learner_stage_t used[] = {SAC_LEARNER_STAGE_SAMPLE,     SAC_LEARNER_STAGE_STAGE,
-                                      SAC_LEARNER_STAGE_UPDATE,     SAC_LEARNER_STAGE_PRIORITIES,
-                                      SAC_LEARNER_STAGE_PUBLISH,    SAC_LEARNER_STAGE_EVALUATE,
+  const sac_learner_stage_t used[] = {SAC_LEARNER_STAGE_SAMPLE,  SAC_LEARNER_STAGE_STAGE,
+                                      SAC_LEARNER_STAGE_UPDATE,  SAC_LEARNER_STAGE_PRIORITIES,
+                                      SAC_LEARNER_STAGE_PUBLISH, SAC_LEARNER_STAGE_EVALUATE,
                                       SAC_LEARNER_STAGE_REPORT};
   for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
     cr_expect_gt(s[used[i]], 0.0, "stage %s: %g s", sac_learner_stage_name(used[i]), s[used[i]]);
@@ -521,6 +524,42 @@ Test(learner, stage_profile_adds_up, .timeout = 120) {
   free(r);
   free(f);
   sac_metrics_destroy(&reg);
+}
+
+/* Broadcasts over a run of publish_interval_ms = ms against the good shard: its
+ * updates, broadcasts (sac_learner_weights_broadcasts_total) and wall seconds. */
+static void broadcasts_of(int ms, int64_t *updates, double *sent, double *wall) {
+  fake_t *f = malloc(sizeof *f);
+  sac_metrics_t *reg = sac_metrics_new();
+  g_publish_interval_ms = ms;
+  run_t *r = run_learner(f, ANSWER_GOOD, 3.0, 0, reg);
+  g_publish_interval_ms = -1;
+  cr_assert_eq(r->rc, 0, "rc %d", r->rc);
+  *updates = r->res.updates;
+  *sent = metric_of(reg, "\nsac_learner_weights_broadcasts_total ");
+  *wall = r->res.wall_seconds;
+  free(r);
+  free(f);
+  sac_metrics_destroy(&reg);
+}
+
+/* --publish_interval_ms bounds the broadcasts by time, whatever the update rate: at
+ * 200 ms, a 3 s run at thousands of updates per second (hidden 16) sends at most one
+ * broadcast per 200 ms (+ version 0 and the final one). The control, by count only
+ * (publish_interval_ms 0), sends one per publish_every (10) updates: the same bound
+ * fails there. */
+Test(learner, publish_interval_bounds_broadcasts, .timeout = 120) {
+  int64_t u;
+  double sent, wall;
+  broadcasts_of(200, &u, &sent, &wall);
+  double bound = wall / 0.2 + 3;
+  cr_expect_leq(sent, bound, "%g broadcasts in %.2f s at 200 ms", sent, wall);
+  cr_expect_gt(u, 20 * (int64_t)sent, "the interval should bind: %lld updates, %g broadcasts", (long long)u,
+               sent);
+  broadcasts_of(0, &u, &sent, &wall);
+  cr_expect_geq(sent, (double)(u / 10), "by count: %g broadcasts for %lld updates", sent, (long long)u);
+  cr_expect_gt(sent, wall / 0.2 + 3, "the control should break the time bound: %g broadcasts in %.2f s", sent,
+               wall);
 }
 
 /* defect 8: every update on rewards of 3e38 has a non-finite loss: refused, counted, and

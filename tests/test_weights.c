@@ -74,6 +74,98 @@ Test(weights, publish_then_subscribe_latest_only) {
   free(p);
 }
 
+/* Receives one broadcast of p (n weights) as `version` on sub; asserts it arrived. */
+static void publish_until_taken(sac_weights_pub_t *pub, sac_weights_sub_t *sub, uint64_t version,
+                                const float *p) {
+  int got = 0;
+  for (int i = 0; i < 200 && !got; i++) { /* bounded: a PUB drops until the subscription has propagated */
+    cr_assert_eq(sac_weights_publish(pub, version, p), 0);
+    got = sac_weights_wait(sub, 10);
+  }
+  cr_assert_eq(got, 1, "version %llu not received", (unsigned long long)version);
+  cr_assert_eq(sac_weights_version(sub), version);
+}
+
+/* Largest |action difference| between the deterministic policy on a and on b, over the
+ * same random observations (n_obs rows of the cheetah's 17; N(0, 1) scaled by 3: wider
+ * than MuJoCo's normalised ranges, so the hidden layers see large pre-activations too). */
+static double max_action_diff(const sac_mlp_desc_t *d, const float *a, const float *b, int n_obs) {
+  sac_rng_t rng;
+  sac_rng_init(&rng, 99, 3);
+  const int O = d->sizes[0], A = d->sizes[d->n_layers] / 2;
+  float *obs = malloc(sizeof(float) * (size_t)n_obs * O), *ua = malloc(sizeof(float) * (size_t)n_obs * A);
+  float *ub = malloc(sizeof(float) * (size_t)n_obs * A);
+  float *scratch = malloc(sizeof(float) * (size_t)n_obs * (2 * A + 2 * sac_mlp_max_width(d)));
+  for (int i = 0; i < n_obs * O; i++)
+    obs[i] = 3.0f * sac_rng_normal(&rng);
+  sac_policy_cfg_t pc = {-5.0f, 2.0f};
+  sac_policy_act(d, a, &pc, obs, n_obs, 1, &rng, ua, scratch);
+  sac_policy_act(d, b, &pc, obs, n_obs, 1, &rng, ub, scratch);
+  double m = 0;
+  for (int i = 0; i < n_obs * A; i++)
+    m = fmax(m, fabs((double)ua[i] - (double)ub[i]));
+  free(obs), free(ua), free(ub), free(scratch);
+  return m;
+}
+
+/* --weights_precision: the cheetah actor (17 -> 2 x 256 -> 12) broadcast in fp32 arrives
+ * exactly; in bf16 and fp16 every weight within the format's rounding (half an ulp:
+ * 2^-8 relative for bf16's 8-bit significand, 2^-11 for fp16's 11 bits, plus fp16's
+ * smallest subnormal for weights near 0), and the deterministic actions on 4096 random
+ * observations within the stated tolerances: 0.05 for bf16 and 0.01 for fp16 (absolute:
+ * tanh keeps actions in [-1, 1]).
+ * Measured on this seed: 0.033 (bf16) and 0.0034 (fp16), printed below; the errors of
+ * 73,484 roundings add up through three layers, so bf16's 8x coarser rounding gives
+ * about 10x the difference. The control: the same weights cut to a 4-bit significand
+ * move the actions by 0.22, past both bounds, so the measure can tell. */
+Test(weights, precision_bf16_fp16_acting_difference, .timeout = 60) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_mlp_desc_t d;
+  sac_mlp_desc_init(&d, 17, 256, 2, 12, SAC_ACT_RELU, 1);
+  size_t n = sac_mlp_param_count(&d);
+  float *p = malloc(n * sizeof(float)), *cut = malloc(n * sizeof(float));
+  sac_rng_t rng;
+  sac_rng_init(&rng, 5, 1);
+  sac_mlp_init_params(&d, p, &rng);
+  for (size_t i = 0; i < n; i++) /* trained-like: biases and weights away from their init scale too */
+    p[i] *= 1.0f + 2.0f * (float)sac_rng_uniform_range(&rng, 0.0, 1.0);
+  sac_weights_pub_t *pub = sac_weights_pub_new(ctx, "inproc://w-prec", &d, NULL, 0);
+  sac_weights_sub_t *sub = sac_weights_sub_new(ctx, "inproc://w-prec", 17, 6);
+  cr_assert(pub && sub);
+  sac_wire_dtype_t dt;
+  cr_expect_eq(sac_weights_dtype_parse("fp8", &dt), SAC_EINVAL);
+  cr_expect_eq(sac_weights_pub_set_dtype(pub, SAC_WIRE_I8), SAC_EINVAL);
+  const char *names[] = {"fp32", "bf16", "fp16"};
+  const double rel[] = {0.0, 0x1p-8, 0x1p-11}, tol[] = {0.0, 0.05, 0.01};
+  for (int k = 0; k < 3; k++) {
+    cr_assert_eq(sac_weights_dtype_parse(names[k], &dt), 0);
+    cr_assert_eq(sac_weights_pub_set_dtype(pub, dt), 0);
+    publish_until_taken(pub, sub, (uint64_t)(10 + k), p);
+    const float *q = sac_weights_params(sub);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+      bad += fabs((double)q[i] - (double)p[i]) > rel[k] * fabs((double)p[i]) + (k == 2 ? 0x1p-24 : 0.0);
+    cr_expect_eq(bad, 0, "%s: %zu of %zu weights beyond the rounding", names[k], bad, n);
+    double diff = max_action_diff(&d, p, q, 4096);
+    fprintf(stderr, "weights %s: max |action difference| %.3g over 4096 observations (tolerance %g)\n",
+            names[k], diff, tol[k]);
+    cr_expect_leq(diff, tol[k], "%s: max |action difference| %g > %g", names[k], diff, tol[k]);
+  }
+  for (size_t i = 0; i < n; i++) { /* the control: a 4-bit significand */
+    uint32_t x;
+    memcpy(&x, &p[i], 4);
+    x &= 0xfff80000u;
+    memcpy(&cut[i], &x, 4);
+  }
+  double coarse = max_action_diff(&d, p, cut, 4096);
+  fprintf(stderr, "weights cut to 4 significand bits: max |action difference| %.3g\n", coarse);
+  cr_expect_gt(coarse, tol[1], "the control should exceed the bf16 tolerance: %g", coarse);
+  sac_weights_sub_destroy(&sub);
+  sac_weights_pub_destroy(&pub);
+  sac_net_ctx_destroy(&ctx);
+  free(p), free(cut);
+}
+
 Test(weights, wrong_shape_and_nonfinite_are_dropped_and_counted) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   sac_mlp_desc_t d;
@@ -433,11 +525,10 @@ Test(weights, many_topics_bounded_by_renewal, .timeout = 60) {
   flood_t fl;
   long all, grew = flood_publisher(&f, FLOOD_WARM, FLOOD_TOPICS, &fl, &all);
   uint64_t ign = sac_weights_pub_ignored_subscriptions(f.pub), ren = sac_weights_pub_renewals(f.pub);
-  fprintf(
-      stderr,
-      "many_topics: %d topics of 63 bytes over %d connections: heap in use +%ld KiB after the first %d "
-      "(VmRSS peak +%ld KiB in all), %llu ignored, %llu renewals\n",
-      FLOOD_TOPICS, fl.conns, grew, FLOOD_WARM, all, (unsigned long long)ign, (unsigned long long)ren);
+  fprintf(stderr,
+          "many_topics: %d topics of 63 bytes over %d connections: heap in use +%ld KiB after the first %d "
+          "(VmRSS peak +%ld KiB in all), %llu ignored, %llu renewals\n",
+          FLOOD_TOPICS, fl.conns, grew, FLOOD_WARM, all, (unsigned long long)ign, (unsigned long long)ren);
   cr_expect_lt(grew, FLOOD_HEAP_BOUND_KIB, "%d more topics grew the publisher by %ld KiB",
                FLOOD_TOPICS - FLOOD_WARM, grew);
   cr_expect_geq(ren, 10u, "20000 topics, a budget of 256, and only %llu renewals", (unsigned long long)ren);
@@ -560,7 +651,8 @@ Test(weights, renewal_on_a_stolen_port_fails_every_publish, .timeout = 60) {
   cr_expect_eq(sac_weights_pub_renewals(f.pub), 1u);
   /* and stays failed: no later publish pretends to succeed */
   for (int i = 0; i < 3; i++)
-    cr_expect_neq(sac_weights_publish(f.pub, 2 + (uint64_t)i, f.p), 0, "publish %d after the failure succeeded", i);
+    cr_expect_neq(sac_weights_publish(f.pub, 2 + (uint64_t)i, f.p), 0,
+                  "publish %d after the failure succeeded", i);
   close(st.fd);
   pub_down(&f);
 }

@@ -37,8 +37,9 @@ for ((i = 0; i < S; i++)); do
   start_local_shard "shard$i" "$S" "$i" --snapshot_path="$T/shard$i.snap" --snapshot_interval_s=0
 done
 # weights versions are update counts: learner1 publishes every 10 updates, learner2 every
-# 7, so a version that is not a multiple of 10 can only have come from learner2
-start_local_learner learner1 "" --total_steps="$TOTAL" --publish_every=10
+# 7 (by count only: --publish_interval_ms=0), so a version that is not a multiple of 10
+# can only have come from learner2
+start_local_learner learner1 "" --total_steps="$TOTAL" --publish_every=10 --publish_interval_ms=0
 DIST_WATCH="shard0 shard1 learner1"
 for ((i = 0; i < N; i++)); do
   start_local_actor "actor$i" "$N" "$i"
@@ -95,7 +96,7 @@ for ((i = 0; i < N; i++)); do
 done
 
 # 3. a learner comes back on the same ports; the actors pick up its weights
-start_local_learner learner2 "$WEIGHTS_PORT" --total_steps="$TOTAL" --publish_every=7
+start_local_learner learner2 "$WEIGHTS_PORT" --total_steps="$TOTAL" --publish_every=7 --publish_interval_ms=0
 DIST_WATCH+=" learner2"
 log "learner2 up on the same weights port $WEIGHTS_PORT"
 # new_weights I: actor I has logged two or more distinct weights versions of learner2's
