@@ -39,6 +39,9 @@
 set -u -o pipefail
 # sourced by the self-test for its functions (GPU_CHECK_SOURCE_ONLY): no cd, nothing run
 [ -n "${GPU_CHECK_SOURCE_ONLY:-}" ] || cd "$(dirname "$0")/.." || exit 2
+# the return bar every training test uses: a finite number at or above it
+# shellcheck source=scripts/lib_return.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib_return.sh" || exit 2
 
 bundle() {
   local dir=${1:-build-gpu-bundle} bdir=build-gpu-release
@@ -205,16 +208,17 @@ check_bench_line() {
   return 1
 }
 
-# check_pendulum LOG: sac-learner --mode local's output; final eval return >= -200.
+# check_pendulum LOG: sac-learner --mode local's output; its final eval return a finite
+# number >= -200 (scripts/lib_return.sh).
 check_pendulum() {
-  local log=$1 ret
-  ret=$(grep -ao 'final eval return [-0-9.]*' "$log" 2>/dev/null | tail -1 | awk '{print $4}')
-  if [ -z "$ret" ]; then
+  local log=$1 line
+  line=$(grep -a '^result: ' "$log" 2>/dev/null | tail -1)
+  if [ -z "$line" ]; then
     echo "FAIL Pendulum: no result line (not run, or it did not finish)"
     return 1
   fi
-  if ! awk -v r="$ret" 'BEGIN { exit !(r >= -200) }'; then
-    echo "FAIL Pendulum: final eval return $ret, below -200"
+  if ! return_check "$line" -200; then
+    echo "FAIL Pendulum: $RETURN_WHY"
     return 1
   fi
   return 0
@@ -356,7 +360,7 @@ main() {
   grep -c '^Test(' tests/test_backend_cuda.c >"$RES/expected_pass" 2>/dev/null || : >"$RES/expected_pass"
   if [ -n "$BIN" ]; then
     echo "== GPU tests: test_backend_cuda ($(cat "$RES/expected_pass") tests)"
-    env LD_LIBRARY_PATH="$LDP" timeout 240 "$BIN/test_backend_cuda" --jobs 1 --verbose 2>&1 | tee "$RES/tests.log" | grep -v ' INFO  cuda: device'
+    env LD_LIBRARY_PATH="$LDP" SAC_TEST_GPU_PRESENT=1 timeout 240 "$BIN/test_backend_cuda" --jobs 1 --verbose 2>&1 | tee "$RES/tests.log" | grep -v ' INFO  cuda: device'
     echo "test exit status ${PIPESTATUS[0]}" | tee -a "$RES/tests.log"
   fi
 

@@ -130,8 +130,10 @@ plant "benchmark blocking sync per update" "FAIL benchmark cheetah/b256/fp32/gra
 plant "benchmark without a result" "FAIL benchmark cheetah/b1024/bf16/graphs=true: critic_loss" \
   "echo 'bench-result label=cheetah/b1024/bf16/graphs=true no_result_status=124' >>results"
 
-plant "Pendulum below -200" "FAIL Pendulum: final eval return -250.1, below -200" \
+plant "Pendulum below -200" "FAIL Pendulum: final eval return -250.1 is below the bar of -200" \
   "sed -i 's/final eval return -152.4/final eval return -250.1/' pendulum.log"
+plant "Pendulum NaN" "FAIL Pendulum: the final eval return 'nan' is not a finite number" \
+  "sed -i 's/final eval return -152.4/final eval return nan/' pendulum.log"
 plant "Pendulum not run" "FAIL Pendulum: no result line" "rm pendulum.log"
 
 # the functions one by one, on the same recorded lines
