@@ -5,7 +5,8 @@
 # a file), makes a Debian base image with debootstrap from this machine's apt mirror (no
 # image registry is needed; cached by tag, so a second run skips it), builds the images of
 # deploy/ (host networking for apt), brings up deploy/docker-compose.yml with 2 replay
-# shards, 2 actors, the learner and Prometheus, and checks:
+# shards, 2 actors, the learner and Prometheus — with the `up` command README.md shows, its
+# actor count set to 2 — and checks:
 #   1. every container becomes healthy (/healthz) and Prometheus has every target up;
 #   2. one actor and one shard are killed (SIGKILL of the container's process: a crash;
 #      `docker kill` would count as a manual stop, which restart policies leave alone) once
@@ -287,10 +288,19 @@ export SAC_SNAPSHOT_INTERVAL_S=5 SAC_RUN_NAME=compose-test
 unset SAC_TOTAL_STEPS SAC_LR SAC_SEED SAC_ENV SAC_ACTOR_REPLICAS SAC_LEARNER_THREADS SAC_BACKEND SAC_LOG_LEVEL
 
 PROM="http://127.0.0.1:$PROM_PORT"
-log "docker-compose up: project $PROJECT, 2 shards, 2 actors, learner, prometheus on $PROM"
+# the compose example README.md shows is the command run here: its arguments after the
+# compose file, with 2 actors for its count and --no-build (the images are built above)
+readme_up=$(grep -o 'docker-compose -f deploy/docker-compose.yml up [^`]*' "$ROOT/README.md" | head -n 1)
+[ -n "$readme_up" ] || fail "README.md shows no 'docker-compose -f deploy/docker-compose.yml up' command to run"
+read -ra UP_ARGS <<<"${readme_up#docker-compose -f deploy/docker-compose.yml }"
+for i in "${!UP_ARGS[@]}"; do
+  if [[ ${UP_ARGS[$i]} == actor=* ]]; then UP_ARGS[i]=actor=2; fi
+done
+[[ " ${UP_ARGS[*]} " == *" --scale actor=2 "* ]] || fail "README.md's compose example sets no actor count: $readme_up"
+log "docker-compose ${UP_ARGS[*]} --no-build (README.md's example): project $PROJECT, 2 shards, learner, prometheus on $PROM"
 UP=1
-timeout 300 "${COMPOSE[@]}" up -d --no-build --scale actor=2 >"$WORK/up.log" 2>&1 ||
-  { cat "$WORK/up.log"; fail "docker-compose up failed"; }
+timeout 300 "${COMPOSE[@]}" "${UP_ARGS[@]}" --no-build >"$WORK/up.log" 2>&1 ||
+  { cat "$WORK/up.log"; fail "docker-compose up failed (README.md's example: $readme_up)"; }
 
 cid() { "${COMPOSE[@]}" ps -q "$@" 2>/dev/null; }
 LEARNER=$(cid learner)
