@@ -290,7 +290,7 @@ unset SAC_TOTAL_STEPS SAC_LR SAC_SEED SAC_ENV SAC_ACTOR_REPLICAS SAC_LEARNER_THR
 PROM="http://127.0.0.1:$PROM_PORT"
 # the compose example README.md shows is the command run here: its arguments after the
 # compose file, with 2 actors for its count and --no-build (the images are built above)
-readme_up=$(grep -o 'docker-compose -f deploy/docker-compose.yml up [^`]*' "$ROOT/README.md" | head -n 1)
+readme_up=$(grep -o 'docker-compose -f deploy/docker-compose.yml up [^`]*' "$ROOT/README.md" | head -n 1) || true
 [ -n "$readme_up" ] || fail "README.md shows no 'docker-compose -f deploy/docker-compose.yml up' command to run"
 read -ra UP_ARGS <<<"${readme_up#docker-compose -f deploy/docker-compose.yml }"
 for i in "${!UP_ARGS[@]}"; do
