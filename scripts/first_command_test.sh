@@ -82,21 +82,9 @@ log "the README's first command: $CMD"
 
 # ---- engine and base image ----------------------------------------------------------------
 
-need_pkgs=()
-command -v docker >/dev/null || need_pkgs+=(docker.io)
-command -v dockerd >/dev/null || need_pkgs+=(docker.io)
-command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  [ "$(id -u)" = 0 ] || skip "needs root to install ${need_pkgs[*]} (apt-get) and to run dockerd"
-  mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)
-  log "installing ${need_pkgs[*]}"
-  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    "${need_pkgs[@]}"; } >"$WORK/apt.log" 2>&1; then
-    tail -n 20 "$WORK/apt.log"
-    skip "could not install ${need_pkgs[*]} with apt-get (log above)"
-  fi
-fi
 rc=0
+docker_tools_ensure "$WORK" || rc=$?
+[ $rc = 0 ] || exit $rc # 77 with its SKIP line printed
 docker_engine_ensure "$WORK" || rc=$?
 [ $rc = 0 ] || exit $rc # 77 with its SKIP line printed
 log "engine: Docker $(docker version -f '{{.Server.Version}}')"

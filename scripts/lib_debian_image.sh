@@ -1,10 +1,13 @@
 # shellcheck shell=bash
-# Sourced by the tests that run sacfleet in Docker containers (scripts/compose_test.sh,
+# Sourced by the tests that run sacfleet in Docker containers (scripts/compose_test.sh, tests/test_deb.sh,
 # scripts/first_command_test.sh): a Docker engine when none answers, and a bare Debian base
 # image made with debootstrap from this machine's apt mirror, so no image registry is ever
 # needed. The caller defines log MESSAGE... (progress lines) and runs as root where an
 # engine must be started or a base image made.
 #
+#   docker_tools_ensure WORK    docker.io and debootstrap installed (apt-get, log in
+#                               WORK/apt.log) when missing. Returns 77 with the reason on
+#                               stdout ("SKIP: ...") when they cannot be installed.
 #   docker_engine_ensure WORK   a Docker engine answers afterwards: the running one, or a
 #                               dockerd started here (--iptables=false --bridge=none, log in
 #                               WORK/dockerd.log) whose PID is left in DOCKERD_PID (empty when
@@ -18,6 +21,26 @@
 #                               --variant=minbase, apt pointed at this machine's mirror, no
 #                               documentation. Cached by tag. Returns 1 with the reason on
 #                               stderr when it cannot be made.
+
+docker_tools_ensure() {
+  local work=$1 need_pkgs=()
+  command -v docker >/dev/null || need_pkgs+=(docker.io)
+  command -v dockerd >/dev/null || need_pkgs+=(docker.io)
+  command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
+  [ ${#need_pkgs[@]} -gt 0 ] || return 0
+  mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)
+  if [ "$(id -u)" != 0 ]; then
+    echo "SKIP: needs root to install ${need_pkgs[*]} (apt-get) and to run dockerd"
+    return 77
+  fi
+  log "installing ${need_pkgs[*]}"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${need_pkgs[@]}"; } >"$work/apt.log" 2>&1; then
+    tail -n 20 "$work/apt.log"
+    echo "SKIP: could not install ${need_pkgs[*]} with apt-get (log above)"
+    return 77
+  fi
+}
 
 docker_engine_ensure() {
   local work=$1
