@@ -236,6 +236,10 @@ int sac_backend_cpu_new(int threads, sac_backend_t **out);
 /* The null backend (backend_null.c): the interface and buffers without the math, to
  * measure the service around the update (--backend null, sac-bench-service). */
 int sac_backend_null_new(sac_backend_t **out);
+/* The host backends' alloc and free (learner/backend_cpu.c): n floats, zeroed, 256-byte
+ * aligned as cudaMalloc's; SAC_ENOMEM. */
+int sac_backend_host_alloc(sac_backend_t *be, size_t n, float **out);
+void sac_backend_host_free(sac_backend_t *be, float *p);
 /* The cuda backend on a device, through the CUDA module (same codes as sac_backend_new). */
 int sac_backend_cuda_new(int device, sac_backend_t **out);
 

@@ -289,7 +289,7 @@ static void split_range(size_t total, int p, int n, size_t align, size_t *lo, si
   *hi = c1 * align < total ? c1 * align : total;
 }
 
-static int cpu_alloc(sac_backend_t *be, size_t n, float **out) {
+int sac_backend_host_alloc(sac_backend_t *be, size_t n, float **out) {
   (void)be;
   /* 256 bytes, as cudaMalloc: sac.c's blocks inside a buffer are 256-byte aligned
    * relative to its start (issue 16), and this makes them so in memory too */
@@ -302,7 +302,7 @@ static int cpu_alloc(sac_backend_t *be, size_t n, float **out) {
   return 0;
 }
 
-static void cpu_free(sac_backend_t *be, float *p) {
+void sac_backend_host_free(sac_backend_t *be, float *p) {
   (void)be;
   free(p);
 }
@@ -986,8 +986,8 @@ static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
 
 static const sac_backend_ops_t k_cpu_ops = {
     .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
+    .alloc = sac_backend_host_alloc,
+    .free = sac_backend_host_free,
     .upload = cpu_copy,
     .download = cpu_download,
     .sync = cpu_sync,

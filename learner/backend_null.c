@@ -38,22 +38,6 @@ typedef struct {
 
 static null_impl_t *impl_of(sac_backend_t *be) { return be->impl; }
 
-static int null_alloc(sac_backend_t *be, size_t n, float **out) {
-  (void)be;
-  size_t bytes = ((n ? n : 1) * sizeof(float) + 255) & ~(size_t)255;
-  float *p = aligned_alloc(256, bytes);
-  if (!p)
-    return SAC_ENOMEM;
-  memset(p, 0, bytes);
-  *out = p;
-  return 0;
-}
-
-static void null_free(sac_backend_t *be, float *p) {
-  (void)be;
-  free(p);
-}
-
 /* dst = src over n floats, returning the sum of src's 32-bit words: one pass that reads
  * every byte (the compiler vectorises it; it runs at about memcpy's speed). */
 static uint64_t copy_sum(float *restrict dst, const float *restrict src, size_t n) {
@@ -188,8 +172,8 @@ static int null_get_metric(sac_backend_t *be, const char *key, double *out) {
 
 static const sac_backend_ops_t k_null_ops = {
     .name = "null",
-    .alloc = null_alloc,
-    .free = null_free,
+    .alloc = sac_backend_host_alloc, /* the cpu backend's: host memory, 256-byte aligned */
+    .free = sac_backend_host_free,
     .upload = null_upload,
     .download = null_download,
     .sync = null_sync,
