@@ -66,6 +66,19 @@ typedef struct {
   const float *log_alpha; /* (1) */
 } sac_head_hp_t;
 
+/* What the fused critic output op (q_head) runs after the critics' last layer, on the q
+ * (B, 2) it just wrote, with the arguments of the op it stands for:
+ * SAC_Q_TARGET: critic_target(h, r, term, q, logp, y);
+ * SAC_Q_CRITIC_LOSS: critic_loss(h, q, y, w, dq, td, stats);
+ * SAC_Q_ACTOR_ALPHA_LOSS: actor_alpha_loss(h, q, logp, dq, dlogp, stats, grad_alpha, stats_alpha). */
+enum { SAC_Q_TARGET = 0, SAC_Q_CRITIC_LOSS = 1, SAC_Q_ACTOR_ALPHA_LOSS = 2 };
+typedef struct {
+  int then;
+  const float *r, *term, *logp, *w;
+  float *y; /* written by SAC_Q_TARGET, read by SAC_Q_CRITIC_LOSS */
+  float *dq, *dlogp, *td, *stats, *grad_alpha, *stats_alpha;
+} sac_q_head_t;
+
 typedef struct sac_backend_ops {
   const char *name;
   /* --- memory (setup time only; never inside the update) --- */
@@ -191,6 +204,13 @@ typedef struct sac_backend_ops {
    * GradScaler skips optimizer.step on found_inf: no host round trip, graph-capturable. */
   void (*adam_polyak)(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
                       const float *src, size_t n_polyak, float tau, const float *guard, unsigned guard_mask);
+  /* Fused: linear_fwd(L, q, 2) of the twin critics' last layer (K = 2, one output each),
+   * then the op q->then names (sac_q_head_t) on that q, as one launch: the critic target,
+   * the critic loss or the actor and alpha losses read q where it is computed. Results
+   * equal the two ops' (tests/test_backend_cpu.c, test_backend_cuda.c). NULL: sac.c
+   * issues the two. */
+  void (*q_head)(sac_backend_t *be, const sac_linear_t *L, float *q, const sac_head_hp_t *h,
+                 const sac_q_head_t *a);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4

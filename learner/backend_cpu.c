@@ -979,6 +979,26 @@ static void cpu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, cons
   impl_of(be)->launches = l0 + 1;
 }
 
+/* The fused critic output: the critics' last layer, then the op q->then names, through
+ * the table (as above); one launch on the cuda backend (k_out1_head). */
+static void cpu_q_head(sac_backend_t *be, const sac_linear_t *L, float *q, const sac_head_hp_t *h,
+                       const sac_q_head_t *a) {
+  const uint64_t l0 = impl_of(be)->launches;
+  be->ops->linear_fwd(be, L, q, 2);
+  switch (a->then) {
+  case SAC_Q_TARGET:
+    be->ops->critic_target(be, h, a->r, a->term, q, a->logp, a->y);
+    break;
+  case SAC_Q_CRITIC_LOSS:
+    be->ops->critic_loss(be, h, q, a->y, a->w, a->dq, a->td, a->stats);
+    break;
+  default:
+    be->ops->actor_alpha_loss(be, h, q, a->logp, a->dq, a->dlogp, a->stats, a->grad_alpha, a->stats_alpha);
+    break;
+  }
+  impl_of(be)->launches = l0 + 1;
+}
+
 /* The pool's counts: jobs split, jobs run on the caller alone because the workers were
  * not getting cores, and parts the caller ran for a worker that had not started them. */
 static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
@@ -1024,6 +1044,7 @@ static const sac_backend_ops_t k_cpu_ops = {
     .normal2 = cpu_normal2,
     .actor_alpha_loss = cpu_actor_alpha_loss,
     .adam_polyak = cpu_adam_polyak,
+    .q_head = cpu_q_head,
     .get_metric = cpu_get_metric,
     .fetch = cpu_fetch,
     .fetch_wait = cpu_fetch_wait,

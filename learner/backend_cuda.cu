@@ -455,8 +455,8 @@ __device__ void block_sum2(double *a, double *b) {
 
 /* Loss kernels run as one block of THREADS (the batch is small); gradients are
  * multiplied by the loss scale in fp16 mode (sc non-NULL). */
-__global__ void k_critic_loss(int B, const float *q, const float *y, const float *w, float *dq, float *td, float *stats,
-                              const scaler_t *sc) {
+__device__ void d_critic_loss(int B, const float *q, const float *y, const float *w, float *dq, float *td,
+                              float *stats, const scaler_t *sc) {
   const float S = sc ? sc->scale : 1.0f;
   const float invB = 1.0f / (float)B;
   double loss = 0.0, qsum = 0.0;
@@ -474,6 +474,11 @@ __global__ void k_critic_loss(int B, const float *q, const float *y, const float
     stats[0] = (float)(loss / B);
     stats[1] = (float)(qsum / B);
   }
+}
+
+__global__ void k_critic_loss(int B, const float *q, const float *y, const float *w, float *dq, float *td, float *stats,
+                              const scaler_t *sc) {
+  d_critic_loss(B, q, y, w, dq, td, stats, sc);
 }
 
 __device__ void d_actor_loss(int B, const float *log_alpha, const float *q, const float *logp, float *dq, float *dlogp,
@@ -528,6 +533,50 @@ __global__ void k_actor_alpha_loss(int B, float target_entropy, const float *log
   d_actor_loss(B, log_alpha, q, logp, dq, dlogp, stats_pi, sc);
   __syncthreads();
   d_alpha_loss(B, target_entropy, log_alpha, logp, grad_alpha, stats_alpha, sc);
+}
+
+/* The critics' one-wide last layer and a head op on its q in one launch (q_head): one
+ * block of THREADS; its warps compute q[b, k] as k_out1_fwd does (the same per-warp
+ * order, so the same bits), the block waits, then runs the head op as its own kernel
+ * would (one block of THREADS for the losses; the target row by row). fp32 arithmetic in
+ * every precision, as k_out1_fwd; in fp16 the loss gradients carry the loss scale (sc). */
+typedef struct {
+  int then, B, K, n, ldx;
+  const float *X, *W, *bias;
+  float *q;
+  float gamma, target_entropy;
+  const float *log_alpha, *r, *term, *logp, *w;
+  float *y, *dq, *dlogp, *td, *stats, *grad_alpha, *stats_alpha;
+  const scaler_t *sc;
+} out1_head_t;
+
+__global__ void k_out1_head(out1_head_t a) {
+  const int lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  for (int pair = threadIdx.x >> 5; pair < a.B * a.K; pair += nwarps) {
+    const int b = pair / a.K, k = pair % a.K;
+    const float *x = a.X + (size_t)b * a.ldx + (size_t)k * a.n, *w = a.W + (size_t)k * a.n;
+    float acc = 0.0f;
+    for (int j = lane; j < a.n; j += 32)
+      acc += x[j] * w[j];
+    for (int o = 16; o > 0; o >>= 1)
+      acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if (lane == 0)
+      a.q[(size_t)b * a.K + k] = acc + (a.bias ? a.bias[k] : 0.0f);
+  }
+  __syncthreads(); /* q complete and visible to the whole block */
+  if (a.then == SAC_Q_TARGET) {
+    const float alpha = expf(*a.log_alpha);
+    for (int i = threadIdx.x; i < a.B; i += blockDim.x) {
+      float qmin = fminf(a.q[2 * i], a.q[2 * i + 1]);
+      a.y[i] = a.r[i] + a.gamma * (1.0f - a.term[i]) * (qmin - alpha * a.logp[i]);
+    }
+  } else if (a.then == SAC_Q_CRITIC_LOSS) {
+    d_critic_loss(a.B, a.q, a.y, a.w, a.dq, a.td, a.stats, a.sc);
+  } else {
+    d_actor_loss(a.B, a.log_alpha, a.q, a.logp, a.dq, a.dlogp, a.stats, a.sc);
+    __syncthreads();
+    d_alpha_loss(a.B, a.target_entropy, a.log_alpha, a.logp, a.grad_alpha, a.stats_alpha, a.sc);
+  }
 }
 
 /* flags[block] = some g in this block's share is inf or NaN */
@@ -1354,6 +1403,32 @@ static void cu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_g
   LAUNCHED(im, "k_adam_polyak");
 }
 
+static void cu_q_head(sac_backend_t *be, const sac_linear_t *L, float *q, const sac_head_hp_t *h,
+                      const sac_q_head_t *a) {
+  cu_t *im = IM(be);
+  if (!is_out1(L) || L->K != 2) { /* the two ops */
+    cu_linear_fwd(be, L, q, 2);
+    if (a->then == SAC_Q_TARGET)
+      cu_critic_target(be, h, a->r, a->term, q, a->logp, a->y);
+    else if (a->then == SAC_Q_CRITIC_LOSS)
+      cu_critic_loss(be, h, q, a->y, a->w, a->dq, a->td, a->stats);
+    else
+      cu_actor_alpha_loss(be, h, q, a->logp, a->dq, a->dlogp, a->stats, a->grad_alpha, a->stats_alpha);
+    return;
+  }
+  out1_head_t k;
+  memset(&k, 0, sizeof k);
+  k.then = a->then, k.B = L->B, k.K = L->K, k.n = L->n_in, k.ldx = L->seg[0].ld;
+  k.X = L->seg[0].p, k.W = L->W, k.bias = L->b, k.q = q;
+  k.gamma = h->gamma, k.target_entropy = h->target_entropy, k.log_alpha = h->log_alpha;
+  k.r = a->r, k.term = a->term, k.logp = a->logp, k.w = a->w;
+  k.y = a->y, k.dq = a->dq, k.dlogp = a->dlogp, k.td = a->td, k.stats = a->stats;
+  k.grad_alpha = a->grad_alpha, k.stats_alpha = a->stats_alpha;
+  k.sc = loss_scaler(im);
+  k_out1_head<<<1, THREADS, 0, im->stream>>>(k);
+  LAUNCHED(im, "k_out1_head");
+}
+
 static void cu_overflow_export(sac_backend_t *be, float *dst) {
   cu_t *im = IM(be);
   k_ovf_export<<<1, 1, 0, im->stream>>>(&im->ds->overflow, dst);
@@ -1838,6 +1913,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .normal2 = cu_normal2,
     .actor_alpha_loss = cu_actor_alpha_loss,
     .adam_polyak = cu_adam_polyak,
+    .q_head = cu_q_head,
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a
@@ -1851,7 +1927,7 @@ static int preload_kernels(cu_t *im) {
                        (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
                        (const void *)k_ovf_import,    (const void *)k_adam_polyak,
                        (const void *)k_actor_alpha_loss, (const void *)k_normal2, (const void *)k_out1_fwd,
-                       (const void *)k_out1_bwd};
+                       (const void *)k_out1_bwd, (const void *)k_out1_head};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))

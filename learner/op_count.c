@@ -87,6 +87,10 @@ static void px_normal2(sac_backend_t *be, float *out, size_t n, const uint32_t k
                        uint32_t tag0, uint32_t tag1) {
   FWD(be, normal2, out, n, key, stream, tag0, tag1);
 }
+static void px_q_head(sac_backend_t *be, const sac_linear_t *L, float *q, const sac_head_hp_t *h,
+                      const sac_q_head_t *a) {
+  FWD(be, q_head, L, q, h, a);
+}
 static void px_update_end(sac_backend_t *be) {
   P(be)->count++;
   R(be)->ops->update_end(R(be));
@@ -106,6 +110,7 @@ int sac_count_update_ops(sac_t *s, sac_backend_t *real, int unfused, int64_t cou
   ops.adam_polyak = r->adam_polyak ? px_adam_polyak : NULL;
   ops.actor_alpha_loss = r->actor_alpha_loss ? px_actor_alpha_loss : NULL;
   ops.normal2 = r->normal2 ? px_normal2 : NULL;
+  ops.q_head = r->q_head ? px_q_head : NULL;
   ops.update_end = r->update_end ? px_update_end : NULL;
   proxy_t px = {{&ops, real->impl}, real, 0};
   int rc = sac_swap_backend(s, &px.base);

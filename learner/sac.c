@@ -601,6 +601,33 @@ static void critics(sac_t *s, const float *params, const float *obs, const float
   mlp_fwd(s, &s->cd, params, s->hp.batch, in, 2, &s->ca, q);
 }
 
+/* The critics' forward into q, then the head op a->then on q: the last layer and the
+ * head as one fused launch where the backend has q_head, else the ops one by one (the
+ * same results). */
+static void critics_then(sac_t *s, const float *params, const float *obs, const float *action, float *q,
+                         const sac_q_head_t *a) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const sac_mlp_desc_t *d = &s->cd;
+  sac_seg_t in[2] = {{obs, s->hp.obs_dim, s->hp.obs_dim}, {action, s->hp.act_dim, s->hp.act_dim}};
+  if (!ops->q_head || !ops->actor_alpha_loss || s->unfused || d->n_layers < 2) {
+    critics(s, params, obs, action, q);
+    if (a->then == SAC_Q_TARGET)
+      ops->critic_target(s->be, &s->head, a->r, a->term, q, a->logp, a->y);
+    else if (a->then == SAC_Q_CRITIC_LOSS)
+      ops->critic_loss(s->be, &s->head, q, a->y, a->w, a->dq, a->td, a->stats);
+    else if (ops->actor_alpha_loss && !s->unfused)
+      ops->actor_alpha_loss(s->be, &s->head, q, a->logp, a->dq, a->dlogp, a->stats, a->grad_alpha,
+                            a->stats_alpha);
+    else /* the alpha loss comes after the actor's backward (sac_compute_actor_grads) */
+      ops->actor_loss(s->be, &s->head, q, a->logp, a->dq, a->dlogp, a->stats);
+    return;
+  }
+  const int last = d->n_layers - 1;
+  mlp_fwd_range(s, d, params, s->hp.batch, in, 2, &s->ca, NULL, 0, last - 1);
+  sac_linear_t L = layer(d, net_of(s, d), params, last, s->hp.batch, in, 2, s->ca.acts);
+  ops->q_head(s->be, &L, q, &s->head, a);
+}
+
 void sac_forward_policy(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int A = s->hp.act_dim, B = s->hp.batch;
@@ -616,16 +643,17 @@ void sac_forward_policy(sac_t *s) {
 }
 
 void sac_compute_critic_grads(sac_t *s) {
-  const sac_backend_ops_t *ops = s->be->ops;
   const int A = s->hp.act_dim, B = s->hp.batch;
   sac_batch_t *b = &s->batch;
   /* y = r + gamma (1 - terminated) (min Qtarget(s', a') - alpha log pi(a'|s')) */
-  critics(s, s->target, b->next_obs, s->a2 + (size_t)B * A, s->qt);
-  ops->critic_target(s->be, &s->head, b->reward, b->terminated, s->qt, s->logp2 + B, s->y);
+  sac_q_head_t tq = {
+      .then = SAC_Q_TARGET, .r = b->reward, .term = b->terminated, .logp = s->logp2 + B, .y = s->y};
+  critics_then(s, s->target, b->next_obs, s->a2 + (size_t)B * A, s->qt, &tq);
   lap(s, PROF(target));
   /* L_Q and its gradient through both critics */
-  critics(s, critic_params(s), b->obs, b->action, s->q);
-  ops->critic_loss(s->be, &s->head, s->q, s->y, b->weights, s->dq, s->td, s->stats + 0);
+  sac_q_head_t lq = {
+      .then = SAC_Q_CRITIC_LOSS, .y = s->y, .w = b->weights, .dq = s->dq, .td = s->td, .stats = s->stats};
+  critics_then(s, critic_params(s), b->obs, b->action, s->q, &lq);
   sac_seg_t in[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {b->action, A, A}};
   float *dx[2] = {NULL, NULL};
   int ldx[2] = {0, 0};
@@ -638,15 +666,18 @@ void sac_compute_actor_grads(sac_t *s) {
   const int A = s->hp.act_dim, B = s->hp.batch;
   sac_batch_t *b = &s->batch;
   /* L_pi = mean(alpha log pi(a~|s) - min Q(s, a~)), a~ reparameterised (rows [0, B)) */
-  critics(s, critic_params(s), b->obs, s->a2, s->q);
   /* L_alpha = -mean(log alpha (log pi + target entropy)) reads only the forward values:
-   * one fused launch with the actor loss where the backend has it */
+   * one fused launch with the actor loss (and the critics' last layer) where the backend
+   * has it */
   const int fused = ops->actor_alpha_loss && !s->unfused;
-  if (fused)
-    ops->actor_alpha_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2,
-                          s->grads + s->off_alpha, s->stats + 4);
-  else
-    ops->actor_loss(s->be, &s->head, s->q, s->logp2, s->dq, s->dlogp, s->stats + 2);
+  sac_q_head_t aq = {.then = SAC_Q_ACTOR_ALPHA_LOSS,
+                     .logp = s->logp2,
+                     .dq = s->dq,
+                     .dlogp = s->dlogp,
+                     .stats = s->stats + 2,
+                     .grad_alpha = s->grads + s->off_alpha,
+                     .stats_alpha = s->stats + 4};
+  critics_then(s, critic_params(s), b->obs, s->a2, s->q, &aq);
   /* dL/da~ through the critics (input gradient only: the critics are not stepped here) */
   sac_seg_t cin[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {s->a2, A, A}};
   float *dx[2] = {NULL, s->da};

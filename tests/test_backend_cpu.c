@@ -925,6 +925,75 @@ Test(backend_cpu, fused_actor_alpha_loss_equals_the_two_ops) {
   be->ops->free(be, q), be->ops->free(be, logp), be->ops->free(be, la);
 }
 
+/* The fused critic output (q_head: the critics' one-wide last layer and the head op on
+ * its q) equals linear_fwd and the op, bit for bit, in each of its three modes, every
+ * output stale-filled first; and it counts one launch where the two ops count two. */
+Test(backend_cpu, q_head_equals_last_layer_then_op) {
+  const int B = 37, H = 24;
+  float *X = dev((size_t)B * 2 * H), *W = dev(2 * H), *bias = dev(2), *la = dev(1);
+  float *r = dev(B), *term = dev(B), *logp = dev(B), *w = dev(B), *ysrc = dev(B);
+  fill(X, (size_t)B * 2 * H, 0, 2), fill(W, 2 * H, -0.3, 0.3), fill(bias, 2, -1, 1);
+  fill(r, B, -2, 2), fill(logp, B, -4, 1), fill(w, B, 0.2, 1.5), fill(ysrc, B, -5, 5);
+  for (int i = 0; i < B; i++)
+    term[i] = i % 5 == 0;
+  la[0] = -0.7f;
+  sac_head_hp_t h = {.B = B, .A = 3, .gamma = 0.99f, .target_entropy = -3.0f, .log_alpha = la};
+  sac_linear_t L = {.B = B, .n_in = H, .n_out = 1, .K = 2, .shared = 0, .n_seg = 1, .W = W, .b = bias};
+  L.seg[0] = (sac_seg_t){X, 2 * H, 2 * H};
+  L.act = SAC_ACT_NONE;
+  /* outputs: q, y, dq, dlogp, td, stats (2), grad_alpha, stats_alpha */
+  size_t sz[8] = {2 * (size_t)B, (size_t)B, 2 * (size_t)B, (size_t)B, (size_t)B, 2, 1, 1};
+  for (int then = 0; then < 3; then++) {
+    float *out[2][8];
+    for (int k = 0; k < 8; k++) { /* the same stale values on both sides: an output a mode
+                                   * does not write must stay so on both */
+      out[0][k] = dev(sz[k]), out[1][k] = dev(sz[k]), stale(out[0][k], sz[k]);
+      memcpy(out[1][k], out[0][k], sz[k] * sizeof(float));
+    }
+    for (int c = 0; c < 2; c++) /* the critic loss reads a y: the same one on both sides */
+      if (then == SAC_Q_CRITIC_LOSS)
+        memcpy(out[c][1], ysrc, B * sizeof(float));
+    sac_backend_counts_t n0, n1, n2;
+    cr_assert_eq(sac_backend_counts(be, &n0), 0);
+    be->ops->linear_fwd(be, &L, out[0][0], 2);
+    if (then == SAC_Q_TARGET)
+      be->ops->critic_target(be, &h, r, term, out[0][0], logp, out[0][1]);
+    else if (then == SAC_Q_CRITIC_LOSS)
+      be->ops->critic_loss(be, &h, out[0][0], out[0][1], w, out[0][2], out[0][4], out[0][5]);
+    else
+      be->ops->actor_alpha_loss(be, &h, out[0][0], logp, out[0][2], out[0][3], out[0][5], out[0][6],
+                                out[0][7]);
+    cr_assert_eq(sac_backend_counts(be, &n1), 0);
+    sac_q_head_t a = {.then = then,
+                      .r = r,
+                      .term = term,
+                      .logp = logp,
+                      .w = w,
+                      .y = out[1][1],
+                      .dq = out[1][2],
+                      .dlogp = out[1][3],
+                      .td = out[1][4],
+                      .stats = out[1][5],
+                      .grad_alpha = out[1][6],
+                      .stats_alpha = out[1][7]};
+    cr_assert_not_null(be->ops->q_head);
+    be->ops->q_head(be, &L, out[1][0], &h, &a);
+    cr_assert_eq(sac_backend_counts(be, &n2), 0);
+    cr_assert_eq(n1.launches - n0.launches, 2, "mode %d: the two ops", then);
+    cr_assert_eq(n2.launches - n1.launches, 1, "mode %d: one fused launch", then);
+    for (int k = 0; k < 8; k++)
+      cr_assert_eq(memcmp(out[0][k], out[1][k], sz[k] * sizeof(float)), 0, "mode %d: output %d differs", then,
+                   k);
+    cr_assert(isfinite(out[1][0][0]) && out[1][0][0] != out[1][0][1], "q was written");
+    for (int c = 0; c < 2; c++)
+      for (int k = 0; k < 8; k++)
+        be->ops->free(be, out[c][k]);
+  }
+  float *bufs[] = {X, W, bias, la, r, term, logp, w, ysrc};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    be->ops->free(be, bufs[i]);
+}
+
 /* The fused noise of both halves equals two normal ops with the two tags, bit for bit
  * (an odd n checks the halves' boundary). */
 Test(backend_cpu, fused_normal2_equals_two_normals) {

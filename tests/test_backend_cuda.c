@@ -571,6 +571,67 @@ static void run_fused_losses(const char *prec, float scale) {
 
 Test(backend_cuda, fused_actor_alpha_loss_matches_cpu) { run_fused_losses("fp32", 1.0f); }
 
+/* The fused critic output (q_head, k_out1_head: the critics' last layer and the head op
+ * in one block) against the cpu op, in its three modes, at the default sizes (B 256,
+ * H 256); fp32 and fp16 (the gradients there carry the loss scale: not compared) */
+static void run_q_head(const char *prec) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 53, 3);
+  const int B = 256, H = 256;
+  float *hX = hrand(&rng, (size_t)B * 2 * H, 0, 1), *hW = hrand(&rng, 2 * H, -0.1, 0.1),
+        *hb = hrand(&rng, 2, -1, 1);
+  float *hr = hrand(&rng, B, -2, 2), *hl = hrand(&rng, B, -4, 1), *hw = hrand(&rng, B, 0.2, 1.5),
+        *hy = hrand(&rng, B, -5, 5), *ht = hrand(&rng, B, 0, 1), la = -0.3f;
+  for (int i = 0; i < B; i++)
+    ht[i] = ht[i] < 0.2f;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  size_t sz[8] = {2 * (size_t)B, (size_t)B, 2 * (size_t)B, (size_t)B, (size_t)B, 2, 1, 1};
+  const char *names[8] = {"q", "y", "dq", "dlogp", "td", "stats", "grad_alpha", "stats_alpha"};
+  for (int then = 0; then < 3; then++) {
+    float *out[2][8];
+    for (int i = 0; i < 2; i++) {
+      float *X = bput(bes[i], hX, (size_t)B * 2 * H), *W = bput(bes[i], hW, 2 * H),
+            *bias = bput(bes[i], hb, 2);
+      float *r = bput(bes[i], hr, B), *term = bput(bes[i], ht, B), *logp = bput(bes[i], hl, B),
+            *w = bput(bes[i], hw, B), *dla = bput(bes[i], &la, 1);
+      sac_head_hp_t h = {.B = B, .A = 6, .gamma = 0.99f, .target_entropy = -6.0f, .log_alpha = dla};
+      sac_linear_t L = {.B = B, .n_in = H, .n_out = 1, .K = 2, .shared = 0, .n_seg = 1, .W = W, .b = bias};
+      L.seg[0] = (sac_seg_t){X, 2 * H, 2 * H};
+      L.act = SAC_ACT_NONE;
+      for (int k = 0; k < 8; k++)
+        out[i][k] = k == 1 ? bput(bes[i], hy, B) : balloc(bes[i], sz[k]);
+      sac_q_head_t a = {.then = then,
+                        .r = r,
+                        .term = term,
+                        .logp = logp,
+                        .w = w,
+                        .y = out[i][1],
+                        .dq = out[i][2],
+                        .dlogp = out[i][3],
+                        .td = out[i][4],
+                        .stats = out[i][5],
+                        .grad_alpha = out[i][6],
+                        .stats_alpha = out[i][7]};
+      cr_assert_not_null(bes[i]->ops->q_head);
+      bes[i]->ops->q_head(bes[i], &L, out[i][0], &h, &a);
+    }
+    /* what each mode writes: q always; then y / dq, td, stats / dq, dlogp, stats, alpha */
+    static const int writes[3][8] = {
+        {1, 1, 0, 0, 0, 0, 0, 0}, {1, 0, 1, 0, 1, 1, 0, 0}, {1, 0, 1, 1, 0, 1, 1, 1}};
+    int fp16 = strcmp(prec, "fp16") == 0;
+    for (int k = 0; k < 8; k++)
+      if (writes[then][k] && !(fp16 && (k == 2 || k == 3 || k == 6))) /* fp16: gradients scaled */
+        compare(names[k], prec, gpu, out[1][k], cpu, out[0][k], sz[k], TOL_ELEM);
+  }
+  free(hX), free(hW), free(hb), free(hr), free(hl), free(hw), free(hy), free(ht);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, q_head_matches_cpu) { run_q_head("fp32"); }
+Test(backend_cuda, q_head_matches_cpu_fp16) { run_q_head("fp16"); }
+
 /* Issue 16: the fused two-half noise against the cpu op (Philox bits identical;
  * Box-Muller's transcendental functions may differ in the last bits: 1e-5 absolute) */
 Test(backend_cuda, fused_normal2_matches_cpu) {
