@@ -196,7 +196,11 @@ static double compare_step(const ref_t *r, const ref_step_t *s, const float *obs
     n = fmax(n, nerr(obs[i], s->obs[i], abs_tol, rel_tol));
     st->max_d_obs = fmax(st->max_d_obs, fabs(obs[i] - s->obs[i]));
   }
-  st->need = fmax(st->need, nerr(reward, s->reward, 1.0, 1.0));
+  if (nerr(reward, s->reward, 1.0, 1.0) > st->need) {
+    st->need = nerr(reward, s->reward, 1.0, 1.0);
+    st->need_step = st->steps + 1;
+    st->need_obs = -1;
+  }
   for (int i = 0; i < r->obs_dim; i++)
     if (nerr(obs[i], s->obs[i], 1.0, 1.0) > st->need) {
       st->need = nerr(obs[i], s->obs[i], 1.0, 1.0);
@@ -209,7 +213,11 @@ static double compare_step(const ref_t *r, const ref_step_t *s, const float *obs
       double t = i == 1 ? TIGHT_TOL : abs_tol, rt = i == 1 ? TIGHT_TOL : rel_tol;
       n = fmax(n, nerr(terms[i], s->terms[i], t, rt));
       st->max_d_terms = fmax(st->max_d_terms, fabs(terms[i] - s->terms[i]));
-      st->need = fmax(st->need, nerr(terms[i], s->terms[i], 1.0, 1.0));
+      if (nerr(terms[i], s->terms[i], 1.0, 1.0) > st->need) {
+        st->need = nerr(terms[i], s->terms[i], 1.0, 1.0);
+        st->need_step = st->steps + 1;
+        st->need_obs = -1;
+      }
     }
   return n;
 }
@@ -431,25 +439,17 @@ static void runtime_assets_checks(void) {
 }
 #endif
 
-/* The reference episodes: both of each environment, whole (tests/data/gen_mujoco_refs.py). */
-static const char *k_files[] = {"mujoco_halfcheetah_0.bin",
-                                "mujoco_halfcheetah_1.bin",
-                                "mujoco_hopper_0.bin",
-                                "mujoco_hopper_1.bin",
-                                "mujoco_walker2d_0.bin",
-                                "mujoco_walker2d_1.bin",
-                                "mujoco_ant_0.bin",
-                                "mujoco_ant_1.bin",
-                                "mujoco_halfcheetah_v5_0.bin",
-                                "mujoco_halfcheetah_v5_1.bin",
-                                "mujoco_hopper_v5_0.bin",
-                                "mujoco_hopper_v5_1.bin",
-                                "mujoco_walker2d_v5_0.bin",
-                                "mujoco_walker2d_v5_1.bin",
-                                "mujoco_ant_v5_0.bin",
-                                "mujoco_ant_v5_1.bin",
-                                "mujoco_humanoid_v5_0.bin",
-                                "mujoco_humanoid_v5_1.bin"};
+/* The reference episodes, whole (tests/data/gen_mujoco_refs.py): two with random actions per
+ * environment, and for Hopper and Walker2d a third that ends on the healthy height. */
+static const char *k_files[] = {
+    "mujoco_halfcheetah_0.bin", "mujoco_halfcheetah_1.bin",    "mujoco_hopper_0.bin",
+    "mujoco_hopper_1.bin",      "mujoco_hopper_2.bin",         "mujoco_walker2d_0.bin",
+    "mujoco_walker2d_1.bin",    "mujoco_walker2d_2.bin",       "mujoco_ant_0.bin",
+    "mujoco_ant_1.bin",         "mujoco_halfcheetah_v5_0.bin", "mujoco_halfcheetah_v5_1.bin",
+    "mujoco_hopper_v5_0.bin",   "mujoco_hopper_v5_1.bin",      "mujoco_hopper_v5_2.bin",
+    "mujoco_walker2d_v5_0.bin", "mujoco_walker2d_v5_1.bin",    "mujoco_walker2d_v5_2.bin",
+    "mujoco_ant_v5_0.bin",      "mujoco_ant_v5_1.bin",         "mujoco_humanoid_v5_0.bin",
+    "mujoco_humanoid_v5_1.bin"};
 
 /* The tolerance of file's environment (abs and rel alike), see the top comment. */
 static double tolerance(const char *file) {
@@ -480,7 +480,7 @@ static int replay_all(const plugin_t *p) {
           k_files[i], st.bad_steps, st.steps, tol, tol, st.first_bad, st.max_norm, st.term_mismatch,
           st.trunc_mismatch);
     printf("%-28s %4d steps (%s): max |d| obs %.1e, reward %.1e, terms %.1e; normalised %.3f at tol %.0e "
-           "(needs %.1e: obs %d at step %d); terminated differs on %d\n",
+           "(needs %.1e: obs %d, -1 the reward or a term, at step %d); terminated differs on %d\n",
            k_files[i], st.steps, st.c_terminated ? "terminated" : "truncated", st.max_d_obs, st.max_d_reward,
            st.max_d_terms, st.max_norm, tol, st.need, st.need_obs, st.need_step, st.term_mismatch);
   }

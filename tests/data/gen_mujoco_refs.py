@@ -7,7 +7,9 @@ Gymnasium's *-v4 and *-v5 classes (with the MuJoCo Python package that `pip inst
 seeded Gymnasium reset and applies a fixed float32 action sequence (uniform in [-1.2, 1.2] for
 episode 0, so some actions are outside the control range: MuJoCo clamps ctrl, the control
 cost uses the raw action; uniform in [-0.4, 0.4] for episode 1) through gym.make's wrappers
-until Gymnasium says terminated or truncated (the 1000-step time limit).
+until Gymnasium says terminated or truncated (the 1000-step time limit). Random actions end
+Hopper's and Walker2d's episodes on the body angle, so each also has an episode 2 with a
+constant action that ends it on the height instead (CONSTANT below).
 
 Every step is recorded so that the C side can redo exactly that step: before it, the physics
 state a MuJoCo step depends on for these models (qpos, qvel and qacc_warmstart, the solver's
@@ -47,6 +49,9 @@ import numpy as np
 
 OUT = os.path.dirname(os.path.abspath(__file__))
 AMP = [1.2, 0.4]  # episode 0 leaves the control range, 1 stays gentle (longer episodes)
+# episode 2: a constant action whose episode ends on the healthy height, not the angle
+# (Hopper: z <= 0.7 at step 129; Walker2d-v5: z <= 0.8 at step 106)
+CONSTANT = {"Hopper": [0.0, 0.0, 0.5], "Walker2d": [0.0] * 6}
 ENVS = ["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Ant-v4",
         "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"]
 
@@ -59,7 +64,7 @@ def run(env_id, n):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env = gym.make(env_id)
-    env.reset(seed=100 + n)
+    env.reset(seed=100 + n % 2)
     u = env.unwrapped
     rng = np.random.default_rng(1000 + n)
     records = []
@@ -69,7 +74,10 @@ def run(env_id, n):
         warm = u.data.qacc_warmstart.astype(np.float32)
         u.set_state(qpos.astype(np.float64), qvel.astype(np.float64))
         u.data.qacc_warmstart[:] = warm.astype(np.float64)
-        action = rng.uniform(-AMP[n], AMP[n], size=env.action_space.shape).astype(np.float32)
+        if n < len(AMP):
+            action = rng.uniform(-AMP[n], AMP[n], size=env.action_space.shape).astype(np.float32)
+        else:
+            action = np.array(CONSTANT[env_id.split("-")[0]], dtype=np.float32)
         obs, r, terminated, truncated, info = env.step(action)
         fwd = term(info, "reward_forward") if "reward_forward" in info else term(info, "reward_run")
         tail = [r, fwd, term(info, "reward_ctrl", -1.0), term(info, "reward_contact", -1.0),
@@ -91,7 +99,7 @@ def run(env_id, n):
 
 def main():
     for env_id in sys.argv[1:] or ENVS:
-        for n in range(2):
+        for n in range(3 if env_id.split("-")[0] in CONSTANT else 2):
             run(env_id, n)
 
 
