@@ -480,9 +480,10 @@ static int replay_all(const plugin_t *p) {
           k_files[i], st.bad_steps, st.steps, tol, tol, st.first_bad, st.max_norm, st.term_mismatch,
           st.trunc_mismatch);
     printf("%-28s %4d steps (%s): max |d| obs %.1e, reward %.1e, terms %.1e; normalised %.3f at tol %.0e "
-           "(needs %.1e: obs %d, -1 the reward or a term, at step %d); terminated differs on %d\n",
+           "(needs %.1e: %s %d at step %d); terminated differs on %d\n",
            k_files[i], st.steps, st.c_terminated ? "terminated" : "truncated", st.max_d_obs, st.max_d_reward,
-           st.max_d_terms, st.max_norm, tol, st.need, st.need_obs, st.need_step, st.term_mismatch);
+           st.max_d_terms, st.max_norm, tol, st.need, st.need_obs < 0 ? "reward or term" : "obs", st.need_obs,
+           st.need_step, st.term_mismatch);
   }
   return replayed;
 }
@@ -589,8 +590,13 @@ int main(void) {
   sac_env_destroy(&env);
   ant_v5_contact_checks();
   runtime_assets_checks();
-#endif
   dlclose(so);
+#else
+  /* no dlclose: MuJoCo 4's libmujoco keeps a few global allocations (model-compiler state)
+   * that LeakSanitizer would report as leaked once the library is unmapped; loaded, they
+   * stay reachable from its globals */
+  (void)so;
+#endif
   printf("%s (%d failures)\n", g_failures ? "FAIL" : "PASS", g_failures);
   return g_failures ? 1 : 0;
 }
