@@ -588,6 +588,13 @@ int main(void) {
             sac_env_spec(env)->max_episode_steps == 5,
         "plugin:PATH:ID form");
   sac_env_destroy(&env);
+  /* reward weights pass through the loader with a plain ID; a bad one is refused */
+  CHECK(sac_env_new("Hopper-v5,ctrl_cost_weight=0.0011,forward_reward_weight=1", 1, 0, &env) == 0 &&
+            sac_env_spec(env)->obs_dim == 11,
+        "Hopper-v5 with weights through the loader");
+  sac_env_destroy(&env);
+  CHECK(sac_env_new("Hopper-v5,ctrl_cost_weight=", 1, 0, &env) != 0 && env == NULL,
+        "an empty weight must be refused");
   ant_v5_contact_checks();
   runtime_assets_checks();
   dlclose(so);
