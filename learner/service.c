@@ -700,6 +700,7 @@ typedef struct {
   sac_hparams_t hp;
   size_t n_shards, reply_bytes;
   int guard;              /* a non-finite loss refuses the step (eager path, no gradient hook) */
+  int direct;             /* the backend takes batches in place (sac_batch_slots) */
   int tty;                /* progress as one line redrawn in place */
   sac_ckpt_counters_t ck; /* where a resumed run starts */
   char bound[256], ckpt_path[1100];
@@ -778,6 +779,8 @@ static int open_learner(run_t *r) {
    * data-parallel ranks a non-finite loss is found after the update instead */
   r->guard = cfg->loss_guard && cfg->dp.size <= 1 && (!r->be->ops->graph_launch || !cfg->graphs);
   r->pub_slot = -1;
+  sac_batch_slots_t sl;
+  r->direct = sac_batch_slots(r->sac, cfg->prioritized, &sl) == 0;
   sac_set_loss_guard(r->sac, r->guard);
   if (!cfg->resume[0])
     return 0;
@@ -913,6 +916,18 @@ static void start_progress(run_t *r) {
 
 /* ---- the stages of one round ---- */
 
+/* One batch from the shards: where the backend takes it in place (cpu, null), copied
+ * from the reply straight into the batch the update reads, checked as it is copied, and
+ * none after (r->direct: the stage stage only commits it); else decoded, for stage_batch
+ * to stage. */
+static int sample_batch(run_t *r) {
+  sac_batch_slots_t sl;
+  if (!r->direct || sac_batch_slots(r->sac, r->cfg->prioritized, &sl) != 0)
+    return sac_replay_client_sample(r->client, 200, &r->b);
+  sac_replay_stage_t st = {sl.obs, sl.next_obs, sl.action, sl.reward, sl.terminated, sl.weights};
+  return sac_replay_client_sample_into(r->client, 200, &st, &r->b);
+}
+
 /* sample: the run's progress (the shards' stored steps, every 50 ms; END_RUN at
  * total_steps), then one batch from the shards, or NO_BATCH after 200 ms without one.
  * A data-parallel rank that holds a batch keeps it. */
@@ -926,7 +941,7 @@ static int sample(run_t *r) {
   }
   r->b = (sac_replay_batch_t){0};
   double w0 = sac_clock_s();
-  int rc = r->dp_held ? 0 : sac_replay_client_sample(r->client, 200, &r->b);
+  int rc = r->dp_held ? 0 : sample_batch(r);
   r->res->sample_wait_seconds += sac_clock_s() - w0;
   sac_service_metrics_sampled(&r->sm, sac_clock_s() - w0, r->steps);
   sac_service_metrics_rejections(&r->sm, r->client, 0);
@@ -957,7 +972,8 @@ static int dp_round_idle(run_t *r) {
 }
 
 /* stage: the batch into the backend (on a GPU this copy overlaps the update enqueued
- * last time round). Starts the update's host time. */
+ * last time round; where the backend takes batches in place, sample put it there and
+ * this commits it). Starts the update's host time. */
 static int stage_batch(run_t *r) {
   r->u0 = sac_clock_s();
   const sac_replay_batch_t *b = &r->b;
@@ -969,6 +985,8 @@ static int stage_batch(run_t *r) {
               b->act_dim);
     return SAC_EPROTO;
   }
+  if (r->direct) /* already where the update reads it (sample_batch) */
+    return sac_batch_commit(r->sac);
   sac_host_batch_t hb = {b->obs,    b->next_obs,   b->action,
                          b->reward, b->terminated, r->cfg->prioritized ? b->weights : NULL};
   return sac_load_batch(r->sac, &hb, 1);
