@@ -13,8 +13,9 @@
  * off: the learner samples as fast as it can. The learner loop is the service's per-update
  * path (learner/service.c): sample from the prefetching replay client straight into the
  * batch the update reads (sac_batch_slots, sac_replay_client_sample_into), commit it, update, send the
- * priorities of the update before (prioritised), and every --publish_every updates copy the actor's weights
- * out, check them and publish them on an inproc:// XPUB port (no subscriber: the send cost only).
+ * priorities (prioritised: collected and sent every --priorities_every updates), and every --publish_every
+ * updates copy the actor's weights out, check them and publish them on an inproc:// XPUB port (no subscriber:
+ * the send cost only).
  *
  * Figures: updates/s and sampled transitions/s, medians over --windows windows of
  * --seconds each after a warm-up; the bytes of sample replies taken in per second and
@@ -35,6 +36,8 @@
  *   [--prefetch K (requests in flight per shard; default as the learner: 8 for replies of at
  *    most 256 KB, else the client's 2)]
  *   [--publish_every K (default 10, the learner's)]
+ *   [--priorities_every K (prioritised: the |td| of K updates sent as one message per shard;
+ *    default as the learner: 4, fewer where 4 batches pass 1024 rows)]
  *   [--intake direct|decode (direct, the learner's: each reply copied straight from the
  *    message into the batch the update reads, checked as it is copied; decode: decoded into
  *    the client's memory, checked, then staged, to compare the two in one build)]
@@ -78,7 +81,8 @@
 typedef struct {
   double seconds;
   int windows, batch, prefetch, publish_every;
-  int decode; /* --intake decode: replies decoded, then staged (the path before direct staging) */
+  int prio_every; /* --priorities_every (0: as the learner) */
+  int decode;     /* --intake decode: replies decoded, then staged (the path before direct staging) */
   int64_t prefill;
   double actor_rate;
   char configs[256], samplers[64], actors[64];
@@ -264,8 +268,8 @@ typedef struct {
   sac_replay_client_t *client;
   sac_weights_pub_t *pub;
   float *actor, *prio;
-  uint64_t *prev_idx;
-  int prev_pending;
+  uint64_t *prev_idx; /* (B * prio_every) the indices of the updates whose |td| is in prio */
+  int64_t prio_n, prio_every;
   int prioritized, publish_every, direct;
   int64_t updates, steps;
   double stage_s[ST_COUNT];
@@ -275,7 +279,9 @@ typedef struct {
   double cpu_s[ST_COUNT];
   int64_t cpu_sampled;
 } learner_t;
-#define CPU_EVERY 16
+/* prime, so that the updates read are every phase of --publish_every and
+ * --priorities_every alike (16 read only the updates where no priorities were sent) */
+#define CPU_EVERY 17
 
 static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const opts_t *o, int id) {
   memset(L, 0, sizeof *L);
@@ -289,8 +295,14 @@ static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const
   if ((rc = sac_backend_new("null", 1, &L->be)) != 0 || (rc = sac_new(&hp, L->be, &L->sac)) != 0)
     return rc;
   L->actor = malloc(sizeof(float) * sac_actor_param_count(L->sac));
-  L->prio = malloc(sizeof(float) * (size_t)o->batch);
-  L->prev_idx = malloc(sizeof(uint64_t) * (size_t)o->batch);
+  /* priorities sent every prio_every updates, as the service sends them (4 updates, at most
+   * 1024 rows) */
+  L->prio_every = o->prio_every > 0 ? o->prio_every
+                                    : (1024 / o->batch > 4   ? 4
+                                       : 1024 / o->batch > 1 ? 1024 / o->batch
+                                                             : 1);
+  L->prio = malloc(sizeof(float) * (size_t)o->batch * (size_t)L->prio_every);
+  L->prev_idx = malloc(sizeof(uint64_t) * (size_t)o->batch * (size_t)L->prio_every);
   if (!L->actor || !L->prio || !L->prev_idx)
     return SAC_ENOMEM;
   char ep[128], bound[256];
@@ -369,13 +381,14 @@ static int learner_step(learner_t *L) {
   if (cpu)
     c[3] = thread_cpu_s();
   L->updates++;
-  if (L->prioritized) { /* as the service: this update's |td| now, sent after the next */
-    if (L->prev_pending)
-      sac_replay_client_update_priorities(L->client, b.n, L->prev_idx, L->prio);
-    if ((rc = sac_td_errors(L->sac, L->prio)) != 0)
+  if (L->prioritized) { /* as the service: |td| collected, sent every prio_every updates */
+    if ((rc = sac_td_errors(L->sac, L->prio + L->prio_n)) != 0)
       return rc;
-    memcpy(L->prev_idx, b.indices, sizeof(uint64_t) * b.n);
-    L->prev_pending = 1;
+    memcpy(L->prev_idx + L->prio_n, b.indices, sizeof(uint64_t) * b.n);
+    if ((L->prio_n += b.n) >= L->prio_every * b.n) {
+      sac_replay_client_update_priorities(L->client, (size_t)L->prio_n, L->prev_idx, L->prio);
+      L->prio_n = 0;
+    }
     t0 = sac_clock_s();
     L->stage_s[ST_PRIO] += t0 - t1;
     t1 = t0;
@@ -690,7 +703,7 @@ static void usage(void) {
           "usage: sac-bench-service [--seconds S] [--windows W] [--configs inproc:2,tcp:1,tcp:2,tcp:4]\n"
           "  [--samplers uniform,prioritized] [--actors 0,4,16] [--actor_rate STEPS_PER_S]\n"
           "  [--batch B] [--prefetch K] [--publish_every K] [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n"
-          "  [--learner ENV_ID] [--intake direct|decode]\n");
+          "  [--learner ENV_ID] [--intake direct|decode] [--priorities_every K]\n");
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
@@ -720,6 +733,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->prefetch = atoi(v);
     else if (!strcmp(argv[i], "--publish_every"))
       o->publish_every = atoi(v);
+    else if (!strcmp(argv[i], "--priorities_every"))
+      o->prio_every = atoi(v);
     else if (!strcmp(argv[i], "--intake") && (!strcmp(v, "direct") || !strcmp(v, "decode")))
       o->decode = !strcmp(v, "decode");
     else if (!strcmp(argv[i], "--prefill"))
@@ -743,8 +758,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     i++;
   }
   if (!(o->seconds > 0 && o->seconds <= 60) || o->windows < 1 || o->windows > MAX_WINDOWS || o->batch < 1 ||
-      o->batch > 65536 || o->prefetch < 0 || o->prefetch > 64 || o->publish_every < 1 ||
-      o->prefill < o->batch || o->prefill > 60000) {
+      o->batch > 65536 || o->prefetch < 0 || o->prefetch > 64 || o->publish_every < 1 || o->prio_every < 0 ||
+      o->prio_every > 64 || o->prefill < o->batch || o->prefill > 60000) {
     usage();
     return -1;
   }

@@ -61,7 +61,8 @@ typedef struct {
   /* what it sent and saw: indices (shard_id, generation 1, slot) with slots 0, 1, 2 ... */
   uint32_t next_slot;
   atomic_uint_fast64_t requests, priority_updates, foreign_priority_indices;
-  uint64_t inserted; /* ShardInfo.inserted_total */
+  atomic_uint_fast64_t priority_rows, priority_max_rows; /* rows in all, most in one message */
+  uint64_t inserted;                                     /* ShardInfo.inserted_total */
   atomic_int stop;
 } fake_t;
 
@@ -159,6 +160,9 @@ static int fake_serve(fake_t *f, long wait_ms) {
     }
     if (m.type == SAC_WIRE_PRIORITY_UPDATE) {
       atomic_fetch_add(&f->priority_updates, 1);
+      atomic_fetch_add(&f->priority_rows, m.u.priority_update.n);
+      if (m.u.priority_update.n > atomic_load(&f->priority_max_rows))
+        atomic_store(&f->priority_max_rows, m.u.priority_update.n);
       for (uint32_t i = 0; i < m.u.priority_update.n; i++) {
         uint64_t x = m.u.priority_update.indices[i];
         if (SAC_WIRE_INDEX_SHARD(x) != f->shard_id || SAC_WIRE_INDEX_GEN(x) != 1 ||
@@ -563,6 +567,28 @@ Test(learner, good_shard_gets_updates, .timeout = 120) {
   cr_assert_eq(r->rc, 0, "rc %d", r->rc);
   cr_expect_gt(r->res.updates, 0);
   cr_expect_gt(atomic_load(&f->priority_updates), 0);
+  cr_expect_eq(atomic_load(&f->foreign_priority_indices), 0);
+  free(r);
+  free(f);
+}
+
+/* Priorities go back in batches of 4 updates (learner/service.c, docs/LEARNER.md): one
+ * message per 4 updates with 4 x BATCH rows, none lost (all but the last few updates',
+ * which the flush at the end sends, reached the shard) and none later than 5 updates */
+Test(learner, priorities_go_back_four_updates_at_a_time, .timeout = 120) {
+  fake_t *f = malloc(sizeof *f);
+  run_t *r = run_learner(f, ANSWER_GOOD, 3.0, 1, NULL);
+  cr_assert_eq(r->rc, 0, "rc %d", r->rc);
+  const uint64_t u = (uint64_t)r->res.updates, rows = atomic_load(&f->priority_rows);
+  const uint64_t msgs = atomic_load(&f->priority_updates);
+  cr_log_info("%llu updates, %llu priority messages, %llu rows", (unsigned long long)u,
+              (unsigned long long)msgs, (unsigned long long)rows);
+  cr_assert_gt(u, 40, "updates %llu", (unsigned long long)u);
+  cr_expect_eq(atomic_load(&f->priority_max_rows), 4 * BATCH, "4 updates' rows in one message");
+  cr_expect_leq(msgs, u / 4 + 2, "one message per 4 updates (%llu for %llu)", (unsigned long long)msgs,
+                (unsigned long long)u);
+  cr_expect_leq(rows, u * BATCH, "no update's priorities twice");
+  cr_expect_geq(rows, (u - 5) * BATCH, "every update's priorities but the last 5 reached the shard");
   cr_expect_eq(atomic_load(&f->foreign_priority_indices), 0);
   free(r);
   free(f);
