@@ -194,8 +194,12 @@ typedef struct sac_backend_ops {
                   uint32_t tag0, uint32_t tag1);
   void (*actor_alpha_loss)(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
                            float *dq, float *dlogp, float *stats_pi, float *grad_alpha, float *stats_alpha);
+  /* guard (NULL: none): the loss guard's verdict, read by the op itself when it runs.
+   * The whole op (every group's Adam step and step counter, and the Polyak) does nothing
+   * when guard[i] is NaN or Inf for some bit i set in guard_mask (i < 32), as PyTorch's
+   * GradScaler skips optimizer.step on found_inf: no host round trip, graph-capturable. */
   void (*adam_polyak)(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
-                      const float *src, size_t n_polyak, float tau);
+                      const float *src, size_t n_polyak, float tau, const float *guard, unsigned guard_mask);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4

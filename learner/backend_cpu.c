@@ -937,14 +937,30 @@ static int cpu_stage_commit(sac_backend_t *be) {
   return 0;
 }
 
+/* The loss guard's verdict (adam_polyak): 1 when guard[i] is NaN or Inf for a bit i of mask. */
+static int guard_tripped(const float *guard, unsigned mask) {
+  if (!guard)
+    return 0;
+  for (unsigned i = 0; i < 32; i++)
+    if ((mask >> i & 1u) && !isfinite(guard[i]))
+      return 1;
+  return 0;
+}
+
 /* The fused Adam + Polyak tail: here simply the unfused ops in their order (a CPU has no
  * launch to save); it exists so sac.c runs the fused path on every backend and the cuda
- * kernel has a reference to be tested against. */
+ * kernel has a reference to be tested against. The guard is read when the op runs (here:
+ * now, in order with the ops before it), as the cuda kernel reads it. */
 static void cpu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
-                            const float *src, size_t n_polyak, float tau) {
+                            const float *src, size_t n_polyak, float tau, const float *guard,
+                            unsigned guard_mask) {
   /* through the table: a wrapper of these ops (test_dp.c's fp16 emulation) stays in force;
    * counted as the one launch it is on the cuda backend */
   const uint64_t l0 = impl_of(be)->launches;
+  if (guard_tripped(guard, guard_mask)) {
+    impl_of(be)->launches = l0 + 1;
+    return;
+  }
   for (int i = 0; i < n_groups; i++)
     be->ops->adam(be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
   if (n_polyak)

@@ -540,15 +540,27 @@ __global__ void k_nonfinite(const float *g, size_t n, int *flags) {
     flags[blockIdx.x] = bad;
 }
 
+/* The loss guard's verdict (adam_polyak): guard[i] NaN or Inf for a bit i of mask. */
+__device__ int d_guard_tripped(const float *guard, unsigned mask) {
+  if (!guard)
+    return 0;
+  int bad = 0;
+  for (unsigned i = 0; i < 32u; i++)
+    if (mask >> i & 1u)
+      bad |= !isfinite(guard[i]);
+  return bad;
+}
+
 /* One bias-corrected Adam step (PyTorch's formula, as cpu_adam) with the step counter
  * read and advanced on the device: every block computes with *t + 1 and the last block
  * to finish stores it. In fp16 mode (flags, ovf, sc) gradients are unscaled and the
  * whole step is skipped, t included, when the check kernel found inf/NaN or a backward
  * operand overflowed fp16; the last block clears the overflow flag for the next step. */
 __global__ void k_adam(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
-                       float *t, unsigned int *done, const int *flags, int nflags, int *ovf, scaler_t *sc) {
+                       float *t, unsigned int *done, const int *flags, int nflags, int *ovf, scaler_t *sc,
+                       const float *guard, unsigned guard_mask) {
   __shared__ float s_step, s_sqrt_bc2, s_inv;
-  __shared__ int s_skip;
+  __shared__ int s_skip, s_guard;
   if (threadIdx.x == 0) {
     int skip = 0;
     if (flags)
@@ -556,6 +568,8 @@ __global__ void k_adam(float *p, const float *g, float *m, float *v, size_t n, f
         skip |= flags[i];
     if (ovf)
       skip |= *ovf;
+    s_guard = d_guard_tripped(guard, guard_mask);
+    skip |= s_guard;
     float tt = *t + 1.0f;
     float bc1 = 1.0f - powf(b1, tt), bc2 = 1.0f - powf(b2, tt);
     s_step = lr / bc1;
@@ -581,7 +595,7 @@ __global__ void k_adam(float *p, const float *g, float *m, float *v, size_t n, f
     if (prev == gridDim.x - 1) {
       if (!s_skip)
         *t = *t + 1.0f;
-      else if (sc)
+      else if (sc && !s_guard) /* a guarded loss is not the scale's fault */
         sc->found_inf = 1;
       if (ovf)
         *ovf = 0;
@@ -590,7 +604,10 @@ __global__ void k_adam(float *p, const float *g, float *m, float *v, size_t n, f
   }
 }
 
-__global__ void k_polyak(float *tgt, const float *src, size_t n, float keep, float tau) {
+__global__ void k_polyak(float *tgt, const float *src, size_t n, float keep, float tau, const float *guard,
+                         unsigned guard_mask) {
+  if (d_guard_tripped(guard, guard_mask))
+    return;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     tgt[i] = keep * tgt[i] + tau * src[i];
 }
@@ -611,10 +628,15 @@ typedef struct {
   unsigned long long pn;
   int pgroup;
   float keep, tau;
+  const float *guard; /* the loss guard (NULL: none): skip everything when tripped */
+  unsigned guard_mask;
 } adam_multi_t;
 
 __global__ void k_adam_polyak(adam_multi_t a, unsigned int *done) {
   __shared__ float s_step[SAC_ADAM_MAX_GROUPS], s_sqrt_bc2[SAC_ADAM_MAX_GROUPS];
+  __shared__ int s_skip;
+  if (threadIdx.x == 0)
+    s_skip = d_guard_tripped(a.guard, a.guard_mask);
   if (threadIdx.x < (unsigned)a.n) {
     const int j = threadIdx.x;
     float tt = *a.t[j] + 1.0f;
@@ -622,7 +644,7 @@ __global__ void k_adam_polyak(adam_multi_t a, unsigned int *done) {
     s_sqrt_bc2[j] = sqrtf(1.0f - powf(a.b2[j], tt));
   }
   __syncthreads();
-  const unsigned long long total = a.off[a.n] + (a.pgroup < 0 ? a.pn : 0ull);
+  const unsigned long long total = s_skip ? 0ull : a.off[a.n] + (a.pgroup < 0 ? a.pn : 0ull);
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < total;
        i += (unsigned long long)gridDim.x * blockDim.x) {
     if (i >= a.off[a.n]) { /* the separate Polyak segment */
@@ -648,7 +670,7 @@ __global__ void k_adam_polyak(adam_multi_t a, unsigned int *done) {
     __threadfence();
     unsigned int prev = atomicAdd(done, 1u);
     if (prev == gridDim.x - 1) {
-      for (int j = 0; j < a.n; j++)
+      for (int j = 0; j < a.n && !s_skip; j++)
         *a.t[j] = *a.t[j] + 1.0f;
       *done = 0;
     }
@@ -1258,8 +1280,9 @@ static void cu_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float
   LAUNCHED(im, "k_alpha_loss");
 }
 
-static void cu_adam(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n, const sac_adam_hp_t *hp,
-                    float *t) {
+/* cu_adam with the loss guard of adam_polyak (NULL: none) */
+static void cu_adam_guarded(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
+                            const sac_adam_hp_t *hp, float *t, const float *guard, unsigned guard_mask) {
   cu_t *im = IM(be);
   unsigned blocks = grid_for(n, NFLAG);
   const int *flags = NULL;
@@ -1274,14 +1297,24 @@ static void cu_adam(sac_backend_t *be, float *p, const float *g, float *m, float
     sc = &im->ds->scaler;
   }
   k_adam<<<blocks, THREADS, 0, im->stream>>>(p, g, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, t, &im->ds->done,
-                                             flags, (int)blocks, ovf, sc);
+                                             flags, (int)blocks, ovf, sc, guard, guard_mask);
   LAUNCHED(im, "k_adam");
 }
 
-static void cu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau) {
+static void cu_adam(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n, const sac_adam_hp_t *hp,
+                    float *t) {
+  cu_adam_guarded(be, p, g, m, v, n, hp, t, NULL, 0u);
+}
+
+static void cu_polyak_guarded(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau,
+                              const float *guard, unsigned guard_mask) {
   cu_t *im = IM(be);
-  k_polyak<<<grid_for(n, 1024), THREADS, 0, im->stream>>>(tgt, src, n, 1.0f - tau, tau);
+  k_polyak<<<grid_for(n, 1024), THREADS, 0, im->stream>>>(tgt, src, n, 1.0f - tau, tau, guard, guard_mask);
   LAUNCHED(im, "k_polyak");
+}
+
+static void cu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n, float tau) {
+  cu_polyak_guarded(be, tgt, src, n, tau, NULL, 0u);
 }
 
 static void cu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
@@ -1293,13 +1326,14 @@ static void cu_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const
 }
 
 static void cu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt, const float *src,
-                           size_t n_polyak, float tau) {
+                           size_t n_polyak, float tau, const float *guard, unsigned guard_mask) {
   cu_t *im = IM(be);
   if (im->prec == PREC_FP16 || n_groups < 1 || n_groups > SAC_ADAM_MAX_GROUPS) {
+    /* each op reads the guard itself: the statistics are not written by any of them */
     for (int i = 0; i < n_groups; i++)
-      cu_adam(be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
+      cu_adam_guarded(be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t, guard, guard_mask);
     if (n_polyak)
-      cu_polyak(be, tgt, src, n_polyak, tau);
+      cu_polyak_guarded(be, tgt, src, n_polyak, tau, guard, guard_mask);
     return;
   }
   adam_multi_t a;
@@ -1311,6 +1345,7 @@ static void cu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_g
     a.off[j + 1] = a.off[j] + g[j].n;
   }
   a.tgt = tgt, a.src = src, a.pn = n_polyak, a.keep = 1.0f - tau, a.tau = tau, a.pgroup = -1;
+  a.guard = guard, a.guard_mask = guard_mask;
   for (int j = 0; j < n_groups && n_polyak; j++)
     if (src == g[j].p && n_polyak == g[j].n)
       a.pgroup = j;

@@ -78,10 +78,9 @@ static const sac_cfg_opt_t k_opts[] = {
         "is "
         "skipped, logged and counted in sac_learner_nonfinite_updates_total)"),
     OPT("loss_guard", SAC_CFG_BOOL, loss_guard, "true", 1, 0,
-        "service: with eager updates (cpu backend, --graphs false) check each update's losses before its "
-        "steps "
-        "are applied (two waits for the backend per update); false: the check comes one update late, as with "
-        "CUDA graphs"),
+        "service: skip the optimizer steps of an update whose losses are NaN or Inf (decided on the backend, "
+        "no wait; reported one update late; not on data-parallel ranks); false: the steps are applied and "
+        "the update only counted"),
     OPT("eval_every_updates", SAC_CFG_INT64, eval_every, "2000", 0, 1e15,
         "service: updates between evaluations (0: only at the end)"),
     STR("sampler", sampler, "uniform", "embedded shards: uniform | prioritized"),

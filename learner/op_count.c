@@ -74,8 +74,9 @@ static void px_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n,
   FWD(be, polyak, tgt, src, n, tau);
 }
 static void px_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_groups, float *tgt,
-                           const float *src, size_t n_polyak, float tau) {
-  FWD(be, adam_polyak, g, n_groups, tgt, src, n_polyak, tau);
+                           const float *src, size_t n_polyak, float tau, const float *guard,
+                           unsigned guard_mask) {
+  FWD(be, adam_polyak, g, n_groups, tgt, src, n_polyak, tau, guard, guard_mask);
 }
 static void px_actor_alpha_loss(sac_backend_t *be, const sac_head_hp_t *h, const float *q, const float *logp,
                                 float *dq, float *dlogp, float *stats_pi, float *grad_alpha,

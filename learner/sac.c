@@ -700,33 +700,51 @@ void sac_set_loss_guard(sac_t *s, int on) {
   s->graph_ok[0] = s->graph_ok[1] = 0;
 }
 
-/* The guard's check (waits for the backend): the critic loss (actor = 0), or the actor
- * and alpha losses (actor = 1), of the update being computed. 0 or SAC_ENONFINITE. */
-static int losses_finite(sac_t *s, int actor) {
+/* The loss guard's masks over the statistics: the critic step needs a finite critic loss
+ * and mean q; the actor's, alpha's and Polyak's also a finite actor and alpha loss. */
+#define GUARD_CRITIC 0x3u
+#define GUARD_ACTOR 0x17u
+
+/* The optimizer tails run fused (adam_polyak), the loss guard then on the backend */
+static int fused_tail(const sac_t *s) { return s->be->ops->adam_polyak && !s->unfused; }
+
+/* The guard's check on the host, for the unfused ops only (waits for the backend): 0, or
+ * SAC_ENONFINITE when a statistic of `mask` is NaN or Inf. */
+static int losses_finite(sac_t *s, unsigned mask) {
   float st[STATS_FLOATS];
   if (s->be->ops->download(s->be, st, s->stats, STATS_FLOATS) != 0)
     return SAC_EBACKEND;
-  if (!actor)
-    return isfinite(st[0]) && isfinite(st[1]) ? 0 : SAC_ENONFINITE;
-  return isfinite(st[2]) && isfinite(st[4]) ? 0 : SAC_ENONFINITE;
+  for (int i = 0; i < STATS_FLOATS; i++)
+    if ((mask >> i & 1u) && !isfinite(st[i]))
+      return SAC_ENONFINITE;
+  return 0;
 }
 
 /* Adam over groups, then (polyak) the target critics: one fused op where the backend
- * has it, else the ops one by one (the same results). */
-static void optimizer_tail(sac_t *s, const sac_adam_group_t *g, int n, int polyak) {
+ * has it, else the ops one by one (the same results). With the loss guard on, the fused
+ * op itself skips everything when a statistic of `mask` is not finite (the verdict stays
+ * on the backend: the host reads it one update late with the statistics); the unfused
+ * ops are checked on the host first (a wait) and SAC_ENONFINITE returned. */
+static int optimizer_tail(sac_t *s, const sac_adam_group_t *g, int n, int polyak, unsigned mask) {
   const sac_backend_ops_t *ops = s->be->ops;
-  if (ops->adam_polyak && !s->unfused) {
-    ops->adam_polyak(s->be, g, n, s->target, critic_params(s), polyak ? s->cl.len : 0, s->hp.tau);
-    return;
+  if (fused_tail(s)) {
+    ops->adam_polyak(s->be, g, n, s->target, critic_params(s), polyak ? s->cl.len : 0, s->hp.tau,
+                     s->guard ? s->stats : NULL, mask);
+    return 0;
   }
+  int rc;
+  if (s->guard && (rc = losses_finite(s, mask)) != 0)
+    return rc;
   for (int i = 0; i < n; i++)
     ops->adam(s->be, g[i].p, g[i].g, g[i].m, g[i].v, g[i].n, &g[i].hp, g[i].t);
   if (polyak)
     ops->polyak(s->be, s->target, critic_params(s), s->cl.len, s->hp.tau);
+  return 0;
 }
 
 /* The ops of one update, enqueued on the backend (or recorded into a graph). 0, or a
- * hook's error (the update stopped there). */
+ * hook's error (the update stopped there), or SAC_ENONFINITE from the host-side guard of
+ * the unfused ops. */
 static int update_ops(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   sac_adam_hp_t critic_hp = {s->hp.lr_critic, 0.9f, 0.999f, 1e-8f};
@@ -738,12 +756,12 @@ static int update_ops(sac_t *s) {
   int rc;
   sac_forward_policy(s);
   sac_compute_critic_grads(s);
-  if (s->guard && (rc = losses_finite(s, 0)) != 0)
-    return rc; /* nothing of this update applied */
   if (s->hook && (rc = grad_hook(s, SAC_GRAD_CRITIC)) != 0)
     return rc;
   /* the optimizer tails: each one fused launch where the backend has adam_polyak (the
-   * critics' step must land before the actor's gradient reads the critics) */
+   * critics' step must land before the actor's gradient reads the critics). The guard:
+   * a non-finite critic loss applies nothing of the update; a non-finite actor or alpha
+   * loss applies the critic step and not the actor's, alpha's and Polyak's. */
   sac_adam_group_t gc = {critic_params(s),
                          s->grads + s->off_critic,
                          s->m + s->off_critic,
@@ -756,17 +774,19 @@ static int update_ops(sac_t *s) {
                              1, alpha_hp, s->steps + 2}};
   const int actor_step = s->step % (uint64_t)s->hp.policy_delay == 0;
   if (!actor_step) { /* critic step and Polyak */
-    optimizer_tail(s, &gc, 1, 1);
+    if ((rc = optimizer_tail(s, &gc, 1, 1, GUARD_CRITIC)) != 0)
+      return rc;
     lap(s, PROF(optimizer));
   } else {
-    optimizer_tail(s, &gc, 1, 0);
+    if ((rc = optimizer_tail(s, &gc, 1, 0, GUARD_CRITIC)) != 0)
+      return rc; /* nothing of this update applied */
     lap(s, PROF(optimizer));
     sac_compute_actor_grads(s);
-    if (s->guard && (rc = losses_finite(s, 1)) != 0)
-      return rc; /* the critic step applied; the actor's, alpha's and Polyak's not */
     if (s->hook && (rc = grad_hook(s, SAC_GRAD_ACTOR)) != 0)
       return rc;
-    optimizer_tail(s, ga, s->hp.autotune_alpha ? 2 : 1, 1);
+    /* the critic loss again: its step was skipped, so nothing of this update applies */
+    if ((rc = optimizer_tail(s, ga, s->hp.autotune_alpha ? 2 : 1, 1, GUARD_ACTOR)) != 0)
+      return rc; /* the critic step applied; the actor's, alpha's and Polyak's not */
   }
   if (ops->update_end)
     ops->update_end(s->be);
@@ -782,9 +802,10 @@ static int update_ops(sac_t *s) {
 int sac_update(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int g = s->step % (uint64_t)s->hp.policy_delay == 0;
-  if (ops->graph_launch && !s->prof && !s->hook && !s->guard && s->eager_runs[g] >= 2) {
+  /* the guard of the fused tails runs on the backend: capturable; the unfused ops' is not */
+  if (ops->graph_launch && !s->prof && !s->hook && !(s->guard && !fused_tail(s)) && s->eager_runs[g] >= 2) {
     if (!s->graph_ok[g] && ops->graph_begin(s->be, g, s->step) == 0) {
-      update_ops(s); /* no hook: cannot fail */
+      update_ops(s); /* no hook, no host-side guard: cannot fail */
       s->graph_ok[g] = ops->graph_end(s->be, g) == 0;
     }
     if (s->graph_ok[g]) {

@@ -80,8 +80,8 @@ uint64_t sac_step(const sac_t *s);
  * alpha steps, then Polyak. Enqueued on the backend. Without a gradient hook it cannot
  * fail (returns 0); with one it returns the hook's error, and the update stopped at that
  * hook: the state is then partly updated and the learner must not go on with it. With
- * the loss guard on (sac_set_loss_guard) it may also return SAC_ENONFINITE, as described
- * there; the learner may then go on with the next batch. */
+ * the loss guard on and the unfused ops (sac_set_loss_guard) it may also return
+ * SAC_ENONFINITE, as described there; the learner may then go on with the next batch. */
 int sac_update(sac_t *s);
 
 /* Gradient hook (data-parallel learners, learner/dp.h, average their gradients across
@@ -96,14 +96,18 @@ int sac_update(sac_t *s);
 enum { SAC_GRAD_CRITIC = 0, SAC_GRAD_ACTOR = 1 };
 typedef int (*sac_grad_hook_t)(void *user, int phase, float *const *segs, const size_t *ns, int n_segs);
 void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user);
-/* Loss guard (issue 14: huge finite rewards made the critic loss inf and the learner went
- * on). With it on, sac_update checks the critic loss before the critic's Adam step and
- * the actor and alpha losses before theirs, and returns SAC_ENONFINITE instead of
- * applying a step whose loss is NaN or Inf: a bad critic loss leaves the whole update
- * unapplied (the step counter too); a bad actor or alpha loss leaves the critic step of
- * that update applied and the actor, alpha and Polyak steps not. Each check waits for
- * the backend (a download of the loss statistics), so updates run eagerly with the guard
- * on (no graph capture). Setup time only. */
+/* Loss guard (huge finite rewards made the critic loss inf and the learner went on). With
+ * it on, a step whose loss is NaN or Inf is not applied: a bad critic loss (or mean q)
+ * leaves the whole update unapplied (parameters, Adam moments and step counters, target
+ * networks); a bad actor or alpha loss leaves the critic step of that update applied and
+ * the actor, alpha and Polyak steps not. With the fused optimizer tails (adam_polyak:
+ * every backend's default) the verdict is taken on the backend, by the optimizer op
+ * itself: sac_update returns 0 without waiting, graphs stay on, and the caller learns of
+ * the skip from the update's statistics (sac_stats_fetch / sac_stats_collect one update
+ * late, sac_stats_finite false); sac_step counts the update as enqueued. With the
+ * unfused ops (sac_set_unfused) the statistics are checked on the host before each
+ * step (a wait for the backend) and sac_update returns SAC_ENONFINITE, the step counter
+ * then unchanged for a bad critic loss. Setup time only. */
 void sac_set_loss_guard(sac_t *s, int on);
 /* 1: issue the unfused ops even where the backend has fused ones (adam_polyak): for the
  * tests that compare the two and the kernel counts of sac-bench-learner. Setup time. */

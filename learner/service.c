@@ -586,7 +586,7 @@ static int nonfinite_update(nonfinite_t *nf, const sac_learner_cfg_t *cfg, sac_s
         "non-finite loss after %lld updates: %s (%lld such updates in all, %lld in a row; the learner stops "
         "at %d in a row, --max_nonfinite_updates)",
         (long long)updates,
-        applied ? "detected after the step (graphs or data-parallel)" : "step not applied",
+        applied ? "detected after the step (data-parallel or --loss_guard false)" : "step not applied",
         (long long)nf->total, (long long)nf->in_a_row, cfg->max_nonfinite_updates);
     nf->last_log = now;
     nf->unlogged = 0;
@@ -805,9 +805,11 @@ static int open_learner(run_t *r) {
       (rc = sac_backend_configure(r->be, cfg->precision, cfg->graphs)) != 0 ||
       (rc = sac_new(&r->hp, r->be, &r->sac)) != 0)
     return rc;
-  /* the loss guard needs the eager path and no gradient hook: with CUDA graphs or
-   * data-parallel ranks a non-finite loss is found after the update instead */
-  r->guard = cfg->loss_guard && cfg->dp.size <= 1 && (!r->be->ops->graph_launch || !cfg->graphs);
+  /* the loss guard runs on the backend, inside the optimizer ops (graphs stay on); a
+   * data-parallel rank has none (its ranks must step alike): a non-finite loss is then
+   * found after the update, the steps applied. Either way the verdict is read one
+   * update late, with the statistics. */
+  r->guard = cfg->loss_guard && cfg->dp.size <= 1;
   r->pub_slot = -1;
   sac_batch_slots_t sl;
   r->direct = sac_batch_slots(r->sac, cfg->prioritized, &sl) == 0;
@@ -1040,17 +1042,18 @@ static int dp_round(run_t *r) {
   return 0;
 }
 
-/* The verdict on update `index`'s losses where the guard is off (its steps applied on
- * every rank alike, so the run goes on): counted and logged when not finite. */
+/* The verdict on update `index`'s losses, one update late: counted and logged when not
+ * finite (with the guard its steps were skipped on the backend; without it they were
+ * applied on every rank alike, so the run goes on). */
 static int late_verdict(run_t *r, const sac_stats_t *st, int64_t index) {
   if (sac_stats_finite(st)) {
     r->nf.in_a_row = 0;
     return 0;
   }
-  return nonfinite_update(&r->nf, r->cfg, &r->sm, index, 1);
+  return nonfinite_update(&r->nf, r->cfg, &r->sm, index, !r->guard);
 }
 
-/* Without the guard: this update's statistics are fetched (a copy enqueued after it) and
+/* Every update: its statistics are fetched (a copy enqueued after it) and
  * the previous update's, fetched a round ago, are read: a wait for that copy only, not
  * for the update just enqueued. */
 static int stats_lag_push(run_t *r) {
@@ -1065,30 +1068,29 @@ static int stats_lag_push(run_t *r) {
   return late_verdict(r, &st, r->res->updates - 1);
 }
 
-/* update: one SAC step. A non-finite loss: with the guard the step was refused
- * (NEXT_ROUND: no priorities, nothing to publish); without it (CUDA graphs,
- * data-parallel, --loss_guard false) it is found one update late (stats_lag_push),
- * the steps applied on every rank alike, so the run goes on. Counted and logged; the
- * learner stops after max_nonfinite_updates in a row. */
+/* update: one SAC step. A non-finite loss is found one update late (stats_lag_push):
+ * with the guard the backend skipped the step's optimizer ops; without it
+ * (data-parallel, --loss_guard false) the steps were applied on every rank alike, so the
+ * run goes on. Counted and logged; the learner stops after max_nonfinite_updates in a
+ * row. A SAC_ENONFINITE from sac_update itself (the unfused ops' host-side guard, not
+ * used here) refuses the round: no priorities, nothing to publish. */
 static int update(run_t *r) {
   int rc = sac_update(r->sac);
-  if (rc == 0 && !r->guard) {
+  if (rc == 0) {
     if ((rc = stats_lag_push(r)) != 0)
       return rc;
   } else if (rc == SAC_ENONFINITE) {
     if ((rc = nonfinite_update(&r->nf, r->cfg, &r->sm, r->res->updates, 0)) != 0)
       return rc;
     return NEXT_ROUND;
-  } else if (rc) {
-    return rc;
   } else {
-    r->nf.in_a_row = 0;
+    return rc;
   }
   r->res->updates++;
   return 0;
 }
 
-/* After the loop: the last update's verdict (guard off). */
+/* After the loop: the last update's verdict. */
 static int stats_lag_flush(run_t *r) {
   if (r->stats_fetched == 0)
     return 0;

@@ -42,9 +42,9 @@ typedef struct {
   /* updates in a row refused for a non-finite loss before the learner stops with an
    * error (issue 14); each refused update is logged (rate-limited) and counted */
   int max_nonfinite_updates;
-  /* 1 (default): where updates run eagerly (cpu, --graphs false), each update's losses
-   * are checked before its steps are applied (two waits for the backend per update);
-   * 0: the check comes one update late, the steps applied, as with CUDA graphs */
+  /* 1 (default, not on data-parallel ranks): the optimizer steps of an update whose
+   * losses are not finite are skipped on the backend (no wait; the verdict read one
+   * update late); 0: the steps are applied, the update counted one update late */
   int loss_guard;
   int64_t eval_every; /* M: updates between evaluations (0: only at the end) */
   int eval_episodes;

@@ -810,7 +810,7 @@ static void fused_tail_case(int polyak_of_group) {
   sac_adam_group_t grp[2] = {{p[1][0], g[1][0], m[1][0], v[1][0], n0, hp0, t[1][0]},
                              {p[1][1], g[1][1], m[1][1], v[1][1], n1, hp1, t[1][1]}};
   cr_assert_not_null(be->ops->adam_polyak);
-  be->ops->adam_polyak(be, grp, ng, tgt[1], polyak_of_group ? p[1][0] : src[1], n0, 0.01f);
+  be->ops->adam_polyak(be, grp, ng, tgt[1], polyak_of_group ? p[1][0] : src[1], n0, 0.01f, NULL, 0u);
   for (int k = 0; k < ng; k++) {
     size_t n = k ? n1 : n0;
     cr_assert_eq(memcmp(p[0][k], p[1][k], n * sizeof(float)), 0, "group %d params", k);
@@ -839,6 +839,67 @@ static void fused_tail_case(int polyak_of_group) {
 
 Test(backend_cpu, fused_adam_polyak_equals_unfused_polyak_of_stepped_group) { fused_tail_case(1); }
 Test(backend_cpu, fused_adam_polyak_equals_unfused_two_groups_then_polyak) { fused_tail_case(0); }
+
+/* The loss guard of the fused tail: a NaN or Inf statistic under the mask skips every
+ * group's step (parameters, moments, step counter) and the Polyak; one outside the mask
+ * (the control) does not, and the op then equals the unguarded one bit for bit. */
+static void guarded_tail(const float *stats, unsigned mask, int expect_skip) {
+  const size_t n = 300;
+  float *h[4];
+  for (int i = 0; i < 4; i++) {
+    h[i] = malloc(sizeof(float) * n);
+    fill(h[i], n, 0.1, 1);
+  }
+  float *p[2], *g[2], *m[2], *v[2], *t[2], *tgt[2], *guard = dev(8);
+  memcpy(guard, stats, 8 * sizeof(float));
+  for (int c = 0; c < 2; c++) { /* [0] unguarded, [1] guarded */
+    p[c] = dev(n), g[c] = dev(n), m[c] = dev(n), v[c] = dev(n), t[c] = dev(1), tgt[c] = dev(n);
+    memcpy(p[c], h[0], n * sizeof(float)), memcpy(g[c], h[1], n * sizeof(float));
+    memcpy(m[c], h[2], n * sizeof(float)), memcpy(v[c], h[3], n * sizeof(float));
+    memcpy(tgt[c], h[2], n * sizeof(float));
+    *t[c] = 2.0f;
+  }
+  sac_adam_hp_t hp = {1e-3f, 0.9f, 0.999f, 1e-8f};
+  for (int c = 0; c < 2; c++) {
+    sac_adam_group_t grp = {p[c], g[c], m[c], v[c], n, hp, t[c]};
+    be->ops->adam_polyak(be, &grp, 1, tgt[c], p[c], n, 0.01f, c ? guard : NULL, mask);
+  }
+  if (expect_skip) {
+    cr_assert_eq(memcmp(p[1], h[0], n * sizeof(float)), 0, "a guarded step moved the parameters");
+    cr_assert_eq(memcmp(m[1], h[2], n * sizeof(float)), 0, "a guarded step moved m");
+    cr_assert_eq(memcmp(v[1], h[3], n * sizeof(float)), 0, "a guarded step moved v");
+    cr_assert_eq(memcmp(tgt[1], h[2], n * sizeof(float)), 0, "a guarded step moved the target");
+    cr_assert_eq(*t[1], 2.0f, "a guarded step advanced the step counter");
+  } else {
+    cr_assert_neq(memcmp(p[1], h[0], n * sizeof(float)), 0, "control: the step should apply");
+    cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0);
+    cr_assert_eq(memcmp(m[0], m[1], n * sizeof(float)), 0);
+    cr_assert_eq(memcmp(v[0], v[1], n * sizeof(float)), 0);
+    cr_assert_eq(memcmp(tgt[0], tgt[1], n * sizeof(float)), 0);
+    cr_assert_eq(*t[1], 3.0f);
+  }
+  for (int c = 0; c < 2; c++) {
+    be->ops->free(be, p[c]), be->ops->free(be, g[c]), be->ops->free(be, m[c]);
+    be->ops->free(be, v[c]), be->ops->free(be, t[c]), be->ops->free(be, tgt[c]);
+  }
+  be->ops->free(be, guard);
+  for (int i = 0; i < 4; i++)
+    free(h[i]);
+}
+
+Test(backend_cpu, fused_adam_polyak_guard_skips_on_a_nonfinite_masked_statistic) {
+  float st[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  guarded_tail(st, 0x17u, 0); /* all finite */
+  st[3] = NAN;                /* entropy: outside the actor's mask */
+  guarded_tail(st, 0x17u, 0);
+  guarded_tail(st, 0x08u, 1);
+  st[3] = 4.0f, st[0] = INFINITY; /* the critic loss */
+  guarded_tail(st, 0x03u, 1);
+  guarded_tail(st, 0x17u, 1);
+  st[0] = 1.0f, st[4] = NAN; /* the alpha loss: the critic's mask passes it */
+  guarded_tail(st, 0x03u, 0);
+  guarded_tail(st, 0x17u, 1);
+}
 
 /* The fused actor + alpha loss equals actor_loss then alpha_loss, bit for bit. */
 Test(backend_cpu, fused_actor_alpha_loss_equals_the_two_ops) {

@@ -472,11 +472,14 @@ Test(backend_cuda, adam_and_polyak_match_cpu) { run_optimizer("fp32", 1.0f); }
  * adam_polyak (itself tested against the unfused ops in test_backend_cpu.c): critic
  * step + Polyak of the stepped group, and actor + log alpha steps + Polyak of another
  * buffer; step counters advanced on the device. */
-static void run_fused_tail(int polyak_of_group) {
-  sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
+static void run_fused_tail(int polyak_of_group, const char *prec, float bad_stat) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
   sac_rng_t rng;
   sac_rng_init(&rng, 43, 3);
   const size_t n0 = 70001, n1 = 1;
+  /* the loss guard: statistic 4 (the alpha loss) is bad_stat, the mask the actor's */
+  const float stats[8] = {1, 2, 3, 4, bad_stat, 6, 7, 8};
+  const int skipped = !isfinite(bad_stat);
   float *hp = hrand(&rng, n0, -1, 1), *hg = hrand(&rng, n0, -0.1, 0.1), *hm = hrand(&rng, n0, -0.01, 0.01),
         *hv = hrand(&rng, n0, 0, 1e-4), *ht = hrand(&rng, n0, -1, 1);
   float t0 = 5.0f;
@@ -489,12 +492,13 @@ static void run_fused_tail(int polyak_of_group) {
       v[i][k] = bput(bes[i], hv, n), t[i][k] = bput(bes[i], &t0, 1);
     }
     tgt[i] = bput(bes[i], ht, n0), src[i] = bput(bes[i], hg, n0);
+    float *guard = bput(bes[i], stats, 8);
     sac_adam_group_t grp[2] = {
         {p[i][0], g[i][0], m[i][0], v[i][0], n0, {1e-3f, 0.9f, 0.999f, 1e-8f}, t[i][0]},
         {p[i][1], g[i][1], m[i][1], v[i][1], n1, {3e-4f, 0.9f, 0.999f, 1e-8f}, t[i][1]}};
     cr_assert_not_null(bes[i]->ops->adam_polyak);
     bes[i]->ops->adam_polyak(bes[i], grp, polyak_of_group ? 1 : 2, tgt[i], polyak_of_group ? p[i][0] : src[i],
-                             n0, 0.005f);
+                             n0, 0.005f, guard, 0x17u);
   }
   for (int k = 0; k < (polyak_of_group ? 1 : 2); k++) {
     size_t n = k ? n1 : n0;
@@ -504,15 +508,28 @@ static void run_fused_tail(int polyak_of_group) {
     compare("fused adam: v", "fp32", gpu, v[1][k], cpu, v[0][k], n, TOL_ELEM);
     float tg;
     cr_assert_eq(gpu->ops->download(gpu, &tg, t[1][k], 1), 0);
-    cr_expect_eq(tg, 6.0f, "group %d step counter advanced on the device: %g", k, tg);
+    cr_expect_eq(tg, skipped ? 5.0f : 6.0f, "group %d step counter on the device: %g", k, tg);
   }
   compare("fused adam: polyak target", "fp32", gpu, tgt[1], cpu, tgt[0], n0, TOL_ELEM);
+  if (skipped) { /* the guard skipped everything on both: nothing moved */
+    float *back = malloc(n0 * sizeof(float));
+    cr_assert_eq(gpu->ops->download(gpu, back, p[1][0], n0), 0);
+    cr_expect_eq(memcmp(back, hp, n0 * sizeof(float)), 0, "a guarded step moved the parameters");
+    free(back);
+  }
   free(hp), free(hg), free(hm), free(hv), free(ht);
   sac_backend_destroy(&gpu);
   sac_backend_destroy(&cpu);
 }
 
-Test(backend_cuda, fused_adam_polyak_of_stepped_group_matches_cpu) { run_fused_tail(1); }
+Test(backend_cuda, fused_adam_polyak_of_stepped_group_matches_cpu) { run_fused_tail(1, "fp32", 5.0f); }
+/* the loss guard on the device: a NaN alpha loss skips the whole tail, as on the cpu
+ * (fp32: the fused kernel; fp16: the unfused kernels, each reading the guard) */
+Test(backend_cuda, fused_adam_polyak_guard_skips_as_cpu) {
+  run_fused_tail(0, "fp32", NAN);
+  run_fused_tail(1, "fp32", NAN);
+}
+Test(backend_cuda, fused_adam_polyak_guard_skips_as_cpu_fp16) { run_fused_tail(0, "fp16", NAN); }
 
 /* Issue 16: the fused actor + alpha loss kernel against the cpu op (fp32, and fp16
  * where the gradients carry the loss scale) */
@@ -577,7 +594,7 @@ Test(backend_cuda, fused_normal2_matches_cpu) {
   sac_backend_destroy(&cpu);
 }
 Test(backend_cuda, fused_actor_alpha_loss_scales_fp16) { run_fused_losses("fp16", 1024.0f); }
-Test(backend_cuda, fused_adam_groups_then_polyak_match_cpu) { run_fused_tail(0); }
+Test(backend_cuda, fused_adam_groups_then_polyak_match_cpu) { run_fused_tail(0, "fp32", 5.0f); }
 Test(backend_cuda, adam_unscales_fp16_gradients) { run_optimizer("fp16", 4096.0f); }
 
 Test(backend_cuda, fp16_adam_skips_step_with_inf_gradient_and_scale_backs_off) {

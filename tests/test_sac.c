@@ -861,8 +861,9 @@ Test(sac, stats_and_actor_fetched_one_update_late_are_that_updates) {
 /* Launches and blocking syncs per update, counted on the cpu backend (which counts what
  * the cuda backend's ops launch in fp32; tests/test_backend_cuda.c checks the two agree
  * on a device): the default network (2 x 256, batch 256) on Pendulum's sizes. An update
- * itself never waits (graphs or not: the count is of the calls sac.c makes); the loss
- * guard's checks are two waits (control). The launch figures are docs/CUDA.md's. */
+ * itself never waits (graphs or not: the count is of the calls sac.c makes), the loss
+ * guard on or off (its verdict is taken inside the fused optimizer ops); the unfused
+ * ops' host-side guard checks are two waits (control). The launch figures are docs/CUDA.md's. */
 Test(sac, launches_and_blocking_syncs_per_update_default_network) {
   sac_backend_t *be;
   sac_t *s;
@@ -872,7 +873,7 @@ Test(sac, launches_and_blocking_syncs_per_update_default_network) {
   cr_assert_eq(sac_new(&hp, be, &s), 0);
   sac_rng_t rng;
   sac_rng_init(&rng, 5, 3);
-  sac_backend_counts_t c[4];
+  sac_backend_counts_t c[5];
   fill_batch(s, &rng, hp.batch, 3, 1, 0);
   cr_assert_eq(sac_update(s), 0); /* warm-up */
   cr_assert_eq(sac_backend_counts(be, &c[0]), 0);
@@ -885,10 +886,15 @@ Test(sac, launches_and_blocking_syncs_per_update_default_network) {
   sac_set_unfused(s, 1);
   cr_assert_eq(sac_update(s), 0);
   cr_assert_eq(sac_backend_counts(be, &c[3]), 0);
+  sac_set_loss_guard(s, 1); /* the control: the unfused ops' guard checks on the host */
+  cr_assert_eq(sac_update(s), 0);
+  cr_assert_eq(sac_backend_counts(be, &c[4]), 0);
   int64_t launches = c[1].launches - c[0].launches;
   cr_assert_eq(c[1].blocking_syncs - c[0].blocking_syncs, 0, "an update waited for the backend");
-  cr_assert_eq(c[2].blocking_syncs - c[1].blocking_syncs, 2,
-               "control: the loss guard's two checks not counted");
+  cr_assert_eq(c[2].blocking_syncs - c[1].blocking_syncs, 0,
+               "an update with the loss guard on waited for the backend");
+  cr_assert_eq(c[4].blocking_syncs - c[3].blocking_syncs, 2,
+               "control: the unfused ops' two host-side guard checks not counted");
   cr_assert_eq(launches, 43, "launches per update %lld (docs/CUDA.md says 43)", (long long)launches);
   cr_assert_eq(c[2].launches - c[1].launches, 43);
   cr_assert_eq(c[3].launches - c[2].launches, 47, "unfused launches %lld (docs/CUDA.md says 47)",

@@ -10,7 +10,8 @@
  * refused before anything is allocated.
  *
  * Defect 8: with the loss guard on, an update whose critic loss is not finite (rewards of
- * 3e38) is refused with SAC_ENONFINITE and changes nothing; the negative control without
+ * 3e38) changes nothing (skipped on the backend, reported by its statistics; with the
+ * unfused ops refused with SAC_ENONFINITE); the negative control without
  * the guard shows the same batch really does produce an infinite loss and moves the
  * parameters. */
 #include <criterion/criterion.h>
@@ -139,9 +140,51 @@ Test(sac_limits, loss_guard_refuses_a_nonfinite_update) {
   cr_assert(memcmp(before, after, n * sizeof(float)) != 0, "control: the step should have moved something");
   sac_destroy(&s);
 
-  /* with the guard: refused, nothing applied, the step counter unchanged */
+  /* with the guard (on the backend, in the fused optimizer ops): nothing applied — the
+   * parameters, target networks, Adam moments and step counters unchanged — and the
+   * verdict reported with the update's statistics (read one update late by the service) */
   cr_assert_eq(sac_new(&hp, be, &s), 0);
   sac_set_loss_guard(s, 1);
+  fill(s, 32, 3, 1, 3e38f);
+  snapshot(s, before);
+  float steps0[3], steps1[3];
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, steps0, 3), 0);
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_stats(s, &st), 0);
+    cr_assert(!sac_stats_finite(&st), "the skipped update's statistics must say why");
+  }
+  snapshot(s, after);
+  cr_assert(memcmp(before, after, n * sizeof(float)) == 0, "a refused update changed the parameters");
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, steps1, 3), 0);
+  cr_assert(memcmp(steps0, steps1, sizeof steps0) == 0, "a refused update advanced an Adam step counter");
+  size_t np = sac_param_count(s);
+  float *mv = calloc(np, sizeof(float));
+  cr_assert(mv);
+  for (int b = 0; b < 2; b++) { /* the Adam moments never moved from zero */
+    cr_assert_eq(sac_get_buffer(s, b ? SAC_BUF_ADAM_V : SAC_BUF_ADAM_M, mv, np), 0);
+    for (size_t i = 0; i < np; i++)
+      cr_assert_eq(mv[i], 0.0f, "a refused update moved Adam's %s", b ? "v" : "m");
+  }
+  free(mv);
+  cr_assert_eq(sac_step(s), 3); /* updates enqueued */
+  /* an ordinary batch then trains as usual */
+  fill(s, 32, 3, 1, -1.0f);
+  cr_assert_eq(sac_update(s), 0);
+  cr_assert_eq(sac_step(s), 4);
+  cr_assert_eq(sac_stats(s, &st), 0);
+  cr_assert(isfinite(st.critic_loss));
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, steps1, 3), 0);
+  cr_assert(steps1[0] == steps0[0] + 1.0f && steps1[1] == steps0[1] + 1.0f,
+            "the good update's steps applied");
+  snapshot(s, after);
+  cr_assert(memcmp(before, after, n * sizeof(float)) != 0, "the good update should move the parameters");
+  sac_destroy(&s);
+
+  /* the unfused ops keep the host-side check: SAC_ENONFINITE, the step counter unchanged */
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_set_loss_guard(s, 1);
+  sac_set_unfused(s, 1);
   fill(s, 32, 3, 1, 3e38f);
   snapshot(s, before);
   for (int i = 0; i < 3; i++)
@@ -149,12 +192,6 @@ Test(sac_limits, loss_guard_refuses_a_nonfinite_update) {
   snapshot(s, after);
   cr_assert(memcmp(before, after, n * sizeof(float)) == 0, "a refused update changed the parameters");
   cr_assert_eq(sac_step(s), 0);
-  /* an ordinary batch then trains as usual */
-  fill(s, 32, 3, 1, -1.0f);
-  cr_assert_eq(sac_update(s), 0);
-  cr_assert_eq(sac_step(s), 1);
-  cr_assert_eq(sac_stats(s, &st), 0);
-  cr_assert(isfinite(st.critic_loss));
   free(before);
   free(after);
   sac_destroy(&s);

@@ -11,7 +11,11 @@
  * (so a build made before Gymnasium was installed, or an installed package, still works).
  *
  * ARGS (after the library path in "plugin:PATH/libsac_env_mujoco.so:ARGS"):
- *   ENV_ID[,model=PATH.xml][,max_steps=N]     e.g. "Hopper-v4" or "Ant-v4,max_steps=500"
+ *   ENV_ID[,model=PATH.xml][,max_steps=N][,WEIGHT=X...]   e.g. "Hopper-v4" or "Ant-v4,max_steps=500"
+ * where WEIGHT is one of Gymnasium's own constructor arguments for the reward, with its
+ * default unless given: forward_reward_weight (1; Humanoid 1.25), ctrl_cost_weight (the
+ * task's), contact_cost_weight (Ant-v5 5e-4, Humanoid-v5 5e-7; others have no contact
+ * term) and healthy_reward (1; Humanoid 5; HalfCheetah has none).
  *
  * Stepping allocates nothing: mj_step works in the mjData arena made at create time.
  * Each handle owns its mjModel and mjData and there is no mutable global state besides
@@ -74,8 +78,15 @@ static const task_t k_tasks[] = {
  * environments from several threads at once, so loads are serialised. */
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The reward's weights (Gymnasium's constructor arguments of the same names). */
+typedef struct {
+  double forward, ctrl, contact, healthy;
+} weights_t;
+
 typedef struct {
   const task_t *task;
+  weights_t w;
+  double terms[4]; /* the last step's forward reward, ctrl cost, contact cost, healthy reward */
   mjModel *m;
   mjData *d;
   int torso; /* body id of "torso" (Ant's reward reads its xpos) */
@@ -137,22 +148,22 @@ static double mass_center_x(const mj_env_t *e) {
   return num / den;
 }
 
-/* Humanoid-v5's contact cost: 5e-7 * sum of the squared contact forces, at most 10. */
+/* Humanoid-v5's contact cost: weight (5e-7) * sum of the squared contact forces, at most 10. */
 static double humanoid_contact_cost(const mj_env_t *e) {
   double c = 0.0;
   for (int i = 0; i < 6 * e->m->nbody; i++)
     c += e->d->cfrc_ext[i] * e->d->cfrc_ext[i];
-  return fmin(5e-7 * c, 10.0);
+  return fmin(e->w.contact * c, 10.0);
 }
 
-/* Ant-v5's contact cost: 5e-4 * sum of the squared clipped contact forces (world included). */
+/* Ant-v5's contact cost: weight (5e-4) * sum of the squared clipped contact forces (world included). */
 static double contact_cost(const mj_env_t *e) {
   double c = 0.0;
   for (int i = 0; i < 6 * e->m->nbody; i++) {
     double f = clip(e->d->cfrc_ext[i], -1.0, 1.0);
     c += f * f;
   }
-  return 5e-4 * c;
+  return e->w.contact * c;
 }
 
 static int is_healthy(const mj_env_t *e) {
@@ -227,9 +238,42 @@ static int find_model(const char *xml, char *out, size_t cap) {
   return ok ? 0 : -1;
 }
 
-/* Parses "ENV_ID[,model=PATH][,max_steps=N]"; returns 0, or -1 with a reason in err. */
+/* Gymnasium's default reward weights for task. */
+static weights_t default_weights(const task_t *t) {
+  weights_t w = {1.0, t->ctrl_cost_weight, 0.0, 1.0};
+  if (t->kind == TASK_HUMANOID)
+    w = (weights_t){1.25, t->ctrl_cost_weight, 5e-7, 5.0};
+  else if (t->kind == TASK_ANT && t->v5)
+    w.contact = 5e-4;
+  return w;
+}
+
+/* Parses one "NAME=X" reward weight into w; 1 if s names one (0 or -1 in *rc), 0 if not. */
+static int parse_weight(const char *s, size_t len, weights_t *w, int *rc, char *err, size_t err_len) {
+  static const char *names[] = {
+      "forward_reward_weight=", "ctrl_cost_weight=", "contact_cost_weight=", "healthy_reward="};
+  double *dst[] = {&w->forward, &w->ctrl, &w->contact, &w->healthy};
+  for (int i = 0; i < 4; i++) {
+    size_t n = strlen(names[i]);
+    if (len < n || strncmp(s, names[i], n) != 0)
+      continue;
+    char buf[64], *rest = NULL;
+    snprintf(buf, sizeof buf, "%.*s", (int)(len - n), s + n);
+    double v = strtod(buf, &rest);
+    *rc = 0;
+    if (rest == buf || *rest || !isfinite(v)) {
+      snprintf(err, err_len, "%.*s must be a finite number, got '%s'", (int)n - 1, names[i], buf);
+      *rc = -1;
+    }
+    *dst[i] = v;
+    return 1;
+  }
+  return 0;
+}
+
+/* Parses "ENV_ID[,model=PATH][,max_steps=N][,WEIGHT=X...]"; returns 0, or -1 with a reason in err. */
 static int parse_args(const char *args, const task_t **task, char *model, size_t model_len, int *max_steps,
-                      char *err, size_t err_len) {
+                      weights_t *w, char *err, size_t err_len) {
   size_t id_len = strcspn(args, ",");
   *task = NULL;
   for (size_t i = 0; i < sizeof k_tasks / sizeof k_tasks[0]; i++)
@@ -242,11 +286,16 @@ static int parse_args(const char *args, const task_t **task, char *model, size_t
              (int)id_len, args);
     return -1;
   }
+  *w = default_weights(*task);
   const char *s = args + id_len;
   while (*s == ',') {
     s++;
     size_t len = strcspn(s, ",");
-    if (strncmp(s, "model=", 6) == 0 && len > 6) {
+    int wrc = 0;
+    if (parse_weight(s, len, w, &wrc, err, err_len)) {
+      if (wrc != 0)
+        return -1;
+    } else if (strncmp(s, "model=", 6) == 0 && len > 6) {
       if (len - 6 >= model_len) {
         snprintf(err, err_len, "model path too long");
         return -1;
@@ -263,7 +312,10 @@ static int parse_args(const char *args, const task_t **task, char *model, size_t
       }
       *max_steps = (int)n;
     } else {
-      snprintf(err, err_len, "unknown argument '%.*s' (known: model=PATH, max_steps=N)", (int)len, s);
+      snprintf(err, err_len,
+               "unknown argument '%.*s' (known: model=PATH, max_steps=N, forward_reward_weight=X, "
+               "ctrl_cost_weight=X, contact_cost_weight=X, healthy_reward=X)",
+               (int)len, s);
       return -1;
     }
     s += len;
@@ -289,7 +341,8 @@ SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plug
   const task_t *task = NULL;
   char model[4096] = "";
   int max_steps = 1000;
-  if (parse_args(args, &task, model, sizeof model, &max_steps, err, err_len) != 0)
+  weights_t w;
+  if (parse_args(args, &task, model, sizeof model, &max_steps, &w, err, err_len) != 0)
     return NULL;
   if (!model[0] && find_model(task->xml, model, sizeof model) != 0) {
     snprintf(err, err_len,
@@ -305,6 +358,7 @@ SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plug
     return NULL;
   }
   e->task = task;
+  e->w = w;
   char load_err[512] = "";
   pthread_mutex_lock(&g_load_lock);
   e->m = mj_loadXML(model, NULL, load_err, sizeof load_err);
@@ -318,7 +372,7 @@ SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plug
       (task->kind == TASK_HUMANOID &&
        22 * (e->m->nbody - 1) + task->nq + task->nv - 2 + task->nv - 6 != task->obs_dim)) {
     snprintf(err, err_len, "%s: model '%s' has nq=%d nv=%d nu=%d, expected %d %d %d", task->id, model,
-             e->m->nq, e->m->nv, e->m->nu, task->nq, task->nv, task->nu);
+             (int)e->m->nq, (int)e->m->nv, (int)e->m->nu, task->nq, task->nv, task->nu);
     goto err;
   }
   e->d = mj_makeData(e->m);
@@ -377,7 +431,7 @@ SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_step(void *handle, const float *action,
     d->ctrl[i] = action[i];
     ctrl_cost += (double)action[i] * action[i];
   }
-  ctrl_cost *= t->ctrl_cost_weight;
+  ctrl_cost *= e->w.ctrl;
   int ant = t->kind == TASK_ANT, humanoid = t->kind == TASK_HUMANOID;
   double x_before = ant ? d->xpos[3 * e->torso] : (humanoid ? mass_center_x(e) : d->qpos[0]);
   for (int k = 0; k < t->frame_skip; k++)
@@ -385,17 +439,19 @@ SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_step(void *handle, const float *action,
   if ((ant && t->v5) || humanoid) /* cfrc_ext, which Ant-v5 and Humanoid observe and pay for */
     mj_rnePostConstraint(m, d);
   double x_after = ant ? d->xpos[3 * e->torso] : (humanoid ? mass_center_x(e) : d->qpos[0]);
-  double r = (humanoid ? 1.25 : 1.0) * (x_after - x_before) / e->dt - ctrl_cost;
+  double forward = e->w.forward * (x_after - x_before) / e->dt;
   int healthy = is_healthy(e);
   /* healthy_reward (Humanoid: 5): v4's terminate_when_unhealthy makes it paid on every
    * step, even the terminating one; v5 pays it only while healthy */
-  double healthy_reward = humanoid ? 5.0 : 1.0;
+  double healthy_reward = 0.0;
   if (t->kind != TASK_HALF_CHEETAH)
-    r += t->v5 ? (healthy ? healthy_reward : 0.0) : healthy_reward;
-  if (ant && t->v5)
-    r -= contact_cost(e);
-  if (humanoid)
-    r -= humanoid_contact_cost(e);
+    healthy_reward = t->v5 && !healthy ? 0.0 : e->w.healthy;
+  double contact = (ant && t->v5) ? contact_cost(e) : (humanoid ? humanoid_contact_cost(e) : 0.0);
+  double r = forward - ctrl_cost + healthy_reward - contact;
+  e->terms[0] = forward;
+  e->terms[1] = ctrl_cost;
+  e->terms[2] = contact;
+  e->terms[3] = healthy_reward;
   *terminated = !healthy;
   get_obs(e, obs);
   /* A diverged simulation must not feed NaN into the replay buffer: end the episode. */
@@ -426,4 +482,24 @@ SAC_ENV_PLUGIN_EXPORT int sac_env_mujoco_set_state(void *handle, const double *q
   mj_forward(e->m, e->d);
   get_obs(e, obs);
   return 0;
+}
+
+/* Test hook: the solver's warm start (qacc_warmstart, nv numbers), the rest of the physics
+ * state one mj_step of these models depends on besides qpos and qvel (Gymnasium's recorded
+ * episodes carry it). Call after sac_env_mujoco_set_state. Returns 0, or -1 when nv does not
+ * match the model. */
+SAC_ENV_PLUGIN_EXPORT int sac_env_mujoco_set_warmstart(void *handle, const double *qacc_warmstart, int nv) {
+  mj_env_t *e = handle;
+  if (nv != e->m->nv)
+    return -1;
+  memcpy(e->d->qacc_warmstart, qacc_warmstart, sizeof(double) * (size_t)nv);
+  return 0;
+}
+
+/* Test hook: the last step's reward terms, as Gymnasium's info reports them but positive:
+ * terms[0] forward reward, [1] control cost, [2] contact cost (0 where the task has none),
+ * [3] healthy reward (0 for HalfCheetah). The step's reward is [0] - [1] - [2] + [3]. */
+SAC_ENV_PLUGIN_EXPORT void sac_env_mujoco_reward_terms(void *handle, double terms[4]) {
+  const mj_env_t *e = handle;
+  memcpy(terms, e->terms, sizeof e->terms);
 }
