@@ -40,6 +40,7 @@ void sac_actor_cfg_default(sac_actor_cfg_t *c) {
   strcpy(c->weights_endpoint, "tcp://127.0.0.1:5570");
   c->log_interval_s = 10;
   c->weights_wait_ms = 2000;
+  c->drain_timeout_ms = 5000;
 }
 
 int sac_actor_set_shards(sac_actor_cfg_t *c, const char *list) {
@@ -403,23 +404,29 @@ static int step_envs(actor_run_t *r) {
   return 0;
 }
 
-/* Sends the batch, waiting for room in the window (backpressure) but stoppable; new
- * weights are taken while waiting (the batch keeps the version it was made with).
- * STOPPED_UNSENT when told to stop first. */
-static int send_batch(actor_run_t *r) {
+/* Sends the batch, waiting for room in the window (backpressure); new weights are taken
+ * while waiting (the batch keeps the version it was made with). The wait ends when told
+ * to stop or, while draining (until_ns > 0), at until_ns: then STOPPED_UNSENT. */
+static int send_batch(actor_run_t *r, uint64_t until_ns) {
   sac_actor_stats_t *st = r->st;
   sac_wire_transitions_t t;
   builder_view(&r->b, r->obs, &t);
   uint64_t w0 = sac_clock_ns();
   int rc;
   for (;;) {
-    rc = sac_replay_client_insert(r->client, -1, &t, 100);
+    int wait_ms = 100;
+    if (until_ns) {
+      uint64_t now = sac_clock_ns();
+      wait_ms = now >= until_ns ? 0 : (int)((until_ns - now) / 1000000ull);
+      wait_ms = wait_ms > 100 ? 100 : wait_ms;
+    }
+    rc = sac_replay_client_insert(r->client, -1, &t, wait_ms);
     client_stats_to(r->client, st); /* a cut network shows here: resends, unacked */
     /* counted as it accrues, so an actor held back for minutes shows it */
     uint64_t w1 = sac_clock_ns();
     atomic_fetch_add(&st->send_wait_ns, w1 - w0);
     w0 = w1;
-    if (rc != SAC_ETIMEOUT || stopping(r))
+    if (rc != SAC_ETIMEOUT || (until_ns ? sac_clock_ns() >= until_ns : stopping(r)))
       break;
     atomic_fetch_add(&st->insert_waits, 1);
     int w = take_weights(r->wsub, r->E, r->A, &r->scratch, &r->scratch_cap, st);
@@ -444,7 +451,7 @@ static int send_if_due(actor_run_t *r) {
   int last = cfg->max_steps > 0 && r->steps >= cfg->max_steps;
   if (r->b.n + r->E > r->b.cap || last ||
       sac_clock_ns() - r->b.t_first >= (uint64_t)cfg->send_ms * 1000000ull) {
-    int rc = send_batch(r);
+    int rc = send_batch(r, 0);
     if (rc)
       return rc;
   }
@@ -498,13 +505,32 @@ static int run_loop(actor_run_t *r) {
 
 /* ---- tear-down ---- */
 
-/* Keeps what was sent: waits (bounded) for the acks. When told to stop, the shards may
- * be stopping too (or parked by a rate limiter whose learner has gone), so the wait is
- * short; after max_steps the shards are expected to be serving. */
-static void flush_sent(actor_run_t *r) {
-  if (sac_replay_client_flush(r->client, stopping(r) ? 200 : 5000) != 0)
-    SAC_WARN("actor", "actor %u: %u batch(es) unacknowledged at exit", r->cfg->actor_id,
-             sac_replay_client_unacked(r->client));
+/* The drain, once the loop ended (told to stop, or max_steps): no more steps; the batch
+ * being built is sent, then the wait for the acknowledgements of everything sent, both
+ * within one bound (drain_timeout_ms) that ends early when nothing is left
+ * unacknowledged. What is still unacknowledged after it (a shard down, stalled, or
+ * holding inserts back) is logged and counted: its fate is unknown (stored and the
+ * acknowledgement lost, or never stored), and the next session does not resend it. */
+static void drain(actor_run_t *r) {
+  const sac_actor_cfg_t *cfg = r->cfg;
+  int ms = cfg->drain_timeout_ms > 0 ? cfg->drain_timeout_ms : 0;
+  uint64_t until = sac_clock_ns() + (uint64_t)ms * 1000000ull + 1;
+  if (r->b.n > 0) {
+    int n = r->b.n;
+    int rc = send_batch(r, until);
+    if (rc) {
+      atomic_store(&r->st->rows_unsent_at_exit, (uint64_t)n);
+      SAC_WARN("actor", "actor %u: last batch of %d rows not sent at exit (%s)", cfg->actor_id, n,
+               rc == STOPPED_UNSENT ? "no room in the window within the drain" : sac_strerror(rc));
+    }
+  }
+  uint64_t now = sac_clock_ns();
+  int left = now >= until ? 0 : (int)((until - now) / 1000000ull);
+  if (sac_replay_client_flush(r->client, left) != 0) {
+    uint32_t n = sac_replay_client_unacked(r->client);
+    atomic_store(&r->st->unacked_at_exit, n);
+    SAC_WARN("actor", "actor %u: %u batch(es) unacknowledged at exit", cfg->actor_id, n);
+  }
   client_stats_to(r->client, r->st);
 }
 
@@ -539,7 +565,7 @@ int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_
   if (rc == 0)
     rc = wait_first_weights(&r);
   if (rc == 0 && (rc = run_loop(&r)) == 0)
-    flush_sent(&r);
+    drain(&r);
   close_run(&r, rc);
   return rc;
 }

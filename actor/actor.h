@@ -38,6 +38,8 @@ typedef struct {
   int log_interval_s;                              /* progress lines (0: none) */
   int weights_wait_ms;    /* at start, wait up to this long for the first weights (0: none) */
   char ledger_path[1024]; /* append each acknowledged batch here (actor/ledger.h); "": none */
+  int drain_timeout_ms;   /* at the end (stop or max_steps): the longest wait to send the last
+                             batch and for the acknowledgements of everything sent */
 } sac_actor_cfg_t;
 
 void sac_actor_cfg_default(sac_actor_cfg_t *c);
@@ -67,8 +69,10 @@ typedef struct {
    * reconnect) and batches sent but not acknowledged yet, over all shards */
   atomic_uint_fast64_t batches_resent, unacked_batches;
   atomic_uint_fast64_t ledger_lines, ledger_errors; /* --ledger appends and failed appends */
-  atomic_uint_fast64_t stage_ns[SAC_ACTOR_STAGES];  /* nanoseconds in each stage, updated every step */
-  _Atomic double last_return, mean_return;          /* mean over the last 20 episodes */
+  /* at the end: batches still unacknowledged after the drain, and rows never sent */
+  atomic_uint_fast64_t unacked_at_exit, rows_unsent_at_exit;
+  atomic_uint_fast64_t stage_ns[SAC_ACTOR_STAGES]; /* nanoseconds in each stage, updated every step */
+  _Atomic double last_return, mean_return;         /* mean over the last 20 episodes */
   _Atomic double last_length;
   /* histogram of send -> ack seconds (common/metrics.h), set by whoever exports the
    * stats (actor_metrics.h); NULL: not recorded */

@@ -1,6 +1,7 @@
 /* sac-actor: runs one actor (actor.h) against a learner's weights endpoint and the
- * replay shards' insert endpoints. SIGINT/SIGTERM stop it after the current step, with
- * sent batches flushed. Exit codes: 0 stopped cleanly, 1 runtime failure, 2 bad config. */
+ * replay shards' insert endpoints. SIGINT/SIGTERM stop it after the current step; then it
+ * drains: the last batch sent and the acknowledgements awaited, up to --drain_timeout_ms. Exit codes: 0
+ * stopped cleanly, 1 runtime failure, 2 bad config. */
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -57,6 +58,10 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("window", SAC_CFG_INT, a.window, "16", 1, 64, "unacknowledged batches per shard"),
     STR("weights", a.weights_endpoint, "tcp://127.0.0.1:5570", "the learner's weights endpoint (PUB)"),
     STR("shards", shards, "tcp://127.0.0.1:5560", "comma-separated insert endpoints of the replay shards"),
+    OPT("drain_timeout_ms", SAC_CFG_INT, a.drain_timeout_ms, "5000", 0, 600000,
+        "at the end (SIGTERM, SIGINT or max_steps): the longest wait to send the last batch and for the "
+        "acknowledgements of what was sent (ends early once all are acknowledged); what is still "
+        "unacknowledged after it is logged"),
     STR("ledger", a.ledger_path, "",
         "append every batch a shard acknowledged to this file, one line each (actor/ledger.h; read by "
         "scripts/ledger_check.sh); empty: none"),
@@ -137,10 +142,14 @@ int main(int argc, char **argv) {
   sac_http_stop(&http);
   sac_metrics_destroy(&metrics);
   sac_net_ctx_destroy(&ctx);
-  SAC_INFO("actor", "actor %u done: %llu steps, %llu episodes, mean return %.1f, %llu batches sent",
+  SAC_INFO("actor",
+           "actor %u done: %llu steps, %llu episodes, mean return %.1f, %llu batches sent, %llu without "
+           "acknowledgement, %llu rows unsent",
            c.a.actor_id, (unsigned long long)atomic_load(&st.env_steps),
            (unsigned long long)atomic_load(&st.episodes), atomic_load(&st.mean_return),
-           (unsigned long long)atomic_load(&st.batches_sent));
+           (unsigned long long)atomic_load(&st.batches_sent),
+           (unsigned long long)atomic_load(&st.unacked_at_exit),
+           (unsigned long long)atomic_load(&st.rows_unsent_at_exit));
   if (rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EPLUGIN)
     return 2;
   return rc ? 1 : 0;

@@ -48,6 +48,7 @@ typedef struct {
   int insert_credit, max_pending_samples, max_sample_timeout_ms, max_env_id;
   int max_held_batches;
   int64_t max_held_bytes;
+  int limiter_idle_ms;
   char snapshot_path[1024];
   double snapshot_interval_s;
   int start_empty_on_bad_snapshot;
@@ -108,6 +109,9 @@ static const sac_cfg_opt_t k_opts[] = {
      "insert batches held while the rate limiter holds inserts back (more: answered busy, resent later)"},
     {"max_held_bytes", SAC_CFG_INT64, O(max_held_bytes), 0, "67108864", 4096, 68719476736.0,
      "bytes of held insert batches (at least max_msg_bytes; touched only while inserts are held)"},
+    {"limiter_idle_ms", SAC_CFG_INT, O(limiter_idle_ms), 0, "10000", 0, 86400000,
+     "no sample request this long after one (the learner has gone): the rate limiter stops holding inserts "
+     "back, so held batches are stored and acknowledged, until the next request (0: never)"},
     {"max_pending_samples", SAC_CFG_INT, O(max_pending_samples), 0, "1024", 1, 1 << 20,
      "sample requests the rate limiter may hold"},
     {"max_sample_timeout_ms", SAC_CFG_INT, O(max_sample_timeout_ms), 0, "10000", 0, 600000,
@@ -349,6 +353,7 @@ int main(int argc, char **argv) {
   c.max_pending_samples = (uint32_t)o.max_pending_samples;
   c.max_held_batches = (uint32_t)o.max_held_batches;
   c.max_held_bytes = (size_t)o.max_held_bytes;
+  c.limiter_idle_ms = (uint32_t)o.limiter_idle_ms;
   c.max_sample_timeout_ms = (uint32_t)o.max_sample_timeout_ms;
   c.max_env_id = (uint32_t)o.max_env_id;
   snprintf(c.snapshot_path, sizeof c.snapshot_path, "%s", o.snapshot_path);

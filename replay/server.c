@@ -88,6 +88,10 @@ struct sac_replay_server {
   /* sample peers being served (max_sample_peers): bounds the replies queued in total */
   peer_t *peers;
   uint32_t n_peers;
+  /* the last sample request's arrival (0: none yet); limiter_idle: none came for
+   * limiter_idle_ms since, and the rate limiter does not hold inserts back */
+  uint64_t last_sample_ns;
+  int limiter_idle;
   /* write-ahead log (NULL: durability is not wal): acks wait in wacks for the fsync */
   sac_replay_wal_t *wal;
   wal_ack_t *wacks; /* FIFO [wack_head, wack_head + n_wacks) */
@@ -135,6 +139,7 @@ void sac_replay_server_config_default(sac_replay_server_config_t *c) {
   c->snapshot_interval_s = 60.0;
   c->max_held_batches = 4096;
   c->max_held_bytes = 64u << 20;
+  c->limiter_idle_ms = 10000;
   c->max_abs_value = 1e6;
   c->max_reply_queue_bytes = 16u << 20;
   c->max_sample_peers = 16;
@@ -740,6 +745,35 @@ static int held_push(sac_replay_server_t *s, const unsigned char *id, size_t id_
   return 0;
 }
 
+/* 1 when a batch of n may be stored now: the rate limiter admits it, or it is idle (no
+ * learner samples: nothing to pace). Admitted batches count in the limiter either way,
+ * so a learner that comes back finds the ratio owed and samples before more inserts. */
+static int can_insert(const sac_replay_server_t *s, uint32_t n) {
+  return s->limiter_idle || sac_replay_shard_can_insert(s->shard, n);
+}
+
+/* Follows the sample requests' arrivals: idle once none came for limiter_idle_ms after
+ * the first (before any, the learner has not started yet and the limiter applies),
+ * paced again at the next one. Each change is logged. */
+static void limiter_idle_update(sac_replay_server_t *s, uint64_t now, int sample_request) {
+  if (sample_request) {
+    s->last_sample_ns = now;
+    if (s->limiter_idle) {
+      s->limiter_idle = 0;
+      SAC_INFO("replay", "sample requests again: the rate limiter paces inserts again");
+    }
+    return;
+  }
+  if (s->limiter_idle || !s->last_sample_ns || !s->cfg.limiter_idle_ms ||
+      now - s->last_sample_ns < (uint64_t)s->cfg.limiter_idle_ms * 1000000ull)
+    return;
+  s->limiter_idle = 1;
+  SAC_INFO("replay",
+           "no sample request for %u ms: the rate limiter no longer holds inserts back (%u batch(es) held "
+           "are stored) until the next one (limiter_idle_ms)",
+           s->cfg.limiter_idle_ms, s->held_count);
+}
+
 /* Stores held batches, oldest first, while the rate limiter lets them in. */
 static void release_held(sac_replay_server_t *s) {
   while (s->held_count) {
@@ -748,7 +782,7 @@ static void release_held(sac_replay_server_t *s) {
     sac_wire_reason_t why;
     /* validated when it arrived; decoding again is what a held batch costs */
     int rc = sac_wire_decode(s->ins_dec, s->held_buf + h->off, h->len, &s->ins_lim, &m, &why);
-    if (rc == 0 && !sac_replay_shard_can_insert(s->shard, m.u.transitions.n))
+    if (rc == 0 && !can_insert(s, m.u.transitions.n))
       return;
     uint64_t now = sac_clock_ns();
     s->st.insert_wait_seconds_total += (double)(now - h->since_ns) * 1e-9;
@@ -811,7 +845,7 @@ static int handle_insert(sac_replay_server_t *s) {
   }
   /* Batches are stored in arrival order (an actor's must be in seq order for its
    * next_obs streams), so while anything is held a new batch queues behind it. */
-  if (s->held_count || !sac_replay_shard_can_insert(s->shard, t->n)) {
+  if (s->held_count || !can_insert(s, t->n)) {
     held_t *h = s->held_count ? held_find(s, t) : NULL;
     if (h) { /* a resend of a held batch: answer on the newest connection */
       memcpy(h->id, id, id_len);
@@ -973,6 +1007,7 @@ static void handle_sample(sac_replay_server_t *s) {
   switch (m.type) {
   case SAC_WIRE_SAMPLE_REQUEST: {
     const sac_wire_sample_request_t *q = &m.u.sample_request;
+    limiter_idle_update(s, sac_clock_ns(), 1);
     if (!peer_admit(s, id, id_len)) {
       s->st.sample_peers_refused_total++;
       SAC_WARN_EVERY(10.0, "replay", "sample request refused: max_sample_peers=%u peers are being served",
@@ -1510,6 +1545,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
       SAC_ERROR("replay", "poll failed (%s); stopping", sac_strerror(rc));
       break;
     }
+    limiter_idle_update(s, sac_clock_ns(), 0);
     /* Alternate bounded bursts so neither side starves the other. */
     for (int round = 0; round < 64; round++) {
       int progress = 0;

@@ -12,7 +12,10 @@
  * credit 1 until it can store again, so the actors' windows fill and they wait; memory
  * stays bounded by the actors' windows. It never stops reading its endpoints (a ZeroMQ
  * connection whose queue is full cannot answer heartbeats). Held batches beyond the
- * bounds are answered "busy" and resent by the client later. Sample requests the limiter holds back are
+ * bounds are answered "busy" and resent by the client later. When no sample request has
+ * come for limiter_idle_ms since the last one (the learner has gone), the limiter stops
+ * holding inserts back, so that held batches are stored and acknowledged and stopping
+ * actors can drain; the next sample request restores it. Sample requests the limiter holds back are
  * queued (bounded) until they can be served or their timeout passes (then answered with an error).
  *
  * Every message is decoded and validated by common/wire.h; a rejected one is logged
@@ -70,6 +73,8 @@ typedef struct {
   int start_empty_on_bad_snapshot;
   uint32_t max_held_batches; /* inserts held while the rate limiter holds them back */
   size_t max_held_bytes;     /* and their bytes (>= max_msg_bytes); beyond: answered "busy" */
+  uint32_t limiter_idle_ms;  /* no sample request this long, after one: the rate limiter stops
+                                holding inserts back until the next one (0: never) */
   /* Hostile or broken peers (docs/REPLAY.md "Memory bounds"): */
   double max_abs_value;         /* |obs|, |action|, |reward| of inserted transitions (0: finite only) */
   size_t max_reply_queue_bytes; /* sample replies queued for one connection (ZMQ_SNDHWM sized from

@@ -57,7 +57,9 @@
 #
 # The negative control of this ledger check is tests/fault/ledger_control.sh snapshot
 # (ctest fault_ledger_negative_control): the same shard kill under --durability snapshot
-# must make the checker report the batches it lost.
+# must make the checker report the batches it lost. At the end every actor must have
+# drained (no batch unacknowledged at exit); the negative control of that check is
+# tests/fault/drain_control.sh (ctest fault_drain_control).
 #
 # usage: fault_suite.sh SAC_LEARNER SAC_ACTOR SAC_REPLAY
 # env:   FAULT_TOTAL_STEPS (24000), FAULT_THRESHOLD (-200), FAULT_STOP_S (8), FAULT_CUT_S (10),
@@ -432,10 +434,16 @@ line=$(result_line learner)
 log "$line"
 DIST_WATCH="shard0 shard1 actor0 actor1 actor2 actor3"
 check_watch
-# the actors stop first (their last batches acknowledged or logged as not), then the
-# whole run's ledger is checked against the running shards, then the shards stop
+# the actors stop first, then the whole run's ledger is checked against the running
+# shards, then the shards stop. With the learner gone the shards' rate limiters hold the
+# actors' batches until they go idle (--limiter_idle_ms after the last sample request,
+# 10 s by default), then store them: the actors are stopped after that, drain, and none
+# may leave a batch unacknowledged at exit or unsent (no shard is down at the end), so
+# that a lost acknowledgement cannot hide among batches a limiter still held
 ledger_errors_zero actor0 actor1 actor2 actor3
+for n in $SHARDS; do wait_until 30 "$n's rate limiter idle after the learner's end" limiter_idle_now "$n"; done
 stop_clean actor0 actor1 actor2 actor3
+drained_clean actor0 actor1 actor2 actor3 || fail "end of run: $DRAIN_WHY"
 ledger_require_clean end-of-run $SHARDS
 # shellcheck disable=SC2086
 prov_rows_match_stored end-of-run $SHARDS

@@ -293,3 +293,44 @@ prov_rows_match_stored() {
     log "ledger check '$label': $n's provenance rows ($rows) = its stored transitions"
   done
 }
+
+# ---------------------------------------------------------------- the drain at exit
+# An actor told to stop (or at --max_steps) sends its last batch and waits up to
+# --drain_timeout_ms for the acknowledgements; what is still unacknowledged after it is
+# logged as "N batch(es) unacknowledged at exit" and has an unknown fate (stored with the
+# acknowledgement lost, or never stored): a test that allows none must see none.
+
+# unacked_at_exit NAME: the batches NAME's latest start logged as unacknowledged at exit
+# (0 when it logged none), and its rows never sent ("batches rows" on one line).
+unacked_at_exit() {
+  since_start "$1" | awk '
+    /batch\(es\) unacknowledged at exit/ { for (i = 1; i < NF; i++) if ($(i + 1) == "batch(es)") b = $i }
+    /last batch of [0-9]+ rows not sent at exit/ { for (i = 1; i < NF; i++) if ($i == "of") r = $(i + 1) }
+    END { printf "%d %d\n", b, r }'
+}
+
+# drained_clean ACTOR...: each actor (exited) drained completely: nothing logged as
+# unacknowledged at exit, no batch unsent, and its "done" line says the same. Returns 1
+# with DRAIN_WHY set otherwise (callers fail; the drain control expects the failure).
+DRAIN_WHY=""
+drained_clean() {
+  local n u done_line
+  DRAIN_WHY=""
+  for n in "$@"; do
+    u=$(unacked_at_exit "$n")
+    done_line=$(since_start "$n" | grep -a ' done: ' | tail -n 1)
+    [[ -n "$done_line" ]] || { DRAIN_WHY="$n: no 'done' line (did it exit cleanly?)"; return 1; }
+    if [[ "$u" != "0 0" ]] || ! grep -q ' 0 without acknowledgement, 0 rows unsent' <<<"$done_line"; then
+      DRAIN_WHY="$n exited with batches unacknowledged or unsent (batches rows: $u): $(since_start "$n" | grep -a 'at exit' | head -n 2 | paste -sd ';' -)"
+      return 1
+    fi
+  done
+  return 0
+}
+
+# limiter_idle_now SHARD: SHARD's rate limiter is idle now (sac-replay --limiter_idle_ms:
+# its latest line of the two is "no sample request for ...", not "sample requests again").
+limiter_idle_now() {
+  since_start "$1" | grep -a -E 'no sample request for [0-9]+ ms|sample requests again' | tail -n 1 |
+    grep -aq 'no sample request for'
+}

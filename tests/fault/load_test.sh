@@ -60,8 +60,13 @@ declare -A PLATEAU_KIB=([shard]=8192 [actor]=2048 [learner]=16384)
 for ((i = 0; i < S; i++)); do start_local_shard "shard$i" "$S" "$i"; done
 start_local_learner learner "" --total_steps=100000000 --eval_every=0 --checkpoint_every=0
 DIST_WATCH="learner shard0 shard1"
+# --drain_timeout_ms 200: the actors are stopped one after the other while the learner
+# still paces inserts through 64 actors' held batches, so each one's last batches may wait
+# behind all the others' for longer than the default drain (5 s) -- 64 stops would then
+# take minutes; this test checks a clean stop and bounded memory, not the drain (that is
+# tests/fault/drain_control.sh)
 for ((i = 0; i < N; i++)); do
-  start_local_actor "actor$i" "$N" "$i"
+  start_local_actor "actor$i" "$N" "$i" --drain_timeout_ms=200
   DIST_WATCH+=" actor$i"
 done
 log "$S shards, learner and $N actor processes (ids 0..$((N - 1))) up; warm-up ${WARMUP_S}s"

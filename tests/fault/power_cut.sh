@@ -135,6 +135,15 @@ ledger_errors_zero actor0 actor1 actor2
 for f in "$LEDGERS"/actor{0,1,2}.ledger; do
   (($(grep -vc '^#' "$f") > 0)) || fail "$(basename "$f"): no acknowledged batch in it"
 done
+# the end: the actors are stopped, drain (the shard is up: none may leave a batch
+# unacknowledged at exit or unsent; tests/fault/drain_control.sh is this check's negative
+# control), and (fsync: nothing may be missing) the last ledger check covers what they drained
+stop_clean actor0 actor1 actor2
+drained_clean actor0 actor1 actor2 || fail "end: $DRAIN_WHY"
+if [[ "$MODE" == fsync ]]; then
+  LEDGER_EXPECT=3 ledger_require_clean end shard0
+  log "end: the actors drained, nothing unacknowledged at exit; $LEDGER_FIG"
+fi
 cuts=$((TRIALS + double))
 if [[ "$MODE" == nofsync ]]; then
   ((missing_trials > 0)) ||
