@@ -44,7 +44,8 @@
  *   [--prefill ROWS (per shard before the learner starts, default 32768; capacity 65536)]
  *   [--env ENV_ID: also an actor core's steps per CPU-second on ENV_ID, e.g. HalfCheetah-v5]
  *   [--learner ENV_ID: also sac_learner_run itself, embedded, on the null backend, with the
- *    seconds per update of each of its named stages] */
+ *    seconds per update of each of its named stages]
+ *   [--sample_precision fp32|fp16 (obs/action/next_obs in sample replies; default fp32)] */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -86,8 +87,9 @@ typedef struct {
   int64_t prefill;
   double actor_rate;
   char configs[256], samplers[64], actors[64];
-  char env[256];     /* "": no actor-core table */
-  char learner[256]; /* "": no run of the learner service itself */
+  char env[256];      /* "": no actor-core table */
+  char learner[256];  /* "": no run of the learner service itself */
+  uint32_t precision; /* --sample_precision: SAC_WIRE_F32 or SAC_WIRE_F16 */
 } opts_t;
 
 /* One configuration. */
@@ -317,7 +319,8 @@ static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const
   cc.batch_size = (uint32_t)o->batch;
   cc.obs_dim = OBS;
   cc.act_dim = ACT;
-  size_t reply = (size_t)o->batch * ((2 * OBS + ACT + 3) * 4 + 8) + 4096;
+  cc.sample_precision = o->precision;
+  size_t reply = (size_t)o->batch * ((2 * OBS + ACT + 3) * 4 + 8) + 4096; /* fp32: the larger */
   if (o->prefetch > 0)
     cc.prefetch = (uint32_t)o->prefetch;
   else if (reply <= (size_t)256 << 10) /* as learner/service.c asks for small replies */
@@ -698,12 +701,40 @@ static int parse_samplers(const char *s, int *out) {
   return n;
 }
 
+/* Bytes of one encoded sample reply of `batch` rows in this precision (what the shard
+ * sends and the client decodes), or 0 when out of memory. */
+static size_t reply_size(int batch, uint32_t precision) {
+  size_t n = (size_t)batch;
+  void *z = calloc(n * (2 * OBS + ACT + 8), 4); /* zeros: only the lengths matter */
+  if (!z)
+    return 0;
+  sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_BATCH};
+  m.u.sample_batch = (sac_wire_sample_batch_t){.request_id = 1u << 20,
+                                               .n = (uint32_t)n,
+                                               .obs_dim = OBS,
+                                               .act_dim = ACT,
+                                               .reward = z,
+                                               .terminated = z,
+                                               .indices = z,
+                                               .weights = z,
+                                               .error = "",
+                                               .precision = precision};
+  if (precision == SAC_WIRE_F16)
+    m.u.sample_batch.obs16 = z, m.u.sample_batch.action16 = z, m.u.sample_batch.next_obs16 = z;
+  else
+    m.u.sample_batch.obs = z, m.u.sample_batch.action = z, m.u.sample_batch.next_obs = z;
+  size_t b = sac_wire_encoded_size(&m);
+  free(z);
+  return b;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: sac-bench-service [--seconds S] [--windows W] [--configs inproc:2,tcp:1,tcp:2,tcp:4]\n"
           "  [--samplers uniform,prioritized] [--actors 0,4,16] [--actor_rate STEPS_PER_S]\n"
           "  [--batch B] [--prefetch K] [--publish_every K] [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n"
-          "  [--learner ENV_ID] [--intake direct|decode] [--priorities_every K]\n");
+          "  [--learner ENV_ID] [--sample_precision fp32|fp16] [--intake direct|decode] [--priorities_every "
+          "K]\n");
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
@@ -751,6 +782,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       snprintf(o->samplers, sizeof o->samplers, "%s", v);
     else if (!strcmp(argv[i], "--actors"))
       snprintf(o->actors, sizeof o->actors, "%s", v);
+    else if (!strcmp(argv[i], "--sample_precision") && (!strcmp(v, "fp32") || !strcmp(v, "fp16")))
+      o->precision = !strcmp(v, "fp16") ? SAC_WIRE_F16 : SAC_WIRE_F32;
     else {
       usage();
       return -1;
@@ -779,15 +812,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   sac_log_set_level(SAC_LOG_WARN);
-  const double reply_bytes = (double)o.batch * ((2 * OBS + ACT + 3) * 4 + 8); /* rows + indices */
+  const double reply_bytes = (double)reply_size(o.batch, o.precision);
   const double gbs = memcpy_gbs();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   printf("sac-bench-service: null learner, cheetah sizes (obs %d, act %d), batch %d, %d window(s) of %.2f s, "
          "publish every %d updates, actors at %.0f steps/s each, %ld core(s), intake %s\n",
          OBS, ACT, o.batch, o.windows, o.seconds, o.publish_every, o.actor_rate, cores,
          o.decode ? "decode" : "direct");
-  printf("yardstick: memcpy %.2f GB/s (64 MiB, median of 5); a sample reply is %.0f bytes\n", gbs,
-         reply_bytes);
+  printf("yardstick: memcpy %.2f GB/s (64 MiB, median of 5); a sample reply is %.0f bytes (obs/action %s)\n",
+         gbs, reply_bytes, o.precision == SAC_WIRE_F16 ? "fp16" : "fp32");
   printf("%-9s %6s %-11s %6s %10s %12s %9s %9s %8s %8s %9s  %s\n", "transport", "shards", "sampler", "actors",
          "updates/s", "transitions/s", "MB/s in", "x memcpy", "cpu us/u", "lrn us/u", "u/core-s",
          "wait | learner CPU us/update: sample stage update priorities publish");

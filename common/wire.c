@@ -122,6 +122,24 @@ static int all_within(const float *p, size_t n, float max) {
   return bad == 0;
 }
 
+/* binary16: 1 when no value is Inf or NaN (exponent all ones). */
+static int all_finite16(const uint16_t *p, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad |= (uint32_t)((p[i] & 0x7c00u) == 0x7c00u);
+  return bad == 0;
+}
+
+/* binary16 as all_within (finite halves assumed: checked first). */
+static int all_within16(const uint16_t *p, size_t n, float max) {
+  if (max <= 0.0f)
+    return 1;
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad |= (uint32_t) !(fabsf(sac_wire_f16_to_f32(p[i])) <= max);
+  return bad == 0;
+}
+
 static int all_01(const uint8_t *p, size_t n) {
   uint8_t bad = 0;
   for (size_t i = 0; i < n; i++)
@@ -267,6 +285,35 @@ static int check_transitions(sac_wire_decoder_t *d, const sac_wire_transitions_t
   return 0;
 }
 
+/* A sample batch's obs, action and next_obs in f32: present, finite, within range. */
+static int check_sample_rows32(const sac_wire_sample_batch_t *b, const sac_wire_limits_t *lim,
+                               sac_wire_reason_t *reason) {
+  size_t no = (size_t)b->n * b->obs_dim, na = (size_t)b->n * b->act_dim;
+  if (!b->obs || !b->action || !b->next_obs)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
+  if (!all_finite(b->obs, no) || !all_finite(b->next_obs, no) || !all_finite(b->action, na))
+    REJECT(SAC_ENONFINITE, SAC_WIRE_R_NONFINITE);
+  if (!all_within(b->obs, no, lim->max_abs_value) || !all_within(b->next_obs, no, lim->max_abs_value) ||
+      !all_within(b->action, na, lim->max_abs_value))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_RANGE);
+  return 0;
+}
+
+/* The same in binary16: the f32 views must be NULL (one dtype per batch). */
+static int check_sample_rows16(const sac_wire_sample_batch_t *b, const sac_wire_limits_t *lim,
+                               sac_wire_reason_t *reason) {
+  size_t no = (size_t)b->n * b->obs_dim, na = (size_t)b->n * b->act_dim;
+  if (!b->obs16 || !b->action16 || !b->next_obs16 || b->obs || b->action || b->next_obs)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
+  if (!all_finite16(b->obs16, no) || !all_finite16(b->next_obs16, no) || !all_finite16(b->action16, na))
+    REJECT(SAC_ENONFINITE, SAC_WIRE_R_NONFINITE);
+  if (!all_within16(b->obs16, no, lim->max_abs_value) ||
+      !all_within16(b->next_obs16, no, lim->max_abs_value) ||
+      !all_within16(b->action16, na, lim->max_abs_value))
+    REJECT(SAC_EINVAL, SAC_WIRE_R_RANGE);
+  return 0;
+}
+
 static int check_sample_batch(const sac_wire_sample_batch_t *b, const sac_wire_limits_t *lim,
                               sac_wire_reason_t *reason) {
   if (!string_ok(b->error))
@@ -283,16 +330,18 @@ static int check_sample_batch(const sac_wire_sample_batch_t *b, const sac_wire_l
   if (b->obs_dim == 0 || b->act_dim == 0 || b->obs_dim > 65536 || b->act_dim > 65536 ||
       (lim->obs_dim && b->obs_dim != lim->obs_dim) || (lim->act_dim && b->act_dim != lim->act_dim))
     REJECT(SAC_EINVAL, SAC_WIRE_R_DIMS);
-  if (!b->obs || !b->action || !b->reward || !b->terminated || !b->next_obs || !b->indices || !b->weights)
+  if (b->precision != SAC_WIRE_F32 && b->precision != SAC_WIRE_F16)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_VALUE);
+  if (!b->reward || !b->terminated || !b->indices || !b->weights)
     REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
   size_t n = b->n;
-  if (!all_finite(b->obs, n * b->obs_dim) || !all_finite(b->next_obs, n * b->obs_dim) ||
-      !all_finite(b->action, n * b->act_dim) || !all_finite(b->reward, n) || !all_finite(b->weights, n))
+  int rc = b->precision == SAC_WIRE_F16 ? check_sample_rows16(b, lim, reason)
+                                        : check_sample_rows32(b, lim, reason);
+  if (rc)
+    return rc;
+  if (!all_finite(b->reward, n) || !all_finite(b->weights, n))
     REJECT(SAC_ENONFINITE, SAC_WIRE_R_NONFINITE);
-  if (!all_within(b->obs, n * b->obs_dim, lim->max_abs_value) ||
-      !all_within(b->next_obs, n * b->obs_dim, lim->max_abs_value) ||
-      !all_within(b->action, n * b->act_dim, lim->max_abs_value) ||
-      !all_within(b->reward, n, lim->max_abs_value))
+  if (!all_within(b->reward, n, lim->max_abs_value))
     REJECT(SAC_EINVAL, SAC_WIRE_R_RANGE);
   for (size_t i = 0; i < n; i++) {
     if (b->terminated[i] != 0.0f && b->terminated[i] != 1.0f)
@@ -398,7 +447,8 @@ int sac_wire_validate(sac_wire_decoder_t *d, const sac_wire_msg_t *m, const sac_
       REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
     if (!isfinite(r->beta))
       REJECT(SAC_ENONFINITE, SAC_WIRE_R_NONFINITE);
-    if (r->beta < 0.0f || r->beta > 1.0f || r->timeout_ms > 600000u)
+    if (r->beta < 0.0f || r->beta > 1.0f || r->timeout_ms > 600000u ||
+        (r->precision != SAC_WIRE_F32 && r->precision != SAC_WIRE_F16))
       REJECT(SAC_EINVAL, SAC_WIRE_R_VALUE);
     return 0;
   }
@@ -508,7 +558,7 @@ static int decode_ack(const Sac__InsertAck *p, sac_wire_ack_t *a) {
 }
 
 static int decode_sample_request(const Sac__SampleRequest *p, sac_wire_sample_request_t *r) {
-  *r = (sac_wire_sample_request_t){p->request_id, p->batch_size, p->beta, p->timeout_ms};
+  *r = (sac_wire_sample_request_t){p->request_id, p->batch_size, p->beta, p->timeout_ms, p->precision};
   return 0;
 }
 
@@ -520,21 +570,31 @@ static int decode_sample_batch(const Sac__SampleBatch *p, const sac_wire_limits_
   b->act_dim = p->act_dim;
   b->shard_id = p->shard_id;
   b->error = p->error ? p->error : "";
+  b->precision = p->precision;
   uint64_t n = p->n, od = p->obs_dim, ad = p->act_dim;
   if (n > lim_max_rows(lim))
     REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
   if (n && (od == 0 || ad == 0 || od > 65536 || ad > 65536 || (lim->obs_dim && od != lim->obs_dim) ||
             (lim->act_dim && ad != lim->act_dim)))
     REJECT(SAC_EINVAL, SAC_WIRE_R_DIMS);
-  if (!len_is(&p->obs, n * od, 4) || !len_is(&p->next_obs, n * od, 4) || !len_is(&p->action, n * ad, 4) ||
+  if (p->precision != SAC_WIRE_F32 && p->precision != SAC_WIRE_F16)
+    REJECT(SAC_EINVAL, SAC_WIRE_R_VALUE);
+  size_t es = p->precision == SAC_WIRE_F16 ? 2 : 4; /* bytes per obs/action element */
+  if (!len_is(&p->obs, n * od, es) || !len_is(&p->next_obs, n * od, es) || !len_is(&p->action, n * ad, es) ||
       !len_is(&p->reward, n, 4) || !len_is(&p->terminated, n, 4) || !len_is(&p->indices, n, 8) ||
       !len_is(&p->weights, n, 4))
     REJECT(SAC_EINVAL, SAC_WIRE_R_LENGTH);
-  b->obs = (const float *)p->obs.data;
-  b->action = (const float *)p->action.data;
+  if (es == 2) {
+    b->obs16 = (const uint16_t *)p->obs.data;
+    b->action16 = (const uint16_t *)p->action.data;
+    b->next_obs16 = (const uint16_t *)p->next_obs.data;
+  } else {
+    b->obs = (const float *)p->obs.data;
+    b->action = (const float *)p->action.data;
+    b->next_obs = (const float *)p->next_obs.data;
+  }
   b->reward = (const float *)p->reward.data;
   b->terminated = (const float *)p->terminated.data;
-  b->next_obs = (const float *)p->next_obs.data;
   b->indices = (const uint64_t *)p->indices.data;
   b->weights = (const float *)p->weights.data;
   return 0;
@@ -769,6 +829,7 @@ static int build_sample_request(const sac_wire_sample_request_t *r, proto_build_
   p->batch_size = r->batch_size;
   p->beta = r->beta;
   p->timeout_ms = r->timeout_ms;
+  p->precision = r->precision;
   pb->env.body_case = SAC__ENVELOPE__BODY_SAMPLE_REQUEST;
   pb->env.sample_request = p;
   return 0;
@@ -778,19 +839,26 @@ static int build_sample_batch(const sac_wire_sample_batch_t *b, proto_build_t *p
   Sac__SampleBatch *p = &pb->b.sb;
   sac__sample_batch__init(p);
   size_t n = b->n, od = b->obs_dim, ad = b->act_dim;
-  if (n &&
-      (!b->obs || !b->action || !b->reward || !b->terminated || !b->next_obs || !b->indices || !b->weights))
+  const int h = b->precision == SAC_WIRE_F16;
+  if (b->precision != SAC_WIRE_F32 && !h)
+    return SAC_EINVAL;
+  const void *obs = h ? (const void *)b->obs16 : (const void *)b->obs;
+  const void *act = h ? (const void *)b->action16 : (const void *)b->action;
+  const void *next = h ? (const void *)b->next_obs16 : (const void *)b->next_obs;
+  size_t es = h ? 2 : 4;
+  if (n && (!obs || !act || !b->reward || !b->terminated || !next || !b->indices || !b->weights))
     return SAC_EINVAL;
   p->request_id = b->request_id;
   p->n = b->n;
   p->obs_dim = b->obs_dim;
   p->act_dim = b->act_dim;
   p->shard_id = b->shard_id;
-  p->obs = bin(b->obs, n * od * 4);
-  p->action = bin(b->action, n * ad * 4);
+  p->precision = b->precision;
+  p->obs = bin(obs, n * od * es);
+  p->action = bin(act, n * ad * es);
   p->reward = bin(b->reward, n * 4);
   p->terminated = bin(b->terminated, n * 4);
-  p->next_obs = bin(b->next_obs, n * od * 4);
+  p->next_obs = bin(next, n * od * es);
   p->indices = bin(b->indices, n * 8);
   p->weights = bin(b->weights, n * 4);
   p->error = str(b->error);
@@ -1017,4 +1085,83 @@ float sac_wire_f16_to_f32(uint16_t h) {
   float r;
   memcpy(&r, &out, 4);
   return r;
+}
+
+/* Arrays: F16C (8 values an instruction) when the CPU has it, else the scalar code. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SAC_WIRE_F16C 1
+/* Eight values, |x| > 65504 clamped (and counted); NaN kept (ordered compares are false
+ * for it, and max/min with it second return it). */
+__attribute__((target("avx,f16c"))) static inline size_t to_f16_8(const float *in, uint16_t *out) {
+  const __m256 hi = _mm256_set1_ps(65504.0f), lo = _mm256_set1_ps(-65504.0f);
+  __m256 v = _mm256_loadu_ps(in);
+  int over =
+      _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(v, hi, _CMP_GT_OQ), _mm256_cmp_ps(v, lo, _CMP_LT_OQ)));
+  v = _mm256_max_ps(lo, _mm256_min_ps(hi, v));
+  _mm_storeu_si128((__m128i *)(void *)out, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  return (size_t)__builtin_popcount((unsigned)over);
+}
+
+/* Tails go through an 8-value buffer too: mixing scalar SSE code with the 256-bit code
+ * cost ~9 ns a value (measured on rows of 6 actions). */
+__attribute__((target("avx,f16c"))) static size_t to_f16_f16c(const float *in, size_t n, uint16_t *out) {
+  size_t i = 0, clamped = 0;
+  for (; i + 8 <= n; i += 8)
+    clamped += to_f16_8(in + i, out + i);
+  if (i < n) {
+    float t[8] = {0};
+    uint16_t h[8];
+    memcpy(t, in + i, (n - i) * sizeof *t);
+    clamped += to_f16_8(t, h);
+    memcpy(out + i, h, (n - i) * sizeof *h);
+  }
+  return clamped;
+}
+
+__attribute__((target("avx,f16c"))) static void to_f32_f16c(const uint16_t *in, size_t n, float *out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(in + i))));
+  if (i < n) {
+    uint16_t h[8] = {0};
+    float t[8];
+    memcpy(h, in + i, (n - i) * sizeof *h);
+    _mm256_storeu_ps(t, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(void *)h)));
+    memcpy(out + i, t, (n - i) * sizeof *t);
+  }
+}
+
+static int have_f16c(void) {
+  static int have = -1;
+  if (have < 0)
+    have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return have;
+}
+#endif
+
+size_t sac_wire_f32_to_f16_n(const float *in, size_t n, uint16_t *out) {
+#ifdef SAC_WIRE_F16C
+  if (have_f16c())
+    return to_f16_f16c(in, n, out);
+#endif
+  size_t clamped = 0;
+  for (size_t i = 0; i < n; i++) {
+    float x = in[i];
+    if (fabsf(x) > 65504.0f)
+      x = copysignf(65504.0f, x), clamped++;
+    out[i] = sac_wire_f32_to_f16(x, 0);
+  }
+  return clamped;
+}
+
+void sac_wire_f16_to_f32_n(const uint16_t *in, size_t n, float *out) {
+#ifdef SAC_WIRE_F16C
+  if (have_f16c()) {
+    to_f32_f16c(in, n, out);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < n; i++)
+    out[i] = sac_wire_f16_to_f32(in[i]);
 }

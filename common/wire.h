@@ -138,15 +138,21 @@ typedef struct {
   const char *error; /* "" when accepted */
 } sac_wire_ack_t;
 
+/* precision: SAC_WIRE_F32 (0) or SAC_WIRE_F16, the dtype asked for the reply's obs,
+ * action and next_obs (any other value is refused with SAC_WIRE_R_VALUE). */
 typedef struct {
   uint64_t request_id;
   uint32_t batch_size;
   float beta;
   uint32_t timeout_ms;
+  uint32_t precision;
 } sac_wire_sample_request_t;
 
 /* obs/next_obs (n, obs_dim), action (n, act_dim), reward/terminated/weights (n) f32,
- * indices (n) u64 (SAC_WIRE_INDEX). n == 0 with a non-empty error means no batch. */
+ * indices (n) u64 (SAC_WIRE_INDEX). n == 0 with a non-empty error means no batch.
+ * precision SAC_WIRE_F16: obs/action/next_obs are NULL and obs16/action16/next_obs16
+ * hold the same shapes in IEEE binary16 (finite halves only); rewards, flags, weights
+ * and indices stay as they are. */
 typedef struct {
   uint64_t request_id;
   uint32_t n, obs_dim, act_dim, shard_id;
@@ -158,6 +164,8 @@ typedef struct {
   const uint64_t *indices;
   const float *weights;
   const char *error;
+  uint32_t precision; /* SAC_WIRE_F32 (0) or SAC_WIRE_F16 */
+  const uint16_t *obs16, *action16, *next_obs16;
 } sac_wire_sample_batch_t;
 
 typedef struct {
@@ -270,5 +278,11 @@ int sac_wire_encode(const sac_wire_msg_t *m, void *buf, size_t cap, size_t *len)
  * saturate is set, else becomes Inf). Exposed for storage and tests. */
 uint16_t sac_wire_f32_to_f16(float f, int saturate);
 float sac_wire_f16_to_f32(uint16_t h);
+
+/* The same over arrays, with the CPU's conversion instructions where it has them (x86
+ * F16C; bit-identical to the scalar functions). to_f16_n saturates: a value with
+ * |x| > 65504 becomes +-65504 and is counted in the return value (NaN stays NaN). */
+size_t sac_wire_f32_to_f16_n(const float *in, size_t n, uint16_t *out);
+void sac_wire_f16_to_f32_n(const uint16_t *in, size_t n, float *out);
 
 #endif

@@ -81,7 +81,8 @@ enum {
   F_WEIGHTS,
   F_SHARD_ID,
   F_ERROR,
-  F_LAST = F_ERROR
+  F_PRECISION,
+  F_LAST = F_PRECISION
 };
 
 /* The SampleBatch's fields into v and the bytes fields' lengths into blen; -1 on
@@ -122,8 +123,10 @@ static int read_batch(rd_t *r, sac_wire_sample_view_t *v, size_t blen[F_LAST + 1
       v->request_id = x;
       continue;
     }
-    if (x > UINT32_MAX)
+    if (x > UINT32_MAX || (f == F_PRECISION && x != 0)) /* fp16 rows: the decoder converts them */
       return -1;
+    if (f == F_PRECISION)
+      continue;
     uint32_t *u32[] = {&v->n, &v->obs_dim, &v->act_dim};
     if (f == F_SHARD_ID)
       v->shard_id = (uint32_t)x;
@@ -269,18 +272,20 @@ int sac_wire_sample_copy(const sac_wire_sample_view_t *v, const sac_wire_limits_
     lim = &no_limits;
   const size_t n = v->n, no = n * v->obs_dim, na = n * v->act_dim;
   const float max = lim->max_abs_value;
-  int far = 0, nonfinite = 0, no_range = 0;
+  /* in sac_wire_decode's order: the rows' obs, next_obs, action (finite, then in range),
+   * then reward and weights (finite, then the reward in range), then row by row */
+  int far = 0, nonfinite = 0, far_r = 0, nonfinite_r = 0, no_range = 0;
   nonfinite |= copy_finite(dst->obs, v->obs, no, max, &far);
   nonfinite |= copy_finite(dst->next_obs, v->next_obs, no, max, &far);
   nonfinite |= copy_finite(dst->action, v->action, na, max, &far);
-  nonfinite |= copy_finite(dst->reward, v->reward, n, max, &far);
-  nonfinite |= copy_finite(dst->weights, v->weights, n, 0.0f, &no_range); /* weights: finite only */
+  nonfinite_r |= copy_finite(dst->reward, v->reward, n, max, &far_r);
+  nonfinite_r |= copy_finite(dst->weights, v->weights, n, 0.0f, &no_range); /* weights: finite only */
   *reason = SAC_WIRE_R_NONE;
-  if (nonfinite) {
+  if (nonfinite || (!far && nonfinite_r)) {
     *reason = SAC_WIRE_R_NONFINITE;
     return SAC_ENONFINITE;
   }
-  if (far) {
+  if (far || far_r) {
     *reason = SAC_WIRE_R_RANGE;
     return SAC_EINVAL;
   }

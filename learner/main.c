@@ -19,6 +19,7 @@
 #include "common/http.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/wire.h"
 #include "learner/backend.h"
 #include "learner/service.h"
 #include "learner/train_local.h"
@@ -31,7 +32,7 @@ typedef struct {
   int embedded_shards, actors, envs_per_actor, publish_every, max_nonfinite_updates, log_interval_s,
       loss_guard;
   int publish_interval_ms;
-  char sampler[32], weights_precision[8];
+  char sampler[32], weights_precision[8], sample_precision[8];
   int64_t eval_every;
   double per_alpha, per_beta;
   double lr, lr_actor, lr_critic, lr_alpha, gamma, tau, init_alpha, target_entropy, log_std_min, log_std_max;
@@ -84,6 +85,10 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("eval_every_updates", SAC_CFG_INT64, eval_every, "2000", 0, 1e15,
         "service: updates between evaluations (0: only at the end)"),
     STR("sampler", sampler, "uniform", "embedded shards: uniform | prioritized"),
+    STR("sample_precision", sample_precision, "fp32",
+        "service: dtype of observations and actions in sample replies, fp32 or fp16 (half the bytes; "
+        "converted back to fp32 on arrival; values beyond +-65504 arrive as +-65504, counted in "
+        "sac_replay_sample_f16_clamped_total)"),
     OPT("priority_alpha", SAC_CFG_DOUBLE, per_alpha, "0.6", 0, 10, "prioritized: priority exponent"),
     OPT("priority_beta", SAC_CFG_DOUBLE, per_beta, "0.4", 0, 1, "prioritized: importance-sampling exponent"),
     STR("env", t.env, "Pendulum-v1",
@@ -247,6 +252,11 @@ static int run_service(const learner_cfg_t *c) {
     return 2;
   }
   lc.prioritized = strcmp(c->sampler, "prioritized") == 0;
+  if (strcmp(c->sample_precision, "fp32") != 0 && strcmp(c->sample_precision, "fp16") != 0) {
+    SAC_ERROR("learner", "sample_precision must be fp32 or fp16, not '%s'", c->sample_precision);
+    return 2;
+  }
+  lc.sample_precision = strcmp(c->sample_precision, "fp16") == 0 ? SAC_WIRE_F16 : SAC_WIRE_F32;
   lc.per_alpha = c->per_alpha;
   lc.per_beta = c->per_beta;
   lc.embedded_shards = c->embedded_shards;

@@ -884,6 +884,7 @@ static int open_replay(run_t *r) {
   cc.ctx = r->ctx;
   cc.batch_size = (uint32_t)r->hp.batch;
   cc.beta = (float)cfg->per_beta;
+  cc.sample_precision = cfg->sample_precision;
   cc.obs_dim = (uint32_t)r->hp.obs_dim;
   cc.act_dim = (uint32_t)r->hp.act_dim;
   if (cc.max_msg_bytes < r->reply_bytes)

@@ -51,6 +51,9 @@ typedef struct {
   int log_interval_s;
   int quiet;
   int prioritized; /* prioritised replay (embedded shards; remote shards decide their own) */
+  /* SAC_WIRE_F32 (0) or SAC_WIRE_F16: the dtype of obs/action/next_obs in sample replies
+   * (replay/client.h: converted back to f32 on arrival) */
+  unsigned sample_precision;
   double per_alpha, per_beta;
   char weights_endpoint[256];
   size_t n_shards; /* 0: embedded */

@@ -41,6 +41,7 @@ typedef struct {
   uint32_t credit;
   uint32_t inflight;
   uint64_t last_request_ns, last_reply_ns;
+  uint64_t f32_replies;      /* f32 replies to fp16 requests (a shard that predates fp16) */
   uint64_t backoff_until_ns; /* after an error reply: no new request before this */
   /* ids of the sample requests sent and not yet answered, oldest first (a request
    * reissued after a timeout stays here: its late answer is still a valid batch) */
@@ -75,6 +76,9 @@ struct sac_replay_client {
   size_t scap;
   uint64_t request_id;
   uint64_t *sidx; /* (batch_size) the indices of the last batch sampled into a stage */
+  /* fp16 replies converted to f32 (sample_precision fp16), f16_rows rows of the dims */
+  float *f32_obs, *f32_act, *f32_next;
+  size_t f16_cap_obs, f16_cap_act; /* floats */
   sac_replay_client_stats_t st;
 };
 
@@ -87,6 +91,30 @@ void sac_replay_client_config_default(sac_replay_client_config_t *c) {
   c->beta = 0.4f;
   c->sample_timeout_ms = 1000;
   c->max_msg_bytes = 4u << 20;
+}
+
+/* Room for fp16 replies converted to f32: at start-up when the dims are known, else
+ * once on the first such reply. */
+static int grow_f32(sac_replay_client_t *c, size_t obs_floats, size_t act_floats) {
+  if (obs_floats > c->f16_cap_obs) {
+    float *o = realloc(c->f32_obs, obs_floats * sizeof *o);
+    if (!o)
+      return SAC_ENOMEM;
+    c->f32_obs = o;
+    float *n = realloc(c->f32_next, obs_floats * sizeof *n);
+    if (!n)
+      return SAC_ENOMEM;
+    c->f32_next = n;
+    c->f16_cap_obs = obs_floats;
+  }
+  if (act_floats > c->f16_cap_act) {
+    float *a = realloc(c->f32_act, act_floats * sizeof *a);
+    if (!a)
+      return SAC_ENOMEM;
+    c->f32_act = a;
+    c->f16_cap_act = act_floats;
+  }
+  return 0;
 }
 
 static void *make_socket(sac_replay_client_t *c, const char *ep) {
@@ -108,8 +136,11 @@ static void *make_socket(sac_replay_client_t *c, const char *ep) {
 sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg) {
   if (cfg->n_shards == 0 || cfg->n_shards > SAC_WIRE_MAX_SHARDS ||
       (!cfg->insert_endpoints && !cfg->sample_endpoints) || cfg->window == 0 || cfg->window > MAX_WINDOW ||
-      (cfg->sample_endpoints && cfg->batch_size == 0) || cfg->max_msg_bytes < 4096) {
-    SAC_ERROR("replay-client", "invalid client configuration (shards 1..%u, window 1..%u, batch_size > 0)",
+      (cfg->sample_endpoints && cfg->batch_size == 0) || cfg->max_msg_bytes < 4096 ||
+      (cfg->sample_precision != SAC_WIRE_F32 && cfg->sample_precision != SAC_WIRE_F16)) {
+    SAC_ERROR("replay-client",
+              "invalid client configuration (shards 1..%u, window 1..%u, batch_size > 0, sample_precision "
+              "f32 or fp16)",
               SAC_WIRE_MAX_SHARDS, MAX_WINDOW);
     return NULL;
   }
@@ -143,6 +174,9 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
     goto fail;
   c->ctx = cfg->ctx ? sac_net_ctx_ref(cfg->ctx) : sac_net_ctx_new(1);
   if (!c->conns || !c->rbuf || !c->sbuf || !c->dec || !c->ctx)
+    goto fail;
+  if (cfg->sample_precision == SAC_WIRE_F16 &&
+      grow_f32(c, (size_t)cfg->batch_size * cfg->obs_dim, (size_t)cfg->batch_size * cfg->act_dim) != 0)
     goto fail;
   c->lim = (sac_wire_limits_t){.max_msg_bytes = cfg->max_msg_bytes,
                                .obs_dim = cfg->obs_dim,
@@ -202,6 +236,9 @@ void sac_replay_client_destroy(sac_replay_client_t **cp) {
     free(k->pval);
   }
   free(c->conns);
+  free(c->f32_obs);
+  free(c->f32_act);
+  free(c->f32_next);
   free(c->rbuf);
   free(c->sbuf);
   free(c->sidx);
@@ -459,8 +496,8 @@ int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_t
 
 static void request(sac_replay_client_t *c, conn_t *k) {
   sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
-  m.u.sample_request =
-      (sac_wire_sample_request_t){++c->request_id, c->cfg.batch_size, c->cfg.beta, c->cfg.sample_timeout_ms};
+  m.u.sample_request = (sac_wire_sample_request_t){++c->request_id, c->cfg.batch_size, c->cfg.beta,
+                                                   c->cfg.sample_timeout_ms, c->cfg.sample_precision};
   unsigned char buf[64];
   size_t len = 0;
   if (sac_wire_encode(&m, buf, sizeof buf, &len) != 0)
@@ -532,6 +569,34 @@ static int fatal(sac_replay_client_t *c, const char *fmt, ...) {
   va_end(ap);
   SAC_ERROR("replay-client", "%s", c->fatal);
   return SAC_ECONFIG;
+}
+
+/* An accepted reply's obs/action/next_obs as f32: fp16 ones converted into the client's
+ * buffers (the views of *b then point there); an f32 reply to an fp16 request (a shard
+ * that predates the option) counted and logged once per shard. */
+static int rows_to_f32(sac_replay_client_t *c, conn_t *k, sac_wire_sample_batch_t *b) {
+  size_t no = (size_t)b->n * b->obs_dim, na = (size_t)b->n * b->act_dim;
+  if (b->precision != SAC_WIRE_F16) {
+    if (c->cfg.sample_precision != SAC_WIRE_F16)
+      return 0;
+    c->st.sample_precision_fallbacks++;
+    if (k->f32_replies++ == 0)
+      SAC_WARN("replay-client",
+               "shard %u at %s answers fp16 sample requests in f32 (it predates --sample_precision): its "
+               "replies take twice the bytes; upgrade the shard",
+               b->shard_id, k->ep);
+    return 0;
+  }
+  if (grow_f32(c, no, na) != 0)
+    return SAC_ENOMEM;
+  sac_wire_f16_to_f32_n(b->obs16, no, c->f32_obs);
+  sac_wire_f16_to_f32_n(b->next_obs16, no, c->f32_next);
+  sac_wire_f16_to_f32_n(b->action16, na, c->f32_act);
+  b->obs = c->f32_obs;
+  b->next_obs = c->f32_next;
+  b->action = c->f32_act;
+  c->st.samples_f16++;
+  return 0;
 }
 
 /* Checks a decoded sample reply from connection i against what was asked. 0: a batch to
@@ -718,6 +783,8 @@ static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_ds
   int ck = check_reply(c, i, b);
   if (ck)
     return ck;
+  if (rows_to_f32(c, k, b) != 0) /* fp16 rows (decoded only) to f32; an f32 answer to fp16 counted */
+    return SAC_ENOMEM;
   if (dst && decoded)
     copy_decoded(b, dst);
   request(c, k); /* keep `prefetch` requests in flight */

@@ -43,9 +43,14 @@ typedef struct {
   uint32_t batch_size;        /* rows per sample request, default 256 */
   float beta;                 /* importance-sampling exponent sent with requests, default 0.4 */
   uint32_t sample_timeout_ms; /* how long a shard may hold a request, default 1000 */
-  size_t max_msg_bytes;       /* default 4 MiB */
-  uint32_t obs_dim, act_dim;  /* expected in sample batches (0: any) */
-  uint64_t session;           /* 0: from the start time (increasing across restarts) */
+  /* SAC_WIRE_F32 (default) or SAC_WIRE_F16: the dtype asked for the obs, action and
+   * next_obs of sample replies (half the bytes); fp16 replies are converted back to f32
+   * on arrival, so a sampled batch is f32 either way. A shard that predates the option
+   * replies f32 (counted in sample_precision_fallbacks, logged once per shard). */
+  uint32_t sample_precision;
+  size_t max_msg_bytes;      /* default 4 MiB */
+  uint32_t obs_dim, act_dim; /* expected in sample batches (0: any) */
+  uint64_t session;          /* 0: from the start time (increasing across restarts) */
   /* Called (on the client's thread) when a batch is acknowledged, with the seconds from
    * its first send to the acknowledgement; NULL: none. */
   void (*on_ack)(void *arg, double seconds);
@@ -160,7 +165,9 @@ typedef struct {
   uint64_t reconnects;
   uint64_t samples_received, samples_direct, sample_errors, sample_requests_sent, sample_requests_reissued;
   uint64_t priority_updates_sent, priority_updates_dropped;
-  uint64_t rejected_replies; /* replies from a shard that failed validation (all kinds, acks too) */
+  uint64_t samples_f16;                /* replies received with fp16 obs/action/next_obs */
+  uint64_t sample_precision_fallbacks; /* f32 replies to fp16 requests (a shard without fp16) */
+  uint64_t rejected_replies;           /* replies from a shard that failed validation (all kinds, acks too) */
   /* sample replies refused, by kind: [0, SAC_WIRE_R_COUNT) the wire reason (dims, rows,
    * nonfinite, ...), then SAC_REPLAY_REJECT_REQUEST_ID (answers no request in flight on
    * that connection) and SAC_REPLAY_REJECT_SHARD_ID (a shard id another connection has) */

@@ -40,6 +40,7 @@ typedef struct {
   uint64_t request_id;
   uint32_t batch;
   float beta;
+  uint32_t precision; /* SAC_WIRE_F32 or SAC_WIRE_F16 (obs/action/next_obs in the reply) */
   uint64_t deadline_ns, enqueued_ns;
 } pending_t;
 
@@ -875,13 +876,13 @@ static void send_sample_error(sac_replay_server_t *s, const unsigned char *id, s
 }
 
 static void serve_sample(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint64_t rid,
-                         uint32_t n, float beta) {
+                         uint32_t n, float beta, uint32_t precision) {
   /* the routing frame first: a peer whose queue is full (it does not read) gets
    * nothing sampled, encoded or queued */
   if (reply_begin(s, s->smp, id, id_len) != 0)
     return;
   sac_replay_sample_t b;
-  int rc = sac_replay_shard_sample(s->shard, n, beta, &b);
+  int rc = sac_replay_shard_sample_as(s->shard, n, beta, precision, &b);
   if (rc) {
     sac_wire_msg_t e = {.type = SAC_WIRE_SAMPLE_BATCH};
     e.u.sample_batch = (sac_wire_sample_batch_t){.request_id = rid,
@@ -905,7 +906,11 @@ static void serve_sample(sac_replay_server_t *s, const unsigned char *id, size_t
                                                .next_obs = b.next_obs,
                                                .indices = b.indices,
                                                .weights = b.weights,
-                                               .error = ""};
+                                               .error = "",
+                                               .precision = b.precision,
+                                               .obs16 = b.obs16,
+                                               .action16 = b.action16,
+                                               .next_obs16 = b.next_obs16};
   reply_end(s, s->smp, &m);
 }
 
@@ -946,7 +951,7 @@ static void serve_pending(sac_replay_server_t *s) {
     if (!now)
       now = sac_clock_ns();
     s->st.sample_wait_seconds_total += (double)(now - p->enqueued_ns) * 1e-9;
-    serve_sample(s, p->id, p->id_len, p->request_id, p->batch, p->beta);
+    serve_sample(s, p->id, p->id_len, p->request_id, p->batch, p->beta, p->precision);
     s->pend_head = (s->pend_head + 1) % s->cfg.max_pending_samples;
     s->pend_count--;
   }
@@ -1021,7 +1026,7 @@ static void handle_sample(sac_replay_server_t *s) {
       return;
     }
     if (s->pend_count == 0 && sac_replay_shard_can_sample(s->shard, q->batch_size)) {
-      serve_sample(s, id, id_len, q->request_id, q->batch_size, q->beta);
+      serve_sample(s, id, id_len, q->request_id, q->batch_size, q->beta, q->precision);
       return;
     }
     if (s->pend_count >= s->cfg.max_pending_samples) {
@@ -1038,6 +1043,7 @@ static void handle_sample(sac_replay_server_t *s) {
     p->request_id = q->request_id;
     p->batch = q->batch_size;
     p->beta = q->beta;
+    p->precision = q->precision;
     p->enqueued_ns = now;
     p->deadline_ns = now + (uint64_t)tmo * 1000000ull;
     s->pend_count++;

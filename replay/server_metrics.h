@@ -23,6 +23,7 @@ typedef struct {
   sac_replay_server_t *srv;
   double start_unix; /* snapshot age before the first snapshot: since this */
   sac_metric_t *size, *capacity, *inserted, *inserted_batches, *duplicates, *sampled, *sample_requests;
+  sac_metric_t *f16_clamped;
   sac_metric_t *prio_updates, *prio_stale, *prio_foreign, *rejected[SAC_WIRE_R_COUNT], *messages;
   sac_metric_t *ins_waits, *ins_wait_s, *smp_waits, *smp_wait_s, *smp_timeouts, *smp_busy, *dropped, *info;
   sac_metric_t *pending, *parked, *actors, *transition_bytes, *slot_bytes, *spi, *can_insert, *can_sample;
@@ -45,6 +46,7 @@ static inline void sac_replay_metrics__collect(void *user) {
   sac_metric_set(m->duplicates, (double)h->duplicate_batches_total);
   sac_metric_set(m->sampled, (double)h->sampled_rows_total);
   sac_metric_set(m->sample_requests, (double)h->sample_batches_total);
+  sac_metric_set(m->f16_clamped, (double)h->sample_f16_clamped_total);
   sac_metric_set(m->prio_updates, (double)h->priority_updates_total);
   sac_metric_set(m->prio_stale, (double)h->priority_stale_total);
   sac_metric_set(m->prio_foreign, (double)h->priority_foreign_total);
@@ -124,6 +126,8 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
          "Resent batches dropped as duplicates (and acked).");
   SAC__C(sampled, "sac_replay_sampled_transitions_total", "Transitions sampled by learners.");
   SAC__C(sample_requests, "sac_replay_sample_batches_total", "Sample batches served to learners.");
+  SAC__C(f16_clamped, "sac_replay_sample_f16_clamped_total",
+         "Values sent as +-65504 in fp16 sample replies for being beyond fp16's range.");
   SAC__C(prio_updates, "sac_replay_priority_updates_total", "Priority updates applied.");
   for (int i = 1; i < SAC_WIRE_R_COUNT; i++) {
     const char *const LR[] = {"shard", id, "reason", sac_wire_reason_name((sac_wire_reason_t)i), NULL};

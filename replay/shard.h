@@ -101,13 +101,21 @@ int sac_replay_shard_can_sample(const sac_replay_shard_t *sh, uint32_t n);
  * indices (n) = SAC_WIRE_INDEX(shard, generation, slot). */
 typedef struct {
   uint32_t n, obs_dim, act_dim, shard_id;
+  uint32_t precision; /* SAC_WIRE_F32, or SAC_WIRE_F16: obs/action/next_obs NULL, the *16 views set */
   const float *obs, *action, *reward, *terminated, *next_obs, *weights;
   const uint64_t *indices;
+  const uint16_t *obs16, *action16, *next_obs16;
 } sac_replay_sample_t;
 
 /* Samples n transitions (n <= max_sample_batch) regardless of the rate limiter and
  * counts them in it. SAC_EAGAIN when the shard is empty, SAC_EINVAL for a bad n. */
 int sac_replay_shard_sample(sac_replay_shard_t *sh, uint32_t n, float beta, sac_replay_sample_t *out);
+/* The same with obs/action/next_obs gathered as precision (SAC_WIRE_F32 or SAC_WIRE_F16,
+ * else SAC_EINVAL), converted row by row as they are gathered (storage keeps its own
+ * dtype). An fp32 value beyond fp16's range (|x| > 65504) is sent as +-65504, never
+ * Inf, and counted in sample_f16_clamped_total. */
+int sac_replay_shard_sample_as(sac_replay_shard_t *sh, uint32_t n, float beta, uint32_t precision,
+                               sac_replay_sample_t *out);
 
 /* Applies priorities to indices of this shard. Updates to another shard's index, an
  * overwritten slot (generation changed) or a slot that holds no transition are skipped
@@ -121,6 +129,7 @@ typedef struct {
   uint64_t size, capacity, filled;
   uint64_t inserted_rows_total, inserted_batches_total, duplicate_batches_total;
   uint64_t sampled_rows_total, sample_batches_total;
+  uint64_t sample_f16_clamped_total; /* fp16 replies: values beyond +-65504 sent as +-65504 */
   uint64_t priority_updates_total, priority_stale_total, priority_foreign_total;
   uint64_t acked_batches_lost_total; /* batches acked before a restart from an older snapshot */
   uint64_t obs_only_slots, tails_reused_total;

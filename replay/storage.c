@@ -285,6 +285,32 @@ void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *s
   }
 }
 
+/* One row into binary16; returns the values clamped to +-65504. */
+static uint32_t read_row16(const uint8_t *src, int f16, uint32_t dim, uint16_t *dst) {
+  if (f16) {
+    memcpy(dst, src, (size_t)dim * 2);
+    return 0;
+  }
+  return (uint32_t)sac_wire_f32_to_f16_n((const float *)(const void *)src, dim, dst);
+}
+
+void sac_replay_storage_gather16(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n,
+                                 uint16_t *obs, uint16_t *action, float *reward, float *terminated,
+                                 uint16_t *next_obs, uint64_t *clamped) {
+  const uint32_t od = st->cfg.obs_dim, ad = st->cfg.act_dim;
+  uint64_t c = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t s = slots[i];
+    c += read_row16(st->obs + (size_t)s * st->obs_row, st->cfg.obs_f16, od, obs + (size_t)i * od);
+    c += read_row16(st->obs + (size_t)st->next[s] * st->obs_row, st->cfg.obs_f16, od,
+                    next_obs + (size_t)i * od);
+    c += read_row16(st->act + (size_t)s * st->act_row, st->cfg.act_f16, ad, action + (size_t)i * ad);
+    reward[i] = st->reward[s];
+    terminated[i] = (st->flags[s] & SAC_SLOT_TERM) ? 1.0f : 0.0f;
+  }
+  *clamped += c;
+}
+
 double sac_replay_storage_bytes_per_slot(const sac_replay_storage_t *st) {
   return (double)(st->obs_row + st->act_row + sizeof(float) + sizeof(uint32_t) + 1);
 }

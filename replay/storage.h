@@ -98,6 +98,13 @@ static inline uint64_t sac_replay_storage_filled(const sac_replay_storage_t *st)
 void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n, float *obs,
                                float *action, float *reward, float *terminated, float *next_obs);
 
+/* The same with obs/next_obs/action in IEEE binary16 (rows stored in fp16 are copied
+ * as they are). A stored value outside fp16's finite range (|x| > 65504) becomes
+ * +-65504, never Inf, and is counted in *clamped (added to). */
+void sac_replay_storage_gather16(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n,
+                                 uint16_t *obs, uint16_t *action, float *reward, float *terminated,
+                                 uint16_t *next_obs, uint64_t *clamped);
+
 /* Bytes of storage per slot, and the memory of the whole ring per transition it holds
  * (total bytes / transitions it can hold at the current share of observation-only
  * slots). extra_bytes_per_slot adds a sampler's per-slot memory. */

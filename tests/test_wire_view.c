@@ -13,6 +13,7 @@
 #include "common/rng.h"
 #include "common/wire.h"
 #include "common/wire_view.h"
+#include "proto/sac.pb-c.h"
 
 enum { N = 64, O = 17, A = 6, SHARD = 5 };
 
@@ -212,6 +213,33 @@ Test(wire_view, other_replies_go_to_the_decoder) {
   other.max_msg_bytes = len - 1;
   cr_assert_eq(sac_wire_sample_view(g_buf, len, &other, &v), SAC_EAGAIN, "over max_msg_bytes");
   cr_assert_eq(sac_wire_sample_view(g_buf, len, &k_lim, &v), 0, "control: the whole reply is taken");
+}
+
+/* A reply that says its rows are fp16 (precision 1) is the decoder's to convert or refuse,
+ * even with the f32 lengths (which the decoder refuses): never read as f32 rows */
+Test(wire_view, fp16_replies_go_to_the_decoder) {
+  fill(3);
+  Sac__SampleBatch b = SAC__SAMPLE_BATCH__INIT;
+  b.request_id = 5, b.n = N, b.obs_dim = O, b.act_dim = A, b.shard_id = SHARD;
+  b.obs = (ProtobufCBinaryData){sizeof s_obs, (uint8_t *)s_obs};
+  b.next_obs = (ProtobufCBinaryData){sizeof s_next, (uint8_t *)s_next};
+  b.action = (ProtobufCBinaryData){sizeof s_act, (uint8_t *)s_act};
+  b.reward = (ProtobufCBinaryData){sizeof s_rew, (uint8_t *)s_rew};
+  b.terminated = (ProtobufCBinaryData){sizeof s_term, (uint8_t *)s_term};
+  b.weights = (ProtobufCBinaryData){sizeof s_w, (uint8_t *)s_w};
+  b.indices = (ProtobufCBinaryData){sizeof s_idx, (uint8_t *)s_idx};
+  Sac__Envelope env = SAC__ENVELOPE__INIT;
+  env.protocol = SAC_PROTOCOL_VERSION;
+  env.body_case = SAC__ENVELOPE__BODY_SAMPLE_BATCH;
+  env.sample_batch = &b;
+  sac_wire_sample_view_t v;
+  size_t len = sac__envelope__pack(&env, g_buf);
+  cr_assert_eq(sac_wire_sample_view(g_buf, len, &k_lim, &v), 0, "control: precision 0 is read in place");
+  b.precision = 1;
+  len = sac__envelope__pack(&env, g_buf);
+  cr_assert_eq(sac_wire_sample_view(g_buf, len, &k_lim, &v), SAC_EAGAIN, "precision 1 goes to the decoder");
+  sac_wire_msg_t m;
+  cr_assert_neq(sac_wire_decode(g_dec, g_buf, len, &k_lim, &m, NULL), 0, "which refuses f32 lengths");
 }
 
 /* Random spoilage: byte flips, truncations and insertions anywhere in a reply. Wherever
