@@ -5,13 +5,17 @@
  * error, not garbage; the array conversions are bit-identical to the scalar ones. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/net.h"
 #include "common/rng.h"
 #include "common/wire.h"
 #include "proto/sac.pb-c.h"
+#include "replay/client.h"
+#include "replay/server.h"
 #include "replay/shard.h"
 #include "tests/replay_testgen.h"
 
@@ -249,5 +253,89 @@ Test(sample_f16, the_shard_converts_as_it_samples_and_clamps_with_a_count) {
   cr_assert_eq(sac_replay_shard_sample_as(a, 8, 0.4f, 5, &s), SAC_EINVAL, "unknown precision");
   sac_replay_shard_destroy(&a);
   sac_replay_shard_destroy(&b);
+  tg_free(&g);
+}
+
+/* End to end over a shard server and the learner's client (inproc): rows sampled with
+ * sample_precision fp16 arrive as f32 equal to the fp32 client's rows of the same slots
+ * rounded through fp16, rewards exactly; and the client counts them as fp16 replies. */
+static sac_replay_client_t *sampler(const char *ep, uint32_t precision, sac_net_ctx_t *ctx) {
+  sac_replay_client_config_t cc;
+  sac_replay_client_config_default(&cc);
+  const char *eps[1] = {ep};
+  cc.n_shards = 1, cc.sample_endpoints = eps, cc.ctx = ctx, cc.batch_size = 64, cc.obs_dim = 17,
+  cc.act_dim = 6;
+  cc.sample_precision = precision;
+  return sac_replay_client_new(&cc);
+}
+
+Test(sample_f16, the_learner_client_converts_fp16_replies_back_to_f32) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t sc;
+  sac_replay_server_config_default(&sc);
+  sc.shard.capacity = 1 << 16, sc.shard.obs_dim = 17, sc.shard.act_dim = 6, sc.shard.min_size = 64;
+  sc.durability = SAC_REPLAY_DURABILITY_NONE, sc.snapshot_interval_s = 0;
+  snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://f16-insert");
+  snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://f16-sample");
+  int err = 0;
+  sac_replay_server_t *srv = sac_replay_server_new(&sc, ctx, &err);
+  cr_assert_not_null(srv);
+  cr_assert_eq(sac_replay_server_start(srv), 0);
+  sac_replay_client_config_t ic;
+  sac_replay_client_config_default(&ic);
+  const char *ieps[1] = {"inproc://f16-insert"};
+  ic.n_shards = 1, ic.insert_endpoints = ieps, ic.ctx = ctx, ic.actor_id = 1;
+  sac_replay_client_t *ins = sac_replay_client_new(&ic);
+  cr_assert_not_null(ins);
+  tg_t g;
+  tg_init(&g, 1, 2, 17, 6, 50, 8);
+  for (int k = 0; k < 12; k++) /* ~96 rows: a 64-row batch sees most slots again and again */
+    cr_assert_eq(sac_replay_client_insert(ins, 0, tg_next(&g), 5000), 0);
+  cr_assert_eq(sac_replay_client_flush(ins, 10000), 0);
+  sac_replay_client_t *c32 = sampler("inproc://f16-sample", SAC_WIRE_F32, ctx),
+                      *c16 = sampler("inproc://f16-sample", SAC_WIRE_F16, ctx);
+  cr_assert(c32 && c16);
+  enum { SLOTS = 4096 };
+  static float obs[SLOTS][17], act[SLOTS][6], rew[SLOTS];
+  static int have[SLOTS];
+  for (int k = 0; k < 20; k++) { /* what each slot holds, from fp32 replies */
+    sac_replay_batch_t b;
+    cr_assert_eq(sac_replay_client_sample(c32, 5000, &b), 0);
+    for (uint32_t i = 0; i < b.n; i++) {
+      uint32_t s = SAC_WIRE_INDEX_SLOT(b.indices[i]);
+      cr_assert_lt(s, SLOTS);
+      memcpy(obs[s], b.obs + i * 17, sizeof obs[s]), memcpy(act[s], b.action + i * 6, sizeof act[s]);
+      rew[s] = b.reward[i], have[s] = 1;
+    }
+  }
+  int compared = 0;
+  for (int k = 0; k < 20; k++) {
+    sac_replay_batch_t b;
+    cr_assert_eq(sac_replay_client_sample(c16, 5000, &b), 0);
+    for (uint32_t i = 0; i < b.n; i++) {
+      uint32_t s = SAC_WIRE_INDEX_SLOT(b.indices[i]);
+      if (!have[s])
+        continue;
+      compared++;
+      cr_assert_eq(b.reward[i], rew[s]);
+      for (int j = 0; j < 17; j++)
+        cr_assert_eq(b.obs[i * 17 + j], sac_wire_f16_to_f32(sac_wire_f32_to_f16(obs[s][j], 0)),
+                     "slot %u obs %d", s, j);
+      for (int j = 0; j < 6; j++)
+        cr_assert_eq(b.action[i * 6 + j], sac_wire_f16_to_f32(sac_wire_f32_to_f16(act[s][j], 0)));
+    }
+  }
+  cr_assert_gt(compared, 500, "only %d rows compared", compared);
+  sac_replay_client_stats_t st;
+  sac_replay_client_stats(c16, &st);
+  cr_assert_eq(st.samples_f16, st.samples_received);
+  cr_assert_eq(st.sample_precision_fallbacks, 0);
+  sac_replay_client_stats(c32, &st);
+  cr_assert_eq(st.samples_f16, 0, "control: fp32 replies are not counted as fp16");
+  sac_replay_client_destroy(&c32);
+  sac_replay_client_destroy(&c16);
+  sac_replay_client_destroy(&ins);
+  sac_replay_server_destroy(&srv);
+  sac_net_ctx_destroy(&ctx);
   tg_free(&g);
 }
