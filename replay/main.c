@@ -109,9 +109,10 @@ static const sac_cfg_opt_t k_opts[] = {
      "insert batches held while the rate limiter holds inserts back (more: answered busy, resent later)"},
     {"max_held_bytes", SAC_CFG_INT64, O(max_held_bytes), 0, "67108864", 4096, 68719476736.0,
      "bytes of held insert batches (at least max_msg_bytes; touched only while inserts are held)"},
-    {"limiter_idle_ms", SAC_CFG_INT, O(limiter_idle_ms), 0, "10000", 0, 86400000,
-     "no sample request this long after one (the learner has gone): the rate limiter stops holding inserts "
-     "back, so held batches are stored and acknowledged, until the next request (0: never)"},
+    {"limiter_idle_ms", SAC_CFG_INT, O(limiter_idle_ms), 0, "0", 0, 86400000,
+     "no sample request this long after one (the learner has ended): the rate limiter stops holding inserts "
+     "back, so held batches are stored and acknowledged and stopping actors can drain, until the next "
+     "request (0: never, the default: a learner away keeps the ratio and the shard's memory flat)"},
     {"max_pending_samples", SAC_CFG_INT, O(max_pending_samples), 0, "1024", 1, 1 << 20,
      "sample requests the rate limiter may hold"},
     {"max_sample_timeout_ms", SAC_CFG_INT, O(max_sample_timeout_ms), 0, "10000", 0, 600000,

@@ -140,7 +140,7 @@ void sac_replay_server_config_default(sac_replay_server_config_t *c) {
   c->snapshot_interval_s = 60.0;
   c->max_held_batches = 4096;
   c->max_held_bytes = 64u << 20;
-  c->limiter_idle_ms = 10000;
+  c->limiter_idle_ms = 0;
   c->max_abs_value = 1e6;
   c->max_reply_queue_bytes = 16u << 20;
   c->max_sample_peers = 16;

@@ -120,7 +120,7 @@ start_shard() {
   local id=$1 name=shard$1
   rm -f "$T/$name.ready"
   local snap=(--snapshot_path="$T/$name.snap" --snapshot_interval_s="$SNAP_S" --ready_file="$T/$name.ready"
-    --durability=wal)
+    --durability=wal --limiter_idle_ms=10000)
   if ((id == 0)); then
     # shellcheck disable=SC2046
     start "$name" "$REPLAY" $(shard_args $S 0) --insert_endpoint="$SHARD0_INS" \
@@ -436,8 +436,8 @@ DIST_WATCH="shard0 shard1 actor0 actor1 actor2 actor3"
 check_watch
 # the actors stop first, then the whole run's ledger is checked against the running
 # shards, then the shards stop. With the learner gone the shards' rate limiters hold the
-# actors' batches until they go idle (--limiter_idle_ms after the last sample request,
-# 10 s by default), then store them: the actors are stopped after that, drain, and none
+# actors' batches until they go idle (--limiter_idle_ms 10000 after the last sample
+# request: above a learner restart, so fault 3 keeps the ratio), then store them: the actors are stopped after that, drain, and none
 # may leave a batch unacknowledged at exit or unsent (no shard is down at the end), so
 # that a lost acknowledgement cannot hide among batches a limiter still held
 ledger_errors_zero actor0 actor1 actor2 actor3
