@@ -11,10 +11,11 @@
  * them (64-row batches, as sac-actor sends them, paced at --actor_rate steps/s each; with
  * 0 actors the shards are pre-filled and then only sampled). The shards' rate limiter is
  * off: the learner samples as fast as it can. The learner loop is the service's per-update
- * path (learner/service.c): sample from the prefetching replay client, stage the batch
- * (sac_load_batch), update, send the priorities of the update before (prioritised), and
- * every --publish_every updates copy the actor's weights out, check them and publish
- * them on an inproc:// XPUB port (no subscriber: the send cost only).
+ * path (learner/service.c): sample from the prefetching replay client straight into the
+ * batch the update reads (sac_batch_slots, sac_replay_client_sample_into), commit it, update, send the
+ * priorities (prioritised: collected and sent every --priorities_every updates), and every --publish_every
+ * updates copy the actor's weights out, check them and publish them on an inproc:// XPUB port (no subscriber:
+ * the send cost only).
  *
  * Figures: updates/s and sampled transitions/s, medians over --windows windows of
  * --seconds each after a warm-up; the bytes of sample replies taken in per second and
@@ -35,6 +36,11 @@
  *   [--prefetch K (requests in flight per shard; default as the learner: 8 for replies of at
  *    most 256 KB, else the client's 2)]
  *   [--publish_every K (default 10, the learner's)]
+ *   [--priorities_every K (prioritised: the |td| of K updates sent as one message per shard;
+ *    default as the learner: 4, fewer where 4 batches pass 1024 rows)]
+ *   [--intake direct|decode (direct, the learner's: each reply copied straight from the
+ *    message into the batch the update reads, checked as it is copied; decode: decoded into
+ *    the client's memory, checked, then staged, to compare the two in one build)]
  *   [--prefill ROWS (per shard before the learner starts, default 32768; capacity 65536)]
  *   [--env ENV_ID: also an actor core's steps per CPU-second on ENV_ID, e.g. HalfCheetah-v5]
  *   [--learner ENV_ID: also sac_learner_run itself, embedded, on the null backend, with the
@@ -76,6 +82,8 @@
 typedef struct {
   double seconds;
   int windows, batch, prefetch, publish_every;
+  int prio_every; /* --priorities_every (0: as the learner) */
+  int decode;     /* --intake decode: replies decoded, then staged (the path before direct staging) */
   int64_t prefill;
   double actor_rate;
   char configs[256], samplers[64], actors[64];
@@ -262,9 +270,9 @@ typedef struct {
   sac_replay_client_t *client;
   sac_weights_pub_t *pub;
   float *actor, *prio;
-  uint64_t *prev_idx;
-  int prev_pending;
-  int prioritized, publish_every;
+  uint64_t *prev_idx; /* (B * prio_every) the indices of the updates whose |td| is in prio */
+  int64_t prio_n, prio_every;
+  int prioritized, publish_every, direct;
   int64_t updates, steps;
   double stage_s[ST_COUNT];
   /* the learner thread's CPU per stage: read on one update in CPU_EVERY for the stages
@@ -273,12 +281,15 @@ typedef struct {
   double cpu_s[ST_COUNT];
   int64_t cpu_sampled;
 } learner_t;
-#define CPU_EVERY 16
+/* prime, so that the updates read are every phase of --publish_every and
+ * --priorities_every alike (16 read only the updates where no priorities were sent) */
+#define CPU_EVERY 17
 
 static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const opts_t *o, int id) {
   memset(L, 0, sizeof *L);
   L->prioritized = c->prioritized;
   L->publish_every = o->publish_every;
+  L->direct = !o->decode;
   sac_hparams_t hp;
   sac_hparams_default(&hp, OBS, ACT);
   hp.batch = o->batch;
@@ -286,8 +297,14 @@ static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const
   if ((rc = sac_backend_new("null", 1, &L->be)) != 0 || (rc = sac_new(&hp, L->be, &L->sac)) != 0)
     return rc;
   L->actor = malloc(sizeof(float) * sac_actor_param_count(L->sac));
-  L->prio = malloc(sizeof(float) * (size_t)o->batch);
-  L->prev_idx = malloc(sizeof(uint64_t) * (size_t)o->batch);
+  /* priorities sent every prio_every updates, as the service sends them (4 updates, at most
+   * 1024 rows) */
+  L->prio_every = o->prio_every > 0 ? o->prio_every
+                                    : (1024 / o->batch > 4   ? 4
+                                       : 1024 / o->batch > 1 ? 1024 / o->batch
+                                                             : 1);
+  L->prio = malloc(sizeof(float) * (size_t)o->batch * (size_t)L->prio_every);
+  L->prev_idx = malloc(sizeof(uint64_t) * (size_t)o->batch * (size_t)L->prio_every);
   if (!L->actor || !L->prio || !L->prev_idx)
     return SAC_ENOMEM;
   char ep[128], bound[256];
@@ -336,7 +353,16 @@ static int learner_step(learner_t *L) {
   if (cpu)
     c[0] = thread_cpu_s();
   sac_replay_batch_t b;
-  int rc = sac_replay_client_sample(L->client, 200, &b);
+  sac_batch_slots_t sl;
+  int rc = L->direct ? sac_batch_slots(L->sac, L->prioritized, &sl) : 0;
+  if (rc)
+    return rc;
+  if (L->direct) { /* as the service: the reply copied straight into the batch, checked */
+    sac_replay_stage_t st = {sl.obs, sl.next_obs, sl.action, sl.reward, sl.terminated, sl.weights};
+    rc = sac_replay_client_sample_into(L->client, 200, &st, &b);
+  } else {
+    rc = sac_replay_client_sample(L->client, 200, &b);
+  }
   t1 = sac_clock_s();
   L->stage_s[ST_SAMPLE] += t1 - t0;
   if (rc)
@@ -345,7 +371,7 @@ static int learner_step(learner_t *L) {
     c[1] = thread_cpu_s();
   sac_host_batch_t hb = {b.obs,    b.next_obs,   b.action,
                          b.reward, b.terminated, L->prioritized ? b.weights : NULL};
-  if ((rc = sac_load_batch(L->sac, &hb, 1)) != 0)
+  if ((rc = L->direct ? sac_batch_commit(L->sac) : sac_load_batch(L->sac, &hb, 1)) != 0)
     return rc;
   t0 = sac_clock_s();
   L->stage_s[ST_STAGE] += t0 - t1;
@@ -358,13 +384,14 @@ static int learner_step(learner_t *L) {
   if (cpu)
     c[3] = thread_cpu_s();
   L->updates++;
-  if (L->prioritized) { /* as the service: this update's |td| now, sent after the next */
-    if (L->prev_pending)
-      sac_replay_client_update_priorities(L->client, b.n, L->prev_idx, L->prio);
-    if ((rc = sac_td_errors(L->sac, L->prio)) != 0)
+  if (L->prioritized) { /* as the service: |td| collected, sent every prio_every updates */
+    if ((rc = sac_td_errors(L->sac, L->prio + L->prio_n)) != 0)
       return rc;
-    memcpy(L->prev_idx, b.indices, sizeof(uint64_t) * b.n);
-    L->prev_pending = 1;
+    memcpy(L->prev_idx + L->prio_n, b.indices, sizeof(uint64_t) * b.n);
+    if ((L->prio_n += b.n) >= L->prio_every * b.n) {
+      sac_replay_client_update_priorities(L->client, (size_t)L->prio_n, L->prev_idx, L->prio);
+      L->prio_n = 0;
+    }
     t0 = sac_clock_s();
     L->stage_s[ST_PRIO] += t0 - t1;
     t1 = t0;
@@ -706,7 +733,8 @@ static void usage(void) {
           "usage: sac-bench-service [--seconds S] [--windows W] [--configs inproc:2,tcp:1,tcp:2,tcp:4]\n"
           "  [--samplers uniform,prioritized] [--actors 0,4,16] [--actor_rate STEPS_PER_S]\n"
           "  [--batch B] [--prefetch K] [--publish_every K] [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n"
-          "  [--learner ENV_ID] [--sample_precision fp32|fp16]\n");
+          "  [--learner ENV_ID] [--sample_precision fp32|fp16] [--intake direct|decode] [--priorities_every "
+          "K]\n");
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
@@ -736,6 +764,10 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->prefetch = atoi(v);
     else if (!strcmp(argv[i], "--publish_every"))
       o->publish_every = atoi(v);
+    else if (!strcmp(argv[i], "--priorities_every"))
+      o->prio_every = atoi(v);
+    else if (!strcmp(argv[i], "--intake") && (!strcmp(v, "direct") || !strcmp(v, "decode")))
+      o->decode = !strcmp(v, "decode");
     else if (!strcmp(argv[i], "--prefill"))
       o->prefill = atoll(v);
     else if (!strcmp(argv[i], "--actor_rate"))
@@ -759,8 +791,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     i++;
   }
   if (!(o->seconds > 0 && o->seconds <= 60) || o->windows < 1 || o->windows > MAX_WINDOWS || o->batch < 1 ||
-      o->batch > 65536 || o->prefetch < 0 || o->prefetch > 64 || o->publish_every < 1 ||
-      o->prefill < o->batch || o->prefill > 60000) {
+      o->batch > 65536 || o->prefetch < 0 || o->prefetch > 64 || o->publish_every < 1 || o->prio_every < 0 ||
+      o->prio_every > 64 || o->prefill < o->batch || o->prefill > 60000) {
     usage();
     return -1;
   }
@@ -784,8 +816,9 @@ int main(int argc, char **argv) {
   const double gbs = memcpy_gbs();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   printf("sac-bench-service: null learner, cheetah sizes (obs %d, act %d), batch %d, %d window(s) of %.2f s, "
-         "publish every %d updates, actors at %.0f steps/s each, %ld core(s)\n",
-         OBS, ACT, o.batch, o.windows, o.seconds, o.publish_every, o.actor_rate, cores);
+         "publish every %d updates, actors at %.0f steps/s each, %ld core(s), intake %s\n",
+         OBS, ACT, o.batch, o.windows, o.seconds, o.publish_every, o.actor_rate, cores,
+         o.decode ? "decode" : "direct");
   printf("yardstick: memcpy %.2f GB/s (64 MiB, median of 5); a sample reply is %.0f bytes (obs/action %s)\n",
          gbs, reply_bytes, o.precision == SAC_WIRE_F16 ? "fp16" : "fp32");
   printf("%-9s %6s %-11s %6s %10s %12s %9s %9s %8s %8s %9s  %s\n", "transport", "shards", "sampler", "actors",

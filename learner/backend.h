@@ -153,6 +153,15 @@ typedef struct sac_backend_ops {
    * staged data at their destinations. 0, SAC_ENOMEM or SAC_EBACKEND. */
   int (*stage)(sac_backend_t *be, float *dst, const float *src, size_t n);
   int (*stage_commit)(sac_backend_t *be);
+  /* Batch staging in place (optional): the host memory where the caller writes the n
+   * floats bound for backend memory dst (a batch buffer) itself, instead of handing them
+   * to stage: the learner's replay client copies each sample reply there straight from
+   * the message (replay/client.h, sac_replay_client_sample_into). They are the batch the
+   * ops read from the next stage_commit on (from at once where the memory returned is dst
+   * itself: the host backends); written only between commits. The same pointer for the
+   * same dst every time, valid until destroy; setup and loop alike, never allocates.
+   * NULL: stage (or upload) only. */
+  float *(*stage_at)(sac_backend_t *be, float *dst, size_t n);
   /* Named settings and readings (see docs/CUDA.md for the cuda backend's): set_option
    * returns 0, SAC_ENOTFOUND (unknown key) or SAC_EINVAL (bad value); get_metric 0 or
    * SAC_ENOTFOUND. Setup time only: not between graph_begin and graph_end. */

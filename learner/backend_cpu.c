@@ -329,6 +329,14 @@ static int cpu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) 
   return cpu_copy(be, dst, src, n);
 }
 
+/* In place: backend memory is host memory, so the batch is written where the ops read it
+ * (counted as a staged part, as cpu_stage's). */
+static float *cpu_stage_at(sac_backend_t *be, float *dst, size_t n) {
+  (void)n;
+  impl_of(be)->staged++;
+  return dst;
+}
+
 /* Fetch: the ops ran already, so the copy is made now into the slot and handed out at
  * fetch_wait, as the cuda backend's pinned slots do one update later. */
 static int cpu_fetch(sac_backend_t *be, int slot, const float *src, size_t n) {
@@ -1041,6 +1049,7 @@ static const sac_backend_ops_t k_cpu_ops = {
     .polyak = cpu_polyak,
     .stage = cpu_stage,
     .stage_commit = cpu_stage_commit,
+    .stage_at = cpu_stage_at,
     .normal2 = cpu_normal2,
     .actor_alpha_loss = cpu_actor_alpha_loss,
     .adam_polyak = cpu_adam_polyak,

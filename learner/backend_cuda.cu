@@ -1903,6 +1903,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .graph_launch = cu_graph_launch,
     .stage = cu_stage,
     .stage_commit = cu_stage_commit,
+    .stage_at = nullptr, // staged through the pinned double buffers (stage)
     .set_option = cu_set_option,
     .get_metric = cu_get_metric,
     .overflow_export = cu_overflow_export,

@@ -9,6 +9,8 @@
  *   - memory is host memory, 256-byte aligned and zeroed, as the cpu backend's;
  *   - every staged (and uploaded) float is copied to its destination and added into a
  *     checksum of its bits, so the batch is read once, as a copy to a device would;
+ *     a batch staged in place (stage_at: the replay client copies each reply straight
+ *     into the batch buffers) was read once by that copy, and is counted, not summed;
  *   - critic_target is the real formula (y = r + gamma (1 - term) (min qt - alpha
  *     logp')), and critic_loss writes td = |min(q1, q2) - y| + NULL_TD_FLOOR: with the
  *     networks' outputs left at zero that is |r| plus a floor, so prioritised replay
@@ -71,6 +73,11 @@ static int null_stage(sac_backend_t *be, float *dst, const float *src, size_t n)
   im->checksum += copy_sum(dst, src, n);
   im->staged_floats += n;
   return 0;
+}
+
+static float *null_stage_at(sac_backend_t *be, float *dst, size_t n) {
+  impl_of(be)->staged_floats += n;
+  return dst;
 }
 
 static int null_stage_commit(sac_backend_t *be) {
@@ -191,6 +198,7 @@ static const sac_backend_ops_t k_null_ops = {
     .polyak = null_polyak,
     .stage = null_stage,
     .stage_commit = null_stage_commit,
+    .stage_at = null_stage_at,
     .get_metric = null_get_metric,
 };
 

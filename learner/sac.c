@@ -958,6 +958,27 @@ int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged) {
   return rc;
 }
 
+int sac_batch_slots(sac_t *s, int weights, sac_batch_slots_t *out) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const size_t B = (size_t)s->hp.batch, O = (size_t)s->hp.obs_dim, A = (size_t)s->hp.act_dim;
+  sac_batch_t *d = &s->batch;
+  *out = (sac_batch_slots_t){0};
+  if (!ops->stage_at)
+    return SAC_EUNSUPPORTED;
+  *out = (sac_batch_slots_t){.obs = ops->stage_at(s->be, d->obs, B * O),
+                             .next_obs = ops->stage_at(s->be, d->next_obs, B * O),
+                             .action = ops->stage_at(s->be, d->action, B * A),
+                             .reward = ops->stage_at(s->be, d->reward, B),
+                             .terminated = ops->stage_at(s->be, d->terminated, B),
+                             .weights = weights ? ops->stage_at(s->be, d->weights, B) : NULL};
+  return 0;
+}
+
+int sac_batch_commit(sac_t *s) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  return ops->stage_commit ? ops->stage_commit(s->be) : 0;
+}
+
 int sac_get_actor(sac_t *s, float *out) {
   int rc = s->be->ops->download(s->be, s->host, actor_params(s), s->al.len);
   if (rc == 0)

@@ -150,6 +150,17 @@ typedef struct {
  * overlaps the update already enqueued; a backend without staging uploads. staged 0:
  * plain uploads (kept to show the two give identical results). 0 or a backend error. */
 int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged);
+/* The batch in place (a backend with stage_at: cpu, null): where the next batch is written
+ * so that no copy follows (the learner's replay client copies each reply there straight
+ * from the message). obs, next_obs, action, reward, terminated as sac_host_batch_t's;
+ * weights only when `weights` (prioritised replay), else NULL (the current ones are
+ * kept). Write them whole, then sac_batch_commit makes them the batch the next update
+ * reads. 0, or SAC_EUNSUPPORTED (no stage_at: the cuda backend; use sac_load_batch). */
+typedef struct {
+  float *obs, *next_obs, *action, *reward, *terminated, *weights;
+} sac_batch_slots_t;
+int sac_batch_slots(sac_t *s, int weights, sac_batch_slots_t *out);
+int sac_batch_commit(sac_t *s);
 
 /* Flat parameter layout: [actor | critics | log alpha]. */
 size_t sac_param_count(const sac_t *s);

@@ -603,18 +603,56 @@ static int nonfinite_update(nonfinite_t *nf, const sac_learner_cfg_t *cfg, sac_s
   return SAC_ENONFINITE;
 }
 
-/* A rank other than 0: no weights, no evaluation, no run directory. */
-/* PER priorities one update late (issue 16, docs/LEARNER.md): update N's |td| is
- * fetched into slot N & 1 and sent once update N + 1 is enqueued, so the learner never
- * waits for the update it just enqueued (a GPU keeps one update queued ahead). */
+/* PER priorities one update late (docs/LEARNER.md): update N's |td| is fetched into slot
+ * N & 1 and read once update N + 1 is enqueued, so the learner never waits for the update
+ * it just enqueued (a GPU keeps one update queued ahead); and sent in batches: the |td|
+ * of k updates (PRIO_SEND_UPDATES, fewer where their rows would pass PRIO_SEND_ROWS; at
+ * least one) go to the shards as one message per shard, so the sends cost once in k
+ * updates. A priority reaches its shard at most k + 1 updates after the update that
+ * computed it (5 at batch 256); the flush at the end of the run sends the rest. */
+#define PRIO_SEND_UPDATES 4u
+#define PRIO_SEND_ROWS 1024u
 typedef struct {
   uint64_t *idx[2];
   int pending[2];
   int cur;
+  /* collected and not yet sent: n of cap rows (cap = B * k) */
+  uint64_t *acc_idx;
+  float *acc_prio;
+  size_t n, cap;
 } prio_lag_t;
 
+/* The collected priorities to the shards. */
+static void prio_send(prio_lag_t *p, sac_replay_client_t *client) {
+  if (p->n)
+    sac_replay_client_update_priorities(client, p->n, p->acc_idx, p->acc_prio);
+  p->n = 0;
+}
+
+/* Slot o's |td| (update N's, with its indices) joins the collected ones; sent when full. */
+static int prio_collect(prio_lag_t *p, sac_t *sac, sac_replay_client_t *client, size_t B, int o) {
+  if (!p->acc_idx) { /* first use: k whole updates */
+    size_t k = PRIO_SEND_ROWS / B > 1 ? PRIO_SEND_ROWS / B : 1;
+    k = k < PRIO_SEND_UPDATES ? k : PRIO_SEND_UPDATES;
+    p->cap = k * B;
+    p->acc_idx = malloc(p->cap * sizeof *p->acc_idx);
+    p->acc_prio = malloc(p->cap * sizeof *p->acc_prio);
+    if (!p->acc_idx || !p->acc_prio)
+      return SAC_ENOMEM;
+  }
+  int rc = sac_td_errors_collect(sac, o, p->acc_prio + p->n);
+  if (rc)
+    return rc;
+  memcpy(p->acc_idx + p->n, p->idx[o], B * sizeof(uint64_t));
+  p->n += B;
+  p->pending[o] = 0;
+  if (p->n + B > p->cap)
+    prio_send(p, client);
+  return 0;
+}
+
 static int prio_lag_push(prio_lag_t *p, sac_t *sac, sac_replay_client_t *client, size_t B,
-                         const uint64_t *indices, float *prio) {
+                         const uint64_t *indices) {
   int rc, c = p->cur, o = c ^ 1;
   if (!p->idx[c] && !(p->idx[c] = malloc(B * sizeof(uint64_t))))
     return SAC_ENOMEM;
@@ -622,28 +660,21 @@ static int prio_lag_push(prio_lag_t *p, sac_t *sac, sac_replay_client_t *client,
     return rc;
   memcpy(p->idx[c], indices, B * sizeof(uint64_t));
   p->pending[c] = 1;
-  if (p->pending[o]) {
-    if ((rc = sac_td_errors_collect(sac, o, prio)) != 0)
-      return rc;
-    sac_replay_client_update_priorities(client, B, p->idx[o], prio);
-    p->pending[o] = 0;
-  }
+  if (p->pending[o] && (rc = prio_collect(p, sac, client, B, o)) != 0)
+    return rc;
   p->cur = o;
   return 0;
 }
 
-/* Sends what is still pending (the last update's), oldest first. */
-static int prio_lag_flush(prio_lag_t *p, sac_t *sac, sac_replay_client_t *client, size_t B, float *prio) {
+/* Sends what is still pending (the last update's, and those collected), oldest first. */
+static int prio_lag_flush(prio_lag_t *p, sac_t *sac, sac_replay_client_t *client, size_t B) {
   for (int k = 0; k < 2; k++) {
     int i = p->cur ^ k ^ 1; /* the slot pushed first */
     int rc;
-    if (!p->pending[i])
-      continue;
-    if ((rc = sac_td_errors_collect(sac, i, prio)) != 0)
+    if (p->pending[i] && (rc = prio_collect(p, sac, client, B, i)) != 0)
       return rc;
-    sac_replay_client_update_priorities(client, B, p->idx[i], prio);
-    p->pending[i] = 0;
   }
+  prio_send(p, client);
   return 0;
 }
 
@@ -692,7 +723,6 @@ typedef struct {
   embedded_t em;
   sac_service_metrics_t sm;
   float *actor;            /* actor: (P) the weights last copied out of the learner */
-  float *prio;             /* prio: (B) |td| of one update */
   uint64_t *dp_idx;        /* dp_idx: (B) the held batch's indices (data-parallel, prioritised) */
   char (*sample_eps)[256]; /* (n_shards) the sample endpoints */
   prio_lag_t lag;
@@ -700,6 +730,7 @@ typedef struct {
   sac_hparams_t hp;
   size_t n_shards, reply_bytes;
   int guard;              /* a non-finite loss refuses the step (eager path, no gradient hook) */
+  int direct;             /* the backend takes batches in place (sac_batch_slots) */
   int tty;                /* progress as one line redrawn in place */
   sac_ckpt_counters_t ck; /* where a resumed run starts */
   char bound[256], ckpt_path[1100];
@@ -780,6 +811,8 @@ static int open_learner(run_t *r) {
    * update late, with the statistics. */
   r->guard = cfg->loss_guard && cfg->dp.size <= 1;
   r->pub_slot = -1;
+  sac_batch_slots_t sl;
+  r->direct = sac_batch_slots(r->sac, cfg->prioritized, &sl) == 0;
   sac_set_loss_guard(r->sac, r->guard);
   if (!cfg->resume[0])
     return 0;
@@ -798,9 +831,8 @@ static int open_network(run_t *r) {
   const sac_learner_cfg_t *cfg = r->cfg;
   int rc;
   r->actor = malloc(sizeof(float) * sac_actor_param_count(r->sac));
-  r->prio = malloc(sizeof(float) * (size_t)r->hp.batch);
   r->ctx = sac_net_ctx_new(1);
-  if (!r->actor || !r->prio || !r->ctx)
+  if (!r->actor || !r->ctx)
     return SAC_ENOMEM;
   if ((rc = sac_net_ctx_set_curve(r->ctx, cfg->curve)) != 0) /* before any socket of ctx */
     return rc;
@@ -916,6 +948,18 @@ static void start_progress(run_t *r) {
 
 /* ---- the stages of one round ---- */
 
+/* One batch from the shards: where the backend takes it in place (cpu, null), copied
+ * from the reply straight into the batch the update reads, checked as it is copied, and
+ * none after (r->direct: the stage stage only commits it); else decoded, for stage_batch
+ * to stage. */
+static int sample_batch(run_t *r) {
+  sac_batch_slots_t sl;
+  if (!r->direct || sac_batch_slots(r->sac, r->cfg->prioritized, &sl) != 0)
+    return sac_replay_client_sample(r->client, 200, &r->b);
+  sac_replay_stage_t st = {sl.obs, sl.next_obs, sl.action, sl.reward, sl.terminated, sl.weights};
+  return sac_replay_client_sample_into(r->client, 200, &st, &r->b);
+}
+
 /* sample: the run's progress (the shards' stored steps, every 50 ms; END_RUN at
  * total_steps), then one batch from the shards, or NO_BATCH after 200 ms without one.
  * A data-parallel rank that holds a batch keeps it. */
@@ -929,7 +973,7 @@ static int sample(run_t *r) {
   }
   r->b = (sac_replay_batch_t){0};
   double w0 = sac_clock_s();
-  int rc = r->dp_held ? 0 : sac_replay_client_sample(r->client, 200, &r->b);
+  int rc = r->dp_held ? 0 : sample_batch(r);
   r->res->sample_wait_seconds += sac_clock_s() - w0;
   sac_service_metrics_sampled(&r->sm, sac_clock_s() - w0, r->steps);
   sac_service_metrics_rejections(&r->sm, r->client, 0);
@@ -960,7 +1004,8 @@ static int dp_round_idle(run_t *r) {
 }
 
 /* stage: the batch into the backend (on a GPU this copy overlaps the update enqueued
- * last time round). Starts the update's host time. */
+ * last time round; where the backend takes batches in place, sample put it there and
+ * this commits it). Starts the update's host time. */
 static int stage_batch(run_t *r) {
   r->u0 = sac_clock_s();
   const sac_replay_batch_t *b = &r->b;
@@ -972,6 +1017,8 @@ static int stage_batch(run_t *r) {
               b->act_dim);
     return SAC_EPROTO;
   }
+  if (r->direct) /* already where the update reads it (sample_batch) */
+    return sac_batch_commit(r->sac);
   sac_host_batch_t hb = {b->obs,    b->next_obs,   b->action,
                          b->reward, b->terminated, r->cfg->prioritized ? b->weights : NULL};
   return sac_load_batch(r->sac, &hb, 1);
@@ -1058,8 +1105,7 @@ static int stats_lag_flush(run_t *r) {
 static int send_priorities(run_t *r) {
   if (!r->cfg->prioritized)
     return 0;
-  return prio_lag_push(&r->lag, r->sac, r->client, (size_t)r->hp.batch, r->dp_idx ? r->dp_idx : r->b.indices,
-                       r->prio);
+  return prio_lag_push(&r->lag, r->sac, r->client, (size_t)r->hp.batch, r->dp_idx ? r->dp_idx : r->b.indices);
 }
 
 /* publish: the actor's weights as version = updates, once publish_every updates and
@@ -1249,7 +1295,7 @@ static int dp_finish(run_t *r) {
 
 /* The last update's priorities. */
 static int flush_priorities(run_t *r) {
-  return r->cfg->prioritized ? prio_lag_flush(&r->lag, r->sac, r->client, (size_t)r->hp.batch, r->prio) : 0;
+  return r->cfg->prioritized ? prio_lag_flush(&r->lag, r->sac, r->client, (size_t)r->hp.batch) : 0;
 }
 
 /* The run's figures in the result. */
@@ -1330,8 +1376,8 @@ static void close_run(run_t *r, int rc) {
   sac_destroy(&r->sac);
   sac_backend_destroy(&r->be);
   sac_env_destroy(&r->probe);
-  free(r->actor), free(r->prio), free(r->sample_eps), free(r->dp_idx), free(r->lag.idx[0]),
-      free(r->lag.idx[1]);
+  free(r->actor), free(r->sample_eps), free(r->dp_idx), free(r->lag.idx[0]), free(r->lag.idx[1]),
+      free(r->lag.acc_idx), free(r->lag.acc_prio);
 }
 
 int sac_learner_run(const sac_learner_cfg_t *cfg, atomic_int *stop, sac_learner_result_t *res) {

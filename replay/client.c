@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "common/wire_view.h"
 
 #define MAX_WINDOW 64u
 /* sample request ids remembered per connection: a reply must answer one of them */
@@ -74,6 +75,7 @@ struct sac_replay_client {
   unsigned char *sbuf;
   size_t scap;
   uint64_t request_id;
+  uint64_t *sidx; /* (batch_size) the indices of the last batch sampled into a stage */
   /* fp16 replies converted to f32 (sample_precision fp16), f16_rows rows of the dims */
   float *f32_obs, *f32_act, *f32_next;
   size_t f16_cap_obs, f16_cap_act; /* floats */
@@ -168,6 +170,8 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
   c->scap = 65536;
   c->sbuf = malloc(c->scap);
   c->dec = sac_wire_decoder_new(cfg->max_msg_bytes);
+  if (cfg->sample_endpoints && !(c->sidx = malloc((size_t)cfg->batch_size * sizeof *c->sidx)))
+    goto fail;
   c->ctx = cfg->ctx ? sac_net_ctx_ref(cfg->ctx) : sac_net_ctx_new(1);
   if (!c->conns || !c->rbuf || !c->sbuf || !c->dec || !c->ctx)
     goto fail;
@@ -237,6 +241,7 @@ void sac_replay_client_destroy(sac_replay_client_t **cp) {
   free(c->f32_next);
   free(c->rbuf);
   free(c->sbuf);
+  free(c->sidx);
   sac_wire_decoder_destroy(&c->dec);
   sac_net_ctx_destroy(&c->ctx);
   free(c);
@@ -684,7 +689,126 @@ static void top_up(sac_replay_client_t *c, uint64_t now) {
   }
 }
 
-int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_batch_t *out) {
+/* A reply refused before it could be read as a batch for us: counted, logged, and most
+ * likely the answer to one of ours, spoilt: ask again after a short pause. */
+static void spoilt_reply(sac_replay_client_t *c, conn_t *k, sac_wire_reason_t why, size_t len) {
+  char d[160];
+  snprintf(d, sizeof d, "%s (%zu bytes)", sac_wire_reason_str(why), len);
+  refuse(c, k, why, d);
+  if (k->inflight)
+    k->inflight--;
+  k->backoff_until_ns = k->last_reply_ns + 10000000ull;
+}
+
+/* The direct path (dst): a reply in the common encoding of exactly the batch asked for is
+ * copied from the message into dst, checked as it is copied (common/wire_view.h). 0 (a
+ * batch in dst, its header in *b), 1 (refused: counted) or SAC_EAGAIN (another kind of
+ * reply: decode it). */
+static int copy_reply(sac_replay_client_t *c, conn_t *k, const void *data, size_t len,
+                      const sac_wire_sample_dst_t *dst, sac_wire_sample_batch_t *b) {
+  sac_wire_sample_view_t v;
+  if (len >= c->rcap || sac_wire_sample_view(data, len, &c->slim, &v) != 0 || v.n != c->cfg.batch_size ||
+      v.obs_dim != c->cfg.obs_dim || v.act_dim != c->cfg.act_dim)
+    return SAC_EAGAIN; /* other sizes: decoded, and check_reply says what is wrong */
+  sac_wire_reason_t why;
+  if (sac_wire_sample_copy(&v, &c->slim, dst, &why) != 0) {
+    spoilt_reply(c, k, why, len);
+    return 1;
+  }
+  *b = (sac_wire_sample_batch_t){.request_id = v.request_id,
+                                 .n = v.n,
+                                 .obs_dim = v.obs_dim,
+                                 .act_dim = v.act_dim,
+                                 .shard_id = v.shard_id,
+                                 .obs = dst->obs,
+                                 .action = dst->action,
+                                 .reward = dst->reward,
+                                 .terminated = dst->terminated,
+                                 .next_obs = dst->next_obs,
+                                 .indices = dst->indices,
+                                 .weights = dst->weights,
+                                 .error = ""};
+  return 0;
+}
+
+/* The ordinary path: the reply decoded into the decoder's memory. 0 (a message in *m),
+ * 1 (refused: counted). */
+static int decode_reply(sac_replay_client_t *c, conn_t *k, const void *data, size_t len, sac_wire_msg_t *m) {
+  sac_wire_reason_t why = SAC_WIRE_R_TOO_BIG;
+  if (len >= c->rcap || sac_wire_decode(c->dec, data, len, &c->slim, m, &why) != 0) {
+    spoilt_reply(c, k, why, len);
+    return 1;
+  }
+  if (m->type != SAC_WIRE_SAMPLE_BATCH) {
+    refuse(c, k, SAC_WIRE_R_UNEXPECTED, "a message other than a SampleBatch");
+    return 1;
+  }
+  return 0;
+}
+
+/* A decoded batch into dst (the direct path's fallback for replies of another encoding). */
+static void copy_decoded(const sac_wire_sample_batch_t *b, const sac_wire_sample_dst_t *dst) {
+  const size_t n = b->n, no = n * b->obs_dim * sizeof(float), na = n * b->act_dim * sizeof(float);
+  float *const d[] = {dst->obs, dst->next_obs, dst->action, dst->reward, dst->terminated, dst->weights};
+  const float *const s[] = {b->obs, b->next_obs, b->action, b->reward, b->terminated, b->weights};
+  const size_t bytes[] = {no, no, na, n * sizeof(float), n * sizeof(float), n * sizeof(float)};
+  for (int i = 0; i < 6; i++)
+    if (d[i])
+      memcpy(d[i], s[i], bytes[i]);
+  memcpy(dst->indices, b->indices, n * sizeof(uint64_t));
+}
+
+/* Connection i's next reply, if one has come: 0 (a batch for us, in *out), 1 (none, or
+ * refused), or SAC_ECONFIG (the shard can never serve us). */
+static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_dst_t *dst,
+                      sac_replay_batch_t *out) {
+  conn_t *k = &c->conns[i];
+  /* read straight from ZeroMQ's message: decoded into the decoder's own memory, or (dst)
+   * copied once into dst; either way the message is released at once */
+  size_t len = 0;
+  const void *data = NULL;
+  sac_net_msg_t msg;
+  if (sac_net_recv_msg(k->smp, &msg, SAC_NET_DONTWAIT, &data, &len) != 0)
+    return 1;
+  k->last_reply_ns = sac_clock_ns();
+  sac_wire_msg_t m;
+  sac_wire_sample_batch_t *b = &m.u.sample_batch;
+  int rc = dst ? copy_reply(c, k, data, len, dst, b) : SAC_EAGAIN;
+  int decoded = rc == SAC_EAGAIN;
+  if (decoded)
+    rc = decode_reply(c, k, data, len, &m);
+  sac_net_msg_close(&msg);
+  if (rc)
+    return rc;
+  int ck = check_reply(c, i, b);
+  if (ck)
+    return ck;
+  if (rows_to_f32(c, k, b) != 0) /* fp16 rows (decoded only) to f32; an f32 answer to fp16 counted */
+    return SAC_ENOMEM;
+  if (dst && decoded)
+    copy_decoded(b, dst);
+  request(c, k); /* keep `prefetch` requests in flight */
+  c->shard_map[b->shard_id] = (int16_t)i;
+  *out = (sac_replay_batch_t){.n = b->n,
+                              .obs_dim = b->obs_dim,
+                              .act_dim = b->act_dim,
+                              .shard_id = b->shard_id,
+                              .obs = dst ? dst->obs : b->obs,
+                              .action = dst ? dst->action : b->action,
+                              .reward = dst ? dst->reward : b->reward,
+                              .terminated = dst ? dst->terminated : b->terminated,
+                              .next_obs = dst ? dst->next_obs : b->next_obs,
+                              .weights = dst ? dst->weights : b->weights,
+                              .indices = dst ? dst->indices : b->indices};
+  c->rr_sample = i + 1;
+  c->st.samples_received++;
+  if (dst)
+    c->st.samples_direct += !decoded;
+  return 0;
+}
+
+static int sample(sac_replay_client_t *c, int timeout_ms, const sac_wire_sample_dst_t *dst,
+                  sac_replay_batch_t *out) {
   if (!c->conns[0].smp)
     return SAC_ESTATE;
   uint64_t deadline = sac_clock_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
@@ -692,57 +816,9 @@ int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_
     uint64_t now = sac_clock_ns();
     top_up(c, now);
     for (size_t j = 0; j < c->n; j++) {
-      size_t i = (c->rr_sample + j) % c->n;
-      conn_t *k = &c->conns[i];
-      /* decoded straight from ZeroMQ's message (the decoder's views are its own memory,
-       * so the message is released at once): no copy into rbuf first */
-      size_t len = 0;
-      const void *data = NULL;
-      sac_net_msg_t msg;
-      if (sac_net_recv_msg(k->smp, &msg, SAC_NET_DONTWAIT, &data, &len) != 0)
-        continue;
-      k->last_reply_ns = sac_clock_ns();
-      sac_wire_msg_t m;
-      sac_wire_reason_t why = SAC_WIRE_R_TOO_BIG;
-      int bad = len >= c->rcap || sac_wire_decode(c->dec, data, len, &c->slim, &m, &why) != 0;
-      sac_net_msg_close(&msg);
-      if (bad) {
-        char d[160];
-        snprintf(d, sizeof d, "%s (%zu bytes)", sac_wire_reason_str(why), len);
-        refuse(c, k, why, d);
-        if (k->inflight) /* most likely the answer to one of ours, spoilt: ask again */
-          k->inflight--;
-        k->backoff_until_ns = k->last_reply_ns + 10000000ull;
-        continue;
-      }
-      if (m.type != SAC_WIRE_SAMPLE_BATCH) {
-        refuse(c, k, SAC_WIRE_R_UNEXPECTED, "a message other than a SampleBatch");
-        continue;
-      }
-      sac_wire_sample_batch_t *b = &m.u.sample_batch;
-      int ck = check_reply(c, i, b);
-      if (ck < 0)
-        return ck;
-      if (ck > 0)
-        continue;
-      if (rows_to_f32(c, k, b) != 0)
-        return SAC_ENOMEM;
-      request(c, k); /* keep `prefetch` requests in flight */
-      c->shard_map[b->shard_id] = (int16_t)i;
-      *out = (sac_replay_batch_t){.n = b->n,
-                                  .obs_dim = b->obs_dim,
-                                  .act_dim = b->act_dim,
-                                  .shard_id = b->shard_id,
-                                  .obs = b->obs,
-                                  .action = b->action,
-                                  .reward = b->reward,
-                                  .terminated = b->terminated,
-                                  .next_obs = b->next_obs,
-                                  .weights = b->weights,
-                                  .indices = b->indices};
-      c->rr_sample = i + 1;
-      c->st.samples_received++;
-      return 0;
+      int rc = take_reply(c, (c->rr_sample + j) % c->n, dst, out);
+      if (rc <= 0)
+        return rc;
     }
     now = sac_clock_ns();
     if (now >= deadline)
@@ -750,6 +826,20 @@ int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_
     long left = (long)((deadline - now) / 1000000ull);
     wait_sockets(c, 0, left > 100 ? 100 : (left < 1 ? 1 : left));
   }
+}
+
+int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_batch_t *out) {
+  return sample(c, timeout_ms, NULL, out);
+}
+
+int sac_replay_client_sample_into(sac_replay_client_t *c, int timeout_ms, const sac_replay_stage_t *stage,
+                                  sac_replay_batch_t *out) {
+  if (!stage->obs || !stage->next_obs || !stage->action || !stage->reward || !stage->terminated ||
+      !c->cfg.obs_dim || !c->cfg.act_dim || !c->sidx)
+    return SAC_EINVAL;
+  sac_wire_sample_dst_t dst = {stage->obs,        stage->next_obs, stage->action, stage->reward,
+                               stage->terminated, stage->weights,  c->sidx};
+  return sample(c, timeout_ms, &dst, out);
 }
 
 static int grow_updates(conn_t *k, size_t need) {

@@ -116,6 +116,23 @@ typedef struct {
  * (logged with the shard's endpoint and the sizes; sac_replay_client_fatal has the
  * line). Other shard errors (e.g. a rate-limiter timeout) are counted and not returned. */
 int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_batch_t *out);
+/* Where sac_replay_client_sample_into puts a batch: the update's own input (the
+ * backend's stage, sac_batch_slots), batch_size rows: obs/next_obs (n, obs_dim), action
+ * (n, act_dim), reward/terminated/weights (n). weights may be NULL (uniform replay: the
+ * weights are checked, not stored). */
+typedef struct {
+  float *obs, *next_obs, *action, *reward, *terminated, *weights;
+} sac_replay_stage_t;
+/* As sac_replay_client_sample, the batch copied once, straight from the received
+ * message, into `stage`, and checked as it is copied (common/wire_view.h): a reply that
+ * fails the checks is refused and counted as sac_replay_client_sample refuses it, and
+ * then the stage holds a partial copy: use it only after a return of 0, which means a
+ * whole, valid batch is there. out's arrays are the stage's; out->indices is the
+ * client's, valid until the next sample. Needs obs_dim and act_dim in the client's
+ * configuration (SAC_EINVAL otherwise). Replies in an encoding the direct reader does
+ * not take (stats samples_received - samples_direct) are decoded and then copied. */
+int sac_replay_client_sample_into(sac_replay_client_t *c, int timeout_ms, const sac_replay_stage_t *stage,
+                                  sac_replay_batch_t *out);
 /* The reason of the last SAC_ECONFIG from sample ("" if none). */
 const char *sac_replay_client_fatal(const sac_replay_client_t *c);
 /* Sends new priorities (finite, >= 0) for indices from sampled batches, each to the
@@ -146,7 +163,7 @@ typedef struct {
   uint64_t superseded_batches; /* refused: a newer client with our actor id has sent */
   uint64_t busy_replies;       /* "busy": the shard's held queue was full; resent later */
   uint64_t reconnects;
-  uint64_t samples_received, sample_errors, sample_requests_sent, sample_requests_reissued;
+  uint64_t samples_received, samples_direct, sample_errors, sample_requests_sent, sample_requests_reissued;
   uint64_t priority_updates_sent, priority_updates_dropped;
   uint64_t samples_f16;                /* replies received with fp16 obs/action/next_obs */
   uint64_t sample_precision_fallbacks; /* f32 replies to fp16 requests (a shard without fp16) */

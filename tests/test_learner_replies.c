@@ -61,7 +61,8 @@ typedef struct {
   /* what it sent and saw: indices (shard_id, generation 1, slot) with slots 0, 1, 2 ... */
   uint32_t next_slot;
   atomic_uint_fast64_t requests, priority_updates, foreign_priority_indices;
-  uint64_t inserted; /* ShardInfo.inserted_total */
+  atomic_uint_fast64_t priority_rows, priority_max_rows; /* rows in all, most in one message */
+  uint64_t inserted;                                     /* ShardInfo.inserted_total */
   atomic_int stop;
 } fake_t;
 
@@ -159,6 +160,9 @@ static int fake_serve(fake_t *f, long wait_ms) {
     }
     if (m.type == SAC_WIRE_PRIORITY_UPDATE) {
       atomic_fetch_add(&f->priority_updates, 1);
+      atomic_fetch_add(&f->priority_rows, m.u.priority_update.n);
+      if (m.u.priority_update.n > atomic_load(&f->priority_max_rows))
+        atomic_store(&f->priority_max_rows, m.u.priority_update.n);
       for (uint32_t i = 0; i < m.u.priority_update.n; i++) {
         uint64_t x = m.u.priority_update.indices[i];
         if (SAC_WIRE_INDEX_SHARD(x) != f->shard_id || SAC_WIRE_INDEX_GEN(x) != 1 ||
@@ -350,6 +354,88 @@ Test(replies, nonfinite_and_garbage_counted) {
   rig_close(&r);
 }
 
+/* ---- the direct path: replies copied straight into the learner's stage ---- */
+
+static float g_st_obs[BATCH * OBS], g_st_next[BATCH * OBS], g_st_act[BATCH * ACT], g_st_rew[BATCH],
+    g_st_term[BATCH], g_st_w[BATCH];
+static const sac_replay_stage_t k_stage = {g_st_obs, g_st_next, g_st_act, g_st_rew, g_st_term, g_st_w};
+
+/* round_trip, sampling into k_stage */
+static int round_trip_into(rig_t *r, sac_replay_batch_t *b) {
+  int rc = sac_replay_client_sample_into(r->c, 0, &k_stage, b);
+  if (rc != SAC_ETIMEOUT)
+    return rc;
+  cr_assert(fake_serve(r->f, 1000), "the client sent no request");
+  return sac_replay_client_sample_into(r->c, 300, &k_stage, b);
+}
+
+/* A good reply lands in the stage whole, read from the message directly (no decode) */
+Test(replies, direct_reply_lands_in_the_stage) {
+  rig_t r;
+  rig_open(&r, ANSWER_GOOD, "direct-good");
+  memset(g_st_obs, 0, sizeof g_st_obs);
+  sac_replay_batch_t b;
+  cr_assert_eq(round_trip_into(&r, &b), 0);
+  cr_assert(b.n == BATCH && b.obs == g_st_obs && b.next_obs == g_st_next && b.weights == g_st_w,
+            "the batch is the stage's");
+  for (int i = 0; i < BATCH * OBS; i++)
+    cr_assert(g_st_obs[i] == 0.25f && g_st_next[i] == 0.25f, "obs[%d] %g", i, g_st_obs[i]);
+  for (int i = 0; i < BATCH; i++)
+    cr_assert(g_st_act[i] == 0.5f && g_st_rew[i] == -1.0f && g_st_term[i] == 0.0f && g_st_w[i] == 1.0f);
+  cr_assert_eq(SAC_WIRE_INDEX_SLOT(b.indices[BATCH - 1]), BATCH - 1);
+  sac_replay_client_stats_t s = stats_of(&r);
+  cr_expect_eq(s.samples_direct, 1, "read in place, not decoded");
+  cr_expect_eq(s.samples_received, 1);
+  rig_close(&r);
+}
+
+/* A spoilt reply refused on the direct path leaves no batch: refused and counted as the
+ * decoding path counts it, nothing returned, and the next good reply overwrites every
+ * value it wrote (obs[0] was NaN in the spoilt one) */
+Test(replies, direct_bad_reply_leaves_no_batch) {
+  rig_t r;
+  rig_open(&r, ANSWER_NAN, "direct-nan");
+  sac_replay_batch_t b;
+  cr_assert_eq(round_trip_into(&r, &b), SAC_ETIMEOUT, "a NaN reply was returned as a batch");
+  sac_replay_client_stats_t s = stats_of(&r);
+  cr_expect_eq(s.rejected_by[SAC_WIRE_R_NONFINITE], 1);
+  cr_expect_eq(s.samples_received, 0);
+  sac_sleep_ns(20000000ull); /* past the 10 ms backoff after a refused reply */
+  r.f->mode = ANSWER_GOOD;
+  cr_assert_eq(round_trip_into(&r, &b), 0);
+  cr_assert(g_st_obs[0] == 0.25f, "the good batch replaced the spoilt one's values: obs[0] %g", g_st_obs[0]);
+  rig_close(&r);
+}
+
+/* Every kind of reply the decoding path refuses, the direct path refuses alike (same
+ * counters, same result), and a shard of other sizes stops it alike */
+Test(replies, direct_path_refuses_as_the_decoding_path) {
+  const answer_t modes[] = {ANSWER_ONE_ROW, ANSWER_WRONG_ID, ANSWER_NAN,      ANSWER_GARBAGE, ANSWER_TWICE,
+                            ANSWER_REFUSAL, ANSWER_DIMS,     ANSWER_DIMS_ERR, ANSWER_TOO_BIG};
+  for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+    sac_replay_client_stats_t st[2];
+    int rc[2][2];
+    for (int into = 0; into < 2; into++) {
+      rig_t r;
+      char name[64];
+      snprintf(name, sizeof name, "direct-diff-%zu-%d", k, into);
+      rig_open(&r, modes[k], name);
+      sac_replay_batch_t b;
+      rc[into][0] = into ? round_trip_into(&r, &b) : round_trip(&r, &b);
+      rc[into][1] = into ? sac_replay_client_sample_into(r.c, 300, &k_stage, &b)
+                         : sac_replay_client_sample(r.c, 300, &b);
+      st[into] = stats_of(&r);
+      rig_close(&r);
+    }
+    cr_assert(rc[0][0] == rc[1][0] && rc[0][1] == rc[1][1], "mode %zu: %s/%s decoding, %s/%s direct", k,
+              sac_strerror(rc[0][0]), sac_strerror(rc[0][1]), sac_strerror(rc[1][0]), sac_strerror(rc[1][1]));
+    cr_assert_eq(memcmp(st[0].rejected_by, st[1].rejected_by, sizeof st[0].rejected_by), 0, "mode %zu", k);
+    cr_assert_eq(st[0].samples_received, st[1].samples_received, "mode %zu", k);
+    cr_assert_eq(st[0].shard_refusals, st[1].shard_refusals, "mode %zu", k);
+    cr_assert_eq(st[0].sample_errors, st[1].sample_errors, "mode %zu", k);
+  }
+}
+
 /* defect 16: a shard of another observation size stops the client, from a batch or from
  * an error reply alike, with a line naming the shard and both sizes */
 Test(replies, other_dims_fatal) {
@@ -482,6 +568,28 @@ Test(learner, good_shard_gets_updates, .timeout = 120) {
   cr_assert_eq(r->rc, 0, "rc %d", r->rc);
   cr_expect_gt(r->res.updates, 0);
   cr_expect_gt(atomic_load(&f->priority_updates), 0);
+  cr_expect_eq(atomic_load(&f->foreign_priority_indices), 0);
+  free(r);
+  free(f);
+}
+
+/* Priorities go back in batches of 4 updates (learner/service.c, docs/LEARNER.md): one
+ * message per 4 updates with 4 x BATCH rows, none lost (all but the last few updates',
+ * which the flush at the end sends, reached the shard) and none later than 5 updates */
+Test(learner, priorities_go_back_four_updates_at_a_time, .timeout = 120) {
+  fake_t *f = malloc(sizeof *f);
+  run_t *r = run_learner(f, ANSWER_GOOD, 3.0, 1, NULL);
+  cr_assert_eq(r->rc, 0, "rc %d", r->rc);
+  const uint64_t u = (uint64_t)r->res.updates, rows = atomic_load(&f->priority_rows);
+  const uint64_t msgs = atomic_load(&f->priority_updates);
+  cr_log_info("%llu updates, %llu priority messages, %llu rows", (unsigned long long)u,
+              (unsigned long long)msgs, (unsigned long long)rows);
+  cr_assert_gt(u, 40, "updates %llu", (unsigned long long)u);
+  cr_expect_eq(atomic_load(&f->priority_max_rows), 4 * BATCH, "4 updates' rows in one message");
+  cr_expect_leq(msgs, u / 4 + 2, "one message per 4 updates (%llu for %llu)", (unsigned long long)msgs,
+                (unsigned long long)u);
+  cr_expect_leq(rows, u * BATCH, "no update's priorities twice");
+  cr_expect_geq(rows, (u - 5) * BATCH, "every update's priorities but the last 5 reached the shard");
   cr_expect_eq(atomic_load(&f->foreign_priority_indices), 0);
   free(r);
   free(f);
