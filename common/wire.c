@@ -1089,6 +1089,7 @@ float sac_wire_f16_to_f32(uint16_t h) {
 
 /* Arrays: F16C (8 values an instruction) when the CPU has it, else the scalar code. */
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SAC_WIRE_F16C 1
 /* Eight values, |x| > 65504 clamped (and counted); NaN kept (ordered compares are false
@@ -1132,11 +1133,23 @@ __attribute__((target("avx,f16c"))) static void to_f32_f16c(const uint16_t *in, 
   }
 }
 
+/* CPUID leaf 1 (F16C, AVX, OSXSAVE) and XCR0 (the OS saves the YMM state), read directly:
+ * clang 14's __builtin_cpu_supports does not know "f16c". The answer is cached; two threads
+ * racing on the first call compute the same value. */
 static int have_f16c(void) {
-  static int have = -1;
-  if (have < 0)
-    have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return have;
+  static _Atomic int have = -1;
+  int h = have;
+  if (h < 0) {
+    unsigned a, b, c, d;
+    h = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && (c & bit_AVX) && (c & bit_OSXSAVE)) {
+      unsigned lo, hi;
+      __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+      h = (lo & 6u) == 6u; /* XMM and YMM state enabled */
+    }
+    have = h;
+  }
+  return h;
 }
 #endif
 

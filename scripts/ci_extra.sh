@@ -63,6 +63,7 @@ if [[ " $stages " == *" fuzz "* ]]; then
   rc=$?
   sed -n '/^fuzz.sh summary:/,$p' "$logs/fuzz.log"
   ((rc == 0)) || grep -a -E 'ERROR|runtime error' "$logs/fuzz.log" | head -n 10
+  ((rc != 2)) || tail -n 25 "$logs/fuzz.log" # cannot build: the compiler's own words
   n=$(grep -c ': ok, ' "$logs/fuzz.log")
   stage_done "fuzz (${fuzz_s} s per target)" "$rc" "$t0" "$n target(s) clean; findings in build-fuzz/crashes/"
 fi
