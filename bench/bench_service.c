@@ -13,9 +13,10 @@
  * off: the learner samples as fast as it can. The learner loop is the service's per-update
  * path (learner/service.c): sample from the prefetching replay client straight into the
  * batch the update reads (sac_batch_slots, sac_replay_client_sample_into), commit it, update, send the
- * priorities (prioritised: collected and sent every --priorities_every updates), and every --publish_every
- * updates copy the actor's weights out, check them and publish them on an inproc:// XPUB port (no subscriber:
- * the send cost only).
+ * priorities (prioritised: collected and sent every --priorities_every updates), and, once at least
+ * --publish_every updates and --publish_interval_ms have passed since the last broadcast (the learner's two
+ * bounds and defaults), copy the actor's weights out, check them and publish them on an inproc:// XPUB port
+ * (no subscriber: the send cost only).
  *
  * Figures: updates/s and sampled transitions/s, medians over --windows windows of
  * --seconds each after a warm-up; the bytes of sample replies taken in per second and
@@ -36,6 +37,7 @@
  *   [--prefetch K (requests in flight per shard; default as the learner: 8 for replies of at
  *    most 256 KB, else the client's 2)]
  *   [--publish_every K (default 10, the learner's)]
+ *   [--publish_interval_ms MS (default 50, the learner's; 0: by count only)]
  *   [--priorities_every K (prioritised: the |td| of K updates sent as one message per shard;
  *    default as the learner: 4, fewer where 4 batches pass 1024 rows)]
  *   [--intake direct|decode (direct, the learner's: each reply copied straight from the
@@ -82,8 +84,9 @@
 typedef struct {
   double seconds;
   int windows, batch, prefetch, publish_every;
-  int prio_every; /* --priorities_every (0: as the learner) */
-  int decode;     /* --intake decode: replies decoded, then staged (the path before direct staging) */
+  int publish_interval_ms; /* --publish_interval_ms: the learner's time bound (0: by count only) */
+  int prio_every;          /* --priorities_every (0: as the learner) */
+  int decode; /* --intake decode: replies decoded, then staged (the path before direct staging) */
   int64_t prefill;
   double actor_rate;
   char configs[256], samplers[64], actors[64];
@@ -273,7 +276,8 @@ typedef struct {
   uint64_t *prev_idx; /* (B * prio_every) the indices of the updates whose |td| is in prio */
   int64_t prio_n, prio_every;
   int prioritized, publish_every, direct;
-  int64_t updates, steps;
+  double publish_interval_s, last_publish_s;
+  int64_t updates, steps, last_publish;
   double stage_s[ST_COUNT];
   /* the learner thread's CPU per stage: read on one update in CPU_EVERY for the stages
    * every update has (a thread CPU clock read is a system call, too dear for each stage of
@@ -289,6 +293,7 @@ static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const
   memset(L, 0, sizeof *L);
   L->prioritized = c->prioritized;
   L->publish_every = o->publish_every;
+  L->publish_interval_s = o->publish_interval_ms * 1e-3;
   L->direct = !o->decode;
   sac_hparams_t hp;
   sac_hparams_default(&hp, OBS, ACT);
@@ -402,8 +407,9 @@ static int learner_step(learner_t *L) {
       L->cpu_s[k] += c[k + 1] - c[k];
     L->cpu_sampled++;
   }
-  if (L->updates % L->publish_every == 0) {
+  if (L->updates - L->last_publish >= L->publish_every && t1 - L->last_publish_s >= L->publish_interval_s) {
     const double p0 = thread_cpu_s();
+    L->last_publish = L->updates, L->last_publish_s = t1;
     if ((rc = sac_get_actor(L->sac, L->actor)) != 0)
       return rc;
     if (!all_finite(L->actor, sac_actor_param_count(L->sac)))
@@ -732,7 +738,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: sac-bench-service [--seconds S] [--windows W] [--configs inproc:2,tcp:1,tcp:2,tcp:4]\n"
           "  [--samplers uniform,prioritized] [--actors 0,4,16] [--actor_rate STEPS_PER_S]\n"
-          "  [--batch B] [--prefetch K] [--publish_every K] [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n"
+          "  [--batch B] [--prefetch K] [--publish_every K] [--publish_interval_ms MS]\n"
+          "  [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n"
           "  [--learner ENV_ID] [--sample_precision fp32|fp16] [--intake direct|decode] [--priorities_every "
           "K]\n");
 }
@@ -743,6 +750,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
                 .batch = 256,
                 .prefetch = 0,
                 .publish_every = 10,
+                .publish_interval_ms = 50,
                 .actor_rate = 1000.0,
                 .prefill = 32768};
   snprintf(o->configs, sizeof o->configs, "inproc:2,tcp:1,tcp:2,tcp:4");
@@ -764,6 +772,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->prefetch = atoi(v);
     else if (!strcmp(argv[i], "--publish_every"))
       o->publish_every = atoi(v);
+    else if (!strcmp(argv[i], "--publish_interval_ms"))
+      o->publish_interval_ms = atoi(v);
     else if (!strcmp(argv[i], "--priorities_every"))
       o->prio_every = atoi(v);
     else if (!strcmp(argv[i], "--intake") && (!strcmp(v, "direct") || !strcmp(v, "decode")))
@@ -791,7 +801,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     i++;
   }
   if (!(o->seconds > 0 && o->seconds <= 60) || o->windows < 1 || o->windows > MAX_WINDOWS || o->batch < 1 ||
-      o->batch > 65536 || o->prefetch < 0 || o->prefetch > 64 || o->publish_every < 1 || o->prio_every < 0 ||
+      o->batch > 65536 || o->prefetch < 0 || o->prefetch > 64 || o->publish_every < 1 ||
+      o->publish_interval_ms < 0 || o->publish_interval_ms > 60000 || o->prio_every < 0 ||
       o->prio_every > 64 || o->prefill < o->batch || o->prefill > 60000) {
     usage();
     return -1;
@@ -816,8 +827,8 @@ int main(int argc, char **argv) {
   const double gbs = memcpy_gbs();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   printf("sac-bench-service: null learner, cheetah sizes (obs %d, act %d), batch %d, %d window(s) of %.2f s, "
-         "publish every %d updates, actors at %.0f steps/s each, %ld core(s), intake %s\n",
-         OBS, ACT, o.batch, o.windows, o.seconds, o.publish_every, o.actor_rate, cores,
+         "publish after %d updates and %d ms, actors at %.0f steps/s each, %ld core(s), intake %s\n",
+         OBS, ACT, o.batch, o.windows, o.seconds, o.publish_every, o.publish_interval_ms, o.actor_rate, cores,
          o.decode ? "decode" : "direct");
   printf("yardstick: memcpy %.2f GB/s (64 MiB, median of 5); a sample reply is %.0f bytes (obs/action %s)\n",
          gbs, reply_bytes, o.precision == SAC_WIRE_F16 ? "fp16" : "fp32");
