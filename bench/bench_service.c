@@ -43,7 +43,8 @@
  *   [--intake direct|decode (direct, the learner's: each reply copied straight from the
  *    message into the batch the update reads, checked as it is copied; decode: decoded into
  *    the client's memory, checked, then staged, to compare the two in one build)]
- *   [--prefill ROWS (per shard before the learner starts, default 32768; capacity 65536)]
+ *   [--prefill ROWS (per shard before the learner starts, default 32768, at most 2^21; each shard's
+ *    capacity is the larger of 65536 and twice that)]
  *   [--env ENV_ID: also an actor core's steps per CPU-second on ENV_ID, e.g. HalfCheetah-v5]
  *   [--learner ENV_ID: also sac_learner_run itself, embedded, on the null backend, with the
  *    seconds per update of each of its named stages]
@@ -161,7 +162,7 @@ typedef struct {
   int n;
 } shards_t;
 
-static int shards_start(shards_t *s, const conf_t *c, int batch, int id) {
+static int shards_start(shards_t *s, const conf_t *c, int batch, int64_t prefill, int id) {
   memset(s, 0, sizeof *s);
   s->n = c->shards;
   if (!(s->ctx = sac_net_ctx_new(1)))
@@ -170,7 +171,7 @@ static int shards_start(shards_t *s, const conf_t *c, int batch, int id) {
     sac_replay_server_config_t sc;
     sac_replay_server_config_default(&sc);
     sc.shard.shard_id = (uint32_t)i;
-    sc.shard.capacity = 1 << 16;
+    sc.shard.capacity = prefill * 2 > (1 << 16) ? (uint64_t)prefill * 2 : 1 << 16;
     sc.shard.obs_dim = OBS;
     sc.shard.act_dim = ACT;
     sc.shard.min_size = (uint64_t)batch;
@@ -457,7 +458,7 @@ static int run_conf(const conf_t *c, const opts_t *o, int id, result_t *r) {
   memset(&L, 0, sizeof L);
   if (!actors)
     return SAC_ENOMEM;
-  if ((rc = shards_start(&sh, c, o->batch, id)) != 0)
+  if ((rc = shards_start(&sh, c, o->batch, o->prefill, id)) != 0)
     goto out;
   /* pre-fill so that every shard can serve at once, with or without actors */
   if ((rc = prefill(&sh, o->prefill)) != 0)
@@ -803,7 +804,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
   if (!(o->seconds > 0 && o->seconds <= 60) || o->windows < 1 || o->windows > MAX_WINDOWS || o->batch < 1 ||
       o->batch > 65536 || o->prefetch < 0 || o->prefetch > 64 || o->publish_every < 1 ||
       o->publish_interval_ms < 0 || o->publish_interval_ms > 60000 || o->prio_every < 0 ||
-      o->prio_every > 64 || o->prefill < o->batch || o->prefill > 60000) {
+      o->prio_every > 64 || o->prefill < o->batch || o->prefill > (1 << 21)) {
     usage();
     return -1;
   }
