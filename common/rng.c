@@ -58,6 +58,16 @@ uint64_t sac_rng_below(sac_rng_t *rng, uint64_t n) {
   return x % n;
 }
 
+uint32_t sac_rng_below32(sac_rng_t *rng, uint32_t n) {
+  uint64_t m = (uint64_t)sac_rng_u32(rng) * n;
+  if ((uint32_t)m < n) { /* the low word can fall in the biased range only here */
+    const uint32_t threshold = (uint32_t)-n % n;
+    while ((uint32_t)m < threshold)
+      m = (uint64_t)sac_rng_u32(rng) * n;
+  }
+  return (uint32_t)(m >> 32);
+}
+
 float sac_rng_normal(sac_rng_t *rng) {
   if (rng->has_spare) {
     rng->has_spare = 0;

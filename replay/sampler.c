@@ -88,19 +88,28 @@ static uint32_t uniform_one(const sac_replay_storage_t *st, sac_rng_t *rng, uint
    * on a pathological buffer, where the forward scan still terminates. */
   uint64_t s = 0;
   for (int tries = 0; tries < 64; tries++) {
-    s = sac_rng_below(rng, filled);
+    s = sac_rng_below32(rng, (uint32_t)filled);
     if (st->flags[s] & SAC_SLOT_READY)
       return (uint32_t)s;
   }
   return ready_near(st, filled, s);
 }
 
+/* Every row's first draw is made before any is checked, and its flag byte asked for
+ * (prefetched): in a large buffer each check is a cache miss, and this way they overlap
+ * instead of coming one after another. A first draw that is not a transition is drawn
+ * again as uniform_one draws, so each row is still uniform over the transitions. */
 int sac_replay_sample_uniform(const sac_replay_storage_t *st, sac_rng_t *rng, uint32_t n, uint32_t *slots) {
   uint64_t filled = sac_replay_storage_filled(st);
   if (st->size == 0 || filled == 0)
     return SAC_EAGAIN;
+  for (uint32_t i = 0; i < n; i++) {
+    slots[i] = sac_rng_below32(rng, (uint32_t)filled);
+    __builtin_prefetch(st->flags + slots[i]);
+  }
   for (uint32_t i = 0; i < n; i++)
-    slots[i] = uniform_one(st, rng, filled);
+    if (!(st->flags[slots[i]] & SAC_SLOT_READY))
+      slots[i] = uniform_one(st, rng, filled);
   return 0;
 }
 
