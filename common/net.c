@@ -323,6 +323,30 @@ int sac_net_recv_msg(void *s, sac_net_msg_t *m, int flags, const void **data, si
 
 void sac_net_msg_close(sac_net_msg_t *m) { zmq_msg_close((zmq_msg_t *)(void *)m->opaque); }
 
+int sac_net_msg_init_size(sac_net_msg_t *m, size_t len, void **data) {
+  zmq_msg_t *msg = (zmq_msg_t *)(void *)m->opaque;
+  if (zmq_msg_init_size(msg, len) != 0)
+    return SAC_ENOMEM;
+  *data = zmq_msg_data(msg);
+  return 0;
+}
+
+int sac_net_send_msg(void *s, sac_net_msg_t *m, int flags) {
+  zmq_msg_t *msg = (zmq_msg_t *)(void *)m->opaque;
+  int zf = ((flags & SAC_NET_DONTWAIT) ? ZMQ_DONTWAIT : 0) | ((flags & SAC_NET_SNDMORE) ? ZMQ_SNDMORE : 0);
+  int rc;
+  do {
+    rc = zmq_msg_send(msg, s, zf);
+  } while (rc < 0 && zmq_errno() == EINTR);
+  if (rc < 0) {
+    int e = zmq_errno();
+    if (e != EAGAIN && e != EHOSTUNREACH)
+      SAC_ZCHK(rc);
+    return e == EHOSTUNREACH ? SAC_ENET : sac_net_err(e);
+  }
+  return 0;
+}
+
 int sac_net_drain_frames(void *s) {
   int n = 0;
   for (;;) {

@@ -130,6 +130,13 @@ typedef struct {
  * sac_net_recv makes into the caller's buffer is saved. 0 or as sac_net_recv. */
 int sac_net_recv_msg(void *s, sac_net_msg_t *m, int flags, const void **data, size_t *len);
 void sac_net_msg_close(sac_net_msg_t *m);
+/* A frame of len bytes to be filled in place and sent with sac_net_send_msg (a reply
+ * built where ZeroMQ will send it from, instead of built in a buffer and copied): *data
+ * points at its bytes. 0 or SAC_ENOMEM; after 0 the caller must send or close m. */
+int sac_net_msg_init_size(sac_net_msg_t *m, size_t len, void **data);
+/* Sends m as sac_net_send sends a buffer (same flags and codes). On 0 ZeroMQ owns the
+ * bytes and m is empty; on an error m is unchanged: close it. */
+int sac_net_send_msg(void *s, sac_net_msg_t *m, int flags);
 /* Receives and drops the remaining frames of the current message; returns how many. */
 int sac_net_drain_frames(void *s);
 

@@ -4,6 +4,7 @@
  * is one pass per array that stores each float and folds its check into the same loop. */
 #include "common/wire_view.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -295,4 +296,97 @@ int sac_wire_sample_copy(const sac_wire_sample_view_t *v, const sac_wire_limits_
     return SAC_EINVAL;
   }
   return 0;
+}
+
+/* ---- the writer ---- */
+
+/* Writes (w->p not NULL) or only counts (w->p NULL) the encoding, field by field in the
+ * order protobuf-c packs them: by field number, zero scalars and empty bytes left out
+ * (proto3). */
+typedef struct {
+  unsigned char *p; /* NULL: count only */
+  size_t at;
+} wr_t;
+
+static void wr_varint(wr_t *w, uint64_t v) {
+  do {
+    unsigned char b = (unsigned char)(v & 0x7f);
+    v >>= 7;
+    if (v)
+      b |= 0x80;
+    if (w->p)
+      w->p[w->at] = b;
+    w->at++;
+  } while (v);
+}
+
+static void wr_uint(wr_t *w, unsigned field, uint64_t v) {
+  if (!v)
+    return;
+  wr_varint(w, (uint64_t)field << 3);
+  wr_varint(w, v);
+}
+
+/* A bytes field's key and length; returns where its len bytes go (the caller's). */
+static size_t wr_bytes(wr_t *w, unsigned field, size_t len) {
+  wr_varint(w, (uint64_t)field << 3 | 2);
+  wr_varint(w, len);
+  size_t at = w->at;
+  w->at += len;
+  return at;
+}
+
+static void wr_batch(wr_t *w, const sac_wire_sample_batch_t *h, sac_wire_sample_layout_t *l) {
+  const size_t n = h->n, es = h->precision == SAC_WIRE_F16 ? 2 : 4;
+  wr_uint(w, F_REQUEST_ID, h->request_id);
+  wr_uint(w, F_N, h->n);
+  wr_uint(w, F_OBS_DIM, h->obs_dim);
+  wr_uint(w, F_ACT_DIM, h->act_dim);
+  l->obs = wr_bytes(w, F_OBS, n * h->obs_dim * es);
+  l->action = wr_bytes(w, F_ACTION, n * h->act_dim * es);
+  l->reward = wr_bytes(w, F_REWARD, n * 4);
+  l->terminated = wr_bytes(w, F_TERMINATED, n * 4);
+  l->next_obs = wr_bytes(w, F_NEXT_OBS, n * h->obs_dim * es);
+  l->indices = wr_bytes(w, F_INDICES, n * 8);
+  l->weights = wr_bytes(w, F_WEIGHTS, n * 4);
+  wr_uint(w, F_SHARD_ID, h->shard_id);
+  wr_uint(w, F_PRECISION, h->precision);
+}
+
+/* The Envelope: its protocol, then the SampleBatch (field 13) of body_len bytes; the
+ * arrays' offsets in l count from the Envelope's first byte. */
+static void wr_envelope(wr_t *w, const sac_wire_sample_batch_t *h, size_t body_len,
+                        sac_wire_sample_layout_t *l) {
+  wr_uint(w, 1, SAC_PROTOCOL_VERSION);
+  wr_varint(w, 13u << 3 | 2);
+  wr_varint(w, body_len);
+  wr_batch(w, h, l);
+}
+
+/* The body's length: the SampleBatch alone, counted. */
+static size_t body_length(const sac_wire_sample_batch_t *h) {
+  sac_wire_sample_layout_t scratch;
+  wr_t body = {NULL, 0};
+  wr_batch(&body, h, &scratch);
+  return body.at;
+}
+
+int sac_wire_sample_layout(const sac_wire_sample_batch_t *hdr, sac_wire_sample_layout_t *out) {
+  memset(out, 0, sizeof *out);
+  if (hdr->n == 0 || hdr->obs_dim == 0 || hdr->act_dim == 0 ||
+      (hdr->precision != SAC_WIRE_F32 && hdr->precision != SAC_WIRE_F16))
+    return SAC_EINVAL;
+  wr_t all = {NULL, 0};
+  wr_envelope(&all, hdr, body_length(hdr), out);
+  out->len = all.at;
+  return 0;
+}
+
+void sac_wire_sample_put_header(void *buf, const sac_wire_sample_batch_t *hdr,
+                                const sac_wire_sample_layout_t *l) {
+  sac_wire_sample_layout_t again;
+  wr_t w = {buf, 0};
+  wr_envelope(&w, hdr, body_length(hdr), &again);
+  assert(w.at == l->len && again.obs == l->obs && again.weights == l->weights);
+  (void)l;
 }

@@ -45,4 +45,25 @@ typedef struct {
 int sac_wire_sample_copy(const sac_wire_sample_view_t *v, const sac_wire_limits_t *lim,
                          const sac_wire_sample_dst_t *dst, sac_wire_reason_t *reason);
 
+/* The writing side: a SampleBatch reply laid out so that its arrays can be written
+ * straight into the message (the shard's gather, replay/server.c). The bytes equal what
+ * sac_wire_encode gives the same batch (tests/test_wire_view.c). */
+typedef struct {
+  size_t len; /* bytes of the whole Envelope */
+  /* where each array starts, in bytes from the Envelope's first */
+  size_t obs, action, reward, terminated, next_obs, indices, weights;
+} sac_wire_sample_layout_t;
+
+/* The layout of a SampleBatch with hdr's request_id, n (> 0), obs_dim and act_dim (> 0),
+ * shard_id and precision (SAC_WIRE_F32: 4-byte obs, action and next_obs values; or
+ * SAC_WIRE_F16: 2-byte) and no error; hdr's arrays are not read. 0, or SAC_EINVAL for a
+ * header that has no such encoding. */
+int sac_wire_sample_layout(const sac_wire_sample_batch_t *hdr, sac_wire_sample_layout_t *out);
+
+/* Writes every byte of that encoding except the arrays' into buf (l->len bytes): the
+ * caller writes the arrays at the layout's offsets, little-endian, and then buf holds the
+ * message. Cannot fail. */
+void sac_wire_sample_put_header(void *buf, const sac_wire_sample_batch_t *hdr,
+                                const sac_wire_sample_layout_t *l);
+
 #endif

@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/snapshot.h"
+#include "common/wire_view.h"
 #include "replay/wal.h"
 
 #define ID_MAX 256
@@ -875,22 +876,63 @@ static void send_sample_error(sac_replay_server_t *s, const unsigned char *id, s
   reply(s, s->smp, id, id_len, &m);
 }
 
+/* The "replay is empty" answer to request rid (the routing frame already sent). */
+static void end_sample_empty(sac_replay_server_t *s, uint64_t rid) {
+  sac_wire_msg_t e = {.type = SAC_WIRE_SAMPLE_BATCH};
+  e.u.sample_batch = (sac_wire_sample_batch_t){.request_id = rid,
+                                               .obs_dim = s->cfg.shard.obs_dim,
+                                               .act_dim = s->cfg.shard.act_dim,
+                                               .shard_id = s->cfg.shard.shard_id,
+                                               .error = "replay is empty"};
+  reply_end(s, s->smp, &e);
+}
+
+/* The reply built in place: the message allocated at its encoded size, its header
+ * written, the rows gathered straight into its arrays, sent without a copy. 0 (answered
+ * one way or another) or 1 (no room under max_msg_bytes, or no memory: not begun, nothing
+ * sampled; the caller encodes the ordinary way, which answers with the reason). */
+static int serve_sample_in_place(sac_replay_server_t *s, uint64_t rid, uint32_t n, float beta,
+                                 uint32_t precision) {
+  const sac_wire_sample_batch_t hdr = {.request_id = rid,
+                                       .n = n,
+                                       .obs_dim = s->cfg.shard.obs_dim,
+                                       .act_dim = s->cfg.shard.act_dim,
+                                       .shard_id = s->cfg.shard.shard_id,
+                                       .precision = precision};
+  sac_wire_sample_layout_t l;
+  if (sac_wire_sample_layout(&hdr, &l) != 0 || l.len > s->out_cap)
+    return 1;
+  sac_net_msg_t msg;
+  void *data;
+  if (sac_net_msg_init_size(&msg, l.len, &data) != 0)
+    return 1;
+  unsigned char *buf = data;
+  const sac_replay_sample_dst_t dst = {buf + l.obs,      buf + l.action,  buf + l.reward, buf + l.terminated,
+                                       buf + l.next_obs, buf + l.indices, buf + l.weights};
+  if (sac_replay_shard_sample_to(s->shard, n, beta, precision, &dst) != 0) {
+    sac_net_msg_close(&msg);
+    end_sample_empty(s, rid);
+    return 0;
+  }
+  sac_wire_sample_put_header(buf, &hdr, &l);
+  if (sac_net_send_msg(s->smp, &msg, SAC_NET_DONTWAIT) != 0) {
+    sac_net_msg_close(&msg);
+    s->st.replies_dropped_total++;
+  }
+  return 0;
+}
+
 static void serve_sample(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint64_t rid,
                          uint32_t n, float beta, uint32_t precision) {
   /* the routing frame first: a peer whose queue is full (it does not read) gets
    * nothing sampled, encoded or queued */
   if (reply_begin(s, s->smp, id, id_len) != 0)
     return;
+  if (serve_sample_in_place(s, rid, n, beta, precision) == 0)
+    return;
   sac_replay_sample_t b;
-  int rc = sac_replay_shard_sample_as(s->shard, n, beta, precision, &b);
-  if (rc) {
-    sac_wire_msg_t e = {.type = SAC_WIRE_SAMPLE_BATCH};
-    e.u.sample_batch = (sac_wire_sample_batch_t){.request_id = rid,
-                                                 .obs_dim = s->cfg.shard.obs_dim,
-                                                 .act_dim = s->cfg.shard.act_dim,
-                                                 .shard_id = s->cfg.shard.shard_id,
-                                                 .error = "replay is empty"};
-    reply_end(s, s->smp, &e);
+  if (sac_replay_shard_sample_as(s->shard, n, beta, precision, &b) != 0) {
+    end_sample_empty(s, rid);
     return;
   }
   sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_BATCH};

@@ -470,25 +470,55 @@ int sac_replay_shard_sample(sac_replay_shard_t *sh, uint32_t n, float beta, sac_
   return sac_replay_shard_sample_as(sh, n, beta, SAC_WIRE_F32, out);
 }
 
-int sac_replay_shard_sample_as(sac_replay_shard_t *sh, uint32_t n, float beta, uint32_t precision,
-                               sac_replay_sample_t *out) {
-  if (n == 0 || n > sh->cfg.max_sample_batch || (precision != SAC_WIRE_F32 && precision != SAC_WIRE_F16))
-    return SAC_EINVAL;
-  int rc = pick_slots(sh, n, beta);
-  if (rc)
-    return rc;
-  const int h = precision == SAC_WIRE_F16;
-  if (h && (sh->cfg.obs_f16 || sh->cfg.act_f16)) /* rows stored in fp16 are copied as they are */
-    sac_replay_storage_gather16(&sh->st, sh->slots, n, sh->obs16, sh->act16, sh->rew, sh->term,
-                                sh->next_obs16, &sh->f16_clamped);
-  else
-    sac_replay_storage_gather(&sh->st, sh->slots, n, sh->obs, sh->act, sh->rew, sh->term, sh->next_obs);
-  if (h &&
-      !(sh->cfg.obs_f16 || sh->cfg.act_f16)) /* one pass over the gathered batch: 8 values an instruction */
-    to_f16(sh, n);
+/* The picked slots' rows into dst (f32) or, for fp16, into the fp16 scratch (rows stored
+ * in fp16 as they are, f32 rows gathered whole and converted in one pass: 8 values an
+ * instruction), reward and terminated into dst; indices into the scratch. */
+static void fill_sample(sac_replay_shard_t *sh, uint32_t n, uint32_t precision,
+                        const sac_replay_sample_dst_t *dst) {
+  if (precision == SAC_WIRE_F16) {
+    if (sh->cfg.obs_f16 || sh->cfg.act_f16)
+      sac_replay_storage_gather16(&sh->st, sh->slots, n, sh->obs16, sh->act16, sh->rew, sh->term,
+                                  sh->next_obs16, &sh->f16_clamped);
+    else {
+      sac_replay_storage_gather(&sh->st, sh->slots, n, sh->obs, sh->act, sh->rew, sh->term, sh->next_obs);
+      to_f16(sh, n);
+    }
+    if (dst->reward != (unsigned char *)sh->rew) {
+      memcpy(dst->reward, sh->rew, (size_t)n * 4);
+      memcpy(dst->terminated, sh->term, (size_t)n * 4);
+    }
+  } else {
+    sac_replay_storage_gather(&sh->st, sh->slots, n, dst->obs, dst->action, dst->reward, dst->terminated,
+                              dst->next_obs);
+  }
   for (uint32_t i = 0; i < n; i++)
     sh->indices[i] =
         SAC_WIRE_INDEX(sh->cfg.shard_id, sac_replay_storage_generation(&sh->st, sh->slots[i]), sh->slots[i]);
+  sac_replay_limiter_sampled(&sh->lim, n);
+  sh->sampled_rows += n;
+  sh->sample_batches++;
+}
+
+static int sample_check(const sac_replay_shard_t *sh, uint32_t n, uint32_t precision) {
+  return n == 0 || n > sh->cfg.max_sample_batch || (precision != SAC_WIRE_F32 && precision != SAC_WIRE_F16)
+             ? SAC_EINVAL
+             : 0;
+}
+
+int sac_replay_shard_sample_as(sac_replay_shard_t *sh, uint32_t n, float beta, uint32_t precision,
+                               sac_replay_sample_t *out) {
+  int rc;
+  if ((rc = sample_check(sh, n, precision)) != 0 || (rc = pick_slots(sh, n, beta)) != 0)
+    return rc;
+  const sac_replay_sample_dst_t scratch = {(unsigned char *)sh->obs,
+                                           (unsigned char *)sh->act,
+                                           (unsigned char *)sh->rew,
+                                           (unsigned char *)sh->term,
+                                           (unsigned char *)sh->next_obs,
+                                           NULL,
+                                           NULL};
+  fill_sample(sh, n, precision, &scratch);
+  const int h = precision == SAC_WIRE_F16;
   *out = (sac_replay_sample_t){.n = n,
                                .obs_dim = sh->cfg.obs_dim,
                                .act_dim = sh->cfg.act_dim,
@@ -504,9 +534,23 @@ int sac_replay_shard_sample_as(sac_replay_shard_t *sh, uint32_t n, float beta, u
                                .obs16 = h ? sh->obs16 : NULL,
                                .action16 = h ? sh->act16 : NULL,
                                .next_obs16 = h ? sh->next_obs16 : NULL};
-  sac_replay_limiter_sampled(&sh->lim, n);
-  sh->sampled_rows += n;
-  sh->sample_batches++;
+  return 0;
+}
+
+int sac_replay_shard_sample_to(sac_replay_shard_t *sh, uint32_t n, float beta, uint32_t precision,
+                               const sac_replay_sample_dst_t *dst) {
+  int rc;
+  if ((rc = sample_check(sh, n, precision)) != 0 || (rc = pick_slots(sh, n, beta)) != 0)
+    return rc;
+  fill_sample(sh, n, precision, dst);
+  if (precision == SAC_WIRE_F16) {
+    const size_t no = (size_t)n * sh->cfg.obs_dim * 2, na = (size_t)n * sh->cfg.act_dim * 2;
+    memcpy(dst->obs, sh->obs16, no);
+    memcpy(dst->next_obs, sh->next_obs16, no);
+    memcpy(dst->action, sh->act16, na);
+  }
+  memcpy(dst->indices, sh->indices, (size_t)n * 8);
+  memcpy(dst->weights, sh->weights, (size_t)n * 4);
   return 0;
 }
 

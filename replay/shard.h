@@ -116,6 +116,18 @@ int sac_replay_shard_sample(sac_replay_shard_t *sh, uint32_t n, float beta, sac_
  * Inf, and counted in sample_f16_clamped_total. */
 int sac_replay_shard_sample_as(sac_replay_shard_t *sh, uint32_t n, float beta, uint32_t precision,
                                sac_replay_sample_t *out);
+/* Where sac_replay_shard_sample_to writes a sample: bytes, not necessarily aligned (the
+ * payloads of a reply being built, common/wire_view.h's layout), in the shapes of
+ * sac_replay_sample_t with obs/action/next_obs values of the precision's size (4 or 2
+ * bytes), little-endian. */
+typedef struct {
+  unsigned char *obs, *action, *reward, *terminated, *next_obs, *indices, *weights;
+} sac_replay_sample_dst_t;
+/* As sac_replay_shard_sample_as, the sample written to dst instead of the shard's
+ * scratch memory: f32 rows gathered straight into it (fp16 ones converted in the
+ * scratch, then copied). The same codes; nothing written on an error. */
+int sac_replay_shard_sample_to(sac_replay_shard_t *sh, uint32_t n, float beta, uint32_t precision,
+                               const sac_replay_sample_dst_t *dst);
 
 /* Applies priorities to indices of this shard. Updates to another shard's index, an
  * overwritten slot (generation changed) or a slot that holds no transition are skipped

@@ -262,11 +262,13 @@ int sac_replay_storage_insert(sac_replay_storage_t *st, uint32_t actor_id, const
 
 /* ------------------------------------------------------------------ gather */
 
-static void read_row(const uint8_t *src, int f16, uint32_t dim, float *dst) {
+static void read_row(const uint8_t *src, int f16, uint32_t dim, unsigned char *dst) {
   if (f16) {
     const uint16_t *h = (const uint16_t *)src;
-    for (uint32_t i = 0; i < dim; i++)
-      dst[i] = sac_wire_f16_to_f32(h[i]);
+    for (uint32_t i = 0; i < dim; i++) {
+      float f = sac_wire_f16_to_f32(h[i]);
+      memcpy(dst + 4 * (size_t)i, &f, 4);
+    }
   } else {
     memcpy(dst, src, (size_t)dim * 4);
   }
@@ -312,9 +314,13 @@ static void gather_start(const sac_replay_storage_t *st, const uint32_t *slots, 
   }
 }
 
-void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n, float *obs,
-                               float *action, float *reward, float *terminated, float *next_obs) {
+void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n,
+                               void *obs_out, void *action_out, void *reward_out, void *terminated_out,
+                               void *next_obs_out) {
   const uint32_t od = st->cfg.obs_dim, ad = st->cfg.act_dim;
+  unsigned char *obs = obs_out, *action = action_out, *reward = reward_out, *terminated = terminated_out,
+                *next_obs = next_obs_out;
+  const size_t ob = (size_t)od * 4, ab = (size_t)ad * 4;
   const int ahead = gather_large(st);
   if (ahead)
     gather_start(st, slots, n);
@@ -322,11 +328,12 @@ void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *s
     if (ahead)
       gather_ahead(st, slots, n, i);
     uint32_t s = slots[i];
-    read_row(st->obs + (size_t)s * st->obs_row, st->cfg.obs_f16, od, obs + (size_t)i * od);
-    read_row(st->obs + (size_t)st->next[s] * st->obs_row, st->cfg.obs_f16, od, next_obs + (size_t)i * od);
-    read_row(st->act + (size_t)s * st->act_row, st->cfg.act_f16, ad, action + (size_t)i * ad);
-    reward[i] = st->reward[s];
-    terminated[i] = (st->flags[s] & SAC_SLOT_TERM) ? 1.0f : 0.0f;
+    read_row(st->obs + (size_t)s * st->obs_row, st->cfg.obs_f16, od, obs + i * ob);
+    read_row(st->obs + (size_t)st->next[s] * st->obs_row, st->cfg.obs_f16, od, next_obs + i * ob);
+    read_row(st->act + (size_t)s * st->act_row, st->cfg.act_f16, ad, action + i * ab);
+    const float t = (st->flags[s] & SAC_SLOT_TERM) ? 1.0f : 0.0f;
+    memcpy(reward + 4 * (size_t)i, st->reward + s, 4);
+    memcpy(terminated + 4 * (size_t)i, &t, 4);
   }
 }
 

@@ -94,9 +94,11 @@ static inline uint64_t sac_replay_storage_filled(const sac_replay_storage_t *st)
 }
 
 /* Copies the transitions at slots[0..n) as float32: obs/next_obs (n, obs_dim), action
- * (n, act_dim), reward (n), terminated (n, 0/1). Every slot must be READY. */
-void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n, float *obs,
-                               float *action, float *reward, float *terminated, float *next_obs);
+ * (n, act_dim), reward (n), terminated (n, 0/1). Every slot must be READY. The outputs
+ * are bytes and need no alignment (a message's payloads: replay/server.c gathers
+ * straight into the reply); float arrays do as well. */
+void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n, void *obs,
+                               void *action, void *reward, void *terminated, void *next_obs);
 
 /* The same with obs/next_obs/action in IEEE binary16 (rows stored in fp16 are copied
  * as they are). A stored value outside fp16's finite range (|x| > 65504) becomes

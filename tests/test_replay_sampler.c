@@ -228,3 +228,65 @@ Test(replay_sampler, priority_update_to_overwritten_slot_is_ignored) {
   sac_replay_shard_destroy(&sh);
   tg_free(&g);
 }
+
+/* A sample written in place (sac_replay_shard_sample_to, the shard server's reply built
+ * in the message) holds exactly the rows, indices and weights of the ordinary sample
+ * (sac_replay_shard_sample_as) from a twin shard in the same state, written at odd
+ * offsets (a message's payloads are not aligned): uniform and prioritised, f32 and fp16,
+ * from a buffer small enough for the caches and one past the size where the gather asks
+ * for rows ahead (8 MB of observation rows). */
+static void in_place_equals_scratch(sac_replay_sampler_kind_t kind, uint32_t rows, uint32_t precision) {
+  const uint32_t O = 17, A = 6, n = 256, es = precision == SAC_WIRE_F16 ? 2 : 4;
+  sac_replay_shard_config_t c;
+  sac_replay_shard_config_default(&c);
+  c.capacity = 2ull * rows, c.obs_dim = O, c.act_dim = A, c.sampler = kind, c.min_size = 1,
+  c.max_batch_rows = 4096, c.seed = 99;
+  sac_replay_shard_t *a = sac_replay_shard_new(&c, NULL), *b = sac_replay_shard_new(&c, NULL);
+  cr_assert(a && b);
+  tg_t g;
+  tg_init(&g, 1, 16, O, A, 500, 256);
+  uint64_t stored = 0;
+  for (uint64_t k = 1; stored < rows; k++) {
+    sac_wire_transitions_t v = *tg_next(&g);
+    v.seq = k;
+    sac_replay_insert_result_t r;
+    cr_assert_eq(sac_replay_shard_insert(a, &v, &r), 0);
+    cr_assert_eq(sac_replay_shard_insert(b, &v, &r), 0);
+    stored += r.stored;
+  }
+  tg_free(&g);
+  const size_t ob = (size_t)n * O * es, ab = (size_t)n * A * es;
+  unsigned char *buf = malloc(2 * ob + ab + (size_t)n * 20 + 64);
+  cr_assert_not_null(buf);
+  unsigned char *p = buf + 3; /* odd: every array unaligned */
+  sac_replay_sample_dst_t d = {.obs = p};
+  d.action = d.obs + ob, d.reward = d.action + ab, d.terminated = d.reward + 4 * n;
+  d.next_obs = d.terminated + 4 * n, d.indices = d.next_obs + ob, d.weights = d.indices + 8 * n;
+  for (int rep = 0; rep < 5; rep++) {
+    sac_replay_sample_t s;
+    cr_assert_eq(sac_replay_shard_sample_as(a, n, 0.4f, precision, &s), 0);
+    memset(buf, 0x5a, 2 * ob + ab + (size_t)n * 20 + 64);
+    cr_assert_eq(sac_replay_shard_sample_to(b, n, 0.4f, precision, &d), 0);
+    const void *so = precision ? (const void *)s.obs16 : (const void *)s.obs;
+    const void *sa = precision ? (const void *)s.action16 : (const void *)s.action;
+    const void *sn = precision ? (const void *)s.next_obs16 : (const void *)s.next_obs;
+    cr_assert(memcmp(d.obs, so, ob) == 0 && memcmp(d.next_obs, sn, ob) == 0 && memcmp(d.action, sa, ab) == 0,
+              "rows differ (rep %d)", rep);
+    cr_assert(memcmp(d.reward, s.reward, 4 * n) == 0 && memcmp(d.terminated, s.terminated, 4 * n) == 0);
+    cr_assert(memcmp(d.indices, s.indices, 8 * n) == 0 && memcmp(d.weights, s.weights, 4 * n) == 0);
+  }
+  sac_replay_sample_dst_t none = d;
+  cr_assert_eq(sac_replay_shard_sample_to(b, 0, 0.4f, precision, &none), SAC_EINVAL);
+  cr_assert_eq(sac_replay_shard_sample_to(b, n, 0.4f, 7, &none), SAC_EINVAL);
+  free(buf);
+  sac_replay_shard_destroy(&a);
+  sac_replay_shard_destroy(&b);
+}
+
+Test(replay_sampler, sample_written_in_place_equals_the_scratch_sample) {
+  for (uint32_t prec = SAC_WIRE_F32; prec <= SAC_WIRE_F16; prec++) {
+    in_place_equals_scratch(SAC_REPLAY_UNIFORM, 20000, prec);
+    in_place_equals_scratch(SAC_REPLAY_PRIORITIZED, 20000, prec);
+    in_place_equals_scratch(SAC_REPLAY_UNIFORM, 140000, prec); /* 9.5 MB of obs rows */
+  }
+}

@@ -273,3 +273,75 @@ Test(wire_view, random_spoilage_agrees_with_decode) {
   cr_assert_gt(rejected, 150, "and rejected %d of them, as decode did", rejected);
   cr_assert_gt(taken - rejected, 300, "and accepted %d, as decode did", taken - rejected);
 }
+
+/* The writer: a header laid out and written by sac_wire_sample_layout and
+ * sac_wire_sample_put_header, with the arrays copied in at its offsets, is byte for byte
+ * what sac_wire_encode makes of the same batch, for headers whose varints take 1 to 10
+ * bytes (request ids, shard ids), zero fields left out, both precisions, and row counts
+ * and sizes whose lengths cross varint widths. */
+static void write_and_compare(uint64_t rid, uint32_t n, uint32_t od, uint32_t ad, uint32_t shard,
+                              uint32_t prec) {
+  static unsigned char arr[4][1 << 20], enc[1 << 22], put[1 << 22];
+  sac_rng_t g;
+  sac_rng_init(&g, rid ^ n ^ od, shard);
+  for (int k = 0; k < 4; k++)
+    for (size_t i = 0; i < sizeof arr[k]; i++)
+      arr[k][i] = (unsigned char)sac_rng_u32(&g);
+  const void *obs = arr[0], *act = arr[1], *next = arr[2];
+  sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_BATCH};
+  m.u.sample_batch = (sac_wire_sample_batch_t){.request_id = rid,
+                                               .n = n,
+                                               .obs_dim = od,
+                                               .act_dim = ad,
+                                               .shard_id = shard,
+                                               .obs = prec ? NULL : obs,
+                                               .action = prec ? NULL : act,
+                                               .next_obs = prec ? NULL : next,
+                                               .obs16 = prec ? obs : NULL,
+                                               .action16 = prec ? act : NULL,
+                                               .next_obs16 = prec ? next : NULL,
+                                               .reward = (const float *)(const void *)arr[3],
+                                               .terminated = (const float *)(const void *)(arr[3] + 4 * n),
+                                               .weights = (const float *)(const void *)(arr[3] + 8 * n),
+                                               .indices = (const uint64_t *)(const void *)(arr[3] + 12 * n),
+                                               .error = "",
+                                               .precision = prec};
+  size_t len = 0;
+  cr_assert_eq(sac_wire_encode(&m, enc, sizeof enc, &len), 0);
+  sac_wire_sample_layout_t l;
+  cr_assert_eq(sac_wire_sample_layout(&m.u.sample_batch, &l), 0);
+  cr_assert_eq(l.len, len, "layout %zu bytes, encode %zu (rid %llu n %u dims %u %u shard %u prec %u)", l.len,
+               len, (unsigned long long)rid, n, od, ad, shard, prec);
+  memset(put, 0xa5, l.len);
+  sac_wire_sample_put_header(put, &m.u.sample_batch, &l);
+  const size_t es = prec ? 2 : 4;
+  memcpy(put + l.obs, obs, (size_t)n * od * es);
+  memcpy(put + l.action, act, (size_t)n * ad * es);
+  memcpy(put + l.next_obs, next, (size_t)n * od * es);
+  memcpy(put + l.reward, arr[3], 4 * (size_t)n);
+  memcpy(put + l.terminated, arr[3] + 4 * n, 4 * (size_t)n);
+  memcpy(put + l.weights, arr[3] + 8 * n, 4 * (size_t)n);
+  memcpy(put + l.indices, arr[3] + 12 * n, 8 * (size_t)n);
+  cr_assert(memcmp(put, enc, len) == 0, "bytes differ (rid %llu n %u dims %u %u shard %u prec %u)",
+            (unsigned long long)rid, n, od, ad, shard, prec);
+}
+
+Test(wire_view, written_in_place_equals_encoded) {
+  const uint64_t rids[] = {0, 1, 127, 128, 1ull << 35, UINT64_MAX};
+  const uint32_t rows[] = {1, 2, 16, 256, 4096};
+  const uint32_t dims[][2] = {{1, 1}, {3, 1}, {17, 6}, {376, 17}};
+  for (size_t a = 0; a < sizeof rids / sizeof rids[0]; a++)
+    for (size_t b = 0; b < sizeof rows / sizeof rows[0]; b++)
+      for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (uint32_t prec = 0; prec <= 1; prec++)
+          for (uint32_t shard = 0; shard < 300; shard += 299) {
+            if ((size_t)rows[b] * dims[d][0] * 4 > (1 << 20) / 2)
+              continue;
+            write_and_compare(rids[a], rows[b], dims[d][0], dims[d][1], shard, prec);
+          }
+  sac_wire_sample_layout_t l;
+  sac_wire_sample_batch_t bad = {.n = 0, .obs_dim = 17, .act_dim = 6};
+  cr_assert_eq(sac_wire_sample_layout(&bad, &l), SAC_EINVAL, "no rows: the error reply, not this encoding");
+  bad = (sac_wire_sample_batch_t){.n = 4, .obs_dim = 17, .act_dim = 6, .precision = 2};
+  cr_assert_eq(sac_wire_sample_layout(&bad, &l), SAC_EINVAL, "no such precision");
+}
