@@ -34,10 +34,12 @@
  * Usage: sac-bench-service [--seconds S (default 1)] [--windows W (default 3)]
  *   [--configs inproc:2,tcp:1,tcp:2,tcp:4] [--samplers uniform,prioritized]
  *   [--actors 0,4,16] [--actor_rate STEPS_PER_S (default 1000)] [--batch B (default 256)]
- *   [--prefetch K (requests in flight per shard; default as the learner: 8 for replies of at
- *    most 256 KB, else the client's 2)]
+ *   [--prefetch K (requests in flight per shard; default as the learner: for replies of at most
+ *    256 KB, 4 with several batches a reply and 8 with one, else the client's 2)]
  *   [--publish_every K (default 10, the learner's)]
  *   [--publish_interval_ms MS (default 50, the learner's; 0: by count only)]
+ *   [--batches_per_request K (batches in one sample reply; default as the learner: 4 where a
+ *    reply of four takes at most 256 KB, else 1)]
  *   [--priorities_every K (prioritised: the |td| of K updates sent as one message per shard;
  *    default as the learner: 4, fewer where 4 batches pass 1024 rows)]
  *   [--intake direct|decode (direct, the learner's: each reply copied straight from the
@@ -86,6 +88,7 @@ typedef struct {
   double seconds;
   int windows, batch, prefetch, publish_every;
   int publish_interval_ms; /* --publish_interval_ms: the learner's time bound (0: by count only) */
+  int batches_per_request; /* --batches_per_request: batches per sample reply (0: as the learner) */
   int prio_every;          /* --priorities_every (0: as the learner) */
   int decode; /* --intake decode: replies decoded, then staged (the path before direct staging) */
   int64_t prefill;
@@ -327,10 +330,16 @@ static int learner_open(learner_t *L, const shards_t *sh, const conf_t *c, const
   cc.act_dim = ACT;
   cc.sample_precision = o->precision;
   size_t reply = (size_t)o->batch * ((2 * OBS + ACT + 3) * 4 + 8) + 4096; /* fp32: the larger */
+  /* as learner/service.c: four batches a reply where four take at most 256 KB, and then
+   * 4 requests in flight (8 with one batch a reply) */
+  cc.batches_per_request = o->batches_per_request > 0       ? (uint32_t)o->batches_per_request
+                           : reply * 4 <= (size_t)256 << 10 ? 4u
+                                                            : 1u;
+  reply *= cc.batches_per_request;
   if (o->prefetch > 0)
     cc.prefetch = (uint32_t)o->prefetch;
-  else if (reply <= (size_t)256 << 10) /* as learner/service.c asks for small replies */
-    cc.prefetch = 8;
+  else if (reply <= (size_t)256 << 10)
+    cc.prefetch = cc.batches_per_request > 1 ? 4 : 8;
   if (cc.max_msg_bytes < reply)
     cc.max_msg_bytes = reply;
   return (L->client = sac_replay_client_new(&cc)) ? 0 : SAC_ENET;
@@ -740,7 +749,7 @@ static void usage(void) {
           "usage: sac-bench-service [--seconds S] [--windows W] [--configs inproc:2,tcp:1,tcp:2,tcp:4]\n"
           "  [--samplers uniform,prioritized] [--actors 0,4,16] [--actor_rate STEPS_PER_S]\n"
           "  [--batch B] [--prefetch K] [--publish_every K] [--publish_interval_ms MS]\n"
-          "  [--prefill ROWS_PER_SHARD] [--env ENV_ID]\n"
+          "  [--prefill ROWS_PER_SHARD] [--batches_per_request K] [--env ENV_ID]\n"
           "  [--learner ENV_ID] [--sample_precision fp32|fp16] [--intake direct|decode] [--priorities_every "
           "K]\n");
 }
@@ -773,6 +782,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->prefetch = atoi(v);
     else if (!strcmp(argv[i], "--publish_every"))
       o->publish_every = atoi(v);
+    else if (!strcmp(argv[i], "--batches_per_request"))
+      o->batches_per_request = atoi(v);
     else if (!strcmp(argv[i], "--publish_interval_ms"))
       o->publish_interval_ms = atoi(v);
     else if (!strcmp(argv[i], "--priorities_every"))
@@ -803,8 +814,9 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
   }
   if (!(o->seconds > 0 && o->seconds <= 60) || o->windows < 1 || o->windows > MAX_WINDOWS || o->batch < 1 ||
       o->batch > 65536 || o->prefetch < 0 || o->prefetch > 64 || o->publish_every < 1 ||
-      o->publish_interval_ms < 0 || o->publish_interval_ms > 60000 || o->prio_every < 0 ||
-      o->prio_every > 64 || o->prefill < o->batch || o->prefill > (1 << 21)) {
+      o->publish_interval_ms < 0 || o->batches_per_request < 0 || o->batches_per_request > 16 ||
+      o->publish_interval_ms > 60000 || o->prio_every < 0 || o->prio_every > 64 || o->prefill < o->batch ||
+      o->prefill > (1 << 21)) {
     usage();
     return -1;
   }

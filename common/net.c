@@ -323,6 +323,12 @@ int sac_net_recv_msg(void *s, sac_net_msg_t *m, int flags, const void **data, si
 
 void sac_net_msg_close(sac_net_msg_t *m) { zmq_msg_close((zmq_msg_t *)(void *)m->opaque); }
 
+void sac_net_msg_move(sac_net_msg_t *dst, sac_net_msg_t *src) {
+  zmq_msg_t *d = (zmq_msg_t *)(void *)dst->opaque;
+  zmq_msg_init(d);
+  zmq_msg_move(d, (zmq_msg_t *)(void *)src->opaque);
+}
+
 int sac_net_msg_init_size(sac_net_msg_t *m, size_t len, void **data) {
   zmq_msg_t *msg = (zmq_msg_t *)(void *)m->opaque;
   if (zmq_msg_init_size(msg, len) != 0)

@@ -130,6 +130,8 @@ typedef struct {
  * sac_net_recv makes into the caller's buffer is saved. 0 or as sac_net_recv. */
 int sac_net_recv_msg(void *s, sac_net_msg_t *m, int flags, const void **data, size_t *len);
 void sac_net_msg_close(sac_net_msg_t *m);
+/* Moves a received frame from src to dst (src is left empty: close it or not). */
+void sac_net_msg_move(sac_net_msg_t *dst, sac_net_msg_t *src);
 /* A frame of len bytes to be filled in place and sent with sac_net_send_msg (a reply
  * built where ZeroMQ will send it from, instead of built in a buffer and copied): *data
  * points at its bytes. 0 or SAC_ENOMEM; after 0 the caller must send or close m. */

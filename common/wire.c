@@ -325,7 +325,7 @@ static int check_sample_batch(const sac_wire_sample_batch_t *b, const sac_wire_l
       return 0;
     REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
   }
-  if (b->n > lim_max_rows(lim))
+  if (b->n > lim_max_rows(lim) || (b->batches > 1 && b->n % b->batches != 0))
     REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
   if (b->obs_dim == 0 || b->act_dim == 0 || b->obs_dim > 65536 || b->act_dim > 65536 ||
       (lim->obs_dim && b->obs_dim != lim->obs_dim) || (lim->act_dim && b->act_dim != lim->act_dim))
@@ -443,7 +443,8 @@ int sac_wire_validate(sac_wire_decoder_t *d, const sac_wire_msg_t *m, const sac_
     return 0;
   case SAC_WIRE_SAMPLE_REQUEST: {
     const sac_wire_sample_request_t *r = &m->u.sample_request;
-    if (r->batch_size == 0 || r->batch_size > lim_max_rows(lim))
+    if (r->batch_size == 0 || r->batch_size > lim_max_rows(lim) ||
+        (uint64_t)r->batch_size * (r->batches > 1 ? r->batches : 1) > lim_max_rows(lim))
       REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
     if (!isfinite(r->beta))
       REJECT(SAC_ENONFINITE, SAC_WIRE_R_NONFINITE);
@@ -558,7 +559,8 @@ static int decode_ack(const Sac__InsertAck *p, sac_wire_ack_t *a) {
 }
 
 static int decode_sample_request(const Sac__SampleRequest *p, sac_wire_sample_request_t *r) {
-  *r = (sac_wire_sample_request_t){p->request_id, p->batch_size, p->beta, p->timeout_ms, p->precision};
+  *r = (sac_wire_sample_request_t){p->request_id, p->batch_size, p->beta,
+                                   p->timeout_ms, p->precision,  p->batches};
   return 0;
 }
 
@@ -571,6 +573,7 @@ static int decode_sample_batch(const Sac__SampleBatch *p, const sac_wire_limits_
   b->shard_id = p->shard_id;
   b->error = p->error ? p->error : "";
   b->precision = p->precision;
+  b->batches = p->batches;
   uint64_t n = p->n, od = p->obs_dim, ad = p->act_dim;
   if (n > lim_max_rows(lim))
     REJECT(SAC_EINVAL, SAC_WIRE_R_ROWS);
@@ -830,6 +833,7 @@ static int build_sample_request(const sac_wire_sample_request_t *r, proto_build_
   p->beta = r->beta;
   p->timeout_ms = r->timeout_ms;
   p->precision = r->precision;
+  p->batches = r->batches;
   pb->env.body_case = SAC__ENVELOPE__BODY_SAMPLE_REQUEST;
   pb->env.sample_request = p;
   return 0;
@@ -854,6 +858,7 @@ static int build_sample_batch(const sac_wire_sample_batch_t *b, proto_build_t *p
   p->act_dim = b->act_dim;
   p->shard_id = b->shard_id;
   p->precision = b->precision;
+  p->batches = b->batches;
   p->obs = bin(obs, n * od * es);
   p->action = bin(act, n * ad * es);
   p->reward = bin(b->reward, n * 4);

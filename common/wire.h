@@ -146,6 +146,7 @@ typedef struct {
   float beta;
   uint32_t timeout_ms;
   uint32_t precision;
+  uint32_t batches; /* 0 or 1: one batch; K > 1: K batches of batch_size rows in one reply */
 } sac_wire_sample_request_t;
 
 /* obs/next_obs (n, obs_dim), action (n, act_dim), reward/terminated/weights (n) f32,
@@ -166,6 +167,9 @@ typedef struct {
   const char *error;
   uint32_t precision; /* SAC_WIRE_F32 (0) or SAC_WIRE_F16 */
   const uint16_t *obs16, *action16, *next_obs16;
+  /* 0 or 1: the n rows are one batch; K > 1: K batches of n / K rows one after another,
+   * each sampled on its own (n a multiple of K, else SAC_WIRE_R_ROWS) */
+  uint32_t batches;
 } sac_wire_sample_batch_t;
 
 typedef struct {

@@ -83,7 +83,8 @@ enum {
   F_SHARD_ID,
   F_ERROR,
   F_PRECISION,
-  F_LAST = F_PRECISION
+  F_BATCHES,
+  F_LAST = F_BATCHES
 };
 
 /* The SampleBatch's fields into v and the bytes fields' lengths into blen; -1 on
@@ -131,6 +132,8 @@ static int read_batch(rd_t *r, sac_wire_sample_view_t *v, size_t blen[F_LAST + 1
     uint32_t *u32[] = {&v->n, &v->obs_dim, &v->act_dim};
     if (f == F_SHARD_ID)
       v->shard_id = (uint32_t)x;
+    else if (f == F_BATCHES)
+      v->batches = (uint32_t)x;
     else
       *u32[f - F_N] = (uint32_t)x;
   }
@@ -142,7 +145,7 @@ static int header_ok(const sac_wire_sample_view_t *v, const sac_wire_limits_t *l
                      const size_t blen[F_LAST + 1]) {
   const uint64_t n = v->n, od = v->obs_dim, ad = v->act_dim;
   const uint32_t max_rows = lim->max_rows ? lim->max_rows : 65536u;
-  if (n == 0 || n > max_rows || v->shard_id >= SAC_WIRE_MAX_SHARDS)
+  if (n == 0 || n > max_rows || v->shard_id >= SAC_WIRE_MAX_SHARDS || (v->batches > 1 && n % v->batches))
     return 0;
   if (od == 0 || ad == 0 || od > 65536 || ad > 65536 || (lim->obs_dim && od != lim->obs_dim) ||
       (lim->act_dim && ad != lim->act_dim))
@@ -351,6 +354,7 @@ static void wr_batch(wr_t *w, const sac_wire_sample_batch_t *h, sac_wire_sample_
   l->weights = wr_bytes(w, F_WEIGHTS, n * 4);
   wr_uint(w, F_SHARD_ID, h->shard_id);
   wr_uint(w, F_PRECISION, h->precision);
+  wr_uint(w, F_BATCHES, h->batches);
 }
 
 /* The Envelope: its protocol, then the SampleBatch (field 13) of body_len bytes; the

@@ -21,6 +21,7 @@
 typedef struct {
   uint64_t request_id;
   uint32_t n, obs_dim, act_dim, shard_id;
+  uint32_t batches; /* 0 or 1: one batch; K > 1: K batches of n / K rows (n a multiple of K) */
   const unsigned char *obs, *action, *reward, *terminated, *next_obs, *indices, *weights;
 } sac_wire_sample_view_t;
 
@@ -55,7 +56,7 @@ typedef struct {
 } sac_wire_sample_layout_t;
 
 /* The layout of a SampleBatch with hdr's request_id, n (> 0), obs_dim and act_dim (> 0),
- * shard_id and precision (SAC_WIRE_F32: 4-byte obs, action and next_obs values; or
+ * shard_id, batches and precision (SAC_WIRE_F32: 4-byte obs, action and next_obs values; or
  * SAC_WIRE_F16: 2-byte) and no error; hdr's arrays are not read. 0, or SAC_EINVAL for a
  * header that has no such encoding. */
 int sac_wire_sample_layout(const sac_wire_sample_batch_t *hdr, sac_wire_sample_layout_t *out);

@@ -56,7 +56,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                                              .episodes = eps};
   seed(dir, "transitions", 1, &m);
   m = (sac_wire_msg_t){.type = SAC_WIRE_SAMPLE_REQUEST};
-  m.u.sample_request = (sac_wire_sample_request_t){7, 256, 0.4f, 100, SAC_WIRE_F32};
+  m.u.sample_request = (sac_wire_sample_request_t){7, 256, 0.4f, 100, SAC_WIRE_F32, 0};
   seed(dir, "sample_request", 2, &m);
   static const uint64_t idx[2] = {SAC_WIRE_INDEX(0, 1, 2), SAC_WIRE_INDEX(0, 0, 3)};
   static const float pr[2] = {0.5f, 2.0f}, one[2] = {1, 1}, zero[2] = {0, 0};

@@ -31,7 +31,7 @@ typedef struct {
   char weights[256];
   int embedded_shards, actors, envs_per_actor, publish_every, max_nonfinite_updates, log_interval_s,
       loss_guard;
-  int publish_interval_ms;
+  int publish_interval_ms, batches_per_request;
   char sampler[32], weights_precision[8], sample_precision[8];
   int64_t eval_every;
   double per_alpha, per_beta;
@@ -85,6 +85,9 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("eval_every_updates", SAC_CFG_INT64, eval_every, "2000", 0, 1e15,
         "service: updates between evaluations (0: only at the end)"),
     STR("sampler", sampler, "uniform", "embedded shards: uniform | prioritized"),
+    OPT("batches_per_request", SAC_CFG_INT, batches_per_request, "0", 0, 16,
+        "service: batches of --batch_size rows asked of a shard in one request, each sampled on its own "
+        "(fewer messages per update; 0: 4 where a reply of four takes at most 256 KB, else 1)"),
     STR("sample_precision", sample_precision, "fp32",
         "service: dtype of observations and actions in sample replies, fp32 or fp16 (half the bytes; "
         "converted back to fp32 on arrival; values beyond +-65504 arrive as +-65504, counted in "
@@ -257,6 +260,7 @@ static int run_service(const learner_cfg_t *c) {
     return 2;
   }
   lc.sample_precision = strcmp(c->sample_precision, "fp16") == 0 ? SAC_WIRE_F16 : SAC_WIRE_F32;
+  lc.batches_per_request = c->batches_per_request;
   lc.per_alpha = c->per_alpha;
   lc.per_beta = c->per_beta;
   lc.embedded_shards = c->embedded_shards;

@@ -170,9 +170,22 @@ static size_t sample_reply_bytes(int B, int O, int A) {
 
 /* The replay client and embedded shards take messages up to this (and ZeroMQ twice it) */
 #define MAX_SAMPLE_REPLY_BYTES ((size_t)1 << 30)
-/* Sample replies up to this size are asked for SMALL_REPLY_PREFETCH at a time per shard. */
+/* Sample replies up to this size are asked for SMALL_REPLY_PREFETCH at a time per shard,
+ * and batches go four to a reply where four fit in it. */
 #define SMALL_REPLY_BYTES ((size_t)256 << 10)
 #define SMALL_REPLY_PREFETCH 8u
+#define SMALL_REPLY_BATCHES 4u
+
+/* Batches per sample request: the configured number, or SMALL_REPLY_BATCHES where that
+ * many replies of `reply` bytes take at most SMALL_REPLY_BYTES, else 1. Four batches a
+ * reply took the CPU per update of sac-bench-service over loopback TCP (2 shards,
+ * uniform, cheetah sizes) from 138 to 71 us: most of a reply's cost over TCP is per
+ * message, not per byte (docs/SCALING.md). */
+static uint32_t batches_per_request(const sac_learner_cfg_t *c, size_t reply) {
+  if (c->batches_per_request > 0)
+    return (uint32_t)c->batches_per_request;
+  return reply * SMALL_REPLY_BATCHES <= SMALL_REPLY_BYTES ? SMALL_REPLY_BATCHES : 1u;
+}
 
 /* The in-process shards and actors of the embedded default. */
 typedef struct {
@@ -263,7 +276,9 @@ static int embedded_shard_config(const sac_learner_cfg_t *c, const sac_env_spec_
   sc.shard.sampler = c->prioritized ? SAC_REPLAY_PRIORITIZED : SAC_REPLAY_UNIFORM;
   sc.shard.alpha = c->per_alpha;
   /* the learner asks for batches of hp.batch rows: no larger sample has to fit a message */
-  sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
+  size_t reply = sample_reply_bytes(c->hp.batch, sp->obs_dim, sp->act_dim);
+  const uint32_t per_request = batches_per_request(c, reply);
+  sc.shard.max_sample_batch = (uint32_t)c->hp.batch * per_request;
   uint64_t min_size = (uint64_t)(c->learning_starts / S);
   sc.shard.min_size = min_size > (uint64_t)c->hp.batch ? min_size : (uint64_t)c->hp.batch;
   /* a run shorter than learning_starts sizes its shards below it: it never updates, and
@@ -277,7 +292,7 @@ static int embedded_shard_config(const sac_learner_cfg_t *c, const sac_env_spec_
    * defaults was refused by every shard, or never sent, and the learner waited forever) */
   if (sc.shard.max_sample_batch < (uint32_t)c->hp.batch)
     sc.shard.max_sample_batch = (uint32_t)c->hp.batch;
-  size_t reply = sample_reply_bytes(c->hp.batch, sp->obs_dim, sp->act_dim);
+  reply *= per_request;
   if (sc.max_msg_bytes < reply)
     sc.max_msg_bytes = reply;
   if (sc.max_held_bytes < sc.max_msg_bytes)
@@ -887,13 +902,16 @@ static int open_replay(run_t *r) {
   cc.sample_precision = cfg->sample_precision;
   cc.obs_dim = (uint32_t)r->hp.obs_dim;
   cc.act_dim = (uint32_t)r->hp.act_dim;
-  if (cc.max_msg_bytes < r->reply_bytes)
-    cc.max_msg_bytes = r->reply_bytes;
+  cc.batches_per_request = batches_per_request(cfg, r->reply_bytes);
+  const size_t reply = r->reply_bytes * cc.batches_per_request;
+  if (cc.max_msg_bytes < reply)
+    cc.max_msg_bytes = reply;
   /* more requests in flight where replies are small: each reply then carries less of the
    * round trip's wake-ups (sac-bench-service over TCP: 20% less CPU per update at 8 than at
-   * the client's 2, docs/SCALING.md); a shard queues at most 8 x 256 KB for us */
-  if (r->reply_bytes <= SMALL_REPLY_BYTES)
-    cc.prefetch = SMALL_REPLY_PREFETCH;
+   * the client's 2, docs/SCALING.md); with several batches a reply, half as many (16
+   * batches in flight per shard at four a reply); a shard queues at most 8 x 256 KB for us */
+  if (reply <= SMALL_REPLY_BYTES)
+    cc.prefetch = cc.batches_per_request > 1 ? SMALL_REPLY_PREFETCH / 2 : SMALL_REPLY_PREFETCH;
   if (!(r->client = sac_replay_client_new(&cc)))
     return SAC_ENET;
   SAC_INFO("learner", "%s on %s: %zu shard(s), weights on %s, backend %s, batch %d, %dx%d", cfg->env,

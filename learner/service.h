@@ -54,6 +54,9 @@ typedef struct {
   /* SAC_WIRE_F32 (0) or SAC_WIRE_F16: the dtype of obs/action/next_obs in sample replies
    * (replay/client.h: converted back to f32 on arrival) */
   unsigned sample_precision;
+  /* batches of hp.batch rows asked of a shard in one request, each sampled on its own
+   * (replay/client.h); 0: 4 where a reply of four takes at most 256 KB, else 1 */
+  int batches_per_request;
   double per_alpha, per_beta;
   char weights_endpoint[256];
   size_t n_shards; /* 0: embedded */

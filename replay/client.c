@@ -57,6 +57,22 @@ typedef struct {
   size_t pcap, pn;
 } conn_t;
 
+/* A reply of several batches (batches_per_request > 1), returned one batch per sample:
+ * on the direct path the received message itself, read in place (each batch copied into
+ * the caller's stage and checked as it is copied); on the decoded path its rows copied out
+ * of the decoder, whose memory the next decode or info request reuses. */
+typedef struct {
+  uint32_t next, count; /* the next batch to return and the reply's batches (count 0: none held) */
+  size_t conn;
+  int direct;
+  sac_net_msg_t msg;         /* direct: the message, closed when the last batch is returned */
+  sac_wire_sample_view_t v;  /* direct: the whole reply */
+  sac_wire_sample_batch_t b; /* decoded: the header, its arrays pointing at the copies below */
+  float *obs, *act, *next_obs, *rew, *term, *w;
+  uint64_t *idx;
+  size_t cap_rows;
+} held_t;
+
 struct sac_replay_client {
   sac_replay_client_config_t cfg;
   sac_net_ctx_t *ctx;
@@ -79,6 +95,7 @@ struct sac_replay_client {
   /* fp16 replies converted to f32 (sample_precision fp16), f16_rows rows of the dims */
   float *f32_obs, *f32_act, *f32_next;
   size_t f16_cap_obs, f16_cap_act; /* floats */
+  held_t held;                     /* the batches of the last multi-batch reply not yet returned */
   sac_replay_client_stats_t st;
 };
 
@@ -137,10 +154,12 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
   if (cfg->n_shards == 0 || cfg->n_shards > SAC_WIRE_MAX_SHARDS ||
       (!cfg->insert_endpoints && !cfg->sample_endpoints) || cfg->window == 0 || cfg->window > MAX_WINDOW ||
       (cfg->sample_endpoints && cfg->batch_size == 0) || cfg->max_msg_bytes < 4096 ||
+      cfg->batches_per_request > 64 ||
+      (uint64_t)cfg->batch_size * (cfg->batches_per_request ? cfg->batches_per_request : 1) > (1u << 20) ||
       (cfg->sample_precision != SAC_WIRE_F32 && cfg->sample_precision != SAC_WIRE_F16)) {
     SAC_ERROR("replay-client",
-              "invalid client configuration (shards 1..%u, window 1..%u, batch_size > 0, sample_precision "
-              "f32 or fp16)",
+              "invalid client configuration (shards 1..%u, window 1..%u, batch_size > 0, batches_per_request "
+              "0..64, sample_precision f32 or fp16)",
               SAC_WIRE_MAX_SHARDS, MAX_WINDOW);
     return NULL;
   }
@@ -152,6 +171,8 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
   c->cfg.sample_endpoints = NULL;
   if (!c->cfg.prefetch)
     c->cfg.prefetch = 1;
+  if (!c->cfg.batches_per_request)
+    c->cfg.batches_per_request = 1;
   if (!c->cfg.resend_ms)
     c->cfg.resend_ms = 2000;
   if (!c->cfg.session) {
@@ -175,8 +196,9 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
   c->ctx = cfg->ctx ? sac_net_ctx_ref(cfg->ctx) : sac_net_ctx_new(1);
   if (!c->conns || !c->rbuf || !c->sbuf || !c->dec || !c->ctx)
     goto fail;
+  const size_t reply_rows = (size_t)cfg->batch_size * c->cfg.batches_per_request;
   if (cfg->sample_precision == SAC_WIRE_F16 &&
-      grow_f32(c, (size_t)cfg->batch_size * cfg->obs_dim, (size_t)cfg->batch_size * cfg->act_dim) != 0)
+      grow_f32(c, reply_rows * cfg->obs_dim, reply_rows * cfg->act_dim) != 0)
     goto fail;
   c->lim = (sac_wire_limits_t){.max_msg_bytes = cfg->max_msg_bytes,
                                .obs_dim = cfg->obs_dim,
@@ -184,7 +206,7 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
                                .max_rows = 1u << 20};
   c->slim = c->lim;
   c->slim.obs_dim = c->slim.act_dim = 0; /* a shard of other sizes is told apart from garbage */
-  c->slim.max_rows = cfg->batch_size ? cfg->batch_size : 1;
+  c->slim.max_rows = reply_rows ? (uint32_t)reply_rows : 1;
   if (c->cfg.prefetch > MAX_PEND / 2)
     c->cfg.prefetch = MAX_PEND / 2;
   for (size_t i = 0; i < c->n; i++) {
@@ -239,6 +261,10 @@ void sac_replay_client_destroy(sac_replay_client_t **cp) {
   free(c->f32_obs);
   free(c->f32_act);
   free(c->f32_next);
+  if (c->held.count && c->held.direct)
+    sac_net_msg_close(&c->held.msg);
+  free(c->held.obs), free(c->held.act), free(c->held.next_obs), free(c->held.rew), free(c->held.term);
+  free(c->held.w), free(c->held.idx);
   free(c->rbuf);
   free(c->sbuf);
   free(c->sidx);
@@ -496,8 +522,13 @@ int sac_replay_client_insert(sac_replay_client_t *c, int shard, const sac_wire_t
 
 static void request(sac_replay_client_t *c, conn_t *k) {
   sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
-  m.u.sample_request = (sac_wire_sample_request_t){++c->request_id, c->cfg.batch_size, c->cfg.beta,
-                                                   c->cfg.sample_timeout_ms, c->cfg.sample_precision};
+  const uint32_t nb = c->cfg.batches_per_request;
+  m.u.sample_request = (sac_wire_sample_request_t){.request_id = ++c->request_id,
+                                                   .batch_size = c->cfg.batch_size,
+                                                   .beta = c->cfg.beta,
+                                                   .timeout_ms = c->cfg.sample_timeout_ms,
+                                                   .precision = c->cfg.sample_precision,
+                                                   .batches = nb > 1 ? nb : 0};
   unsigned char buf[64];
   size_t len = 0;
   if (sac_wire_encode(&m, buf, sizeof buf, &len) != 0)
@@ -637,21 +668,34 @@ static int check_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_b
     k->inflight--;
   if (b->n == 0) {
     if (strstr(b->error, "max_sample_batch"))
-      return fatal(
-          c,
-          "shard %u at %s refuses batches of %u rows (\"%s\"): raise its --max_sample_batch or lower "
-          "the learner's --batch_size",
-          b->shard_id, k->ep, c->cfg.batch_size, b->error);
+      return fatal(c,
+                   "shard %u at %s refuses %u batch(es) of %u rows in one request (\"%s\"): raise its "
+                   "--max_sample_batch or lower the learner's --batch_size or --batches_per_request",
+                   b->shard_id, k->ep, c->cfg.batches_per_request, c->cfg.batch_size, b->error);
+    if (strstr(b->error, "max_msg_bytes"))
+      return fatal(c,
+                   "shard %u at %s cannot send %u batch(es) of %u rows in one message (\"%s\"): raise its "
+                   "--max_msg_bytes or lower the learner's --batches_per_request",
+                   b->shard_id, k->ep, c->cfg.batches_per_request, c->cfg.batch_size, b->error);
     /* the shard could not serve (rate limiter timeout, empty, busy): ask again after a
      * short pause rather than in a tight loop */
     c->st.sample_errors++;
     k->backoff_until_ns = k->last_reply_ns + 10000000ull;
     return 1;
   }
-  if (b->n != c->cfg.batch_size) {
-    snprintf(d, sizeof d, "%u rows where %u were asked for", b->n, c->cfg.batch_size);
+  const uint32_t want = c->cfg.batches_per_request, got = b->batches > 1 ? b->batches : 1;
+  if ((uint64_t)b->n != (uint64_t)c->cfg.batch_size * got || (got != want && got != 1)) {
+    snprintf(d, sizeof d, "%u rows in %u batch(es) where %u batch(es) of %u rows were asked for", b->n, got,
+             want, c->cfg.batch_size);
     refuse(c, k, SAC_WIRE_R_ROWS, d);
     return 1;
+  }
+  if (got != want) { /* a shard that predates multi-batch replies: one batch, as asked of it */
+    if (c->st.sample_single_batch_replies++ == 0)
+      SAC_WARN("replay-client",
+               "shard %u at %s answers requests for %u batches with one (it predates --batches_per_request): "
+               "more messages per batch; upgrade the shard",
+               b->shard_id, k->ep, want);
   }
   if (c->shard_map[b->shard_id] >= 0 && (size_t)c->shard_map[b->shard_id] != i) {
     snprintf(d, sizeof d, "shard id %u, which %.255s already has (two shards with one --shard_id?)",
@@ -704,19 +748,37 @@ static void spoilt_reply(sac_replay_client_t *c, conn_t *k, sac_wire_reason_t wh
  * copied from the message into dst, checked as it is copied (common/wire_view.h). 0 (a
  * batch in dst, its header in *b), 1 (refused: counted) or SAC_EAGAIN (another kind of
  * reply: decode it). */
+/* Batch j of the reply viewed in v (batch_size rows), as a view of its own. */
+static sac_wire_sample_view_t view_slice(const sac_wire_sample_view_t *v, uint32_t rows, uint32_t j) {
+  sac_wire_sample_view_t s = *v;
+  const size_t r = (size_t)rows * j;
+  s.n = rows, s.batches = 0;
+  s.obs += r * v->obs_dim * 4, s.next_obs += r * v->obs_dim * 4, s.action += r * v->act_dim * 4;
+  s.reward += r * 4, s.terminated += r * 4, s.weights += r * 4, s.indices += r * 8;
+  return s;
+}
+
 static int copy_reply(sac_replay_client_t *c, conn_t *k, const void *data, size_t len,
-                      const sac_wire_sample_dst_t *dst, sac_wire_sample_batch_t *b) {
+                      const sac_wire_sample_dst_t *dst, sac_wire_sample_batch_t *b,
+                      sac_wire_sample_view_t *whole) {
   sac_wire_sample_view_t v;
-  if (len >= c->rcap || sac_wire_sample_view(data, len, &c->slim, &v) != 0 || v.n != c->cfg.batch_size ||
-      v.obs_dim != c->cfg.obs_dim || v.act_dim != c->cfg.act_dim)
+  const uint32_t want = c->cfg.batches_per_request;
+  if (len >= c->rcap || sac_wire_sample_view(data, len, &c->slim, &v) != 0 || v.obs_dim != c->cfg.obs_dim ||
+      v.act_dim != c->cfg.act_dim)
     return SAC_EAGAIN; /* other sizes: decoded, and check_reply says what is wrong */
+  const uint32_t got = v.batches > 1 ? v.batches : 1;
+  if ((got != want && got != 1) || (uint64_t)v.n != (uint64_t)c->cfg.batch_size * got)
+    return SAC_EAGAIN;
   sac_wire_reason_t why;
-  if (sac_wire_sample_copy(&v, &c->slim, dst, &why) != 0) {
+  const sac_wire_sample_view_t first = view_slice(&v, c->cfg.batch_size, 0);
+  if (sac_wire_sample_copy(&first, &c->slim, dst, &why) != 0) {
     spoilt_reply(c, k, why, len);
     return 1;
   }
+  *whole = v;
   *b = (sac_wire_sample_batch_t){.request_id = v.request_id,
                                  .n = v.n,
+                                 .batches = v.batches,
                                  .obs_dim = v.obs_dim,
                                  .act_dim = v.act_dim,
                                  .shard_id = v.shard_id,
@@ -758,38 +820,54 @@ static void copy_decoded(const sac_wire_sample_batch_t *b, const sac_wire_sample
   memcpy(dst->indices, b->indices, n * sizeof(uint64_t));
 }
 
-/* Connection i's next reply, if one has come: 0 (a batch for us, in *out), 1 (none, or
- * refused), or SAC_ECONFIG (the shard can never serve us). */
-static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_dst_t *dst,
-                      sac_replay_batch_t *out) {
-  conn_t *k = &c->conns[i];
-  /* read straight from ZeroMQ's message: decoded into the decoder's own memory, or (dst)
-   * copied once into dst; either way the message is released at once */
-  size_t len = 0;
-  const void *data = NULL;
-  sac_net_msg_t msg;
-  if (sac_net_recv_msg(k->smp, &msg, SAC_NET_DONTWAIT, &data, &len) != 0)
-    return 1;
-  k->last_reply_ns = sac_clock_ns();
-  sac_wire_msg_t m;
-  sac_wire_sample_batch_t *b = &m.u.sample_batch;
-  int rc = dst ? copy_reply(c, k, data, len, dst, b) : SAC_EAGAIN;
-  int decoded = rc == SAC_EAGAIN;
-  if (decoded)
-    rc = decode_reply(c, k, data, len, &m);
-  sac_net_msg_close(&msg);
-  if (rc)
-    return rc;
-  int ck = check_reply(c, i, b);
-  if (ck)
-    return ck;
-  if (rows_to_f32(c, k, b) != 0) /* fp16 rows (decoded only) to f32; an f32 answer to fp16 counted */
-    return SAC_ENOMEM;
-  if (dst && decoded)
-    copy_decoded(b, dst);
-  request(c, k); /* keep `prefetch` requests in flight */
-  c->shard_map[b->shard_id] = (int16_t)i;
-  *out = (sac_replay_batch_t){.n = b->n,
+/* Batch j of a decoded (f32) reply of batches of `rows` rows, its arrays into b's. */
+static sac_wire_sample_batch_t batch_slice(const sac_wire_sample_batch_t *b, uint32_t rows, uint32_t j) {
+  sac_wire_sample_batch_t s = *b;
+  const size_t r = (size_t)rows * j;
+  s.n = rows, s.batches = 0;
+  s.obs += r * b->obs_dim, s.next_obs += r * b->obs_dim, s.action += r * b->act_dim;
+  s.reward += r, s.terminated += r, s.weights += r, s.indices += r;
+  return s;
+}
+
+/* The rows of a decoded multi-batch reply (f32 by now) copied out of the decoder's memory,
+ * which the next decode or info request reuses, into the held arrays; b's arrays then
+ * point there. 0 or SAC_ENOMEM. */
+static int hold_decoded(sac_replay_client_t *c, sac_wire_sample_batch_t *b) {
+  held_t *h = &c->held;
+  const size_t n = b->n, no = n * b->obs_dim, na = n * b->act_dim;
+  if (n > h->cap_rows || !h->obs) {
+    float **f[] = {&h->obs, &h->next_obs, &h->act, &h->rew, &h->term, &h->w};
+    const size_t len[] = {no, no, na, n, n, n};
+    for (int i = 0; i < 6; i++) {
+      float *p = realloc(*f[i], len[i] * sizeof(float));
+      if (!p)
+        return SAC_ENOMEM;
+      *f[i] = p;
+    }
+    uint64_t *x = realloc(h->idx, n * sizeof *x);
+    if (!x)
+      return SAC_ENOMEM;
+    h->idx = x;
+    h->cap_rows = n; /* the dims are the client's own: a reply of others was refused */
+  }
+  const sac_wire_sample_dst_t to = {h->obs, h->next_obs, h->act, h->rew, h->term, h->w, h->idx};
+  copy_decoded(b, &to);
+  b->obs = h->obs, b->next_obs = h->next_obs, b->action = h->act;
+  b->reward = h->rew, b->terminated = h->term, b->weights = h->w, b->indices = h->idx;
+  return 0;
+}
+
+static void release_held(sac_replay_client_t *c) {
+  if (c->held.count && c->held.direct)
+    sac_net_msg_close(&c->held.msg);
+  c->held.count = c->held.next = 0;
+}
+
+/* What sample returns for batch b: dst's arrays (the direct path) or b's. */
+static void batch_out(sac_replay_client_t *c, size_t i, const sac_wire_sample_batch_t *b,
+                      const sac_wire_sample_dst_t *dst, sac_replay_batch_t *out) {
+  *out = (sac_replay_batch_t){.n = c->cfg.batch_size,
                               .obs_dim = b->obs_dim,
                               .act_dim = b->act_dim,
                               .shard_id = b->shard_id,
@@ -802,6 +880,99 @@ static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_ds
                               .indices = dst ? dst->indices : b->indices};
   c->rr_sample = i + 1;
   c->st.samples_received++;
+}
+
+/* The next batch of the held reply: 0 (in *out), or 1 (it failed its checks as it was
+ * copied: refused and counted, and the rest of the reply dropped). */
+static int take_held(sac_replay_client_t *c, const sac_wire_sample_dst_t *dst, sac_replay_batch_t *out) {
+  held_t *h = &c->held;
+  const uint32_t j = h->next++;
+  conn_t *k = &c->conns[h->conn];
+  sac_wire_sample_batch_t one;
+  if (h->direct) {
+    const sac_wire_sample_view_t v = view_slice(&h->v, c->cfg.batch_size, j);
+    sac_wire_reason_t why;
+    if (!dst || sac_wire_sample_copy(&v, &c->slim, dst, &why) != 0) {
+      if (dst) {
+        char d[160];
+        snprintf(d, sizeof d, "%s (batch %u of %u of a reply)", sac_wire_reason_str(why), j + 1, h->count);
+        refuse(c, k, why, d);
+      }
+      release_held(c);
+      return 1;
+    }
+    one = (sac_wire_sample_batch_t){
+        .n = v.n, .obs_dim = v.obs_dim, .act_dim = v.act_dim, .shard_id = v.shard_id};
+    c->st.samples_direct++;
+  } else {
+    one = batch_slice(&h->b, c->cfg.batch_size, j);
+    if (dst)
+      copy_decoded(&one, dst);
+  }
+  batch_out(c, h->conn, &one, dst, out);
+  if (h->next >= h->count)
+    release_held(c);
+  return 0;
+}
+
+/* Connection i's next reply, if one has come: 0 (a batch for us, in *out; with several in
+ * the reply, the rest held for the next samples), 1 (none, or refused), or SAC_ECONFIG
+ * (the shard can never serve us). */
+static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_dst_t *dst,
+                      sac_replay_batch_t *out) {
+  conn_t *k = &c->conns[i];
+  /* read straight from ZeroMQ's message: decoded into the decoder's own memory, or (dst)
+   * its first batch copied once into dst */
+  size_t len = 0;
+  const void *data = NULL;
+  sac_net_msg_t msg;
+  if (sac_net_recv_msg(k->smp, &msg, SAC_NET_DONTWAIT, &data, &len) != 0)
+    return 1;
+  k->last_reply_ns = sac_clock_ns();
+  sac_wire_msg_t m;
+  sac_wire_sample_batch_t *b = &m.u.sample_batch;
+  sac_wire_sample_view_t whole;
+  int rc = dst ? copy_reply(c, k, data, len, dst, b, &whole) : SAC_EAGAIN;
+  const int decoded = rc == SAC_EAGAIN;
+  if (decoded)
+    rc = decode_reply(c, k, data, len, &m);
+  if (rc == 0)
+    rc = check_reply(c, i, b);
+  const uint32_t nb = rc == 0 && b->batches > 1 ? b->batches : 1;
+  if (rc == 0 &&
+      rows_to_f32(c, k, b) != 0) /* fp16 rows (decoded only) to f32; an f32 answer to fp16 counted */
+    rc = SAC_ENOMEM;
+  if (rc == 0 && decoded && nb > 1 && hold_decoded(c, b) != 0)
+    rc = SAC_ENOMEM;
+  if (rc != 0 || decoded || nb == 1)
+    sac_net_msg_close(&msg);
+  if (rc)
+    return rc;
+  if (nb > 1) {
+    c->held = (held_t){.next = 1,
+                       .count = nb,
+                       .conn = i,
+                       .direct = !decoded,
+                       .v = whole,
+                       .b = *b,
+                       .obs = c->held.obs,
+                       .act = c->held.act,
+                       .next_obs = c->held.next_obs,
+                       .rew = c->held.rew,
+                       .term = c->held.term,
+                       .w = c->held.w,
+                       .idx = c->held.idx,
+                       .cap_rows = c->held.cap_rows};
+    if (!decoded)
+      sac_net_msg_move(&c->held.msg, &msg);
+  }
+  sac_wire_sample_batch_t first = decoded ? batch_slice(b, c->cfg.batch_size, 0) : *b;
+  if (dst && decoded)
+    copy_decoded(&first, dst);
+  request(c, k); /* keep `prefetch` requests in flight */
+  c->shard_map[b->shard_id] = (int16_t)i;
+  batch_out(c, i, &first, dst, out);
+  c->st.sample_replies++;
   if (dst)
     c->st.samples_direct += !decoded;
   return 0;
@@ -811,6 +982,8 @@ static int sample(sac_replay_client_t *c, int timeout_ms, const sac_wire_sample_
                   sac_replay_batch_t *out) {
   if (!c->conns[0].smp)
     return SAC_ESTATE;
+  if (c->held.count && take_held(c, dst, out) == 0)
+    return 0;
   uint64_t deadline = sac_clock_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
   for (;;) {
     uint64_t now = sac_clock_ns();

@@ -37,10 +37,15 @@ typedef struct {
   const char *const *sample_endpoints; /* n_shards, or NULL for an inserting-only client */
   sac_net_ctx_t *ctx;                  /* shared context, or NULL for the client's own */
   uint32_t actor_id;
-  uint32_t window;            /* unacked batches per shard (1..64), default 16 */
-  uint32_t resend_ms;         /* resend unacked batches older than this, default 2000 */
-  uint32_t prefetch;          /* sample requests in flight per shard, default 2 */
-  uint32_t batch_size;        /* rows per sample request, default 256 */
+  uint32_t window;     /* unacked batches per shard (1..64), default 16 */
+  uint32_t resend_ms;  /* resend unacked batches older than this, default 2000 */
+  uint32_t prefetch;   /* sample requests in flight per shard, default 2 */
+  uint32_t batch_size; /* rows per sample request, default 256 */
+  /* batches of batch_size rows asked for in one request (1..64, default 1): a reply then
+   * carries that many batches, each sampled on its own by the shard, and sample returns
+   * them one per call (fewer messages, and their fixed costs, per batch). A shard that
+   * predates the option answers one batch (counted in sample_single_batch_replies). */
+  uint32_t batches_per_request;
   float beta;                 /* importance-sampling exponent sent with requests, default 0.4 */
   uint32_t sample_timeout_ms; /* how long a shard may hold a request, default 1000 */
   /* SAC_WIRE_F32 (default) or SAC_WIRE_F16: the dtype asked for the obs, action and
@@ -164,6 +169,8 @@ typedef struct {
   uint64_t busy_replies;       /* "busy": the shard's held queue was full; resent later */
   uint64_t reconnects;
   uint64_t samples_received, samples_direct, sample_errors, sample_requests_sent, sample_requests_reissued;
+  uint64_t sample_replies; /* replies that returned batches (several each with batches_per_request) */
+  uint64_t sample_single_batch_replies; /* one-batch replies to multi-batch requests (a shard without them) */
   uint64_t priority_updates_sent, priority_updates_dropped;
   uint64_t samples_f16;                /* replies received with fp16 obs/action/next_obs */
   uint64_t sample_precision_fallbacks; /* f32 replies to fp16 requests (a shard without fp16) */

@@ -40,6 +40,7 @@ typedef struct {
   size_t id_len;
   uint64_t request_id;
   uint32_t batch;
+  uint32_t batches; /* batches of `batch` rows in the reply (1 or more) */
   float beta;
   uint32_t precision; /* SAC_WIRE_F32 or SAC_WIRE_F16 (obs/action/next_obs in the reply) */
   uint64_t deadline_ns, enqueued_ns;
@@ -888,17 +889,20 @@ static void end_sample_empty(sac_replay_server_t *s, uint64_t rid) {
 }
 
 /* The reply built in place: the message allocated at its encoded size, its header
- * written, the rows gathered straight into its arrays, sent without a copy. 0 (answered
- * one way or another) or 1 (no room under max_msg_bytes, or no memory: not begun, nothing
- * sampled; the caller encodes the ordinary way, which answers with the reason). */
-static int serve_sample_in_place(sac_replay_server_t *s, uint64_t rid, uint32_t n, float beta,
-                                 uint32_t precision) {
+ * written, the rows of each of its `batches` batches of n (each sampled on its own, so
+ * prioritised sampling stratifies and normalises every batch as a separate request)
+ * gathered straight into its arrays, sent without a copy. 0 (answered one way or
+ * another) or 1 (no room under max_msg_bytes, or no memory: not begun, nothing sampled;
+ * the caller answers the ordinary way, which gives the reason). */
+static int serve_sample_in_place(sac_replay_server_t *s, uint64_t rid, uint32_t n, uint32_t batches,
+                                 float beta, uint32_t precision) {
   const sac_wire_sample_batch_t hdr = {.request_id = rid,
-                                       .n = n,
+                                       .n = n * batches,
                                        .obs_dim = s->cfg.shard.obs_dim,
                                        .act_dim = s->cfg.shard.act_dim,
                                        .shard_id = s->cfg.shard.shard_id,
-                                       .precision = precision};
+                                       .precision = precision,
+                                       .batches = batches > 1 ? batches : 0};
   sac_wire_sample_layout_t l;
   if (sac_wire_sample_layout(&hdr, &l) != 0 || l.len > s->out_cap)
     return 1;
@@ -907,12 +911,18 @@ static int serve_sample_in_place(sac_replay_server_t *s, uint64_t rid, uint32_t 
   if (sac_net_msg_init_size(&msg, l.len, &data) != 0)
     return 1;
   unsigned char *buf = data;
-  const sac_replay_sample_dst_t dst = {buf + l.obs,      buf + l.action,  buf + l.reward, buf + l.terminated,
-                                       buf + l.next_obs, buf + l.indices, buf + l.weights};
-  if (sac_replay_shard_sample_to(s->shard, n, beta, precision, &dst) != 0) {
-    sac_net_msg_close(&msg);
-    end_sample_empty(s, rid);
-    return 0;
+  const size_t es = precision == SAC_WIRE_F16 ? 2 : 4, ob = (size_t)n * hdr.obs_dim * es,
+               ab = (size_t)n * hdr.act_dim * es;
+  for (uint32_t j = 0; j < batches; j++) {
+    const sac_replay_sample_dst_t dst = {buf + l.obs + j * ob,       buf + l.action + j * ab,
+                                         buf + l.reward + j * 4 * n, buf + l.terminated + j * 4 * n,
+                                         buf + l.next_obs + j * ob,  buf + l.indices + j * 8 * n,
+                                         buf + l.weights + j * 4 * n};
+    if (sac_replay_shard_sample_to(s->shard, n, beta, precision, &dst) != 0) {
+      sac_net_msg_close(&msg);
+      end_sample_empty(s, rid);
+      return 0;
+    }
   }
   sac_wire_sample_put_header(buf, &hdr, &l);
   if (sac_net_send_msg(s->smp, &msg, SAC_NET_DONTWAIT) != 0) {
@@ -923,13 +933,25 @@ static int serve_sample_in_place(sac_replay_server_t *s, uint64_t rid, uint32_t 
 }
 
 static void serve_sample(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint64_t rid,
-                         uint32_t n, float beta, uint32_t precision) {
+                         uint32_t n, uint32_t batches, float beta, uint32_t precision) {
   /* the routing frame first: a peer whose queue is full (it does not read) gets
    * nothing sampled, encoded or queued */
   if (reply_begin(s, s->smp, id, id_len) != 0)
     return;
-  if (serve_sample_in_place(s, rid, n, beta, precision) == 0)
+  if (serve_sample_in_place(s, rid, n, batches, beta, precision) == 0)
     return;
+  if (batches > 1) { /* the ordinary path encodes one batch: this is a reply too large */
+    s->st.replies_unencodable_total++;
+    sac_wire_msg_t e = {.type = SAC_WIRE_SAMPLE_BATCH};
+    e.u.sample_batch =
+        (sac_wire_sample_batch_t){.request_id = rid,
+                                  .obs_dim = s->cfg.shard.obs_dim,
+                                  .act_dim = s->cfg.shard.act_dim,
+                                  .shard_id = s->cfg.shard.shard_id,
+                                  .error = "reply larger than max_msg_bytes: ask for fewer rows"};
+    reply_end(s, s->smp, &e);
+    return;
+  }
   sac_replay_sample_t b;
   if (sac_replay_shard_sample_as(s->shard, n, beta, precision, &b) != 0) {
     end_sample_empty(s, rid);
@@ -988,12 +1010,12 @@ static void serve_pending(sac_replay_server_t *s) {
   uint64_t now = 0;
   while (s->pend_count) {
     pending_t *p = &s->pend[s->pend_head];
-    if (!sac_replay_shard_can_sample(s->shard, p->batch))
+    if (!sac_replay_shard_can_sample(s->shard, p->batch * p->batches))
       break;
     if (!now)
       now = sac_clock_ns();
     s->st.sample_wait_seconds_total += (double)(now - p->enqueued_ns) * 1e-9;
-    serve_sample(s, p->id, p->id_len, p->request_id, p->batch, p->beta, p->precision);
+    serve_sample(s, p->id, p->id_len, p->request_id, p->batch, p->batches, p->beta, p->precision);
     s->pend_head = (s->pend_head + 1) % s->cfg.max_pending_samples;
     s->pend_count--;
   }
@@ -1062,13 +1084,16 @@ static void handle_sample(sac_replay_server_t *s) {
       send_sample_error(s, id, id_len, q->request_id, "busy: too many sample peers (max_sample_peers)");
       return;
     }
-    if (q->batch_size > s->cfg.shard.max_sample_batch) {
+    const uint32_t batches = q->batches > 1 ? q->batches : 1;
+    if ((uint64_t)q->batch_size * batches > s->cfg.shard.max_sample_batch) {
       count_reject(s, SAC_WIRE_R_ROWS, "sample", id, id_len);
-      send_sample_error(s, id, id_len, q->request_id, "batch_size over this shard's max_sample_batch");
+      send_sample_error(s, id, id_len, q->request_id,
+                        batches > 1 ? "batch_size x batches over this shard's max_sample_batch"
+                                    : "batch_size over this shard's max_sample_batch");
       return;
     }
-    if (s->pend_count == 0 && sac_replay_shard_can_sample(s->shard, q->batch_size)) {
-      serve_sample(s, id, id_len, q->request_id, q->batch_size, q->beta, q->precision);
+    if (s->pend_count == 0 && sac_replay_shard_can_sample(s->shard, q->batch_size * batches)) {
+      serve_sample(s, id, id_len, q->request_id, q->batch_size, batches, q->beta, q->precision);
       return;
     }
     if (s->pend_count >= s->cfg.max_pending_samples) {
@@ -1084,6 +1109,7 @@ static void handle_sample(sac_replay_server_t *s) {
     p->id_len = id_len;
     p->request_id = q->request_id;
     p->batch = q->batch_size;
+    p->batches = batches;
     p->beta = q->beta;
     p->precision = q->precision;
     p->enqueued_ns = now;

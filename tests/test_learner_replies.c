@@ -36,17 +36,20 @@
 /* ------------------------------------------------------------------ the fake shard */
 
 typedef enum {
-  ANSWER_GOOD,     /* exactly what was asked */
-  ANSWER_ONE_ROW,  /* 1 row whatever was asked */
-  ANSWER_WRONG_ID, /* a good batch with a request id never sent */
-  ANSWER_DIMS,     /* a good batch of obs_dim OBS + 2 */
-  ANSWER_DIMS_ERR, /* an error reply ("replay is empty") carrying obs_dim OBS + 2 */
-  ANSWER_NAN,      /* NaN in obs */
-  ANSWER_GARBAGE,  /* random bytes */
-  ANSWER_TOO_BIG,  /* "batch_size over this shard's max_sample_batch" */
-  ANSWER_HUGE,     /* a good batch with rewards of 3e38 */
-  ANSWER_TWICE,    /* a good batch, then the same reply again */
-  ANSWER_REFUSAL,  /* an error reply with request id 0, then a good batch */
+  ANSWER_GOOD,      /* exactly what was asked */
+  ANSWER_ONE_ROW,   /* 1 row whatever was asked */
+  ANSWER_WRONG_ID,  /* a good batch with a request id never sent */
+  ANSWER_DIMS,      /* a good batch of obs_dim OBS + 2 */
+  ANSWER_DIMS_ERR,  /* an error reply ("replay is empty") carrying obs_dim OBS + 2 */
+  ANSWER_NAN,       /* NaN in obs */
+  ANSWER_GARBAGE,   /* random bytes */
+  ANSWER_TOO_BIG,   /* "batch_size over this shard's max_sample_batch" */
+  ANSWER_HUGE,      /* a good batch with rewards of 3e38 */
+  ANSWER_TWICE,     /* a good batch, then the same reply again */
+  ANSWER_REFUSAL,   /* an error reply with request id 0, then a good batch */
+  ANSWER_MULTI,     /* the request's batches of batch_size rows in one reply, batch j's obs[0] = j */
+  ANSWER_MULTI_NAN, /* as ANSWER_MULTI with a NaN in the third batch */
+  ANSWER_MULTI_BAD, /* 2 x batch_size rows that say 4 batches */
 } answer_t;
 
 typedef struct {
@@ -90,15 +93,21 @@ static void send_routed(fake_t *f, const unsigned char *id, size_t id_len, const
   sac_net_send(f->router, f->out, len, 0);
 }
 
-/* A SampleBatch of n rows (obs size od) for request rid. */
-static void send_batch(fake_t *f, const unsigned char *id, size_t id_len, uint64_t rid, uint32_t n,
-                       uint32_t od, float reward, float obs0) {
+/* A SampleBatch of n rows (obs size od) for request rid; with batches > 1, that many
+ * batches of n / batches rows, batch j's first obs value j (and the third's NaN with
+ * nan3). */
+static void send_batches(fake_t *f, const unsigned char *id, size_t id_len, uint64_t rid, uint32_t n,
+                         uint32_t od, float reward, float obs0, uint32_t batches, int nan3) {
   static float obs[4096 * 8], nobs[4096 * 8], act[4096], rew[4096], term[4096], w[4096];
   static uint64_t idx[4096];
   cr_assert_leq(n, 4096);
   for (uint32_t i = 0; i < n * od; i++)
     obs[i] = nobs[i] = 0.25f;
   obs[0] = obs0;
+  for (uint32_t j = 1; batches > 1 && j < batches; j++)
+    obs[(size_t)j * (n / batches) * od] = (float)j;
+  if (nan3)
+    obs[(size_t)2 * (n / batches) * od + 1] = NAN;
   for (uint32_t i = 0; i < n; i++) {
     act[i] = 0.5f, rew[i] = reward, term[i] = 0.0f, w[i] = 1.0f;
     idx[i] = SAC_WIRE_INDEX(f->shard_id, 1, f->next_slot++);
@@ -116,8 +125,14 @@ static void send_batch(fake_t *f, const unsigned char *id, size_t id_len, uint64
                                                .next_obs = nobs,
                                                .indices = idx,
                                                .weights = w,
-                                               .error = ""};
+                                               .error = "",
+                                               .batches = batches > 1 ? batches : 0};
   send_routed(f, id, id_len, &m);
+}
+
+static void send_batch(fake_t *f, const unsigned char *id, size_t id_len, uint64_t rid, uint32_t n,
+                       uint32_t od, float reward, float obs0) {
+  send_batches(f, id, id_len, rid, n, od, reward, obs0, 0, 0);
 }
 
 static void send_error(fake_t *f, const unsigned char *id, size_t id_len, uint64_t rid, uint32_t od,
@@ -175,7 +190,7 @@ static int fake_serve(fake_t *f, long wait_ms) {
       continue;
     atomic_fetch_add(&f->requests, 1);
     uint64_t rid = m.u.sample_request.request_id;
-    uint32_t want = m.u.sample_request.batch_size;
+    uint32_t want = m.u.sample_request.batch_size, nb = m.u.sample_request.batches;
     served = 1;
     switch (f->mode) {
     case ANSWER_GOOD:
@@ -218,6 +233,14 @@ static int fake_serve(fake_t *f, long wait_ms) {
       send_error(f, id, id_len, 0, OBS, "not a decodable protobuf Envelope (random or truncated bytes)");
       send_batch(f, id, id_len, rid, want, OBS, -1.0f, 0.25f);
       break;
+    case ANSWER_MULTI:
+    case ANSWER_MULTI_NAN:
+      send_batches(f, id, id_len, rid, want * (nb > 1 ? nb : 1), OBS, -1.0f, 0.0f, nb,
+                   f->mode == ANSWER_MULTI_NAN);
+      break;
+    case ANSWER_MULTI_BAD:
+      send_batches(f, id, id_len, rid, want * 2, OBS, -1.0f, 0.0f, 4, 0);
+      break;
     }
   }
 }
@@ -230,7 +253,7 @@ typedef struct {
   sac_replay_client_t *c;
 } rig_t;
 
-static void rig_open(rig_t *r, answer_t mode, const char *name) {
+static void rig_open_k(rig_t *r, answer_t mode, const char *name, uint32_t batches_per_request) {
   r->ctx = sac_net_ctx_new(1);
   r->f = malloc(sizeof *r->f);
   cr_assert(r->ctx && r->f);
@@ -245,12 +268,15 @@ static void rig_open(rig_t *r, answer_t mode, const char *name) {
   cc.sample_endpoints = eps;
   cc.ctx = r->ctx;
   cc.batch_size = BATCH;
+  cc.batches_per_request = batches_per_request;
   cc.prefetch = 1;
   cc.obs_dim = OBS;
   cc.act_dim = ACT;
   r->c = sac_replay_client_new(&cc);
   cr_assert_not_null(r->c);
 }
+
+static void rig_open(rig_t *r, answer_t mode, const char *name) { rig_open_k(r, mode, name, 1); }
 
 static void rig_close(rig_t *r) {
   sac_replay_client_destroy(&r->c);
@@ -433,6 +459,84 @@ Test(replies, direct_path_refuses_as_the_decoding_path) {
     cr_assert_eq(st[0].samples_received, st[1].samples_received, "mode %zu", k);
     cr_assert_eq(st[0].shard_refusals, st[1].shard_refusals, "mode %zu", k);
     cr_assert_eq(st[0].sample_errors, st[1].sample_errors, "mode %zu", k);
+  }
+}
+
+/* ---- several batches a reply (batches_per_request) ---- */
+
+/* One reply of 4 batches gives 4 samples in order, each of batch_size rows with its own
+ * indices, on the decoding path and on the direct one (each batch copied into the stage
+ * from the held message); the next reply is asked for once the first has arrived, and
+ * its batches come after */
+Test(replies, four_batches_a_reply_come_one_per_sample) {
+  for (int into = 0; into < 2; into++) {
+    rig_t r;
+    rig_open_k(&r, ANSWER_MULTI, into ? "multi-direct" : "multi-decoded", 4);
+    uint64_t last_slot = 0;
+    for (int j = 0; j < 8; j++) {
+      sac_replay_batch_t b;
+      int rc = into ? round_trip_into(&r, &b) : round_trip(&r, &b);
+      cr_assert_eq(rc, 0, "sample %d: %s", j, sac_strerror(rc));
+      cr_assert_eq(b.n, BATCH);
+      cr_assert_eq(b.obs[0], (float)(j % 4), "sample %d holds batch %g of its reply", j, (double)b.obs[0]);
+      cr_assert(b.obs[1] == 0.25f && b.reward[BATCH - 1] == -1.0f);
+      uint64_t first = SAC_WIRE_INDEX_SLOT(b.indices[0]);
+      cr_assert(j == 0 || first == last_slot + 1, "sample %d starts at slot %llu after %llu", j,
+                (unsigned long long)first, (unsigned long long)last_slot);
+      last_slot = SAC_WIRE_INDEX_SLOT(b.indices[BATCH - 1]);
+      cr_assert_eq(last_slot, first + BATCH - 1);
+    }
+    sac_replay_client_stats_t s = stats_of(&r);
+    cr_expect_eq(s.samples_received, 8);
+    cr_expect_eq(s.sample_replies, 2, "two replies of four");
+    cr_expect_eq(atomic_load(&r.f->requests), 2, "one request per four batches");
+    cr_expect_eq(s.samples_direct, into ? 8 : 0);
+    cr_expect_eq(s.rejected_replies, 0);
+    rig_close(&r);
+  }
+}
+
+/* A shard that predates multi-batch replies answers a request for 4 with one batch: it
+ * is returned as one, and counted */
+Test(replies, one_batch_from_an_old_shard_is_taken_and_counted) {
+  rig_t r;
+  rig_open_k(&r, ANSWER_GOOD, "multi-old", 4);
+  sac_replay_batch_t b;
+  cr_assert_eq(round_trip(&r, &b), 0);
+  cr_assert_eq(b.n, BATCH);
+  cr_assert_eq(round_trip(&r, &b), 0, "and another from the next request");
+  sac_replay_client_stats_t s = stats_of(&r);
+  cr_expect_eq(s.sample_single_batch_replies, 2);
+  cr_expect_eq(s.samples_received, 2);
+  cr_expect_eq(s.rejected_replies, 0);
+  rig_close(&r);
+}
+
+/* A bad value in the third batch of a reply, found as that batch is copied: the first two
+ * were returned, the third is refused and counted, the fourth dropped with it; a reply
+ * whose rows do not make the batches it claims is refused whole */
+Test(replies, a_bad_batch_of_a_reply_is_refused_with_the_rest) {
+  rig_t r;
+  rig_open_k(&r, ANSWER_MULTI_NAN, "multi-nan", 4);
+  sac_replay_batch_t b;
+  cr_assert_eq(round_trip_into(&r, &b), 0);
+  cr_assert_eq(b.obs[0], 0.0f);
+  cr_assert_eq(sac_replay_client_sample_into(r.c, 0, &k_stage, &b), 0);
+  cr_assert_eq(b.obs[0], 1.0f);
+  cr_assert_eq(sac_replay_client_sample_into(r.c, 0, &k_stage, &b), SAC_ETIMEOUT,
+               "the batch with a NaN was returned");
+  sac_replay_client_stats_t s = stats_of(&r);
+  cr_expect_eq(s.rejected_by[SAC_WIRE_R_NONFINITE], 1);
+  cr_expect_eq(s.samples_received, 2);
+  rig_close(&r);
+  for (int into = 0; into < 2; into++) {
+    rig_open_k(&r, ANSWER_MULTI_BAD, into ? "multi-bad-direct" : "multi-bad", 4);
+    cr_assert_eq(into ? round_trip_into(&r, &b) : round_trip(&r, &b), SAC_ETIMEOUT);
+    s = stats_of(&r);
+    cr_expect_eq(s.rejected_by[SAC_WIRE_R_ROWS], 1, "2 x batch_size rows claiming 4 batches (%s)",
+                 into ? "direct" : "decoded");
+    cr_expect_eq(s.samples_received, 0);
+    rig_close(&r);
   }
 }
 

@@ -207,7 +207,7 @@ static int recv_ack(rig_t *k, int timeout_ms, sac_wire_ack_t *a, char *err, size
 
 static void sample(rig_t *k, uint64_t id, uint32_t n) {
   sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
-  m.u.sample_request = (sac_wire_sample_request_t){id, n, 0.4f, 2000, SAC_WIRE_F32};
+  m.u.sample_request = (sac_wire_sample_request_t){id, n, 0.4f, 2000, SAC_WIRE_F32, 0};
   size_t len = 0;
   cr_assert_eq(sac_wire_encode(&m, k->buf, sizeof k->buf, &len), 0);
   cr_assert_eq(sac_net_send(k->smp, k->buf, len, 0), 0);

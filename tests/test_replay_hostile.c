@@ -371,7 +371,7 @@ static double unread_attack(shard_t *s, int requests, void **out_sock, sac_net_c
   unsigned char buf[128];
   for (int i = 0; i < requests; i++) {
     sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
-    m.u.sample_request = (sac_wire_sample_request_t){(uint64_t)i + 1, 4096, 0.4f, 1000, SAC_WIRE_F32};
+    m.u.sample_request = (sac_wire_sample_request_t){(uint64_t)i + 1, 4096, 0.4f, 1000, SAC_WIRE_F32, 0};
     cr_assert_eq(sac_net_send(d, buf, enc(&m, buf, sizeof buf), 0), 0);
     if (i % 64 == 0) {
       long r = rss_kb(s->pid);
@@ -477,7 +477,7 @@ Test(replay_hostile, sample_peers_beyond_the_limit_are_refused) {
     d[i] = sac_net_socket(ctx, SAC_NET_DEALER, NULL);
     cr_assert_eq(sac_net_connect(d[i], s.smp), 0);
     sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
-    m.u.sample_request = (sac_wire_sample_request_t){(uint64_t)i + 1, 8, 0.4f, 1000, SAC_WIRE_F32};
+    m.u.sample_request = (sac_wire_sample_request_t){(uint64_t)i + 1, 8, 0.4f, 1000, SAC_WIRE_F32, 0};
     cr_assert_eq(sac_net_send(d[i], buf, enc(&m, buf, sizeof buf), 0), 0);
     sac_wire_msg_t r;
     cr_assert(recv_msg(d[i], dec, &r, 5000), "peer %d got no answer", i);

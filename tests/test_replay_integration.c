@@ -454,11 +454,11 @@ Test(replay_integration, bad_input_against_a_live_shard) {
   sent_bad++;
   /* on the sample endpoint: bad requests and priorities */
   m = (sac_wire_msg_t){.type = SAC_WIRE_SAMPLE_REQUEST};
-  m.u.sample_request = (sac_wire_sample_request_t){1, 0, 0.4f, 10, SAC_WIRE_F32};
+  m.u.sample_request = (sac_wire_sample_request_t){1, 0, 0.4f, 10, SAC_WIRE_F32, 0};
   cr_assert_eq(sac_wire_encode(&m, buf, sizeof buf, &len), 0);
   send_raw(raw_s, buf, len);
   sent_bad++;
-  m.u.sample_request = (sac_wire_sample_request_t){1, 16, NAN, 10, SAC_WIRE_F32};
+  m.u.sample_request = (sac_wire_sample_request_t){1, 16, NAN, 10, SAC_WIRE_F32, 0};
   cr_assert_eq(sac_wire_encode(&m, buf, sizeof buf, &len), 0);
   send_raw(raw_s, buf, len);
   sent_bad++;

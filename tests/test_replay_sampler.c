@@ -3,12 +3,17 @@
  * importance weights, and priority updates with the generation check. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/error.h"
+#include "common/net.h"
 #include "common/rng.h"
+#include "replay/client.h"
 #include "replay/sampler.h"
+#include "replay/server.h"
 #include "replay/shard.h"
 #include "replay/storage.h"
 #include "tests/replay_testgen.h"
@@ -289,4 +294,112 @@ Test(replay_sampler, sample_written_in_place_equals_the_scratch_sample) {
     in_place_equals_scratch(SAC_REPLAY_PRIORITIZED, 20000, prec);
     in_place_equals_scratch(SAC_REPLAY_UNIFORM, 140000, prec); /* 9.5 MB of obs rows */
   }
+}
+
+/* ---- several batches in one reply, through a shard server and the learner's client ---- */
+
+static sac_replay_client_t *sampling_client(sac_net_ctx_t *ctx, const char *ep, uint32_t per_request,
+                                            uint32_t precision) {
+  sac_replay_client_config_t cc;
+  sac_replay_client_config_default(&cc);
+  const char *eps[1] = {ep};
+  cc.n_shards = 1, cc.sample_endpoints = eps, cc.ctx = ctx, cc.batch_size = 64, cc.obs_dim = 17,
+  cc.act_dim = 6;
+  cc.batches_per_request = per_request, cc.sample_precision = precision;
+  return sac_replay_client_new(&cc);
+}
+
+/* A prioritised shard asked for 4 batches in one request samples each batch on its own:
+ * every batch's importance weights are normalised by its own largest (one weight of
+ * each batch is exactly 1), where one sample of 256 rows cut in four would leave three
+ * quarters without their own maximum; every row is a stored transition; fp32 and
+ * fp16 replies (the direct and the decoding paths) alike. */
+Test(replay_sampler, a_reply_of_four_batches_samples_each_on_its_own, .timeout = 60) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t sc;
+  sac_replay_server_config_default(&sc);
+  sc.shard.capacity = 1 << 16, sc.shard.obs_dim = 17, sc.shard.act_dim = 6, sc.shard.min_size = 64;
+  sc.shard.sampler = SAC_REPLAY_PRIORITIZED, sc.shard.shard_id = 3;
+  sc.durability = SAC_REPLAY_DURABILITY_NONE, sc.snapshot_interval_s = 0;
+  snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://multi-insert");
+  snprintf(sc.sample_endpoint, sizeof sc.sample_endpoint, "inproc://multi-sample");
+  sac_replay_server_t *srv = sac_replay_server_new(&sc, ctx, NULL);
+  cr_assert_not_null(srv);
+  cr_assert_eq(sac_replay_server_start(srv), 0);
+  sac_replay_client_config_t ic;
+  sac_replay_client_config_default(&ic);
+  const char *ieps[1] = {"inproc://multi-insert"};
+  ic.n_shards = 1, ic.insert_endpoints = ieps, ic.ctx = ctx, ic.actor_id = 1;
+  sac_replay_client_t *ins = sac_replay_client_new(&ic);
+  cr_assert_not_null(ins);
+  tg_t g;
+  tg_init(&g, 1, 4, 17, 6, 100, 16);
+  for (int k = 0; k < 20; k++)
+    cr_assert_eq(sac_replay_client_insert(ins, 0, tg_next(&g), 5000), 0);
+  cr_assert_eq(sac_replay_client_flush(ins, 10000), 0);
+  sac_replay_stats_t st;
+  /* priorities: 1 in the first eighth of the slots, 5 elsewhere, so a quarter of one
+   * stratified 256-row sample (rows in slot order) past the first holds no priority-1 row:
+   * normalised over the whole 256, its largest weight would be 5^(-0.6 x 0.4) = 0.68 (priority
+   * exponent 0.6, beta 0.4) */
+  sac_replay_client_t *one = sampling_client(ctx, "inproc://multi-sample", 1, SAC_WIRE_F32);
+  cr_assert_not_null(one);
+  static uint64_t seen[200][64]; /* 12,800 rows over 1,280 slots: every slot seen */
+  uint64_t sent = 0, top = 0;
+  for (int k = 0; k < 200; k++) {
+    sac_replay_batch_t b;
+    cr_assert_eq(sac_replay_client_sample(one, 5000, &b), 0);
+    memcpy(seen[k], b.indices, sizeof seen[k]);
+    for (uint32_t i = 0; i < b.n; i++)
+      top = SAC_WIRE_INDEX_SLOT(b.indices[i]) > top ? SAC_WIRE_INDEX_SLOT(b.indices[i]) : top;
+  }
+  for (int k = 0; k < 200; k++) {
+    float p[64];
+    for (int i = 0; i < 64; i++)
+      p[i] = SAC_WIRE_INDEX_SLOT(seen[k][i]) < top / 8 ? 1.0f : 5.0f;
+    cr_assert_eq(sac_replay_client_update_priorities(one, 64, seen[k], p), 0);
+    sent += 64;
+  }
+  for (uint64_t end = sac_clock_ns() + 10000000000ull;; sac_sleep_ns(2000000)) {
+    sac_replay_server_stats(srv, &st);
+    if (st.shard.priority_updates_total + st.shard.priority_stale_total >= sent)
+      break;
+    cr_assert_lt(sac_clock_ns(), end, "priorities not applied in 10 s");
+  }
+  for (uint32_t prec = SAC_WIRE_F32; prec <= SAC_WIRE_F16; prec++) {
+    sac_replay_client_t *four = sampling_client(ctx, "inproc://multi-sample", 4, prec);
+    cr_assert_not_null(four);
+    for (int k = 0; k < 12; k++) {
+      static float stage[6][64 * 17];
+      static const sac_replay_stage_t to = {stage[0], stage[1], stage[2], stage[3], stage[4], stage[5]};
+      sac_replay_batch_t b;
+      cr_assert_eq(prec == SAC_WIRE_F32 ? sac_replay_client_sample_into(four, 5000, &to, &b)
+                                        : sac_replay_client_sample(four, 5000, &b),
+                   0);
+      cr_assert_eq(b.n, 64);
+      float wmax = 0;
+      for (uint32_t i = 0; i < b.n; i++) {
+        cr_assert_eq(SAC_WIRE_INDEX_SHARD(b.indices[i]), 3);
+        const char *why;
+        cr_assert(prec != SAC_WIRE_F32 || tg_check(17, 6, b.obs + i * 17, b.action + i * 6, b.reward[i],
+                                                   b.terminated[i], b.next_obs + i * 17, &why),
+                  "batch %d row %u is not a stored transition: %s", k, i, why);
+        wmax = b.weights[i] > wmax ? b.weights[i] : wmax;
+      }
+      /* float(w) / w of the largest: 1 to float rounding */
+      cr_assert(fabsf(wmax - 1.0f) < 1e-6f, "batch %d (precision %u): largest weight %g, not its own maximum",
+                k, prec, (double)wmax);
+    }
+    sac_replay_client_stats_t cs;
+    sac_replay_client_stats(four, &cs);
+    cr_assert_eq(cs.samples_received, 12);
+    cr_assert_eq(cs.sample_replies, 3, "three replies of four batches");
+    cr_assert_eq(cs.sample_single_batch_replies, 0);
+    sac_replay_client_destroy(&four);
+  }
+  sac_replay_client_destroy(&one);
+  sac_replay_client_destroy(&ins);
+  sac_replay_server_destroy(&srv);
+  sac_net_ctx_destroy(&ctx);
+  tg_free(&g);
 }

@@ -100,7 +100,7 @@ Test(sample_f16, round_trip_halves_the_row_bytes_and_keeps_the_rest_exact) {
 Test(sample_f16, request_carries_the_precision_and_an_unknown_one_is_refused) {
   sac_wire_decoder_t *d = sac_wire_decoder_new(1 << 16);
   sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST}, o;
-  m.u.sample_request = (sac_wire_sample_request_t){5, 256, 0.4f, 100, SAC_WIRE_F16};
+  m.u.sample_request = (sac_wire_sample_request_t){5, 256, 0.4f, 100, SAC_WIRE_F16, 0};
   sac_wire_reason_t why;
   cr_assert_eq(sac_wire_decode(d, g_buf, enc(&m), NULL, &o, &why), 0);
   cr_assert_eq(o.u.sample_request.precision, SAC_WIRE_F16);

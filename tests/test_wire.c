@@ -103,7 +103,7 @@ Test(wire, other_messages_round_trip) {
   cr_assert_str_eq(d.u.ack.error, "x");
 
   m = (sac_wire_msg_t){.type = SAC_WIRE_SAMPLE_REQUEST};
-  m.u.sample_request = (sac_wire_sample_request_t){42, 256, 0.4f, 100, SAC_WIRE_F32};
+  m.u.sample_request = (sac_wire_sample_request_t){42, 256, 0.4f, 100, SAC_WIRE_F32, 0};
   cr_assert_eq(dec(enc(&m), NULL, &d, &why), 0);
   cr_assert_eq(d.u.sample_request.batch_size, 256);
   cr_assert_eq(d.u.sample_request.beta, 0.4f);
@@ -411,7 +411,7 @@ Test(wire, transition_batch_bad_fields) {
 Test(wire, requests_priorities_weights_bad_fields) {
   sac_wire_msg_t m;
   m = (sac_wire_msg_t){.type = SAC_WIRE_SAMPLE_REQUEST};
-  m.u.sample_request = (sac_wire_sample_request_t){1, 0, 0.4f, 10, SAC_WIRE_F32};
+  m.u.sample_request = (sac_wire_sample_request_t){1, 0, 0.4f, 10, SAC_WIRE_F32, 0};
   expect_reject(enc(&m), &k_lim, SAC_EINVAL, SAC_WIRE_R_ROWS, "batch 0");
   m.u.sample_request.batch_size = 513;
   expect_reject(enc(&m), &k_lim, SAC_EINVAL, SAC_WIRE_R_ROWS, "batch over max_rows");

@@ -277,10 +277,10 @@ Test(wire_view, random_spoilage_agrees_with_decode) {
 /* The writer: a header laid out and written by sac_wire_sample_layout and
  * sac_wire_sample_put_header, with the arrays copied in at its offsets, is byte for byte
  * what sac_wire_encode makes of the same batch, for headers whose varints take 1 to 10
- * bytes (request ids, shard ids), zero fields left out, both precisions, and row counts
+ * bytes (request ids, shard ids), zero fields left out, both precisions, one batch or four, and row counts
  * and sizes whose lengths cross varint widths. */
 static void write_and_compare(uint64_t rid, uint32_t n, uint32_t od, uint32_t ad, uint32_t shard,
-                              uint32_t prec) {
+                              uint32_t prec, uint32_t batches) {
   static unsigned char arr[4][1 << 20], enc[1 << 22], put[1 << 22];
   sac_rng_t g;
   sac_rng_init(&g, rid ^ n ^ od, shard);
@@ -305,7 +305,8 @@ static void write_and_compare(uint64_t rid, uint32_t n, uint32_t od, uint32_t ad
                                                .weights = (const float *)(const void *)(arr[3] + 8 * n),
                                                .indices = (const uint64_t *)(const void *)(arr[3] + 12 * n),
                                                .error = "",
-                                               .precision = prec};
+                                               .precision = prec,
+                                               .batches = batches};
   size_t len = 0;
   cr_assert_eq(sac_wire_encode(&m, enc, sizeof enc, &len), 0);
   sac_wire_sample_layout_t l;
@@ -337,7 +338,9 @@ Test(wire_view, written_in_place_equals_encoded) {
           for (uint32_t shard = 0; shard < 300; shard += 299) {
             if ((size_t)rows[b] * dims[d][0] * 4 > (1 << 20) / 2)
               continue;
-            write_and_compare(rids[a], rows[b], dims[d][0], dims[d][1], shard, prec);
+            write_and_compare(rids[a], rows[b], dims[d][0], dims[d][1], shard, prec, 0);
+            if (rows[b] % 4 == 0)
+              write_and_compare(rids[a], rows[b], dims[d][0], dims[d][1], shard, prec, 4);
           }
   sac_wire_sample_layout_t l;
   sac_wire_sample_batch_t bad = {.n = 0, .obs_dim = 17, .act_dim = 6};

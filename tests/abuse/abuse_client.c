@@ -388,7 +388,7 @@ static int cmd_unread(const char *endpoint, int conns, int reqs, int rows, doubl
       return 2;
     for (int r = 0; r < reqs; r++) {
       sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
-      m.u.sample_request = (sac_wire_sample_request_t){(uint64_t)(c * reqs + r + 1), (uint32_t)rows, 0.4f, 0, SAC_WIRE_F32};
+      m.u.sample_request = (sac_wire_sample_request_t){(uint64_t)(c * reqs + r + 1), (uint32_t)rows, 0.4f, 0, SAC_WIRE_F32, 0};
       size_t len;
       if (sac_wire_encode(&m, buf, sizeof buf, &len) == 0 &&
           sac_net_send(socks[c], buf, len, SAC_NET_DONTWAIT) == 0)
