@@ -69,6 +69,27 @@ uint64_t sac_replay_sumtree_find(const sac_replay_sumtree_t *t, double u) {
   return pos < t->n ? pos : t->n - 1;
 }
 
+/* Searches in a group: enough to keep a core's outstanding loads busy. */
+#define FIND_GROUP 8
+
+void sac_replay_sumtree_find_n(const sac_replay_sumtree_t *t, const double *u, size_t n, uint64_t *out) {
+  for (size_t g = 0; g < n; g += FIND_GROUP) {
+    const size_t m = n - g < FIND_GROUP ? n - g : FIND_GROUP;
+    uint64_t pos[FIND_GROUP] = {0};
+    double rest[FIND_GROUP];
+    for (size_t k = 0; k < m; k++)
+      rest[k] = u[g + k];
+    for (uint64_t step = t->top; step; step >>= 1)
+      for (size_t k = 0; k < m; k++) /* independent of one another: the loads overlap */
+        if (pos[k] + step <= t->n && t->fen[pos[k] + step] <= rest[k]) {
+          pos[k] += step;
+          rest[k] -= t->fen[pos[k]];
+        }
+    for (size_t k = 0; k < m; k++)
+      out[g + k] = pos[k] < t->n ? pos[k] : t->n - 1;
+  }
+}
+
 /* ------------------------------------------------------------------ uniform */
 
 static uint32_t ready_near(const sac_replay_storage_t *st, uint64_t filled, uint64_t s) {
@@ -121,29 +142,47 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
   uint64_t filled = sac_replay_storage_filled(st);
   if (st->size == 0 || !(total > 0.0) || filled == 0)
     return SAC_EAGAIN;
-  double seg = total / n;
-  double wmax = 0.0;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t s = SAC_SLOT_NONE;
-    for (int tries = 0; tries < 16 && s == SAC_SLOT_NONE; tries++) {
-      double u = tries == 0 ? ((double)i + sac_rng_uniform(rng)) * seg : sac_rng_uniform(rng) * total;
-      if (u >= total)
-        u = nextafter(total, 0.0);
-      uint64_t j = sac_replay_sumtree_find(t, u);
-      if (j < filled && (st->flags[j] & SAC_SLOT_READY) && t->leaf[j] > 0.0f)
-        s = (uint32_t)j;
+  /* every row's first pick, one point in each of n equal strata of the total, searched
+   * side by side; a pick that is no transition (or of zero weight) is drawn again over
+   * the whole total, one search at a time (rare: rounding at a stratum's edge) */
+  double seg = total / n, u[FIND_GROUP * 32];
+  uint64_t found[FIND_GROUP * 32];
+  const uint32_t chunk = FIND_GROUP * 32;
+  for (uint32_t i0 = 0; i0 < n; i0 += chunk) {
+    const uint32_t m = n - i0 < chunk ? n - i0 : chunk;
+    for (uint32_t k = 0; k < m; k++) {
+      u[k] = ((double)(i0 + k) + sac_rng_uniform(rng)) * seg;
+      if (u[k] >= total)
+        u[k] = nextafter(total, 0.0);
     }
-    if (s == SAC_SLOT_NONE) /* only after rounding drift left zero-weight picks */
-      s = uniform_one(st, rng, filled);
-    slots[i] = s;
-    double p = (double)t->leaf[s] / total;
-    double w = p > 0.0 ? pow((double)st->size * p, -(double)beta) : 0.0;
-    weights[i] = (float)w;
-    if (w > wmax)
-      wmax = w;
+    sac_replay_sumtree_find_n(t, u, m, found);
+    for (uint32_t k = 0; k < m; k++) {
+      uint64_t j = found[k];
+      uint32_t s =
+          j < filled && (st->flags[j] & SAC_SLOT_READY) && t->leaf[j] > 0.0f ? (uint32_t)j : SAC_SLOT_NONE;
+      for (int tries = 1; tries < 16 && s == SAC_SLOT_NONE; tries++) {
+        double v = sac_rng_uniform(rng) * total;
+        if (v >= total)
+          v = nextafter(total, 0.0);
+        j = sac_replay_sumtree_find(t, v);
+        if (j < filled && (st->flags[j] & SAC_SLOT_READY) && t->leaf[j] > 0.0f)
+          s = (uint32_t)j;
+      }
+      if (s == SAC_SLOT_NONE) /* only after rounding drift left zero-weight picks */
+        s = uniform_one(st, rng, filled);
+      slots[i0 + k] = s;
+    }
   }
+  /* w_i = (size p_i)^-beta / max_j w_j = (p_i / p_min)^-beta: float powers (weights are
+   * float; powf is a fraction of pow's time) of ratios to the smallest picked priority */
+  float pmin = INFINITY;
   for (uint32_t i = 0; i < n; i++)
-    weights[i] = wmax > 0.0 ? (float)(weights[i] / wmax) : 1.0f;
+    if (t->leaf[slots[i]] > 0.0f && t->leaf[slots[i]] < pmin)
+      pmin = t->leaf[slots[i]];
+  for (uint32_t i = 0; i < n; i++) {
+    const float p = t->leaf[slots[i]];
+    weights[i] = p > 0.0f && isfinite(pmin) ? powf(p / pmin, -beta) : (isfinite(pmin) ? 0.0f : 1.0f);
+  }
   return 0;
 }
 

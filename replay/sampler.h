@@ -30,6 +30,9 @@ void sac_replay_sumtree_close(sac_replay_sumtree_t *t);
 void sac_replay_sumtree_set(sac_replay_sumtree_t *t, uint64_t i, float v);
 /* The leaf i such that prefix(i) <= u < prefix(i + 1), for 0 <= u < total. */
 uint64_t sac_replay_sumtree_find(const sac_replay_sumtree_t *t, double u);
+/* The same for u[0..n), into out[0..n): the searches descend side by side, a level at
+ * a time, so that their loads (a cache miss a level in a large tree) overlap. */
+void sac_replay_sumtree_find_n(const sac_replay_sumtree_t *t, const double *u, size_t n, uint64_t *out);
 /* Recomputes the partial sums and the total from the leaves. */
 void sac_replay_sumtree_rebuild(sac_replay_sumtree_t *t);
 

@@ -38,6 +38,16 @@ Test(replay_sampler, sumtree_find_matches_prefix_sums) {
   }
   sac_replay_sumtree_rebuild(&t);
   cr_assert_float_eq(t.total, total, 1e-9);
+  /* the searches side by side find what one at a time finds, in any group size */
+  double u[37 * 3];
+  uint64_t got[37 * 3];
+  for (int i = 0; i < 37 * 3; i++)
+    u[i] = total * (double)((i * 53) % 111) / 111.0;
+  for (size_t n = 1; n <= 37 * 3; n += 7) {
+    sac_replay_sumtree_find_n(&t, u, n, got);
+    for (size_t i = 0; i < n; i++)
+      cr_assert_eq(got[i], sac_replay_sumtree_find(&t, u[i]), "n %zu, search %zu", n, i);
+  }
   sac_replay_sumtree_close(&t);
 }
 
