@@ -271,20 +271,28 @@ void sac_net_close(void **s) {
   *s = NULL;
 }
 
+static int send_flags(int flags) {
+  return ((flags & SAC_NET_DONTWAIT) ? ZMQ_DONTWAIT : 0) | ((flags & SAC_NET_SNDMORE) ? ZMQ_SNDMORE : 0);
+}
+
+/* A send's result (rc from zmq_send or zmq_msg_send, errno still its own) as our code. */
+static int send_result(int rc) {
+  if (rc >= 0)
+    return 0;
+  int e = zmq_errno();
+  /* unroutable ROUTER peers and full queues are normal events for a server */
+  if (e != EAGAIN && e != EHOSTUNREACH)
+    SAC_ZCHK(rc);
+  return e == EHOSTUNREACH ? SAC_ENET : sac_net_err(e);
+}
+
 int sac_net_send(void *s, const void *buf, size_t len, int flags) {
-  int zf = ((flags & SAC_NET_DONTWAIT) ? ZMQ_DONTWAIT : 0) | ((flags & SAC_NET_SNDMORE) ? ZMQ_SNDMORE : 0);
+  const int zf = send_flags(flags);
   int rc;
   do {
     rc = zmq_send(s, buf, len, zf);
   } while (rc < 0 && zmq_errno() == EINTR);
-  if (rc < 0) {
-    int e = zmq_errno();
-    /* unroutable ROUTER peers and full queues are normal events for a server */
-    if (e != EAGAIN && e != EHOSTUNREACH)
-      SAC_ZCHK(rc);
-    return e == EHOSTUNREACH ? SAC_ENET : sac_net_err(e);
-  }
-  return 0;
+  return send_result(rc);
 }
 
 int sac_net_recv(void *s, void *buf, size_t cap, int flags, size_t *len, int *more) {
@@ -339,18 +347,12 @@ int sac_net_msg_init_size(sac_net_msg_t *m, size_t len, void **data) {
 
 int sac_net_send_msg(void *s, sac_net_msg_t *m, int flags) {
   zmq_msg_t *msg = (zmq_msg_t *)(void *)m->opaque;
-  int zf = ((flags & SAC_NET_DONTWAIT) ? ZMQ_DONTWAIT : 0) | ((flags & SAC_NET_SNDMORE) ? ZMQ_SNDMORE : 0);
+  const int zf = send_flags(flags);
   int rc;
   do {
     rc = zmq_msg_send(msg, s, zf);
   } while (rc < 0 && zmq_errno() == EINTR);
-  if (rc < 0) {
-    int e = zmq_errno();
-    if (e != EAGAIN && e != EHOSTUNREACH)
-      SAC_ZCHK(rc);
-    return e == EHOSTUNREACH ? SAC_ENET : sac_net_err(e);
-  }
-  return 0;
+  return send_result(rc);
 }
 
 int sac_net_drain_frames(void *s) {
