@@ -51,6 +51,7 @@ typedef struct {
   /* hostile input (issue 14): sample replies refused by kind, updates refused for a
    * non-finite loss, weight broadcasts withheld for non-finite weights */
   sac_metric_t *rejected[SAC_REPLAY_REJECT_KINDS], *nonfinite, *unpublished, *shard_errors, *shard_refusals;
+  sac_metric_t *sample_replies, *single_batch_replies;
   /* the weights port (issue 14.5): non-empty topics subscribed, socket renewals */
   sac_metric_t *weights_ignored, *weights_renewals, *weights_sent;
   uint64_t weights_ignored_seen, weights_renewals_seen, weights_sent_seen;
@@ -115,6 +116,12 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
   m->shard_refusals = sac_metrics_counter(
       r, "sac_learner_shard_refusals_total",
       "Error replies without a request id: a shard refused a message of the learner outright.", NULL, NULL);
+  m->sample_replies = sac_metrics_counter(
+      r, "sac_learner_sample_replies_total",
+      "Sample replies taken from the shards, each carrying --batches_per_request batches (or one).", NULL, NULL);
+  m->single_batch_replies = sac_metrics_counter(
+      r, "sac_learner_sample_single_batch_replies_total",
+      "One-batch replies to requests for several: shards that predate --batches_per_request.", NULL, NULL);
   m->nonfinite = sac_metrics_counter(r, "sac_learner_nonfinite_updates_total",
                                      "Updates refused because a loss was NaN or Inf (the step not applied).",
                                      NULL, NULL);
@@ -407,6 +414,8 @@ static inline void sac_service_metrics_rejections(sac_service_metrics_t *m, cons
       sac_metric_set(m->rejected[k], (double)cs.rejected_by[k]);
   sac_metric_set(m->shard_errors, (double)cs.sample_errors);
   sac_metric_set(m->shard_refusals, (double)cs.shard_refusals);
+  sac_metric_set(m->sample_replies, (double)cs.sample_replies);
+  sac_metric_set(m->single_batch_replies, (double)cs.sample_single_batch_replies);
 }
 
 /* The result's per-stage seconds added to their counters (at most twice a second, and
