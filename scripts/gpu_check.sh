@@ -151,7 +151,9 @@ check_dp() {
     echo "FAIL data-parallel $label: $hashes distinct parameter hashes"
     bad=1
   fi
-  if grep -a '^bench-dp-result ' "$out" | grep -q ' identical=0'; then
+  # one grep: under pipefail, grep -q quitting at its match could fail a pipeline on the
+  # first grep's SIGPIPE and hide the rank that disagrees
+  if grep -aq '^bench-dp-result .* identical=0' "$out"; then
     echo "FAIL data-parallel $label: a rank reports identical=0"
     bad=1
   fi

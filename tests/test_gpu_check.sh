@@ -66,12 +66,15 @@ expect() {
   cases=$((cases + 1))
   out=$(verdict "$T/case" 2>&1)
   rc=$?
-  if [ "$rc" != "$want" ] || ! printf '%s\n' "$out" | grep -Eq -- "$pat"; then
+  # a here-string, not printf | grep -q: with gpu_check.sh's pipefail sourced, grep -q
+  # quitting at its first match could fail the pipeline on printf's SIGPIPE (seen: 1 run
+  # in about 20)
+  if [ "$rc" != "$want" ] || ! grep -Eq -- "$pat" <<<"$out"; then
     echo "FAIL $name: verdict exit $rc (expected $want), pattern '$pat'; output:"
     printf '%s\n' "$out" | sed 's/^/    /'
     fails=$((fails + 1))
   else
-    echo "ok   $name: $(printf '%s\n' "$out" | grep -E -- "$pat" | head -1)"
+    echo "ok   $name: $(grep -E -m 1 -- "$pat" <<<"$out")"
   fi
 }
 
