@@ -83,6 +83,29 @@ static void tb_write(sac_rundir_t *rd, int64_t step, size_t n, const char *const
 static int write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
                            size_t n, int quiet);
 
+/* A directory of its own for a run named by the clock: base/nm, or base/nm-2, -3, ... when
+ * another run started in the same second (two learners of a seed sweep launched together
+ * shared one directory, and the second stopped on the first's shard locks). 0 or SAC_EIO
+ * (logged). */
+static int make_fresh(sac_rundir_t *rd, const char *base, const char *nm) {
+  if (mkdirs(base) != 0) {
+    SAC_ERROR("rundir", "cannot create run directory %s: %s", base, strerror(errno));
+    return SAC_EIO;
+  }
+  for (int k = 1; k <= 1000; k++) {
+    if (k == 1)
+      snprintf(rd->path, sizeof rd->path, "%s/%s", base, nm);
+    else
+      snprintf(rd->path, sizeof rd->path, "%s/%s-%d", base, nm, k);
+    if (mkdir(rd->path, 0755) == 0)
+      return 0;
+    if (errno != EEXIST)
+      break;
+  }
+  SAC_ERROR("rundir", "cannot create a run directory %s[-N] in %s: %s", nm, base, strerror(errno));
+  return SAC_EIO;
+}
+
 int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const char *env,
                     const sac_cfg_opt_t *opts, size_t n_opts, const void *cfg) {
   memset(rd, 0, sizeof *rd);
@@ -106,10 +129,14 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
     e[j] = '\0';
     snprintf(nm, sizeof nm, "%s-%s", when, e);
   }
-  snprintf(rd->path, sizeof rd->path, "%s/%s", base, nm);
   snprintf(rd->title, sizeof rd->title, "%s", env);
-  if (mkdirs(rd->path) != 0) {
-    SAC_ERROR("rundir", "cannot create run directory %s: %s", rd->path, strerror(errno));
+  if (name && *name) { /* the user's name: an existing directory is theirs to reuse */
+    snprintf(rd->path, sizeof rd->path, "%s/%s", base, nm);
+    if (mkdirs(rd->path) != 0) {
+      SAC_ERROR("rundir", "cannot create run directory %s: %s", rd->path, strerror(errno));
+      return SAC_EIO;
+    }
+  } else if (make_fresh(rd, base, nm) != 0) {
     return SAC_EIO;
   }
   rd->tb_step = -1;

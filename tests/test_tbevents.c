@@ -250,3 +250,35 @@ Test(rundir, writes_with_room_count_nothing) {
   cr_assert_gt(file_size(path), 0);
   rm_rf(dir);
 }
+
+/* Runs named by the clock started in the same second each get a directory of their own
+ * (the second, third ... with -2, -3): two learners of a seed sweep launched together
+ * shared one, and the second stopped on the first's shard locks. A run the user names
+ * reuses its directory, as before. */
+Test(rundir, runs_started_in_the_same_second_get_their_own_directories) {
+  char base[] = "/tmp/sac_test_rd_XXXXXX";
+  cr_assert_not_null(mkdtemp(base));
+  static sac_rundir_t rd[3];
+  int no_options = 0;
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(sac_rundir_open(&rd[i], base, "", "Pendulum-v1", NULL, 0, &no_options), 0);
+  int same_second = 0;
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 3; j++) {
+      cr_assert_str_neq(rd[i].path, rd[j].path, "runs %d and %d share %s", i, j, rd[i].path);
+      size_t n = strlen(rd[i].path) < strlen(rd[j].path) ? strlen(rd[i].path) : strlen(rd[j].path);
+      same_second += strncmp(rd[i].path, rd[j].path, n) == 0; /* one is the other's prefix */
+    }
+  cr_assert_gt(same_second, 0, "no two of the three opened in the same second (%s, %s, %s): rerun",
+               rd[0].path, rd[1].path, rd[2].path);
+  for (int i = 0; i < 3; i++)
+    sac_rundir_close(&rd[i]);
+  static sac_rundir_t named[2];
+  cr_assert_eq(sac_rundir_open(&named[0], base, "mine", "Pendulum-v1", NULL, 0, &no_options), 0);
+  sac_rundir_close(&named[0]);
+  cr_assert_eq(sac_rundir_open(&named[1], base, "mine", "Pendulum-v1", NULL, 0, &no_options), 0);
+  cr_assert(strstr(named[1].path, "/mine") && !strstr(named[1].path, "mine-2"), "a named run reuses %s",
+            named[1].path);
+  sac_rundir_close(&named[1]);
+  rm_rf(base);
+}
