@@ -30,8 +30,10 @@ typedef struct {
 
 /* A linear layer of an ensemble: Y_k = act(X_k W_k + b_k).
  * shared = 1: every member reads the same input, given as up to two segments side by
- * side (obs and action for the critics' first layer, never concatenated in memory);
- * member k's W_k then has seg[0].n + seg[1].n rows, segment 0's rows first.
+ * side (obs and action for the critics' first layer); member k's W_k then has
+ * seg[0].n + seg[1].n rows, segment 0's rows first. Two segments that are adjacent in
+ * memory (sac_segs_adjacent: each row [seg 0 | seg 1] at one leading dimension) are read
+ * as one operand, one matmul where two would be.
  * shared = 0: one segment of K*n_in columns, member k reads columns [k*n_in, (k+1)*n_in). */
 typedef struct {
   int B, n_in, n_out, K;
@@ -41,6 +43,13 @@ typedef struct {
   const float *W, *b; /* K weight matrices (n_in, n_out) one after another; K biases */
   sac_act_t act;
 } sac_linear_t;
+
+/* 1 when L's two input segments are one row-major block [seg 0 | seg 1]: segment 1 starts
+ * right after segment 0's columns and both have the same leading dimension. */
+static inline int sac_segs_adjacent(const sac_linear_t *L) {
+  return L->shared && L->n_seg == 2 && L->seg[0].ld == L->seg[1].ld &&
+         L->seg[1].p == L->seg[0].p + L->seg[0].n && L->seg[0].ld >= L->seg[0].n + L->seg[1].n;
+}
 
 typedef struct {
   float lr, beta1, beta2, eps;

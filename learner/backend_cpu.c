@@ -377,10 +377,15 @@ static int bias_unaligned(const float *b, int n_out, int K) {
 /* the twin critics' last layer: one kernel each way on cuda (k_out1_fwd, k_out1_bwd) */
 static int is_out1(const sac_linear_t *L) { return !L->shared && L->n_out == 1 && L->act == SAC_ACT_NONE; }
 
+/* input segments a shared layer's matmuls read: adjacent segments are one operand */
+static uint64_t operands(const sac_linear_t *L) {
+  return L->shared && !sac_segs_adjacent(L) ? (uint64_t)L->n_seg : 1;
+}
+
 static uint64_t linear_fwd_launches(const sac_linear_t *L) {
   if (is_out1(L))
     return 1;
-  uint64_t n = L->shared ? (uint64_t)L->n_seg : 1;
+  uint64_t n = operands(L);
   return n +
          (L->b && (L->act == SAC_ACT_RELU || L->act == SAC_ACT_NONE) && bias_unaligned(L->b, L->n_out, L->K)
               ? 1
@@ -393,7 +398,7 @@ static uint64_t linear_bwd_launches(const sac_linear_t *L, const float *dW, cons
     return dW || db || (dX && dX[0]) ? 1 : 0;
   uint64_t n = L->act != SAC_ACT_NONE || db ? 1 : 0;
   if (dW)
-    n += L->shared ? (uint64_t)L->n_seg : 1;
+    n += operands(L);
   if (dX && L->shared) {
     for (int s = 0; s < L->n_seg; s++)
       n += dX[s] ? 1 : 0;
@@ -565,17 +570,26 @@ static cpu_pool_t *layer_pool(sac_backend_t *be, const sac_linear_t *L) {
   return (size_t)L->B * n_in * (size_t)L->n_out * (size_t)L->K >= CPU_PAR_MIN_MACS ? pool_of(be) : NULL;
 }
 
-/* The critics' first layer reads [obs | action] as two segments that are never side by
- * side in memory: as such it is two GEMMs per member, one with k = A (6 for cheetah), each
- * a pass over the member's (B, n_out) output, and it ran at a third of the hidden layers'
- * GFLOP/s. Copied into one (B, n_in) block first (B * n_in floats: microseconds), it is
- * one GEMM with k = n_in (issue 17). Returns L itself where there is nothing to join or
- * the block cannot be had (then the two-GEMM path runs: slower, the same result). */
+/* The critics' first layer reads [obs | action] as two segments: as such it is two GEMMs
+ * per member, one with k = A (6 for cheetah), each a pass over the member's (B, n_out)
+ * output, and it ran at a third of the hidden layers' GFLOP/s. As one (B, n_in) block it
+ * is one GEMM with k = n_in (issue 17): segments already side by side in memory
+ * (sac_segs_adjacent: sac.c's joined critic input) are read in place, others are copied
+ * into one block first (B * n_in floats: microseconds), the same values at the same
+ * leading dimension either way. Returns L itself where there is nothing to join or the
+ * block cannot be had (then the two-GEMM path runs: slower, the same result). */
 static const sac_linear_t *joined(sac_backend_t *be, const sac_linear_t *L, sac_linear_t *tmp) {
   if (!L->shared || L->n_seg < 2)
     return L;
   cpu_impl_t *impl = be->impl;
   const int n0 = L->seg[0].n, n1 = L->seg[1].n, n = n0 + n1;
+  if (sac_segs_adjacent(L)) {
+    *tmp = *L;
+    tmp->n_seg = 1;
+    tmp->seg[0] = (sac_seg_t){L->seg[0].p, L->seg[0].ld, n};
+    tmp->seg[1] = (sac_seg_t){NULL, 0, 0};
+    return tmp;
+  }
   const size_t need = (size_t)L->B * (size_t)n;
   if (need > impl->join_n) {
     float *p = realloc(impl->join, need * sizeof(float));

@@ -1140,6 +1140,16 @@ static int cu_sync(sac_backend_t *be) {
  * the input, no activation (k_out1_fwd / k_out1_bwd). */
 static int is_out1(const sac_linear_t *L) { return !L->shared && L->n_out == 1 && L->act == SAC_ACT_NONE; }
 
+/* The operands a shared layer's matmuls read (seg[0..n)): its segments, or the two as one
+ * where they are adjacent in memory (sac_segs_adjacent: one matmul with k = n0 + n1). */
+static int operands(const sac_linear_t *L, sac_seg_t seg[2]) {
+  seg[0] = L->seg[0], seg[1] = L->seg[1];
+  if (!sac_segs_adjacent(L))
+    return L->n_seg;
+  seg[0].n = L->seg[0].n + L->seg[1].n;
+  return 1;
+}
+
 static void cu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
   cu_t *im = IM(be);
   if (is_out1(L)) {
@@ -1159,17 +1169,18 @@ static void cu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, in
   g.batch = L->K;
   if (L->shared) {
     /* Y_k^T = W_k[seg rows]^T X_seg^T summed over segments; X broadcast (stride 0) */
-    int row = 0;
-    for (int s = 0; s < L->n_seg; s++) {
-      g.k = L->seg[s].n;
+    sac_seg_t seg[2];
+    int row = 0, n_seg = operands(L, seg);
+    for (int s = 0; s < n_seg; s++) {
+      g.k = seg[s].n;
       g.A = L->W + (size_t)row * L->n_out;
-      g.B = L->seg[s].p, g.ldb = L->seg[s].ld, g.sb = 0;
+      g.B = seg[s].p, g.ldb = seg[s].ld, g.sb = 0;
       g.beta = s == 0 ? 0.0f : 1.0f;
-      int last = s == L->n_seg - 1;
+      int last = s == n_seg - 1;
       g.bias = last ? L->b : NULL;
       g.act = last ? L->act : SAC_ACT_NONE;
       gemm(im, &g);
-      row += L->seg[s].n;
+      row += seg[s].n;
     }
   } else {
     /* member k reads columns [k n_in, (k+1) n_in) of the one input segment */
@@ -1214,13 +1225,14 @@ static void cu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, c
     g.A = dY, g.lda = ldy, g.sa = L->n_out;
     g.ldd = L->n_out, g.sd = wsz;
     if (L->shared) {
-      int row = 0;
-      for (int s = 0; s < L->n_seg; s++) {
-        g.n = L->seg[s].n;
-        g.B = L->seg[s].p, g.ldb = L->seg[s].ld, g.sb = 0;
+      sac_seg_t seg[2];
+      int row = 0, n_seg = operands(L, seg);
+      for (int s = 0; s < n_seg; s++) {
+        g.n = seg[s].n;
+        g.B = seg[s].p, g.ldb = seg[s].ld, g.sb = 0;
         g.D = dW + (size_t)row * L->n_out;
         gemm(im, &g);
-        row += L->seg[s].n;
+        row += seg[s].n;
       }
     } else {
       g.n = L->n_in;

@@ -1008,3 +1008,68 @@ Test(backend_cpu, fused_normal2_equals_two_normals) {
   cr_assert_neq(memcmp(b, b + n, n * sizeof(float)), 0, "the two halves differ (their tags do)");
   be->ops->free(be, a), be->ops->free(be, b);
 }
+
+/* launches the cpu backend counted for the calls since *c (and *c moved on) */
+static int64_t launches_since(sac_backend_counts_t *c) {
+  sac_backend_counts_t now;
+  cr_assert_eq(sac_backend_counts(be, &now), 0);
+  int64_t n = now.launches - c->launches;
+  *c = now;
+  return n;
+}
+
+/* Issue 25: a shared layer whose two segments are one [seg 0 | seg 1] block in memory (the
+ * critics' joined input) gives what the same values in two separate buffers give, bit for
+ * bit, forward and backward (every output stale-filled first), and counts one matmul per
+ * pass where two segments count two. */
+Test(backend_cpu, adjacent_segments_equal_two_segments_with_one_operand) {
+  const int B = 37, n1 = 5, n2 = 3, n = n1 + n2, n_out = 24, K = 2;
+  const size_t nW = (size_t)K * n * n_out, nY = (size_t)B * K * n_out;
+  float *blk = dev((size_t)B * n), *X1 = dev((size_t)B * n1), *X2 = dev((size_t)B * n2);
+  float *W = dev(nW), *bias = dev((size_t)K * n_out), *G = dev(nY);
+  fill(blk, (size_t)B * n, -1, 1), fill(W, nW, -0.4, 0.4), fill(bias, (size_t)K * n_out, -0.3, 0.3);
+  fill(G, nY, -1, 1);
+  for (int r = 0; r < B; r++) {
+    memcpy(X1 + (size_t)r * n1, blk + (size_t)r * n, n1 * sizeof(float));
+    memcpy(X2 + (size_t)r * n2, blk + (size_t)r * n + n1, n2 * sizeof(float));
+  }
+  sac_linear_t L[2];
+  for (int c = 0; c < 2; c++) {
+    L[c] =
+        (sac_linear_t){.B = B, .n_in = n, .n_out = n_out, .K = K, .shared = 1, .n_seg = 2, .W = W, .b = bias};
+    L[c].act = SAC_ACT_RELU;
+  }
+  L[0].seg[0] = (sac_seg_t){X1, n1, n1}, L[0].seg[1] = (sac_seg_t){X2, n2, n2};
+  L[1].seg[0] = (sac_seg_t){blk, n, n1}, L[1].seg[1] = (sac_seg_t){blk + n1, n, n2};
+  cr_assert(!sac_segs_adjacent(&L[0]) && sac_segs_adjacent(&L[1]));
+  /* outputs per side: Y, dY, dW, db, dX (a (B, n) block: segment 1's after segment 0's) */
+  size_t sz[5] = {nY, nY, nW, (size_t)K * n_out, (size_t)B * n};
+  float *out[2][5];
+  int64_t fwd[2], bwd[2];
+  sac_backend_counts_t cnt;
+  cr_assert_eq(sac_backend_counts(be, &cnt), 0);
+  for (int c = 0; c < 2; c++) {
+    for (int k = 0; k < 5; k++)
+      out[c][k] = dev(sz[k]), stale(out[c][k], sz[k]);
+    memcpy(out[c][1], G, nY * sizeof(float));
+    launches_since(&cnt);
+    be->ops->linear_fwd(be, &L[c], out[c][0], K * n_out);
+    fwd[c] = launches_since(&cnt);
+    float *dX[2] = {out[c][4], out[c][4] + n1};
+    int ldx[2] = {n, n};
+    be->ops->linear_bwd(be, &L[c], out[c][1], out[c][0], K * n_out, out[c][2], out[c][3], dX, ldx);
+    bwd[c] = launches_since(&cnt);
+  }
+  for (int k = 0; k < 5; k++)
+    cr_assert_eq(memcmp(out[0][k], out[1][k], sz[k] * sizeof(float)), 0, "output %d differs", k);
+  cr_assert_eq(fwd[0], 2, "two segments: two matmuls");
+  cr_assert_eq(fwd[1], 1, "adjacent segments: one matmul");
+  cr_assert_eq(bwd[0], 5, "activation/bias kernel, two dW matmuls, two dX kernels");
+  cr_assert_eq(bwd[1], 4, "activation/bias kernel, one dW matmul, two dX kernels");
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 5; k++)
+      be->ops->free(be, out[c][k]);
+  float *bufs[] = {blk, X1, X2, W, bias, G};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    be->ops->free(be, bufs[i]);
+}

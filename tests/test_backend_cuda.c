@@ -142,6 +142,7 @@ typedef struct {
   sac_act_t act;
   int bias_off; /* floats: 1 makes the bias under-aligned (the unfused path) */
   int want_dx;
+  int adjacent; /* shared, two segments side by side in one (B, n1 + n2) block: one operand */
 } lin_case_t;
 
 /* One layer forward and backward on both backends in every precision. The backward on
@@ -150,9 +151,11 @@ static void run_linear(const lin_case_t *c) {
   sac_backend_t *gpu = cuda_or_skip("fp32"), *cpu = cpu_backend();
   sac_rng_t rng;
   sac_rng_init(&rng, 1000 + (uint64_t)c->B * 7 + (uint64_t)c->n_out, 3);
-  const int K = c->K, n_in = c->shared ? c->n1 + c->n2 : c->n1, w1 = c->shared ? c->n1 : K * c->n1;
+  const int K = c->K, n_in = c->shared ? c->n1 + c->n2 : c->n1;
+  const int w1 = c->adjacent ? c->n1 + c->n2 : c->shared ? c->n1 : K * c->n1;
   const int width = K * c->n_out;
-  const size_t nX1 = (size_t)c->B * w1, nX2 = (size_t)c->B * c->n2, nW = (size_t)K * n_in * c->n_out;
+  const size_t nX1 = (size_t)c->B * w1, nX2 = c->adjacent ? 0 : (size_t)c->B * c->n2;
+  const size_t nW = (size_t)K * n_in * c->n_out;
   const size_t nb = (size_t)K * c->n_out + c->bias_off, nY = (size_t)c->B * width;
   const double ws = 1.0 / sqrt((double)n_in);
   float *hX1 = hrand(&rng, nX1, -1, 1), *hX2 = hrand(&rng, nX2, -1, 1), *hW = hrand(&rng, nW, -ws, ws);
@@ -176,15 +179,18 @@ static void run_linear(const lin_case_t *c) {
     L[i].n_seg = c->shared && c->n2 ? 2 : 1;
     L[i].seg[0] = (sac_seg_t){X1[i], w1, c->n1};
     if (L[i].n_seg == 2)
-      L[i].seg[1] = (sac_seg_t){X2[i], c->n2, c->n2};
+      L[i].seg[1] = c->adjacent ? (sac_seg_t){X1[i] + c->n1, w1, c->n2} : (sac_seg_t){X2[i], c->n2, c->n2};
     if (!c->shared)
       L[i].seg[0].n = w1;
+    cr_assert_eq(sac_segs_adjacent(&L[i]), c->adjacent);
   }
-  int ldx[2] = {w1, c->n2};
+  /* adjacent: segment 1's input gradient into the columns after segment 0's, one block */
+  int ldx[2] = {w1, c->adjacent ? w1 : c->n2};
+  float *cdx1 = c->adjacent ? dX1[0] + c->n1 : dX2[0], *gdx1 = c->adjacent ? dX1[1] + c->n1 : dX2[1];
   /* cpu reference, once */
   cpu->ops->linear_fwd(cpu, &L[0], Y[0], width);
   float *cpuY = hcopy(cpu, Y[0], nY);
-  float *cdx[2] = {c->want_dx ? dX1[0] : NULL, c->want_dx && c->n2 ? dX2[0] : NULL};
+  float *cdx[2] = {c->want_dx ? dX1[0] : NULL, c->want_dx && c->n2 ? cdx1 : NULL};
   cpu->ops->linear_bwd(cpu, &L[0], dY[0], Y[0], width, dW[0], db[0] + c->bias_off, cdx, ldx);
 
   for (int p = 0; p < 4; p++) {
@@ -196,7 +202,7 @@ static void run_linear(const lin_case_t *c) {
     compare(what, prec, gpu, Y[1], cpu, Y[0], nY, k_tol_gemm[p]);
     cr_assert_eq(gpu->ops->upload(gpu, Y[1], cpuY, nY), 0);
     cr_assert_eq(gpu->ops->upload(gpu, dY[1], hG, nY), 0);
-    float *gdx[2] = {c->want_dx ? dX1[1] : NULL, c->want_dx && c->n2 ? dX2[1] : NULL};
+    float *gdx[2] = {c->want_dx ? dX1[1] : NULL, c->want_dx && c->n2 ? gdx1 : NULL};
     gpu->ops->linear_bwd(gpu, &L[1], dY[1], Y[1], width, dW[1], db[1] + c->bias_off, gdx, ldx);
     snprintf(what, sizeof what, "%s: dY after activation", c->name);
     compare(what, prec, gpu, dY[1], cpu, dY[0], nY, TOL_ELEM);
@@ -207,7 +213,7 @@ static void run_linear(const lin_case_t *c) {
     if (c->want_dx) {
       snprintf(what, sizeof what, "%s: dX seg 0", c->name);
       compare(what, prec, gpu, dX1[1], cpu, dX1[0], nX1, k_tol_gemm[p]);
-      if (c->n2) {
+      if (c->n2 && !c->adjacent) { /* adjacent: in the block above */
         snprintf(what, sizeof what, "%s: dX seg 1", c->name);
         compare(what, prec, gpu, dX2[1], cpu, dX2[0], nX2, k_tol_gemm[p]);
       }
@@ -222,39 +228,48 @@ static void run_linear(const lin_case_t *c) {
 TestSuite(backend_cuda, .timeout = 600);
 
 Test(backend_cuda, linear_critic_input_layer_two_segments) {
-  lin_case_t c = {"critic l0 shared 17+6->256 K2 relu", 256, 17, 6, 256, 2, 1, SAC_ACT_RELU, 0, 1};
+  lin_case_t c = {"critic l0 shared 17+6->256 K2 relu", 256, 17, 6, 256, 2, 1, SAC_ACT_RELU, 0, 1, 0};
   run_linear(&c);
 }
 Test(backend_cuda, linear_critic_hidden_ensemble) {
-  lin_case_t c = {"critic l1 256->256 K2 relu", 256, 256, 0, 256, 2, 0, SAC_ACT_RELU, 0, 1};
+  lin_case_t c = {"critic l1 256->256 K2 relu", 256, 256, 0, 256, 2, 0, SAC_ACT_RELU, 0, 1, 0};
   run_linear(&c);
 }
 Test(backend_cuda, linear_critic_output_ensemble) {
-  lin_case_t c = {"critic out 256->1 K2 none", 256, 256, 0, 1, 2, 0, SAC_ACT_NONE, 0, 1};
+  lin_case_t c = {"critic out 256->1 K2 none", 256, 256, 0, 1, 2, 0, SAC_ACT_NONE, 0, 1, 0};
   run_linear(&c);
 }
 Test(backend_cuda, linear_actor_input_layer_2B_rows) {
-  lin_case_t c = {"actor l0 17->256 K1 relu B512", 512, 17, 0, 256, 1, 1, SAC_ACT_RELU, 0, 0};
+  lin_case_t c = {"actor l0 17->256 K1 relu B512", 512, 17, 0, 256, 1, 1, SAC_ACT_RELU, 0, 0, 0};
   run_linear(&c);
 }
 Test(backend_cuda, linear_actor_output) {
-  lin_case_t c = {"actor out 256->12 K1 none B512", 512, 256, 0, 12, 1, 0, SAC_ACT_NONE, 0, 1};
+  lin_case_t c = {"actor out 256->12 K1 none B512", 512, 256, 0, 12, 1, 0, SAC_ACT_NONE, 0, 1, 0};
   run_linear(&c);
 }
 Test(backend_cuda, linear_odd_sizes_tanh) {
-  lin_case_t c = {"odd 37->29 K2 tanh B33", 33, 37, 0, 29, 2, 0, SAC_ACT_TANH, 0, 1};
+  lin_case_t c = {"odd 37->29 K2 tanh B33", 33, 37, 0, 29, 2, 0, SAC_ACT_TANH, 0, 1, 0};
   run_linear(&c);
 }
 Test(backend_cuda, linear_under_aligned_bias_unfused) {
-  lin_case_t c = {"misaligned bias 64->128 K2 relu", 256, 64, 0, 128, 2, 0, SAC_ACT_RELU, 1, 1};
+  lin_case_t c = {"misaligned bias 64->128 K2 relu", 256, 64, 0, 128, 2, 0, SAC_ACT_RELU, 1, 1, 0};
   run_linear(&c);
 }
 Test(backend_cuda, linear_wide_512_batch_1024) {
-  lin_case_t c = {"wide 512->512 K2 relu B1024", 1024, 512, 0, 512, 2, 0, SAC_ACT_RELU, 0, 1};
+  lin_case_t c = {"wide 512->512 K2 relu B1024", 1024, 512, 0, 512, 2, 0, SAC_ACT_RELU, 0, 1, 0};
   run_linear(&c);
 }
 Test(backend_cuda, linear_shared_wide_segment) {
-  lin_case_t c = {"shared 100+9->64 K2 relu B128", 128, 100, 9, 64, 2, 1, SAC_ACT_RELU, 0, 1};
+  lin_case_t c = {"shared 100+9->64 K2 relu B128", 128, 100, 9, 64, 2, 1, SAC_ACT_RELU, 0, 1, 0};
+  run_linear(&c);
+}
+/* issue 25: the critics' joined input, [obs | action] rows read as one operand */
+Test(backend_cuda, linear_critic_input_layer_adjacent_segments) {
+  lin_case_t c = {"critic l0 adjacent 17|6->256 K2 relu", 256, 17, 6, 256, 2, 1, SAC_ACT_RELU, 0, 1, 1};
+  run_linear(&c);
+}
+Test(backend_cuda, linear_critic_input_layer_adjacent_segments_pendulum) {
+  lin_case_t c = {"critic l0 adjacent 3|1->256 K2 relu", 256, 3, 1, 256, 2, 1, SAC_ACT_RELU, 0, 1, 1};
   run_linear(&c);
 }
 
