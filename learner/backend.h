@@ -88,6 +88,47 @@ typedef struct {
   float *dq, *dlogp, *td, *stats, *grad_alpha, *stats_alpha;
 } sac_q_head_t;
 
+/* The layer below a fused backward (linear_bwd_act, policy_bwd). The fused layer's input
+ * X (its one segment) is the output of the layer below after that layer's activation
+ * act; once the fused layer's input gradient dX is written, dX = dX * act'(X) in place
+ * and db (non-NULL) = the column sums of the result: what linear_bwd of the layer below
+ * does first, so that layer's own linear_bwd then runs with act SAC_ACT_NONE and db NULL
+ * (its weight and input gradients only). */
+typedef struct {
+  sac_act_t act;
+  float *db;
+} sac_below_t;
+
+/* Row copies a fused op makes besides its math: rows x cols floats from src (leading
+ * dimension lds) to dst (ldd); the regions are disjoint from each other and from
+ * everything else the op reads or writes. */
+typedef struct {
+  const float *src;
+  float *dst;
+  int lds, ldd, rows, cols;
+} sac_copy_t;
+#define SAC_MAX_COPIES 3
+
+/* What the fused policy output op (policy_fwd) runs besides the actor's last layer: the
+ * noise normal2(eps, n, key, stream, tag0, tag1) with n = (rows / 2) * A (the two halves
+ * of the rows), head_fwd(h, P, eps, a, lda, logp), and the copies. */
+typedef struct {
+  const uint32_t *key; /* 2 words */
+  uint64_t stream;
+  uint32_t tag0, tag1;
+  float *eps; /* (rows, A) */
+  float *a;   /* (rows, A, ld lda) */
+  int lda;
+  float *logp; /* (rows) */
+  sac_copy_t copy[SAC_MAX_COPIES];
+  int n_copy;
+} sac_policy_fwd_t;
+
+/* The largest action size for which the cuda backend's policy_bwd is one kernel (its
+ * shared memory holds rows x 2A floats); above it the op issues the ops it stands for
+ * (and the cpu backend counts those). */
+#define SAC_POLICY_BWD_MAX_ACT 64
+
 typedef struct sac_backend_ops {
   const char *name;
   /* --- memory (setup time only; never inside the update) --- */
@@ -229,6 +270,29 @@ typedef struct sac_backend_ops {
    * issues the two. */
   void (*q_head)(sac_backend_t *be, const sac_linear_t *L, float *q, const sac_head_hp_t *h,
                  const sac_q_head_t *a);
+  /* Fused (issue 25, the policy's output): the noise, the actor's last layer
+   * linear_fwd(L, P, 2A) (K = 1, not shared, no activation, h->B = L->B rows, an even
+   * number), head_fwd on P and the copies, as sac_policy_fwd_t says, as one launch. The
+   * copies let the critics read [obs | action] rows as one operand (sac_segs_adjacent)
+   * without the batch being stored that way. Results equal the ops' (tests/
+   * test_backend_cpu.c, test_backend_cuda.c). NULL: sac.c issues them. */
+  void (*policy_fwd)(sac_backend_t *be, const sac_linear_t *L, float *P, const sac_head_hp_t *h,
+                     const sac_policy_fwd_t *a);
+  /* Fused: linear_bwd(L, dY, Y, ldy, dW, db, {dX}, {ldx}) of a layer that is not shared
+   * (one input segment; dX non-NULL, ldx = L->seg[0].ld), then the activation backward
+   * and bias gradient of the layer below on dX (sac_below_t), as one launch where the
+   * cuda backend has a kernel for L (the critics' one-wide last layer), else its ops.
+   * NULL: sac.c issues linear_bwd twice. */
+  void (*linear_bwd_act)(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                         float *dW, float *db, float *dX, int ldx, const sac_below_t *below);
+  /* Fused (the policy's backward through its output): head_bwd(h, P, eps, a, lda, da,
+   * ldda, dlogp, dP), then linear_bwd_act(L, dP, P, 2A, dW, db, dX, ldx, below) of the
+   * actor's last layer (h->B = L->B), as one launch for A <= SAC_POLICY_BWD_MAX_ACT.
+   * NULL: sac.c issues head_bwd and linear_bwd_act (or linear_bwd twice). */
+  void (*policy_bwd)(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
+                     const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP,
+                     const sac_linear_t *L, float *dW, float *db, float *dX, int ldx,
+                     const sac_below_t *below);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_GRAPHS 4

@@ -14,6 +14,7 @@
  * spin for the next op for up to a millisecond, then sleep. Every element is computed by
  * exactly one thread in a fixed order, so results are deterministic for a fixed thread
  * count (and equal the one-thread results up to the GEMM kernel's blocking). */
+#include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
@@ -1021,6 +1022,73 @@ static void cpu_q_head(sac_backend_t *be, const sac_linear_t *L, float *q, const
   impl_of(be)->launches = l0 + 1;
 }
 
+/* Row copies (sac_copy_t) */
+static void copy_rows(const sac_copy_t *c) {
+  for (int r = 0; r < c->rows; r++)
+    memcpy(c->dst + (size_t)r * c->ldd, c->src + (size_t)r * c->lds, sizeof(float) * (size_t)c->cols);
+}
+
+/* The fused policy output: the noise, the actor's last layer and the head, through the
+ * table (as above), then the copies; one launch on the cuda backend (k_policy_fwd). */
+static void cpu_policy_fwd(sac_backend_t *be, const sac_linear_t *L, float *P, const sac_head_hp_t *h,
+                           const sac_policy_fwd_t *a) {
+  assert(!L->shared && L->K == 1 && L->act == SAC_ACT_NONE && L->n_out == 2 * h->A && L->B == h->B &&
+         h->B % 2 == 0 && a->n_copy >= 0 && a->n_copy <= SAC_MAX_COPIES);
+  const uint64_t l0 = impl_of(be)->launches;
+  be->ops->normal2(be, a->eps, (size_t)(h->B / 2) * (size_t)h->A, a->key, a->stream, a->tag0, a->tag1);
+  be->ops->linear_fwd(be, L, P, 2 * h->A);
+  be->ops->head_fwd(be, h, P, a->eps, a->a, a->lda, a->logp);
+  for (int i = 0; i < a->n_copy; i++)
+    copy_rows(&a->copy[i]);
+  impl_of(be)->launches = l0 + 1;
+}
+
+/* linear_bwd of L with the one input gradient dX, then the layer below's activation
+ * backward and bias gradient on dX: linear_bwd of a stand-in for that layer with only its
+ * bias gradient (it reads nothing else of it), through the table. */
+static void bwd_then_below(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                           float *dW, float *db, float *dX, int ldx, const sac_below_t *below) {
+  assert(!L->shared && L->n_seg == 1 && dX && ldx == L->seg[0].ld);
+  float *dxs[2] = {dX, NULL};
+  const int lds[2] = {ldx, 0};
+  be->ops->linear_bwd(be, L, dY, Y, ldy, dW, db, dxs, lds);
+  sac_linear_t lb = {.B = L->B, .n_in = L->n_in, .n_out = L->n_in, .K = L->K, .n_seg = 1, .act = below->act};
+  lb.seg[0] = L->seg[0];
+  be->ops->linear_bwd(be, &lb, dX, L->seg[0].p, ldx, NULL, below->db, NULL, NULL);
+}
+
+/* What the cuda backend's linear_bwd_act launches: one kernel for the critics' one-wide
+ * last layer (k_out1_bwd), else linear_bwd's launches and the activation/bias kernel. */
+static uint64_t linear_bwd_act_launches(const sac_linear_t *L, const float *dW, const float *db, float *dX,
+                                        const sac_below_t *below) {
+  if (is_out1(L))
+    return 1;
+  float *dxs[2] = {dX, NULL};
+  return linear_bwd_launches(L, dW, db, dxs) + (below->act != SAC_ACT_NONE || below->db ? 1 : 0);
+}
+
+static void cpu_linear_bwd_act(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                               float *dW, float *db, float *dX, int ldx, const sac_below_t *below) {
+  const uint64_t l0 = impl_of(be)->launches;
+  bwd_then_below(be, L, dY, Y, ldy, dW, db, dX, ldx, below);
+  impl_of(be)->launches = l0 + linear_bwd_act_launches(L, dW, db, dX, below);
+}
+
+/* The fused policy backward: head_bwd, then the last layer's backward and the layer
+ * below's activation backward, through the table; one launch on the cuda backend
+ * (k_policy_bwd) up to SAC_POLICY_BWD_MAX_ACT, else its ops. */
+static void cpu_policy_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
+                           const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP,
+                           const sac_linear_t *L, float *dW, float *db, float *dX, int ldx,
+                           const sac_below_t *below) {
+  assert(!L->shared && L->K == 1 && L->act == SAC_ACT_NONE && L->n_out == 2 * h->A && L->B == h->B);
+  const uint64_t l0 = impl_of(be)->launches;
+  be->ops->head_bwd(be, h, P, eps, a, lda, da, ldda, dlogp, dP);
+  bwd_then_below(be, L, dP, P, 2 * h->A, dW, db, dX, ldx, below);
+  impl_of(be)->launches =
+      l0 + (h->A <= SAC_POLICY_BWD_MAX_ACT ? 1 : 1 + linear_bwd_act_launches(L, dW, db, dX, below));
+}
+
 /* The pool's counts: jobs split, jobs run on the caller alone because the workers were
  * not getting cores, and parts the caller ran for a worker that had not started them. */
 static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
@@ -1068,6 +1136,9 @@ static const sac_backend_ops_t k_cpu_ops = {
     .actor_alpha_loss = cpu_actor_alpha_loss,
     .adam_polyak = cpu_adam_polyak,
     .q_head = cpu_q_head,
+    .policy_fwd = cpu_policy_fwd,
+    .linear_bwd_act = cpu_linear_bwd_act,
+    .policy_bwd = cpu_policy_bwd,
     .get_metric = cpu_get_metric,
     .fetch = cpu_fetch,
     .fetch_wait = cpu_fetch_wait,

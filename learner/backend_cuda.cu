@@ -29,6 +29,7 @@
  * - Every CUDA and cuBLASLt call is checked; a failure is logged with the statement, file
  *   and line, latched, and returned by the next sync / upload / download. Ops allocate
  *   nothing (cuBLASLt gets a fixed workspace); alloc refuses to run during a capture. */
+#include <assert.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -262,22 +263,39 @@ __global__ void k_out1_fwd(float *Y, int ldy, const float *X, int ldx, const flo
 /* Backward of k_out1_fwd, one launch for what took three (bias-sum kernel, dW and dX
  * matmuls): thread c < K n owns input column c = k n + j: dW[c] = sum_b X[b, c] dY[b, k]
  * and dX[b, c] = dY[b, k] W[c]; thread K n + k sums db[k] = sum_b dY[b, k]. Rows in order
- * (deterministic). dW, db, dX may each be NULL. */
-__global__ void k_out1_bwd(const float *dY, int ldy, const float *X, int ldx, const float *W, float *dW, float *db,
-                           float *dX, int lddx, int B, int K, int n) {
+ * (deterministic). dW, db, dX may each be NULL. With below_act >= 0 (linear_bwd_act) the
+ * thread also runs the layer below's activation backward on the dX it writes (X is that
+ * layer's output) and sums its bias gradient dbb[c] (NULL: none) in the same row order;
+ * ovf (fp16) flags a written dX that the layer below's fp16 matmuls could not take. */
+__global__ void k_out1_bwd(const float *dY, int ldy, const float *X, int ldx, const float *W, float *dW,
+                           float *db, float *dX, int lddx, int B, int K, int n, int below_act, float *dbb,
+                           int *ovf) {
   int c = blockIdx.x * blockDim.x + threadIdx.x, cols = K * n;
   if (c < cols) {
-    int k = c / n;
-    float w = W[c], acc = 0.0f;
+    int k = c / n, bad = 0;
+    float w = W[c], acc = 0.0f, bsum = 0.0f;
     for (int b = 0; b < B; b++) {
       float g = dY[(size_t)b * ldy + k];
+      float x = X[(size_t)b * ldx + c];
       if (dW)
-        acc += X[(size_t)b * ldx + c] * g;
-      if (dX)
-        dX[(size_t)b * lddx + c] = g * w;
+        acc += x * g;
+      if (dX) {
+        float d = g * w;
+        if (below_act == SAC_ACT_RELU)
+          d = x > 0.0f ? d : 0.0f;
+        else if (below_act == SAC_ACT_TANH)
+          d *= 1.0f - x * x;
+        bsum += d;
+        bad |= !(fabsf(d) <= 65504.0f);
+        dX[(size_t)b * lddx + c] = d;
+      }
     }
     if (dW)
       dW[c] = acc;
+    if (dbb)
+      dbb[c] = bsum;
+    if (ovf && bad)
+      *ovf = 1; /* every writer stores the same value */
   } else if (db && c < cols + K) {
     int k = c - cols;
     float acc = 0.0f;
@@ -576,6 +594,171 @@ __global__ void k_out1_head(out1_head_t a) {
     d_actor_loss(a.B, a.log_alpha, a.q, a.logp, a.dq, a.dlogp, a.stats, a.sc);
     __syncthreads();
     d_alpha_loss(a.B, a.target_entropy, a.log_alpha, a.logp, a.grad_alpha, a.stats_alpha, a.sc);
+  }
+}
+
+/* The policy's output (policy_fwd) in one launch: one warp per row r of the 2B: the
+ * actor's last layer P[r, j] = X[r] . W[:, j] + bias[j] (fp32 in every precision, a
+ * lane-strided sum and a fixed shuffle tree), then lane 0 draws the row's noise as
+ * k_normal2 does (element i of a half is normal i % 2 of Philox block i / 2 under the
+ * half's tag) and runs the head as k_head_fwd. The copies run grid-stride over every
+ * thread afterwards. */
+typedef struct {
+  int rows, A, H, ldx, lda, n_copy;
+  const float *X, *W, *bias;
+  float *P, *eps, *a, *logp;
+  float lsmin, lsmax;
+  uint32_t k0, k1, tag0, tag1;
+  unsigned long long stream;
+  const unsigned long long *delta;
+  sac_copy_t copy[SAC_MAX_COPIES];
+} policy_fwd_t;
+
+__device__ void d_policy_row(const policy_fwd_t &p, int r) {
+  const int A = p.A, n2 = 2 * A, half = p.rows / 2;
+  const float *mu = p.P + (size_t)r * n2, *ls_raw = mu + A;
+  float *e = p.eps + (size_t)r * A;
+  const uint32_t key[2] = {p.k0, p.k1}, tag = r < half ? p.tag0 : p.tag1;
+  const uint64_t s = p.stream + (p.delta ? *p.delta : 0ull);
+  const size_t first = (size_t)(r < half ? r : r - half) * A; /* the row's first element in its half */
+  float z0 = 0.0f, z1 = 0.0f, lp = 0.0f;
+  for (int c = 0; c < A; c++) {
+    const size_t i = first + c;
+    if (c == 0 || (i & 1) == 0)
+      sac_philox_normal2(key, (uint32_t)(i / 2), s, tag, &z0, &z1);
+    e[c] = (i & 1) ? z1 : z0;
+  }
+  for (int c = 0; c < A; c++) {
+    float ls = d_clamp(ls_raw[c], p.lsmin, p.lsmax);
+    float u = mu[c] + expf(ls) * e[c];
+    p.a[(size_t)r * p.lda + c] = tanhf(u);
+    lp += -0.5f * e[c] * e[c] - ls - HALF_LOG_2PI - 2.0f * (LOG2F_ - u - d_softplus(-2.0f * u));
+  }
+  p.logp[r] = lp;
+}
+
+__global__ void k_policy_fwd(policy_fwd_t p) {
+  const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, nth = (size_t)gridDim.x * blockDim.x;
+  const size_t warp = tid >> 5;
+  const int lane = threadIdx.x & 31, n2 = 2 * p.A;
+  if (warp < (size_t)p.rows) { /* whole warps */
+    const int r = (int)warp;
+    const float *x = p.X + (size_t)r * p.ldx;
+    for (int j = 0; j < n2; j++) {
+      float acc = 0.0f;
+      for (int i = lane; i < p.H; i += 32)
+        acc += x[i] * p.W[(size_t)i * n2 + j];
+      for (int o = 16; o > 0; o >>= 1)
+        acc += __shfl_down_sync(0xffffffffu, acc, o);
+      if (lane == 0)
+        p.P[(size_t)r * n2 + j] = acc + (p.bias ? p.bias[j] : 0.0f);
+    }
+    if (lane == 0) /* reads the P it wrote */
+      d_policy_row(p, r);
+  }
+  for (int c = 0; c < p.n_copy; c++) {
+    const sac_copy_t &cp = p.copy[c];
+    const size_t n = (size_t)cp.rows * cp.cols;
+    for (size_t i = tid; i < n; i += nth) {
+      const size_t r = i / cp.cols, col = i % cp.cols;
+      cp.dst[r * cp.ldd + col] = cp.src[r * cp.lds + col];
+    }
+  }
+}
+
+/* The policy's backward through its output (policy_bwd) in one launch. Block (32, 8)
+ * owns hidden columns i in [32 blockIdx.x, +32) of the last layer's input and walks every
+ * row in chunks of PB_ROWS: the chunk's head gradient dP (as k_head_bwd) into shared
+ * memory, recomputed by each block; then dW[i, j] += X[b, i] dP[b, j] over the chunk's
+ * rows (thread (x, y) owns the j = y mod 8), dX[b, i] = sum_j dP[b, j] W[i, j] with the
+ * layer below's activation backward applied, and that layer's bias sum; block 0 also
+ * writes dP and sums db. Every sum in a fixed order (rows ascending, j ascending, the 8
+ * row lanes of the bias sum in order). fp32 in every precision; ovf (fp16) flags a dX the
+ * layer below's fp16 matmuls could not take. Shared memory: (PB_ROWS + 33) 2A floats. */
+#define PB_ROWS 32
+typedef struct {
+  int B, A, H, ldx, lda, ldda, below_act;
+  float lsmin, lsmax;
+  const float *P, *eps, *a, *da, *dlogp, *X, *W;
+  float *dP, *dW, *db, *dX, *dbb;
+  int *ovf;
+} policy_bwd_t;
+
+__device__ void d_policy_bwd_chunk(const policy_bwd_t &p, float *dPs, int r0, int nr) {
+  const int A = p.A, n2 = 2 * A, t = threadIdx.y * 32 + threadIdx.x;
+  for (int k = t; k < nr * A; k += 256) {
+    const int rr = k / A, c = k % A;
+    const size_t b = (size_t)r0 + rr;
+    float raw = p.P[b * n2 + A + c], e = p.eps[b * A + c], ai = p.a[b * p.lda + c];
+    float g = p.da ? p.da[b * p.ldda + c] : 0.0f;
+    float du = g * (1.0f - ai * ai) + p.dlogp[b] * 2.0f * ai;
+    int inside = raw > p.lsmin && raw < p.lsmax;
+    float ls = d_clamp(raw, p.lsmin, p.lsmax);
+    dPs[rr * n2 + c] = du;
+    dPs[rr * n2 + A + c] = inside ? du * expf(ls) * e - p.dlogp[b] : 0.0f;
+  }
+}
+
+__global__ void k_policy_bwd(policy_bwd_t p) {
+  extern __shared__ float sm[];
+  __shared__ float red[8][33];
+  const int n2 = 2 * p.A, tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx;
+  const int i = blockIdx.x * 32 + tx;
+  float *dPs = sm, *accW = sm + PB_ROWS * n2, *accB = accW + 32 * n2;
+  for (int k = t; k < 33 * n2; k += 256)
+    accW[k] = 0.0f; /* and accB */
+  float bsum = 0.0f;
+  int bad = 0;
+  for (int r0 = 0; r0 < p.B; r0 += PB_ROWS) {
+    const int nr = p.B - r0 < PB_ROWS ? p.B - r0 : PB_ROWS;
+    __syncthreads(); /* the accumulators zeroed; the previous chunk's dPs read */
+    d_policy_bwd_chunk(p, dPs, r0, nr);
+    __syncthreads();
+    if (blockIdx.x == 0) {
+      for (int k = t; k < nr * n2; k += 256)
+        p.dP[(size_t)r0 * n2 + k] = dPs[k];
+      for (int j = t; j < n2; j += 256)
+        for (int rr = 0; rr < nr; rr++)
+          accB[j] += dPs[rr * n2 + j];
+    }
+    if (i >= p.H)
+      continue;
+    for (int j = ty; j < n2; j += 8) {
+      float acc = accW[j * 32 + tx];
+      for (int rr = 0; rr < nr; rr++)
+        acc += p.X[(size_t)(r0 + rr) * p.ldx + i] * dPs[rr * n2 + j];
+      accW[j * 32 + tx] = acc;
+    }
+    for (int rr = ty; rr < nr; rr += 8) {
+      const size_t b = (size_t)r0 + rr;
+      float d = 0.0f;
+      for (int j = 0; j < n2; j++)
+        d += dPs[rr * n2 + j] * p.W[(size_t)i * n2 + j];
+      const float x = p.X[b * p.ldx + i];
+      if (p.below_act == SAC_ACT_RELU)
+        d = x > 0.0f ? d : 0.0f;
+      else if (p.below_act == SAC_ACT_TANH)
+        d *= 1.0f - x * x;
+      p.dX[b * p.ldx + i] = d;
+      bsum += d;
+      bad |= !(fabsf(d) <= 65504.0f);
+    }
+  }
+  if (i < p.H && p.dW)
+    for (int j = ty; j < n2; j += 8)
+      p.dW[(size_t)i * n2 + j] = accW[j * 32 + tx];
+  if (blockIdx.x == 0 && p.db)
+    for (int j = t; j < n2; j += 256)
+      p.db[j] = accB[j];
+  if (p.ovf && bad)
+    *p.ovf = 1;
+  red[ty][tx] = bsum;
+  __syncthreads();
+  if (ty == 0 && i < p.H && p.dbb) {
+    float sum = 0.0f;
+    for (int y = 0; y < 8; y++)
+      sum += red[y][tx];
+    p.dbb[i] = sum;
   }
 }
 
@@ -1205,7 +1388,8 @@ static void cu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, c
       return;
     unsigned threads = (unsigned)(K * L->n_in + K);
     k_out1_bwd<<<(threads + THREADS - 1) / THREADS, THREADS, 0, im->stream>>>(
-        dY, ldy, L->seg[0].p, L->seg[0].ld, L->W, dW, db, dx, dx ? ldx[0] : 0, L->B, K, L->n_in);
+        dY, ldy, L->seg[0].p, L->seg[0].ld, L->W, dW, db, dx, dx ? ldx[0] : 0, L->B, K, L->n_in, -1, NULL,
+        NULL);
     LAUNCHED(im, "k_out1_bwd");
     return;
   }
@@ -1439,6 +1623,79 @@ static void cu_q_head(sac_backend_t *be, const sac_linear_t *L, float *q, const 
   k.sc = loss_scaler(im);
   k_out1_head<<<1, THREADS, 0, im->stream>>>(k);
   LAUNCHED(im, "k_out1_head");
+}
+
+static void cu_policy_fwd(sac_backend_t *be, const sac_linear_t *L, float *P, const sac_head_hp_t *h,
+                          const sac_policy_fwd_t *a) {
+  cu_t *im = IM(be);
+  assert(!L->shared && L->K == 1 && L->act == SAC_ACT_NONE && L->n_out == 2 * h->A && L->B == h->B &&
+         h->B % 2 == 0 && a->n_copy >= 0 && a->n_copy <= SAC_MAX_COPIES);
+  policy_fwd_t k;
+  memset(&k, 0, sizeof k);
+  k.rows = h->B, k.A = h->A, k.H = L->n_in, k.ldx = L->seg[0].ld, k.lda = a->lda, k.n_copy = a->n_copy;
+  k.X = L->seg[0].p, k.W = L->W, k.bias = L->b;
+  k.P = P, k.eps = a->eps, k.a = a->a, k.logp = a->logp;
+  k.lsmin = h->log_std_min, k.lsmax = h->log_std_max;
+  k.k0 = a->key[0], k.k1 = a->key[1], k.tag0 = a->tag0, k.tag1 = a->tag1;
+  k.stream = (unsigned long long)a->stream;
+  k.delta = im->capturing >= 0 ? &im->ds->delta[im->capturing] : NULL;
+  for (int c = 0; c < a->n_copy; c++)
+    k.copy[c] = a->copy[c];
+  size_t threads = (size_t)h->B * 32;
+  k_policy_fwd<<<(unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, im->stream>>>(k);
+  LAUNCHED(im, "k_policy_fwd");
+}
+
+/* linear_bwd_act: the critics' one-wide last layer as k_out1_bwd with the layer below
+ * (fp16 too: it flags a dX out of fp16 range itself, and nothing of this layer is an fp16
+ * operand), else the layer's backward and then the layer below's activation backward as
+ * that layer's own linear_bwd would run it. */
+static void cu_linear_bwd_act(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                              float *dW, float *db, float *dX, int ldx, const sac_below_t *below) {
+  cu_t *im = IM(be);
+  assert(!L->shared && L->n_seg == 1 && dX && ldx == L->seg[0].ld);
+  if (is_out1(L)) {
+    unsigned threads = (unsigned)(L->K * L->n_in + L->K);
+    k_out1_bwd<<<(threads + THREADS - 1) / THREADS, THREADS, 0, im->stream>>>(
+        dY, ldy, L->seg[0].p, L->seg[0].ld, L->W, dW, db, dX, ldx, L->B, L->K, L->n_in, (int)below->act,
+        below->db, im->prec == PREC_FP16 ? &im->ds->overflow : NULL);
+    LAUNCHED(im, "k_out1_bwd");
+    return;
+  }
+  float *dxs[2] = {dX, NULL};
+  const int lds[2] = {ldx, 0};
+  cu_linear_bwd(be, L, dY, Y, ldy, dW, db, dxs, lds);
+  sac_linear_t lb;
+  memset(&lb, 0, sizeof lb);
+  lb.B = L->B, lb.n_in = L->n_in, lb.n_out = L->n_in, lb.K = L->K, lb.n_seg = 1, lb.act = below->act;
+  lb.seg[0] = L->seg[0];
+  cu_linear_bwd(be, &lb, dX, L->seg[0].p, ldx, NULL, below->db, NULL, NULL);
+}
+
+static void cu_policy_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
+                          const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP,
+                          const sac_linear_t *L, float *dW, float *db, float *dX, int ldx,
+                          const sac_below_t *below) {
+  cu_t *im = IM(be);
+  assert(!L->shared && L->K == 1 && L->act == SAC_ACT_NONE && L->n_out == 2 * h->A && L->B == h->B && dX &&
+         ldx == L->seg[0].ld);
+  if (h->A > SAC_POLICY_BWD_MAX_ACT) { /* its shared memory would not fit */
+    cu_head_bwd(be, h, P, eps, a, lda, da, ldda, dlogp, dP);
+    cu_linear_bwd_act(be, L, dP, P, 2 * h->A, dW, db, dX, ldx, below);
+    return;
+  }
+  policy_bwd_t k;
+  memset(&k, 0, sizeof k);
+  k.B = h->B, k.A = h->A, k.H = L->n_in, k.ldx = ldx, k.lda = lda, k.ldda = ldda,
+  k.below_act = (int)below->act;
+  k.lsmin = h->log_std_min, k.lsmax = h->log_std_max;
+  k.P = P, k.eps = eps, k.a = a, k.da = da, k.dlogp = dlogp, k.X = L->seg[0].p, k.W = L->W;
+  k.dP = dP, k.dW = dW, k.db = db, k.dX = dX, k.dbb = below->db;
+  k.ovf = im->prec == PREC_FP16 ? &im->ds->overflow : NULL;
+  size_t smem = sizeof(float) * (size_t)(PB_ROWS + 33) * 2 * (size_t)h->A;
+  dim3 block(32, 8);
+  k_policy_bwd<<<(unsigned)((L->n_in + 31) / 32), block, smem, im->stream>>>(k);
+  LAUNCHED(im, "k_policy_bwd");
 }
 
 static void cu_overflow_export(sac_backend_t *be, float *dst) {
@@ -1927,20 +2184,24 @@ static const sac_backend_ops_t k_cuda_ops = {
     .actor_alpha_loss = cu_actor_alpha_loss,
     .adam_polyak = cu_adam_polyak,
     .q_head = cu_q_head,
+    .policy_fwd = cu_policy_fwd,
+    .linear_bwd_act = cu_linear_bwd_act,
+    .policy_bwd = cu_policy_bwd,
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a
  * first launch may happen while a graph is being captured (the graph's last node). */
 static int preload_kernels(cu_t *im) {
-  const void *fns[] = {(const void *)k_bias_act,      (const void *)k_act_bwd_colsum, (const void *)k_dx_shared,
-                       (const void *)k_normal,        (const void *)k_head_fwd,       (const void *)k_head_bwd,
-                       (const void *)k_critic_target, (const void *)k_critic_loss,    (const void *)k_actor_loss,
-                       (const void *)k_alpha_loss,    (const void *)k_nonfinite,      (const void *)k_adam,
-                       (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
-                       (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
-                       (const void *)k_ovf_import,    (const void *)k_adam_polyak,
-                       (const void *)k_actor_alpha_loss, (const void *)k_normal2, (const void *)k_out1_fwd,
-                       (const void *)k_out1_bwd, (const void *)k_out1_head};
+  const void *fns[] = {
+      (const void *)k_bias_act,      (const void *)k_act_bwd_colsum, (const void *)k_dx_shared,
+      (const void *)k_normal,        (const void *)k_head_fwd,       (const void *)k_head_bwd,
+      (const void *)k_critic_target, (const void *)k_critic_loss,    (const void *)k_actor_loss,
+      (const void *)k_alpha_loss,    (const void *)k_nonfinite,      (const void *)k_adam,
+      (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
+      (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
+      (const void *)k_ovf_import,    (const void *)k_adam_polyak,    (const void *)k_actor_alpha_loss,
+      (const void *)k_normal2,       (const void *)k_out1_fwd,       (const void *)k_out1_bwd,
+      (const void *)k_out1_head,     (const void *)k_policy_fwd,     (const void *)k_policy_bwd};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))

@@ -1073,3 +1073,198 @@ Test(backend_cpu, adjacent_segments_equal_two_segments_with_one_operand) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     be->ops->free(be, bufs[i]);
 }
+
+/* n floats of a fresh buffer holding a copy of src */
+static float *dup_of(const float *src, size_t n) {
+  float *p = dev(n);
+  memcpy(p, src, n * sizeof(float));
+  return p;
+}
+
+static void expect_same(const float *a, const float *b, size_t n, const char *what) {
+  cr_assert_eq(memcmp(a, b, n * sizeof(float)), 0, "%s differs", what);
+}
+
+/* Issue 25: the fused policy output (policy_fwd: the noise, the actor's last layer, the
+ * head and the copies of the critics' joined input) equals normal2, linear_fwd, head_fwd
+ * and the copies, bit for bit, every output stale-filled alike on both sides (the columns
+ * of the action block between rows must stay as they were), and counts one launch where
+ * the ops count three. */
+Test(backend_cpu, policy_fwd_equals_noise_last_layer_head_and_copies) {
+  const int B = 37, rows = 2 * B, A = 3, H = 24, O = 4, lda = O + A;
+  const uint32_t key[2] = {0x51u, 0x7au};
+  float *X = dev((size_t)rows * H), *W = dev((size_t)H * 2 * A), *bias = dev(2 * A),
+        *obs = dev((size_t)rows * O);
+  float *act = dev((size_t)B * A), *la = dev(1);
+  fill(X, (size_t)rows * H, 0, 1.5), fill(W, (size_t)H * 2 * A, -0.5, 0.5), fill(bias, 2 * A, -1, 1);
+  fill(obs, (size_t)rows * O, -2, 2), fill(act, (size_t)B * A, -1, 1);
+  la[0] = -0.4f;
+  sac_head_hp_t h = {.B = rows, .A = A, .gamma = 0.99f, .log_std_min = -5, .log_std_max = 2, .log_alpha = la};
+  sac_linear_t L = {.B = rows, .n_in = H, .n_out = 2 * A, .K = 1, .n_seg = 1, .W = W, .b = bias};
+  L.seg[0] = (sac_seg_t){X, H, H}, L.act = SAC_ACT_NONE;
+  /* outputs: P, eps, the joined rows (3B, O + A) holding a in rows [0, 2B), logp */
+  size_t sz[4] = {(size_t)rows * 2 * A, (size_t)rows * A, (size_t)3 * B * lda, (size_t)rows};
+  float *out[2][4];
+  for (int k = 0; k < 4; k++) {
+    out[0][k] = dev(sz[k]), stale(out[0][k], sz[k]);
+    out[1][k] = dup_of(out[0][k], sz[k]);
+  }
+  sac_backend_counts_t cnt;
+  cr_assert_eq(sac_backend_counts(be, &cnt), 0);
+  be->ops->normal2(be, out[0][1], (size_t)B * A, key, 9, 1, 0);
+  be->ops->linear_fwd(be, &L, out[0][0], 2 * A);
+  be->ops->head_fwd(be, &h, out[0][0], out[0][1], out[0][2] + O, lda, out[0][3]);
+  for (int r = 0; r < 3 * B; r++) {
+    memcpy(out[0][2] + (size_t)r * lda, obs + (size_t)(r < rows ? r : r - rows) * O, O * sizeof(float));
+    if (r >= rows)
+      memcpy(out[0][2] + (size_t)r * lda + O, act + (size_t)(r - rows) * A, A * sizeof(float));
+  }
+  cr_assert_eq(launches_since(&cnt), 3);
+  sac_policy_fwd_t pf = {.key = key, .stream = 9, .tag0 = 1, .tag1 = 0, .eps = out[1][1], .a = out[1][2] + O};
+  pf.lda = lda, pf.logp = out[1][3], pf.n_copy = 3;
+  pf.copy[0] = (sac_copy_t){obs, out[1][2], O, lda, rows, O};
+  pf.copy[1] = (sac_copy_t){obs, out[1][2] + (size_t)rows * lda, O, lda, B, O};
+  pf.copy[2] = (sac_copy_t){act, out[1][2] + (size_t)rows * lda + O, A, lda, B, A};
+  cr_assert_not_null(be->ops->policy_fwd);
+  be->ops->policy_fwd(be, &L, out[1][0], &h, &pf);
+  cr_assert_eq(launches_since(&cnt), 1);
+  const char *names[4] = {"P", "eps", "joined rows", "logp"};
+  for (int k = 0; k < 4; k++)
+    expect_same(out[0][k], out[1][k], sz[k], names[k]);
+  cr_assert_neq(memcmp(out[1][1], out[1][1] + (size_t)B * A, (size_t)B * A * sizeof(float)), 0,
+                "the two halves' noise differs (their tags do)");
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 4; k++)
+      be->ops->free(be, out[c][k]);
+  float *bufs[] = {X, W, bias, obs, act, la};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    be->ops->free(be, bufs[i]);
+}
+
+/* One case of linear_bwd_act against linear_bwd of the layer and then of the layer below
+ * (its real description: n_in 7, its own act; with only its bias gradient). */
+typedef struct {
+  const char *name;
+  int n_out, K;
+  sac_act_t below_act;
+  int grads;              /* 1: dW, db and the layer below's db; 0: the input gradient only */
+  int64_t fused, unfused; /* launches counted */
+} bwd_act_case_t;
+
+static void run_bwd_act(const bwd_act_case_t *c) {
+  const int B = 37, H = 24, K = c->K, n_out = c->n_out, w = K * H, wo = K * n_out;
+  const size_t nX = (size_t)B * w, nW = (size_t)K * H * n_out, nY = (size_t)B * wo;
+  float *X = dev(nX), *W = dev(nW), *bias = dev((size_t)wo), *Y = dev(nY), *G = dev(nY);
+  fill(X, nX, -1, 1), fill(W, nW, -0.5, 0.5), fill(bias, (size_t)wo, -0.2, 0.2), fill(G, nY, -1, 1);
+  if (c->below_act == SAC_ACT_RELU)
+    for (size_t i = 0; i < nX; i++)
+      X[i] = X[i] > 0 ? X[i] : 0.0f; /* a ReLU layer's output */
+  else if (c->below_act == SAC_ACT_TANH)
+    for (size_t i = 0; i < nX; i++)
+      X[i] = tanhf(X[i]);
+  sac_linear_t L = {.B = B, .n_in = H, .n_out = n_out, .K = K, .n_seg = 1, .W = W, .b = bias};
+  L.seg[0] = (sac_seg_t){X, w, w}, L.act = n_out == 1 ? SAC_ACT_NONE : SAC_ACT_RELU;
+  be->ops->linear_fwd(be, &L, Y, wo);
+  sac_linear_t below = {.B = B, .n_in = 7, .n_out = H, .K = K, .n_seg = 1, .act = c->below_act};
+  /* outputs: dY, dW, db, dX, the layer below's db */
+  size_t sz[5] = {nY, nW, (size_t)wo, nX, (size_t)w};
+  float *out[2][5];
+  for (int k = 0; k < 5; k++) {
+    out[0][k] = dev(sz[k]), stale(out[0][k], sz[k]);
+    if (k == 0)
+      memcpy(out[0][0], G, nY * sizeof(float));
+    out[1][k] = dup_of(out[0][k], sz[k]);
+  }
+  sac_backend_counts_t cnt;
+  cr_assert_eq(sac_backend_counts(be, &cnt), 0);
+  float *dx[2] = {out[0][3], NULL};
+  int ldx[2] = {w, 0};
+  be->ops->linear_bwd(be, &L, out[0][0], Y, wo, c->grads ? out[0][1] : NULL, c->grads ? out[0][2] : NULL, dx,
+                      ldx);
+  be->ops->linear_bwd(be, &below, out[0][3], X, w, NULL, c->grads ? out[0][4] : NULL, NULL, NULL);
+  cr_assert_eq(launches_since(&cnt), c->unfused, "%s: the two ops", c->name);
+  sac_below_t bl = {c->below_act, c->grads ? out[1][4] : NULL};
+  cr_assert_not_null(be->ops->linear_bwd_act);
+  be->ops->linear_bwd_act(be, &L, out[1][0], Y, wo, c->grads ? out[1][1] : NULL, c->grads ? out[1][2] : NULL,
+                          out[1][3], w, &bl);
+  cr_assert_eq(launches_since(&cnt), c->fused, "%s: fused", c->name);
+  const char *names[5] = {"dY", "dW", "db", "dX", "db below"};
+  for (int k = 0; k < 5; k++)
+    expect_same(out[0][k], out[1][k], sz[k], names[k]);
+  for (int c2 = 0; c2 < 2; c2++)
+    for (int k = 0; k < 5; k++)
+      be->ops->free(be, out[c2][k]);
+  float *bufs[] = {X, W, bias, Y, G};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    be->ops->free(be, bufs[i]);
+}
+
+/* Issue 25: linear_bwd_act equals the layer's backward then the layer below's activation
+ * backward and bias sum, bit for bit: the critics' one-wide last layer (one launch where
+ * the ops count two, in the critic step and in the actor step's input-gradient pass), and
+ * a hidden layer (no kernel of its own on cuda: the ops' count). */
+Test(backend_cpu, linear_bwd_act_equals_the_layer_then_the_layer_below) {
+  const bwd_act_case_t cases[] = {
+      {"critic output, gradients", 1, 2, SAC_ACT_RELU, 1, 1, 2},
+      {"critic output, input gradient", 1, 2, SAC_ACT_RELU, 0, 1, 2},
+      {"critic output, tanh below", 1, 2, SAC_ACT_TANH, 1, 1, 2},
+      {"hidden layer", 16, 2, SAC_ACT_RELU, 1, 4, 4},
+      {"hidden layer, one member, input gradient", 16, 1, SAC_ACT_RELU, 0, 3, 3},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    run_bwd_act(&cases[i]);
+}
+
+/* Issue 25: the fused policy backward equals head_bwd, the last layer's linear_bwd and
+ * the layer below's, bit for bit, every output stale-filled alike; one launch where the
+ * ops count five, and above SAC_POLICY_BWD_MAX_ACT the ops' count. */
+static void run_policy_bwd(int A, int64_t fused) {
+  const int B = 37, H = 24, lda = A + 2, ldda = A + 1;
+  float *P = dev((size_t)2 * B * 2 * A), *eps = dev((size_t)2 * B * A), *a = dev((size_t)2 * B * lda);
+  float *da = dev((size_t)B * ldda), *dlogp = dev(B), *X = dev((size_t)B * H), *W = dev((size_t)H * 2 * A);
+  fill(P, (size_t)2 * B * 2 * A, -6, 3), fill(eps, (size_t)2 * B * A, -2, 2),
+      fill(a, (size_t)2 * B * lda, -1, 1);
+  fill(da, (size_t)B * ldda, -1, 1), fill(dlogp, B, 0, 0.1), fill(X, (size_t)B * H, -1, 1);
+  fill(W, (size_t)H * 2 * A, -0.5, 0.5);
+  for (int i = 0; i < B * H; i++)
+    X[i] = X[i] > 0 ? X[i] : 0.0f;
+  sac_head_hp_t h = {.B = B, .A = A, .log_std_min = -5, .log_std_max = 2};
+  sac_linear_t L = {.B = B, .n_in = H, .n_out = 2 * A, .K = 1, .n_seg = 1, .W = W};
+  L.seg[0] = (sac_seg_t){X, H, H}, L.act = SAC_ACT_NONE;
+  sac_linear_t below = {.B = B, .n_in = 5, .n_out = H, .K = 1, .n_seg = 1, .act = SAC_ACT_RELU};
+  /* outputs: dP, dW, db, dX, the layer below's db */
+  size_t sz[5] = {(size_t)B * 2 * A, (size_t)H * 2 * A, (size_t)2 * A, (size_t)B * H, (size_t)H};
+  float *out[2][5];
+  for (int k = 0; k < 5; k++) {
+    out[0][k] = dev(sz[k]), stale(out[0][k], sz[k]);
+    out[1][k] = dup_of(out[0][k], sz[k]);
+  }
+  sac_backend_counts_t cnt;
+  cr_assert_eq(sac_backend_counts(be, &cnt), 0);
+  be->ops->head_bwd(be, &h, P, eps, a, lda, da, ldda, dlogp, out[0][0]);
+  float *dx[2] = {out[0][3], NULL};
+  int ldx[2] = {H, 0};
+  be->ops->linear_bwd(be, &L, out[0][0], P, 2 * A, out[0][1], out[0][2], dx, ldx);
+  be->ops->linear_bwd(be, &below, out[0][3], X, H, NULL, out[0][4], NULL, NULL);
+  cr_assert_eq(launches_since(&cnt), 5, "A %d: the ops", A);
+  sac_below_t bl = {SAC_ACT_RELU, out[1][4]};
+  cr_assert_not_null(be->ops->policy_bwd);
+  be->ops->policy_bwd(be, &h, P, eps, a, lda, da, ldda, dlogp, out[1][0], &L, out[1][1], out[1][2], out[1][3],
+                      H, &bl);
+  cr_assert_eq(launches_since(&cnt), fused, "A %d: fused", A);
+  const char *names[5] = {"dP", "dW", "db", "dX", "db below"};
+  for (int k = 0; k < 5; k++)
+    expect_same(out[0][k], out[1][k], sz[k], names[k]);
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 5; k++)
+      be->ops->free(be, out[c][k]);
+  float *bufs[] = {P, eps, a, da, dlogp, X, W};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    be->ops->free(be, bufs[i]);
+}
+
+Test(backend_cpu, policy_bwd_equals_head_then_last_layer_then_the_layer_below) {
+  run_policy_bwd(3, 1);
+  run_policy_bwd(SAC_POLICY_BWD_MAX_ACT, 1);
+  run_policy_bwd(SAC_POLICY_BWD_MAX_ACT + 1, 5);
+}

@@ -669,6 +669,219 @@ Test(backend_cuda, fused_normal2_matches_cpu) {
   sac_backend_destroy(&gpu);
   sac_backend_destroy(&cpu);
 }
+/* The fp16 overflow flag the backward kernels set (read through overflow_export, then
+ * cleared through overflow_import). */
+static float ovf_flag(sac_backend_t *gpu) {
+  float *slot = balloc(gpu, 1), zero = 0.0f, v = -1.0f;
+  gpu->ops->overflow_export(gpu, slot);
+  cr_assert_eq(gpu->ops->download(gpu, &v, slot, 1), 0);
+  cr_assert_eq(gpu->ops->upload(gpu, slot, &zero, 1), 0);
+  gpu->ops->overflow_import(gpu, slot);
+  gpu->ops->free(gpu, slot);
+  return v;
+}
+
+/* Issue 25: the fused policy output (k_policy_fwd: the actor's last layer, the noise, the
+ * head and the copies of the critics' joined rows, one warp per row) against the cpu op
+ * at the default sizes (2B = 512 rows, H 256) with cheetah's and Pendulum's shapes, in
+ * fp32 and fp16 (fp32 arithmetic in both). Tolerances: P, a, logp 1e-5 (fp32 sums of 256
+ * products in another order, then elementwise functions); the noise 1e-5 absolute (as
+ * normal2); the copies exact. */
+static void run_policy_fwd(const char *prec, int O, int A) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 71, 3);
+  const int B = 256, rows = 2 * B, H = 256, ld = O + A;
+  const uint32_t key[2] = {0x9u, 0x77u};
+  float *hX = hrand(&rng, (size_t)rows * H, 0, 1), *hW = hrand(&rng, (size_t)H * 2 * A, -0.1, 0.1);
+  float *hb = hrand(&rng, 2 * A, -1, 1), *hobs = hrand(&rng, (size_t)rows * O, -3, 3);
+  float *hact = hrand(&rng, (size_t)B * A, -1, 1);
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *P[2], *eps[2], *J[2], *logp[2];
+  for (int i = 0; i < 2; i++) {
+    float *X = bput(bes[i], hX, (size_t)rows * H), *W = bput(bes[i], hW, (size_t)H * 2 * A);
+    float *bias = bput(bes[i], hb, 2 * A), *obs = bput(bes[i], hobs, (size_t)rows * O);
+    float *act = bput(bes[i], hact, (size_t)B * A);
+    P[i] = balloc(bes[i], (size_t)rows * 2 * A), eps[i] = balloc(bes[i], (size_t)rows * A);
+    J[i] = balloc(bes[i], (size_t)3 * B * ld), logp[i] = balloc(bes[i], rows);
+    sac_head_hp_t h = {.B = rows, .A = A, .log_std_min = -5, .log_std_max = 2};
+    sac_linear_t L = {.B = rows, .n_in = H, .n_out = 2 * A, .K = 1, .n_seg = 1, .W = W, .b = bias};
+    L.seg[0] = (sac_seg_t){X, H, H}, L.act = SAC_ACT_NONE;
+    sac_policy_fwd_t pf = {.key = key, .stream = 1234, .tag0 = 1, .tag1 = 0, .eps = eps[i], .a = J[i] + O};
+    pf.lda = ld, pf.logp = logp[i], pf.n_copy = 3;
+    pf.copy[0] = (sac_copy_t){obs, J[i], O, ld, rows, O};
+    pf.copy[1] = (sac_copy_t){obs, J[i] + (size_t)rows * ld, O, ld, B, O};
+    pf.copy[2] = (sac_copy_t){act, J[i] + (size_t)rows * ld + O, A, ld, B, A};
+    cr_assert_not_null(bes[i]->ops->policy_fwd);
+    bes[i]->ops->policy_fwd(bes[i], &L, P[i], &h, &pf);
+  }
+  compare("policy_fwd: P", prec, gpu, P[1], cpu, P[0], (size_t)rows * 2 * A, TOL_ELEM);
+  compare("policy_fwd: logp", prec, gpu, logp[1], cpu, logp[0], rows, TOL_ELEM);
+  float *ge = hcopy(gpu, eps[1], (size_t)rows * A), *ce = hcopy(cpu, eps[0], (size_t)rows * A);
+  double worst = 0;
+  for (size_t i = 0; i < (size_t)rows * A; i++)
+    worst = fmax(worst, fabs((double)ge[i] - ce[i]));
+  fprintf(stderr, "  policy_fwd: noise max abs difference %.2e\n", worst);
+  cr_expect(worst <= 1e-5, "policy_fwd noise differs from the cpu by %g", worst);
+  float *gj = hcopy(gpu, J[1], (size_t)3 * B * ld), *cj = hcopy(cpu, J[0], (size_t)3 * B * ld);
+  size_t bad = 0;
+  double aerr = 0, anorm = 0;
+  for (int r = 0; r < 3 * B; r++)
+    for (int c = 0; c < ld; c++) {
+      const size_t i = (size_t)r * ld + c;
+      if (c < O || r >= rows) /* the copies */
+        bad += gj[i] != cj[i];
+      else
+        aerr += ((double)gj[i] - cj[i]) * ((double)gj[i] - cj[i]), anorm += (double)cj[i] * cj[i];
+    }
+  fprintf(stderr, "  policy_fwd: a err %.2e, %zu copied floats differ\n", sqrt(aerr / anorm), bad);
+  cr_expect_eq(bad, 0, "the copies differ in %zu floats", bad);
+  cr_expect(sqrt(aerr / anorm) <= TOL_ELEM, "policy_fwd: a differs by %g", sqrt(aerr / anorm));
+  free(ge), free(ce), free(gj), free(cj);
+  free(hX), free(hW), free(hb), free(hobs), free(hact);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, policy_fwd_matches_cpu_cheetah) { run_policy_fwd("fp32", 17, 6); }
+Test(backend_cuda, policy_fwd_matches_cpu_pendulum) { run_policy_fwd("fp32", 3, 1); }
+Test(backend_cuda, policy_fwd_matches_cpu_fp16) { run_policy_fwd("fp16", 17, 6); }
+
+/* Issue 25: the fused policy backward (k_policy_bwd) against the cpu op at the default
+ * sizes (B 256, H 256; A 6 and 1, and 17 for Humanoid), fp32 and fp16 (fp32 arithmetic in
+ * both), and in fp16 the overflow flag: clear with these inputs, set when an action
+ * gradient of 1e6 makes the input gradient leave fp16's range. Tolerances: dP, db 1e-5
+ * (elementwise, then row sums in the same order); dW, dX and the layer below's db 1e-4
+ * (GEMM-like sums in another order than sgemm's). */
+static void run_policy_bwd(const char *prec, int A) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 73, 3);
+  const int B = 256, H = 256, lda = A + 3;
+  float *hP = hrand(&rng, (size_t)B * 2 * A, -6, 3), *he = hrand(&rng, (size_t)B * A, -2, 2);
+  float *ha = hrand(&rng, (size_t)B * lda, -1, 1), *hda = hrand(&rng, (size_t)B * A, -1, 1);
+  float *hdl = hrand(&rng, B, 0, 0.01), *hX = hrand(&rng, (size_t)B * H, -1, 1);
+  float *hW = hrand(&rng, (size_t)H * 2 * A, -0.1, 0.1);
+  for (int i = 0; i < B * H; i++)
+    hX[i] = hX[i] > 0 ? hX[i] : 0.0f;
+  const int fp16 = strcmp(prec, "fp16") == 0;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *dP[2], *dW[2], *db[2], *dX[2], *dbb[2], *da[2];
+  for (int round = 0; round < 1 + fp16; round++) {
+    for (int i = 0; i < 2; i++) {
+      float *P = bput(bes[i], hP, (size_t)B * 2 * A), *e = bput(bes[i], he, (size_t)B * A);
+      float *a = bput(bes[i], ha, (size_t)B * lda), *dl = bput(bes[i], hdl, B);
+      float *X = bput(bes[i], hX, (size_t)B * H), *W = bput(bes[i], hW, (size_t)H * 2 * A);
+      da[i] = bput(bes[i], hda, (size_t)B * A);
+      dP[i] = balloc(bes[i], (size_t)B * 2 * A), dW[i] = balloc(bes[i], (size_t)H * 2 * A);
+      db[i] = balloc(bes[i], 2 * A), dX[i] = balloc(bes[i], (size_t)B * H), dbb[i] = balloc(bes[i], H);
+      sac_head_hp_t h = {.B = B, .A = A, .log_std_min = -5, .log_std_max = 2};
+      sac_linear_t L = {.B = B, .n_in = H, .n_out = 2 * A, .K = 1, .n_seg = 1, .W = W};
+      L.seg[0] = (sac_seg_t){X, H, H}, L.act = SAC_ACT_NONE;
+      sac_below_t bl = {SAC_ACT_RELU, dbb[i]};
+      cr_assert_not_null(bes[i]->ops->policy_bwd);
+      bes[i]->ops->policy_bwd(bes[i], &h, P, e, a, lda, da[i], A, dl, dP[i], &L, dW[i], db[i], dX[i], H, &bl);
+    }
+    if (round == 1) { /* the action gradient was 1e6 times larger */
+      cr_expect_eq(ovf_flag(gpu), 1.0f, "an input gradient out of fp16 range was not flagged");
+      break;
+    }
+    compare("policy_bwd: dP", prec, gpu, dP[1], cpu, dP[0], (size_t)B * 2 * A, TOL_ELEM);
+    compare("policy_bwd: db", prec, gpu, db[1], cpu, db[0], 2 * A, TOL_ELEM);
+    compare("policy_bwd: dW", prec, gpu, dW[1], cpu, dW[0], (size_t)H * 2 * A, k_tol_gemm[0]);
+    compare("policy_bwd: dX", prec, gpu, dX[1], cpu, dX[0], (size_t)B * H, k_tol_gemm[0]);
+    compare("policy_bwd: db below", prec, gpu, dbb[1], cpu, dbb[0], H, k_tol_gemm[0]);
+    if (fp16) {
+      cr_expect_eq(ovf_flag(gpu), 0.0f, "in-range gradients flagged as an fp16 overflow");
+      for (int i = 0; i < B * A; i++)
+        hda[i] *= 1e6f;
+    }
+  }
+  free(hP), free(he), free(ha), free(hda), free(hdl), free(hX), free(hW);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, policy_bwd_matches_cpu_cheetah) { run_policy_bwd("fp32", 6); }
+Test(backend_cuda, policy_bwd_matches_cpu_pendulum) { run_policy_bwd("fp32", 1); }
+Test(backend_cuda, policy_bwd_matches_cpu_humanoid) { run_policy_bwd("fp32", 17); }
+Test(backend_cuda, policy_bwd_matches_cpu_and_flags_overflow_fp16) { run_policy_bwd("fp16", 6); }
+/* above the kernel's action size the op runs its ops: the same results */
+Test(backend_cuda, policy_bwd_matches_cpu_above_the_kernels_action_size) {
+  run_policy_bwd("fp32", SAC_POLICY_BWD_MAX_ACT + 1);
+}
+
+/* Issue 25: linear_bwd_act against the cpu op: the critics' one-wide last layer (its
+ * kernel, k_out1_bwd with the layer below), with the gradients and with the input
+ * gradient only, and a hidden layer (the layer's ops, then the layer below's), at B 256,
+ * H 256, K 2; fp32 and fp16 (the one-wide kernel flags an input gradient out of fp16
+ * range: a dq of 1e8). Tolerances: the one-wide layer's dX and the layer below's db
+ * 1e-5 (one product each, sums in the same order), dW 1e-4 (row sums in another order
+ * than sgemm's); the hidden layer's as run_linear's in the precision. */
+static void run_bwd_act(const char *prec, int n_out, int grads) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 79 + (uint64_t)n_out, 3);
+  const int B = 256, H = 256, K = 2, w = K * H, wo = K * n_out, p = (int)(strcmp(prec, "fp16") == 0) * 3;
+  const size_t nX = (size_t)B * w, nW = (size_t)K * H * n_out, nY = (size_t)B * wo;
+  float *hX = hrand(&rng, nX, -1, 1), *hW = hrand(&rng, nW, -0.1, 0.1), *hb = hrand(&rng, wo, -0.2, 0.2);
+  float *hG = hrand(&rng, nY, -1, 1);
+  for (size_t i = 0; i < nX; i++)
+    hX[i] = hX[i] > 0 ? hX[i] : 0.0f;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *dY[2], *dW[2], *db[2], *dX[2], *dbb[2], *cpuY = NULL;
+  for (int round = 0; round < 1 + (p == 3 && n_out == 1); round++) {
+    for (int i = 0; i < 2; i++) {
+      float *X = bput(bes[i], hX, nX), *W = bput(bes[i], hW, nW), *bias = bput(bes[i], hb, wo);
+      float *Y = balloc(bes[i], nY);
+      dY[i] = bput(bes[i], hG, nY), dW[i] = balloc(bes[i], nW), db[i] = balloc(bes[i], wo);
+      dX[i] = balloc(bes[i], nX), dbb[i] = balloc(bes[i], w);
+      sac_linear_t L = {.B = B, .n_in = H, .n_out = n_out, .K = K, .n_seg = 1, .W = W, .b = bias};
+      L.seg[0] = (sac_seg_t){X, w, w}, L.act = n_out == 1 ? SAC_ACT_NONE : SAC_ACT_RELU;
+      if (i == 0) {
+        cpu->ops->linear_fwd(cpu, &L, Y, wo);
+        cpuY = hcopy(cpu, Y, nY);
+      } else { /* the cpu's forward output: the same ReLU mask */
+        cr_assert_eq(gpu->ops->upload(gpu, Y, cpuY, nY), 0);
+      }
+      sac_below_t bl = {SAC_ACT_RELU, grads ? dbb[i] : NULL};
+      cr_assert_not_null(bes[i]->ops->linear_bwd_act);
+      bes[i]->ops->linear_bwd_act(bes[i], &L, dY[i], Y, wo, grads ? dW[i] : NULL, grads ? db[i] : NULL, dX[i],
+                                  w, &bl);
+    }
+    free(cpuY);
+    if (round == 1) {
+      cr_expect_eq(ovf_flag(gpu), 1.0f, "an input gradient out of fp16 range was not flagged");
+      break;
+    }
+    char what[96];
+    const double tx = n_out == 1 ? TOL_ELEM : k_tol_gemm[p], tw = n_out == 1 ? k_tol_gemm[0] : k_tol_gemm[p];
+    snprintf(what, sizeof what, "linear_bwd_act n_out %d: dX", n_out);
+    compare(what, prec, gpu, dX[1], cpu, dX[0], nX, tx);
+    if (grads) {
+      snprintf(what, sizeof what, "linear_bwd_act n_out %d: dW", n_out);
+      compare(what, prec, gpu, dW[1], cpu, dW[0], nW, tw);
+      snprintf(what, sizeof what, "linear_bwd_act n_out %d: db", n_out);
+      compare(what, prec, gpu, db[1], cpu, db[0], wo, TOL_ELEM);
+      snprintf(what, sizeof what, "linear_bwd_act n_out %d: db below", n_out);
+      compare(what, prec, gpu, dbb[1], cpu, dbb[0], w, tx);
+    }
+    if (p == 3 && n_out == 1) {
+      cr_expect_eq(ovf_flag(gpu), 0.0f, "in-range gradients flagged as an fp16 overflow");
+      for (size_t i = 0; i < nY; i++)
+        hG[i] *= 1e8f;
+    }
+  }
+  free(hX), free(hW), free(hb), free(hG);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, linear_bwd_act_critic_output_matches_cpu) { run_bwd_act("fp32", 1, 1); }
+Test(backend_cuda, linear_bwd_act_critic_output_input_gradient_matches_cpu) { run_bwd_act("fp32", 1, 0); }
+Test(backend_cuda, linear_bwd_act_critic_output_flags_overflow_fp16) { run_bwd_act("fp16", 1, 1); }
+Test(backend_cuda, linear_bwd_act_hidden_layer_matches_cpu) { run_bwd_act("fp32", 256, 1); }
+
 Test(backend_cuda, fused_actor_alpha_loss_scales_fp16) { run_fused_losses("fp16", 1024.0f); }
 Test(backend_cuda, fused_adam_groups_then_polyak_match_cpu) { run_fused_tail(0, "fp32", 5.0f); }
 Test(backend_cuda, adam_unscales_fp16_gradients) { run_optimizer("fp16", 4096.0f); }
