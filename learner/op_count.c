@@ -91,6 +91,20 @@ static void px_q_head(sac_backend_t *be, const sac_linear_t *L, float *q, const 
                       const sac_q_head_t *a) {
   FWD(be, q_head, L, q, h, a);
 }
+static void px_policy_fwd(sac_backend_t *be, const sac_linear_t *L, float *P, const sac_head_hp_t *h,
+                          const sac_policy_fwd_t *a) {
+  FWD(be, policy_fwd, L, P, h, a);
+}
+static void px_linear_bwd_act(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                              float *dW, float *db, float *dX, int ldx, const sac_below_t *below) {
+  FWD(be, linear_bwd_act, L, dY, Y, ldy, dW, db, dX, ldx, below);
+}
+static void px_policy_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float *P, const float *eps,
+                          const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP,
+                          const sac_linear_t *L, float *dW, float *db, float *dX, int ldx,
+                          const sac_below_t *below) {
+  FWD(be, policy_bwd, h, P, eps, a, lda, da, ldda, dlogp, dP, L, dW, db, dX, ldx, below);
+}
 static void px_update_end(sac_backend_t *be) {
   P(be)->count++;
   R(be)->ops->update_end(R(be));
@@ -111,6 +125,9 @@ int sac_count_update_ops(sac_t *s, sac_backend_t *real, int unfused, int64_t cou
   ops.actor_alpha_loss = r->actor_alpha_loss ? px_actor_alpha_loss : NULL;
   ops.normal2 = r->normal2 ? px_normal2 : NULL;
   ops.q_head = r->q_head ? px_q_head : NULL;
+  ops.policy_fwd = r->policy_fwd ? px_policy_fwd : NULL;
+  ops.linear_bwd_act = r->linear_bwd_act ? px_linear_bwd_act : NULL;
+  ops.policy_bwd = r->policy_bwd ? px_policy_bwd : NULL;
   ops.update_end = r->update_end ? px_update_end : NULL;
   proxy_t px = {{&ops, real->impl}, real, 0};
   int rc = sac_swap_backend(s, &px.base);

@@ -75,7 +75,13 @@ struct sac {
    * next_obs back to back): both forwards use the same actor parameters, and one GEMM
    * of 2B rows is cheaper than two of B. Rows [0, B) serve the actor loss and are the
    * ones back-propagated; rows [B, 2B) give a' for the critic target. */
-  float *obs2;           /* (2B, O) = [obs; next_obs] */
+  float *obs2; /* (2B, O) = [obs; next_obs] */
+  /* The critics' input, joined (the fused ops, policy_fwd): (3B, O + A) rows
+   * [obs | a~; next_obs | a'; obs | action], each read by the critics' first layer as
+   * one operand (sac_segs_adjacent). policy_fwd writes a~ and a' into its action columns
+   * and copies the batch's obs, next_obs and action into the rest, so the batch keeps
+   * its layout and its writers. The unfused ops read the batch and a2 as two segments. */
+  float *cin;
   float *P, *dP;         /* actor head (2B, 2A); dP (B, 2A) */
   float *eps2;           /* (2B, A) = [eps_pi; eps_next] */
   float *a2, *da;        /* (2B, A) = [a~; a']; da (B, A) */
@@ -328,20 +334,23 @@ static void plan(const sac_hparams_t *hp, const sac_mlp_desc_t *ad, const sac_ml
   p->total = 4 * p->n_params + p->n_critic + 3               /* params, grads, m, v; target; steps */
              + 2 * p->act_slots * p->act_floats              /* hidden activations, actor and critics */
              + 2 * (B * 2 * H)                               /* dbuf[2] */
-             + 2 * B * O                                     /* obs2 */
+             + 2 * B * O + 3 * B * (O + A)                   /* obs2, cin */
              + 2 * B * 2 * A + B * 2 * A                     /* P, dP */
              + 2 * B * A + 2 * B * A + B * A                 /* eps2, a2, da */
              + 2 * B + 3 * B + 3 * (B * 2) + SAC_BLOCK_ALIGN /* logp2; dlogp, y, td; q, qt, dq; stats */
              + B * A + 3 * B                                 /* batch action, reward, terminated, weights */
              + host_init;
   /* widest operands: activations (2B, 2H), [obs; next_obs] (2B, O), the head (2B, 2A),
-   * a critic's first-layer weights (O + A, 2H) and a hidden layer's (H, 2H) */
+   * the joined critic input (3B, O + A), a critic's first-layer weights (O + A, 2H) and a
+   * hidden layer's (H, 2H) */
   double d2B = 2.0 * (double)B, w = 2.0 * (double)H;
   if ((double)O > w)
     w = (double)O;
   if (2.0 * (double)A > w)
     w = 2.0 * (double)A;
   p->widest = d2B * w;
+  if (1.5 * d2B * ((double)O + (double)A) > p->widest)
+    p->widest = 1.5 * d2B * ((double)O + (double)A);
   double wl = ((double)O + (double)A) * 2.0 * (double)H;
   if ((double)H * 2.0 * (double)H > wl)
     wl = (double)H * 2.0 * (double)H;
@@ -471,6 +480,7 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   ALLOC(s->dbuf[0], (size_t)B * 2 * H);
   ALLOC(s->dbuf[1], (size_t)B * 2 * H);
   ALLOC(s->obs2, (size_t)2 * B * O);
+  ALLOC(s->cin, (size_t)3 * B * (O + A));
   ALLOC(s->P, (size_t)2 * B * 2 * A);
   ALLOC(s->dP, (size_t)B * 2 * A);
   ALLOC(s->eps2, (size_t)2 * B * A);
@@ -548,6 +558,7 @@ void sac_destroy(sac_t **sp) {
                     &s->dbuf[0],
                     &s->dbuf[1],
                     &s->obs2,
+                    &s->cin,
                     &s->P,
                     &s->dP,
                     &s->eps2,
@@ -595,22 +606,45 @@ size_t sac_param_count(const sac_t *s) { return s->n_params; }
 size_t sac_grad_capacity(const sac_t *s) { return s->n_dev; }
 size_t sac_actor_param_count(const sac_t *s) { return s->n_actor; }
 
-/* Twin critics (params: online or target) on (obs, action) side by side: q (B, 2). */
-static void critics(sac_t *s, const float *params, const float *obs, const float *action, float *q) {
-  sac_seg_t in[2] = {{obs, s->hp.obs_dim, s->hp.obs_dim}, {action, s->hp.act_dim, s->hp.act_dim}};
+/* The critics' input rows of the update, as the first layer's two segments. */
+enum { CIN_PI = 0, CIN_NEXT = 1, CIN_BATCH = 2 }; /* (s, a~), (s', a'), (s, a) */
+
+/* The fused policy output (policy_fwd), and with it the joined critic input (cin) */
+static int joined_input(const sac_t *s) { return s->be->ops->policy_fwd && !s->unfused; }
+
+static void critic_input(sac_t *s, int which, sac_seg_t in[2]) {
+  const int B = s->hp.batch, O = s->hp.obs_dim, A = s->hp.act_dim;
+  if (joined_input(s)) {
+    float *row = s->cin + (size_t)which * B * (O + A);
+    in[0] = (sac_seg_t){row, O + A, O}, in[1] = (sac_seg_t){row + O, O + A, A};
+    return;
+  }
+  const sac_batch_t *b = &s->batch;
+  const float *act = which == CIN_PI ? s->a2 : which == CIN_NEXT ? s->a2 + (size_t)B * A : b->action;
+  in[0] = (sac_seg_t){which == CIN_NEXT ? b->next_obs : b->obs, O, O}, in[1] = (sac_seg_t){act, A, A};
+}
+
+/* Where the policy's actions (2B, A) = [a~; a'] are: in cin's action columns, or a2. */
+static float *policy_actions(sac_t *s, int *lda) {
+  const int O = s->hp.obs_dim, A = s->hp.act_dim;
+  *lda = joined_input(s) ? O + A : A;
+  return joined_input(s) ? s->cin + O : s->a2;
+}
+
+/* Twin critics (params: online or target) on the rows `in`: q (B, 2). */
+static void critics(sac_t *s, const float *params, const sac_seg_t in[2], float *q) {
   mlp_fwd(s, &s->cd, params, s->hp.batch, in, 2, &s->ca, q);
 }
 
 /* The critics' forward into q, then the head op a->then on q: the last layer and the
  * head as one fused launch where the backend has q_head, else the ops one by one (the
  * same results). */
-static void critics_then(sac_t *s, const float *params, const float *obs, const float *action, float *q,
+static void critics_then(sac_t *s, const float *params, const sac_seg_t in[2], float *q,
                          const sac_q_head_t *a) {
   const sac_backend_ops_t *ops = s->be->ops;
   const sac_mlp_desc_t *d = &s->cd;
-  sac_seg_t in[2] = {{obs, s->hp.obs_dim, s->hp.obs_dim}, {action, s->hp.act_dim, s->hp.act_dim}};
   if (!ops->q_head || !ops->actor_alpha_loss || s->unfused || d->n_layers < 2) {
-    critics(s, params, obs, action, q);
+    critics(s, params, in, q);
     if (a->then == SAC_Q_TARGET)
       ops->critic_target(s->be, &s->head, a->r, a->term, q, a->logp, a->y);
     else if (a->then == SAC_Q_CRITIC_LOSS)
@@ -628,33 +662,63 @@ static void critics_then(sac_t *s, const float *params, const float *obs, const 
   ops->q_head(s->be, &L, q, &s->head, a);
 }
 
+/* The policy's output through the fused op: the noise, the last layer, the head, and the
+ * copies that fill cin around the actions the head writes there. */
+static void policy_output_fused(sac_t *s, const sac_seg_t *in) {
+  const int B = s->hp.batch, O = s->hp.obs_dim, A = s->hp.act_dim, ld = O + A;
+  const sac_mlp_desc_t *d = &s->ad;
+  const int last = d->n_layers - 1;
+  mlp_fwd_range(s, d, actor_params(s), 2 * B, in, 1, &s->aa, NULL, 0, last - 1);
+  sac_linear_t L = layer(d, net_of(s, d), actor_params(s), last, 2 * B, in, 1, s->aa.acts);
+  float *batch_rows = s->cin + (size_t)CIN_BATCH * B * ld;
+  sac_policy_fwd_t pf = {.key = s->key,
+                         .stream = s->step,
+                         .tag0 = NOISE_PI,
+                         .tag1 = NOISE_NEXT,
+                         .eps = s->eps2,
+                         .a = s->cin + O,
+                         .lda = ld,
+                         .logp = s->logp2,
+                         .n_copy = 3};
+  pf.copy[0] = (sac_copy_t){s->obs2, s->cin, O, ld, 2 * B, O}; /* [obs; next_obs] beside [a~; a'] */
+  pf.copy[1] = (sac_copy_t){s->batch.obs, batch_rows, O, ld, B, O};
+  pf.copy[2] = (sac_copy_t){s->batch.action, batch_rows + O, A, ld, B, A};
+  s->be->ops->policy_fwd(s->be, &L, s->P, &s->head2, &pf);
+}
+
 void sac_forward_policy(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int A = s->hp.act_dim, B = s->hp.batch;
+  sac_seg_t in = {s->obs2, s->hp.obs_dim, s->hp.obs_dim};
+  if (joined_input(s)) {
+    policy_output_fused(s, &in);
+    return;
+  }
   if (ops->normal2 && !s->unfused) { /* one launch for both halves */
     ops->normal2(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI, NOISE_NEXT);
   } else {
     ops->normal(s->be, s->eps2, (size_t)B * A, s->key, s->step, NOISE_PI);
     ops->normal(s->be, s->eps2 + (size_t)B * A, (size_t)B * A, s->key, s->step, NOISE_NEXT);
   }
-  sac_seg_t in = {s->obs2, s->hp.obs_dim, s->hp.obs_dim};
   mlp_fwd(s, &s->ad, actor_params(s), 2 * B, &in, 1, &s->aa, s->P);
   ops->head_fwd(s->be, &s->head2, s->P, s->eps2, s->a2, A, s->logp2);
 }
 
 void sac_compute_critic_grads(sac_t *s) {
-  const int A = s->hp.act_dim, B = s->hp.batch;
+  const int B = s->hp.batch;
   sac_batch_t *b = &s->batch;
+  sac_seg_t in[2];
   /* y = r + gamma (1 - terminated) (min Qtarget(s', a') - alpha log pi(a'|s')) */
   sac_q_head_t tq = {
       .then = SAC_Q_TARGET, .r = b->reward, .term = b->terminated, .logp = s->logp2 + B, .y = s->y};
-  critics_then(s, s->target, b->next_obs, s->a2 + (size_t)B * A, s->qt, &tq);
+  critic_input(s, CIN_NEXT, in);
+  critics_then(s, s->target, in, s->qt, &tq);
   lap(s, PROF(target));
   /* L_Q and its gradient through both critics */
   sac_q_head_t lq = {
       .then = SAC_Q_CRITIC_LOSS, .y = s->y, .w = b->weights, .dq = s->dq, .td = s->td, .stats = s->stats};
-  critics_then(s, critic_params(s), b->obs, b->action, s->q, &lq);
-  sac_seg_t in[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {b->action, A, A}};
+  critic_input(s, CIN_BATCH, in);
+  critics_then(s, critic_params(s), in, s->q, &lq);
   float *dx[2] = {NULL, NULL};
   int ldx[2] = {0, 0};
   mlp_bwd(s, &s->cd, critic_params(s), s->grads + s->off_critic, B, in, 2, &s->ca, s->q, s->dq, dx, ldx);
@@ -677,13 +741,16 @@ void sac_compute_actor_grads(sac_t *s) {
                      .stats = s->stats + 2,
                      .grad_alpha = s->grads + s->off_alpha,
                      .stats_alpha = s->stats + 4};
-  critics_then(s, critic_params(s), b->obs, s->a2, s->q, &aq);
+  sac_seg_t cin[2];
+  critic_input(s, CIN_PI, cin);
+  critics_then(s, critic_params(s), cin, s->q, &aq);
   /* dL/da~ through the critics (input gradient only: the critics are not stepped here) */
-  sac_seg_t cin[2] = {{b->obs, s->hp.obs_dim, s->hp.obs_dim}, {s->a2, A, A}};
   float *dx[2] = {NULL, s->da};
   int ldx[2] = {0, A};
   mlp_bwd(s, &s->cd, critic_params(s), NULL, B, cin, 2, &s->ca, s->q, s->dq, dx, ldx);
-  ops->head_bwd(s->be, &s->head, s->P, s->eps2, s->a2, A, s->da, A, s->dlogp, s->dP);
+  int lda;
+  const float *a = policy_actions(s, &lda);
+  ops->head_bwd(s->be, &s->head, s->P, s->eps2, a, lda, s->da, A, s->dlogp, s->dP);
   sac_seg_t ain = {b->obs, s->hp.obs_dim, s->hp.obs_dim};
   float *nodx[2] = {NULL, NULL};
   mlp_bwd(s, &s->ad, actor_params(s), s->grads, B, &ain, 1, &s->aa, s->P, s->dP, nodx, ldx);

@@ -557,12 +557,12 @@ Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) {
   free(p[0]), free(p[1]);
 }
 
-/* sac-bench-learner's op count (learner/op_count.c): the fusions save seven ops in an
- * update that steps the actor (4 optimizer ops -> 2, the two noise draws -> 1, the
- * critics' last layer with the critic target, with the critic loss, and with the actor and
- * alpha losses: 2 -> 1, 2 -> 1, 3 -> 1) and four in a critic-only update (2 -> 1, noise
- * 2 -> 1, target and critic loss 2 -> 1 each); the proxy is taken out again (the updates
- * after it run on the backend). */
+/* sac-bench-learner's op count (learner/op_count.c): the fusions save nine ops in an
+ * update that steps the actor (4 optimizer ops -> 2, the two noise draws, the actor's
+ * last layer and the head -> 1, the critics' last layer with the critic target, with the
+ * critic loss, and with the actor and alpha losses: 2 -> 1, 2 -> 1, 3 -> 1) and six in a
+ * critic-only update (2 -> 1, the policy's output 4 -> 1, target and critic loss 2 -> 1
+ * each); the proxy is taken out again (the updates after it run on the backend). */
 Test(sac, op_count_sees_the_fused_tails) {
   sac_backend_t *be;
   sac_t *s;
@@ -576,8 +576,8 @@ Test(sac, op_count_sees_the_fused_tails) {
   int64_t f[2], u[2];
   cr_assert_eq(sac_count_update_ops(s, be, 0, f), 0);
   cr_assert_eq(sac_count_update_ops(s, be, 1, u), 0);
-  cr_assert_eq(u[0] - f[0], 7, "actor step: %lld fused vs %lld unfused", (long long)f[0], (long long)u[0]);
-  cr_assert_eq(u[1] - f[1], 4, "critic only: %lld fused vs %lld unfused", (long long)f[1], (long long)u[1]);
+  cr_assert_eq(u[0] - f[0], 9, "actor step: %lld fused vs %lld unfused", (long long)f[0], (long long)u[0]);
+  cr_assert_eq(u[1] - f[1], 6, "critic only: %lld fused vs %lld unfused", (long long)f[1], (long long)u[1]);
   cr_assert(f[0] > f[1], "a critic-only update has fewer ops");
   sac_backend_t other = {be->ops, NULL};
   cr_assert_eq(sac_swap_backend(s, &other), SAC_EINVAL);
@@ -898,8 +898,8 @@ Test(sac, launches_and_blocking_syncs_per_update_default_network) {
                "an update with the loss guard on waited for the backend");
   cr_assert_eq(c[4].blocking_syncs - c[3].blocking_syncs, 2,
                "control: the unfused ops' two host-side guard checks not counted");
-  cr_assert_eq(launches, 40, "launches per update %lld (docs/CUDA.md says 40)", (long long)launches);
-  cr_assert_eq(c[2].launches - c[1].launches, 40);
+  cr_assert_eq(launches, 34, "launches per update %lld (docs/CUDA.md says 34)", (long long)launches);
+  cr_assert_eq(c[2].launches - c[1].launches, 34);
   cr_assert_eq(c[3].launches - c[2].launches, 47, "unfused launches %lld (docs/CUDA.md says 47)",
                (long long)(c[3].launches - c[2].launches));
   sac_destroy(&s);
