@@ -271,13 +271,15 @@ static void mlp_need(sac_t *s, const sac_mlp_desc_t *d, const float *params, con
   mlp_fwd_range(s, d, params, ma->fwd_rows, in, n_in_seg, ma, NULL, from, to);
 }
 
-/* Backward of mlp_fwd over its first B rows from dout (overwritten). grads NULL: input
+/* Backward of layers [0, top] of mlp_fwd over its first B rows from dy, the gradient at
+ * layer top's output (overwritten): after its activation, or where `pre` before it
+ * (layer top's activation backward and bias gradient already done by the fused op of
+ * the layer above: top's own linear_bwd then runs without them). grads NULL: input
  * gradient only. dx[i] (may be NULL) receives the gradient of input segment i. */
-static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, float *grads, int B,
-                    const sac_seg_t *in, int n_in_seg, mlp_acts_t *ma, const float *out, float *dout,
-                    float *dx[2], const int ldx[2]) {
-  float *dy = dout;
-  for (int l = d->n_layers - 1; l >= 0; l--) {
+static void mlp_bwd_from(sac_t *s, const sac_mlp_desc_t *d, const float *params, float *grads, int B,
+                         const sac_seg_t *in, int n_in_seg, mlp_acts_t *ma, const float *out, float *dy,
+                         int top, int pre, float *dx[2], const int ldx[2]) {
+  for (int l = top; l >= 0; l--) {
     mlp_need(s, d, params, in, n_in_seg, ma, l);
     mlp_need(s, d, params, in, n_in_seg, ma, l - 1);
     sac_linear_t L = layer(d, net_of(s, d), params, l, B, in, n_in_seg, ma->acts);
@@ -286,6 +288,8 @@ static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, floa
     int ldy = d->ensemble * d->sizes[l + 1];
     float *dW = grads ? grads + net_of(s, d)->w[l] : NULL;
     float *db = grads ? grads + net_of(s, d)->b[l] : NULL;
+    if (pre && l == top)
+      L.act = SAC_ACT_NONE, db = NULL;
     if (l > 0) {
       float *next = s->dbuf[l & 1];
       float *dxs[2] = {next, NULL};
@@ -296,6 +300,49 @@ static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, floa
       s->be->ops->linear_bwd(s->be, &L, dy, y, ldy, dW, db, dx, ldx);
     }
   }
+}
+
+/* The last layer of an MLP as a fused backward op sees it: the layer, its gradient
+ * blocks, the input-gradient buffer it writes (the one mlp_bwd_from's loop would) and the
+ * layer below, whose activation is made present first (recompute). */
+typedef struct {
+  sac_linear_t L;
+  float *dW, *db, *dx;
+  int ldx;
+  sac_below_t below;
+} bwd_top_t;
+
+static void bwd_top(sac_t *s, const sac_mlp_desc_t *d, const float *params, float *grads, int B,
+                    const sac_seg_t *in, int n_in_seg, mlp_acts_t *ma, bwd_top_t *t) {
+  const int last = d->n_layers - 1;
+  const net_layout_t *nl = net_of(s, d);
+  mlp_need(s, d, params, in, n_in_seg, ma, last - 1);
+  t->L = layer(d, nl, params, last, B, in, n_in_seg, ma->acts);
+  t->dW = grads ? grads + nl->w[last] : NULL;
+  t->db = grads ? grads + nl->b[last] : NULL;
+  t->dx = s->dbuf[last & 1];
+  t->ldx = d->ensemble * d->sizes[last];
+  t->below = (sac_below_t){d->hidden_act, grads ? grads + nl->b[last - 1] : NULL};
+}
+
+/* Backward of mlp_fwd over its first B rows from dout (overwritten): the last layer with
+ * the layer below's activation backward in one fused op where the backend has
+ * linear_bwd_act (the critics' one-wide output: one launch), else layer by layer. grads
+ * NULL: input gradient only. dx[i] (may be NULL) receives the gradient of input
+ * segment i. */
+static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, float *grads, int B,
+                    const sac_seg_t *in, int n_in_seg, mlp_acts_t *ma, const float *out, float *dout,
+                    float *dx[2], const int ldx[2]) {
+  const int last = d->n_layers - 1;
+  if (!s->be->ops->linear_bwd_act || s->unfused || last < 1) {
+    mlp_bwd_from(s, d, params, grads, B, in, n_in_seg, ma, out, dout, last, 0, dx, ldx);
+    return;
+  }
+  bwd_top_t t;
+  bwd_top(s, d, params, grads, B, in, n_in_seg, ma, &t);
+  s->be->ops->linear_bwd_act(s->be, &t.L, dout, out, d->ensemble * d->sizes[last + 1], t.dW, t.db, t.dx,
+                             t.ldx, &t.below);
+  mlp_bwd_from(s, d, params, grads, B, in, n_in_seg, ma, out, t.dx, last - 1, 1, dx, ldx);
 }
 
 /* The sizes sac_new allocates, in floats, and the widest operand an op sees. Every
@@ -725,6 +772,29 @@ void sac_compute_critic_grads(sac_t *s) {
   lap(s, PROF(critic));
 }
 
+/* The actor's backward from dL/da~ (da) and dL/dlogp: the head, the last layer and the
+ * layer below's activation backward as one fused op where the backend has policy_bwd,
+ * else head_bwd and mlp_bwd; then the layers below. */
+static void actor_bwd(sac_t *s, const sac_seg_t *in) {
+  const sac_backend_ops_t *ops = s->be->ops;
+  const sac_mlp_desc_t *d = &s->ad;
+  const int B = s->hp.batch, A = s->hp.act_dim, last = d->n_layers - 1;
+  int lda;
+  const float *a = policy_actions(s, &lda);
+  float *nodx[2] = {NULL, NULL};
+  const int noldx[2] = {0, 0};
+  if (!ops->policy_bwd || s->unfused || last < 1) {
+    ops->head_bwd(s->be, &s->head, s->P, s->eps2, a, lda, s->da, A, s->dlogp, s->dP);
+    mlp_bwd(s, d, actor_params(s), s->grads, B, in, 1, &s->aa, s->P, s->dP, nodx, noldx);
+    return;
+  }
+  bwd_top_t t;
+  bwd_top(s, d, actor_params(s), s->grads, B, in, 1, &s->aa, &t);
+  ops->policy_bwd(s->be, &s->head, s->P, s->eps2, a, lda, s->da, A, s->dlogp, s->dP, &t.L, t.dW, t.db, t.dx,
+                  t.ldx, &t.below);
+  mlp_bwd_from(s, d, actor_params(s), s->grads, B, in, 1, &s->aa, s->P, t.dx, last - 1, 1, nodx, noldx);
+}
+
 void sac_compute_actor_grads(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int A = s->hp.act_dim, B = s->hp.batch;
@@ -748,12 +818,8 @@ void sac_compute_actor_grads(sac_t *s) {
   float *dx[2] = {NULL, s->da};
   int ldx[2] = {0, A};
   mlp_bwd(s, &s->cd, critic_params(s), NULL, B, cin, 2, &s->ca, s->q, s->dq, dx, ldx);
-  int lda;
-  const float *a = policy_actions(s, &lda);
-  ops->head_bwd(s->be, &s->head, s->P, s->eps2, a, lda, s->da, A, s->dlogp, s->dP);
   sac_seg_t ain = {b->obs, s->hp.obs_dim, s->hp.obs_dim};
-  float *nodx[2] = {NULL, NULL};
-  mlp_bwd(s, &s->ad, actor_params(s), s->grads, B, &ain, 1, &s->aa, s->P, s->dP, nodx, ldx);
+  actor_bwd(s, &ain);
   if (!fused)
     ops->alpha_loss(s->be, &s->head, s->logp2, s->grads + s->off_alpha, s->stats + 4);
   lap(s, PROF(actor));

@@ -523,8 +523,11 @@ Test(sac, td_errors_fetched_one_update_late_are_that_updates) {
 
 /* Issue 16, point 6: a whole run with the fused ops (the optimizer tails, adam_polyak;
  * the critics' last layer with its head op, q_head; the noise; the actor and alpha
- * losses) equals the unfused ops bit for bit (policy_delay 2: both phases). */
-Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) {
+ * losses; issue 25: the policy's output, policy_fwd, and the critics' joined input; the
+ * last layers' backward with the layer below's activation, linear_bwd_act and policy_bwd)
+ * equals the unfused ops bit for bit (policy_delay 2: both phases), at depth 2 and at
+ * depth 3 with recomputation (the fused backward's layer below recomputed first). */
+static void fused_equals_unfused(int depth, int recompute) {
   float *p[2];
   size_t n = 0;
   for (int f = 0; f < 2; f++) {
@@ -536,6 +539,8 @@ Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) {
     hp.hidden = 16;
     hp.batch = 8;
     hp.policy_delay = 2;
+    hp.depth = depth;
+    hp.recompute = recompute;
     cr_assert_eq(sac_new(&hp, be, &s), 0);
     sac_set_unfused(s, f == 0);
     sac_rng_t rng;
@@ -553,16 +558,22 @@ Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) {
     sac_destroy(&s);
     sac_backend_destroy(&be);
   }
-  cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0, "fused and unfused optimizer tails differ");
+  cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0,
+               "depth %d recompute %d: fused and unfused ops differ", depth, recompute);
   free(p[0]), free(p[1]);
 }
 
-/* sac-bench-learner's op count (learner/op_count.c): the fusions save nine ops in an
+Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) { fused_equals_unfused(2, 0); }
+Test(sac, fused_ops_match_unfused_bit_for_bit_depth_3_recompute) { fused_equals_unfused(3, 1); }
+
+/* sac-bench-learner's op count (learner/op_count.c): the fusions save ten ops in an
  * update that steps the actor (4 optimizer ops -> 2, the two noise draws, the actor's
  * last layer and the head -> 1, the critics' last layer with the critic target, with the
- * critic loss, and with the actor and alpha losses: 2 -> 1, 2 -> 1, 3 -> 1) and six in a
- * critic-only update (2 -> 1, the policy's output 4 -> 1, target and critic loss 2 -> 1
- * each); the proxy is taken out again (the updates after it run on the backend). */
+ * critic loss, and with the actor and alpha losses: 2 -> 1, 2 -> 1, 3 -> 1, the head's
+ * backward with the actor's last layer's 2 -> 1) and six in a critic-only update
+ * (2 -> 1, the policy's output 4 -> 1, target and critic loss 2 -> 1 each); the proxy is
+ * taken out again (the updates after it run on the backend). The fused backward of a last
+ * layer with the layer below's activation (linear_bwd_act) replaces one op by one. */
 Test(sac, op_count_sees_the_fused_tails) {
   sac_backend_t *be;
   sac_t *s;
@@ -576,7 +587,7 @@ Test(sac, op_count_sees_the_fused_tails) {
   int64_t f[2], u[2];
   cr_assert_eq(sac_count_update_ops(s, be, 0, f), 0);
   cr_assert_eq(sac_count_update_ops(s, be, 1, u), 0);
-  cr_assert_eq(u[0] - f[0], 9, "actor step: %lld fused vs %lld unfused", (long long)f[0], (long long)u[0]);
+  cr_assert_eq(u[0] - f[0], 10, "actor step: %lld fused vs %lld unfused", (long long)f[0], (long long)u[0]);
   cr_assert_eq(u[1] - f[1], 6, "critic only: %lld fused vs %lld unfused", (long long)f[1], (long long)u[1]);
   cr_assert(f[0] > f[1], "a critic-only update has fewer ops");
   sac_backend_t other = {be->ops, NULL};
@@ -898,8 +909,8 @@ Test(sac, launches_and_blocking_syncs_per_update_default_network) {
                "an update with the loss guard on waited for the backend");
   cr_assert_eq(c[4].blocking_syncs - c[3].blocking_syncs, 2,
                "control: the unfused ops' two host-side guard checks not counted");
-  cr_assert_eq(launches, 34, "launches per update %lld (docs/CUDA.md says 34)", (long long)launches);
-  cr_assert_eq(c[2].launches - c[1].launches, 34);
+  cr_assert_eq(launches, 28, "launches per update %lld (docs/CUDA.md says 28)", (long long)launches);
+  cr_assert_eq(c[2].launches - c[1].launches, 28);
   cr_assert_eq(c[3].launches - c[2].launches, 47, "unfused launches %lld (docs/CUDA.md says 47)",
                (long long)(c[3].launches - c[2].launches));
   sac_destroy(&s);
