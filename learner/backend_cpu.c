@@ -367,7 +367,8 @@ static int cpu_fetch_wait(sac_backend_t *be, int slot, float *dst, size_t n) {
  * matmul per input segment (shared) or one (per-member columns), a separate bias kernel
  * where the bias is under 16-byte aligned; backward: the activation-backward/bias-sum
  * kernel where there is an activation or a bias gradient, the weight-gradient matmuls,
- * and the input gradient (a kernel per shared segment, a matmul otherwise). */
+ * and the input gradient (a kernel per shared segment, a matmul otherwise); a shared layer's
+ * input gradient without dW and db is one kernel with its activation backward. */
 static int bias_unaligned(const float *b, int n_out, int K) {
   uintptr_t a = (uintptr_t)b;
   if (K > 1)
@@ -397,6 +398,8 @@ static uint64_t linear_bwd_launches(const sac_linear_t *L, const float *dW, cons
                                     float *const dX[2]) {
   if (is_out1(L))
     return dW || db || (dX && dX[0]) ? 1 : 0;
+  if (L->shared && !dW && !db && L->act != SAC_ACT_NONE)
+    return 1; /* the input gradient with the activation backward (k_dx_shared_act), or that alone */
   uint64_t n = L->act != SAC_ACT_NONE || db ? 1 : 0;
   if (dW)
     n += operands(L);

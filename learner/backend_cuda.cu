@@ -368,6 +368,58 @@ __global__ void k_dx_shared(float *dX, int ldx, const float *dY, int ldy, const 
     dX[(size_t)b * ldx + i] = acc;
 }
 
+/* The input gradient of a shared-input layer whose dW and db are not wanted (the critics'
+ * first layer in the actor step's input-gradient pass), with the activation backward that
+ * k_act_bwd_colsum would run first: block b owns row b, masks the row of dY in place
+ * (dY = dY * act'(Y)), waits, then its warps compute that row's dX of each wanted segment
+ * as k_dx_shared does (the same per-warp order: the same bits). ovf (fp16) flags a masked
+ * gradient out of fp16 range, as k_act_bwd_colsum. */
+typedef struct {
+  float *dX[2];
+  int ldx[2], n[2], row[2]; /* row: the segment's first row of each member's W */
+  float *dY;
+  const float *Y, *W;
+  int ldy, n_out, K, act, n_seg;
+  size_t wsz;
+  int *ovf;
+} dx_act_t;
+
+__global__ void k_dx_shared_act(dx_act_t a) {
+  const int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  float *dy = a.dY + (size_t)b * a.ldy;
+  const float *y = a.Y + (size_t)b * a.ldy;
+  int bad = 0;
+  for (int c = threadIdx.x; c < a.K * a.n_out; c += blockDim.x) {
+    float d = dy[c];
+    if (a.act == SAC_ACT_RELU)
+      d = y[c] > 0.0f ? d : 0.0f;
+    else if (a.act == SAC_ACT_TANH)
+      d *= 1.0f - y[c] * y[c];
+    dy[c] = d;
+    bad |= !(fabsf(d) <= 65504.0f);
+  }
+  if (a.ovf && bad)
+    *a.ovf = 1;
+  __syncthreads(); /* the masked row visible to the block */
+  for (int s = 0; s < a.n_seg; s++) {
+    if (!a.dX[s])
+      continue;
+    for (int i = warp; i < a.n[s]; i += nwarps) {
+      float acc = 0.0f;
+      for (int k = 0; k < a.K; k++) {
+        const float *dyk = dy + (size_t)k * a.n_out;
+        const float *w = a.W + k * a.wsz + (size_t)(a.row[s] + i) * a.n_out;
+        for (int j = lane; j < a.n_out; j += 32)
+          acc += dyk[j] * w[j];
+      }
+      for (int off = 16; off > 0; off >>= 1)
+        acc += __shfl_down_sync(0xffffffffu, acc, off);
+      if (lane == 0)
+        a.dX[s][(size_t)b * a.ldx[s] + i] = acc;
+    }
+  }
+}
+
 /* n normals: element i is normal (i % 2) of Philox block (i / 2, stream, tag), where
  * stream is the given one plus the graph's offset when recorded into a graph. */
 __global__ void k_normal(float *out, size_t n, uint32_t k0, uint32_t k1, unsigned long long stream,
@@ -1393,6 +1445,17 @@ static void cu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, c
     LAUNCHED(im, "k_out1_bwd");
     return;
   }
+  if (L->shared && !dW && !db && L->act != SAC_ACT_NONE && dX && (dX[0] || (L->n_seg > 1 && dX[1]))) {
+    dx_act_t a;
+    memset(&a, 0, sizeof a);
+    for (int s = 0, row = 0; s < L->n_seg; row += L->seg[s].n, s++)
+      a.dX[s] = dX[s], a.ldx[s] = ldx[s], a.n[s] = L->seg[s].n, a.row[s] = row;
+    a.dY = dY, a.Y = Y, a.W = L->W, a.ldy = ldy, a.n_out = L->n_out, a.K = K, a.act = (int)L->act;
+    a.n_seg = L->n_seg, a.wsz = (size_t)wsz, a.ovf = fp16 ? &im->ds->overflow : NULL;
+    k_dx_shared_act<<<(unsigned)L->B, THREADS, 0, im->stream>>>(a);
+    LAUNCHED(im, "k_dx_shared_act");
+    return;
+  }
   if (L->act != SAC_ACT_NONE || db || fp16) {
     dim3 block(32, 16), grid((unsigned)((width + 31) / 32));
     k_act_bwd_colsum<<<grid, block, 0, im->stream>>>(dY, Y, ldy, L->B, width, (int)L->act, db,
@@ -2201,7 +2264,8 @@ static int preload_kernels(cu_t *im) {
       (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
       (const void *)k_ovf_import,    (const void *)k_adam_polyak,    (const void *)k_actor_alpha_loss,
       (const void *)k_normal2,       (const void *)k_out1_fwd,       (const void *)k_out1_bwd,
-      (const void *)k_out1_head,     (const void *)k_policy_fwd,     (const void *)k_policy_bwd};
+      (const void *)k_out1_head,     (const void *)k_policy_fwd,     (const void *)k_policy_bwd,
+      (const void *)k_dx_shared_act};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))

@@ -1268,3 +1268,35 @@ Test(backend_cpu, policy_bwd_equals_head_then_last_layer_then_the_layer_below) {
   run_policy_bwd(SAC_POLICY_BWD_MAX_ACT, 1);
   run_policy_bwd(SAC_POLICY_BWD_MAX_ACT + 1, 5);
 }
+
+/* Issue 25: a shared layer's input gradient without dW and db (the critics' first layer
+ * in the actor step's input-gradient pass) counts the one kernel the cuda backend runs
+ * for it with the activation backward (k_dx_shared_act), one or both segments wanted,
+ * where the activation kernel and a dX kernel per segment were counted; with dW it
+ * counts as before. */
+Test(backend_cpu, shared_input_gradient_alone_counts_one_launch) {
+  const int B = 9, n1 = 4, n2 = 2, n_out = 8, K = 2;
+  float *X1 = dev((size_t)B * n1), *X2 = dev((size_t)B * n2), *W = dev((size_t)K * (n1 + n2) * n_out);
+  float *bias = dev((size_t)K * n_out), *Y = dev((size_t)B * K * n_out), *G = dev((size_t)B * K * n_out);
+  float *dX1 = dev((size_t)B * n1), *dX2 = dev((size_t)B * n2), *dW = dev((size_t)K * (n1 + n2) * n_out);
+  fill(X1, (size_t)B * n1, -1, 1), fill(X2, (size_t)B * n2, -1, 1),
+      fill(W, (size_t)K * (n1 + n2) * n_out, -1, 1);
+  sac_linear_t L = {
+      .B = B, .n_in = n1 + n2, .n_out = n_out, .K = K, .shared = 1, .n_seg = 2, .W = W, .b = bias};
+  L.seg[0] = (sac_seg_t){X1, n1, n1}, L.seg[1] = (sac_seg_t){X2, n2, n2}, L.act = SAC_ACT_RELU;
+  be->ops->linear_fwd(be, &L, Y, K * n_out);
+  int ldx[2] = {n1, n2};
+  float *one[2] = {NULL, dX2}, *both[2] = {dX1, dX2};
+  sac_backend_counts_t cnt;
+  cr_assert_eq(sac_backend_counts(be, &cnt), 0);
+  fill(G, (size_t)B * K * n_out, -1, 1);
+  be->ops->linear_bwd(be, &L, G, Y, K * n_out, NULL, NULL, one, ldx);
+  cr_assert_eq(launches_since(&cnt), 1, "the action segment's input gradient");
+  be->ops->linear_bwd(be, &L, G, Y, K * n_out, NULL, NULL, both, ldx);
+  cr_assert_eq(launches_since(&cnt), 1, "both segments' input gradients");
+  be->ops->linear_bwd(be, &L, G, Y, K * n_out, dW, NULL, both, ldx);
+  cr_assert_eq(launches_since(&cnt), 5, "with dW: the activation kernel, two dW matmuls, two dX kernels");
+  float *bufs[] = {X1, X2, W, bias, Y, G, dX1, dX2, dW};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    be->ops->free(be, bufs[i]);
+}

@@ -133,6 +133,18 @@ static void compare(const char *what, const char *prec, sac_backend_t *gpu, cons
   free(g), free(c);
 }
 
+/* The fp16 overflow flag the backward kernels set (read through overflow_export, then
+ * cleared through overflow_import). */
+static float ovf_flag(sac_backend_t *gpu) {
+  float *slot = balloc(gpu, 1), zero = 0.0f, v = -1.0f;
+  gpu->ops->overflow_export(gpu, slot);
+  cr_assert_eq(gpu->ops->download(gpu, &v, slot, 1), 0);
+  cr_assert_eq(gpu->ops->upload(gpu, slot, &zero, 1), 0);
+  gpu->ops->overflow_import(gpu, slot);
+  gpu->ops->free(gpu, slot);
+  return v;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* linear layers                                                                        */
 
@@ -272,6 +284,73 @@ Test(backend_cuda, linear_critic_input_layer_adjacent_segments_pendulum) {
   lin_case_t c = {"critic l0 adjacent 3|1->256 K2 relu", 256, 3, 1, 256, 2, 1, SAC_ACT_RELU, 0, 1, 1};
   run_linear(&c);
 }
+
+/* Issue 25: a shared layer's input gradient without dW and db (k_dx_shared_act: the
+ * activation backward and the input gradient of each wanted segment, one launch) against
+ * the cpu op: the critics' first layer with separate and with adjacent segments, the
+ * action segment alone and both; fp32 and fp16 (fp32 arithmetic in both; in fp16 the
+ * masked gradient's overflow flag, clear here, set with a dY of 1e6). Tolerances: the
+ * masked dY exact in value (1e-5), dX 1e-4 (sums of 512 products in another order). */
+static void run_dx_alone(const char *prec, int adjacent, int both) {
+  sac_backend_t *gpu = cuda_or_skip(prec), *cpu = cpu_backend();
+  sac_rng_t rng;
+  sac_rng_init(&rng, 83, 3);
+  const int B = 256, O = 17, A = 6, n = O + A, H = 256, K = 2, wo = K * H;
+  const size_t nX = (size_t)B * n, nW = (size_t)K * n * H, nY = (size_t)B * wo;
+  float *hX = hrand(&rng, nX, -1, 1), *hW = hrand(&rng, nW, -0.2, 0.2), *hb = hrand(&rng, wo, -0.2, 0.2);
+  float *hG = hrand(&rng, nY, -1, 1), *cpuY = NULL;
+  const int fp16 = strcmp(prec, "fp16") == 0;
+  sac_backend_t *bes[2] = {cpu, gpu};
+  float *dY[2], *dX[2];
+  for (int round = 0; round < 1 + fp16; round++) {
+    for (int i = 0; i < 2; i++) {
+      float *X = bput(bes[i], hX, nX), *W = bput(bes[i], hW, nW), *bias = bput(bes[i], hb, wo);
+      float *Y = balloc(bes[i], nY);
+      dY[i] = bput(bes[i], hG, nY), dX[i] = balloc(bes[i], nX);
+      sac_linear_t L = {.B = B, .n_in = n, .n_out = H, .K = K, .shared = 1, .n_seg = 2, .W = W, .b = bias};
+      L.act = SAC_ACT_RELU;
+      /* X: (B, O + A) in one block; separate: seg 1 read from a copy of its columns */
+      float *X2 = adjacent ? X + O : balloc(bes[i], (size_t)B * A);
+      if (!adjacent)
+        for (int r = 0; r < B; r++)
+          cr_assert_eq(bes[i]->ops->upload(bes[i], X2 + (size_t)r * A, hX + (size_t)r * n + O, A), 0);
+      L.seg[0] = (sac_seg_t){X, n, O}, L.seg[1] = adjacent ? (sac_seg_t){X2, n, A} : (sac_seg_t){X2, A, A};
+      if (i == 0) {
+        cpu->ops->linear_fwd(cpu, &L, Y, wo);
+        cpuY = hcopy(cpu, Y, nY);
+      } else {
+        cr_assert_eq(gpu->ops->upload(gpu, Y, cpuY, nY), 0);
+      }
+      float *dxs[2] = {both ? dX[i] : NULL, dX[i] + O};
+      int ldx[2] = {n, n};
+      bes[i]->ops->linear_bwd(bes[i], &L, dY[i], Y, wo, NULL, NULL, dxs, ldx);
+    }
+    free(cpuY);
+    if (round == 1) {
+      cr_expect_eq(ovf_flag(gpu), 1.0f, "a masked gradient out of fp16 range was not flagged");
+      break;
+    }
+    compare("dx alone: dY after activation", prec, gpu, dY[1], cpu, dY[0], nY, TOL_ELEM);
+    float *g = hcopy(gpu, dX[1], nX), *c = hcopy(cpu, dX[0], nX);
+    for (int r = 0; r < B; r++) /* the columns not written: compare what was written only */
+      for (int col = 0; col < (both ? 0 : O); col++)
+        g[(size_t)r * n + col] = c[(size_t)r * n + col] = 0.0f;
+    EXPECT_CLOSE("dx alone: dX", prec, g, c, nX, k_tol_gemm[0]);
+    free(g), free(c);
+    if (fp16) {
+      cr_expect_eq(ovf_flag(gpu), 0.0f, "in-range gradients flagged as an fp16 overflow");
+      for (size_t i = 0; i < nY; i++)
+        hG[i] *= 1e6f;
+    }
+  }
+  free(hX), free(hW), free(hb), free(hG);
+  sac_backend_destroy(&gpu);
+  sac_backend_destroy(&cpu);
+}
+
+Test(backend_cuda, input_gradient_alone_action_segment_matches_cpu) { run_dx_alone("fp32", 0, 0); }
+Test(backend_cuda, input_gradient_alone_adjacent_segments_matches_cpu) { run_dx_alone("fp32", 1, 1); }
+Test(backend_cuda, input_gradient_alone_flags_overflow_fp16) { run_dx_alone("fp16", 1, 0); }
 
 /* ---------------------------------------------------------------------------------- */
 /* noise, policy head, losses, optimiser                                                */
@@ -668,17 +747,6 @@ Test(backend_cuda, fused_normal2_matches_cpu) {
   free(g), free(c);
   sac_backend_destroy(&gpu);
   sac_backend_destroy(&cpu);
-}
-/* The fp16 overflow flag the backward kernels set (read through overflow_export, then
- * cleared through overflow_import). */
-static float ovf_flag(sac_backend_t *gpu) {
-  float *slot = balloc(gpu, 1), zero = 0.0f, v = -1.0f;
-  gpu->ops->overflow_export(gpu, slot);
-  cr_assert_eq(gpu->ops->download(gpu, &v, slot, 1), 0);
-  cr_assert_eq(gpu->ops->upload(gpu, slot, &zero, 1), 0);
-  gpu->ops->overflow_import(gpu, slot);
-  gpu->ops->free(gpu, slot);
-  return v;
 }
 
 /* Issue 25: the fused policy output (k_policy_fwd: the actor's last layer, the noise, the

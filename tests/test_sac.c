@@ -874,21 +874,22 @@ Test(sac, stats_and_actor_fetched_one_update_late_are_that_updates) {
 
 /* Launches and blocking syncs per update, counted on the cpu backend (which counts what
  * the cuda backend's ops launch in fp32; tests/test_backend_cuda.c checks the two agree
- * on a device): the default network (2 x 256, batch 256) on Pendulum's sizes. An update
- * itself never waits (graphs or not: the count is of the calls sac.c makes), the loss
- * guard on or off (its verdict is taken inside the fused optimizer ops); the unfused
- * ops' host-side guard checks are two waits (control). The launch figures are docs/CUDA.md's. */
-Test(sac, launches_and_blocking_syncs_per_update_default_network) {
+ * on a device): the default network (2 x 256, batch 256) on Pendulum's and HalfCheetah's
+ * sizes. An update itself never waits (graphs or not: the count is of the calls sac.c
+ * makes), the loss guard on or off (its verdict is taken inside the fused optimizer ops);
+ * the unfused ops' host-side guard checks are two waits (control). Issue 25: at most 30
+ * launches per update; the figures are docs/CUDA.md's. */
+static void launches_and_syncs(int O, int A) {
   sac_backend_t *be;
   sac_t *s;
   cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
   sac_hparams_t hp;
-  sac_hparams_default(&hp, 3, 1);
+  sac_hparams_default(&hp, O, A);
   cr_assert_eq(sac_new(&hp, be, &s), 0);
   sac_rng_t rng;
   sac_rng_init(&rng, 5, 3);
   sac_backend_counts_t c[5];
-  fill_batch(s, &rng, hp.batch, 3, 1, 0);
+  fill_batch(s, &rng, hp.batch, O, A, 0);
   cr_assert_eq(sac_update(s), 0); /* warm-up */
   cr_assert_eq(sac_backend_counts(be, &c[0]), 0);
   cr_assert_eq(sac_update(s), 0);
@@ -909,10 +910,19 @@ Test(sac, launches_and_blocking_syncs_per_update_default_network) {
                "an update with the loss guard on waited for the backend");
   cr_assert_eq(c[4].blocking_syncs - c[3].blocking_syncs, 2,
                "control: the unfused ops' two host-side guard checks not counted");
-  cr_assert_eq(launches, 28, "launches per update %lld (docs/CUDA.md says 28)", (long long)launches);
-  cr_assert_eq(c[2].launches - c[1].launches, 28);
-  cr_assert_eq(c[3].launches - c[2].launches, 47, "unfused launches %lld (docs/CUDA.md says 47)",
+  cr_assert_leq(launches, 30, "obs %d act %d: %lld launches per update, issue 25's bound is 30", O, A,
+                (long long)launches);
+  cr_assert_eq(launches, 27, "obs %d act %d: launches per update %lld (docs/CUDA.md says 27)", O, A,
+               (long long)launches);
+  cr_assert_eq(c[2].launches - c[1].launches, 27);
+  cr_assert_eq(c[3].launches - c[2].launches, 46,
+               "obs %d act %d: unfused launches %lld (docs/CUDA.md says 46)", O, A,
                (long long)(c[3].launches - c[2].launches));
   sac_destroy(&s);
   sac_backend_destroy(&be);
+}
+
+Test(sac, launches_and_blocking_syncs_per_update_default_network) {
+  launches_and_syncs(3, 1);
+  launches_and_syncs(17, 6);
 }
