@@ -7,9 +7,11 @@
 # WORK/caught/NAME) or SURVIVED.
 #
 # The list covers the column split (bias gradient, weight gradient), the row split
-# (input gradient), the joined [obs | action] first layer, the GEMM pieces (a transposed
-# A's row pieces included), the fused ops (Adam + Polyak, actor + alpha loss, the two
-# noise draws), the policy head and sac.c's use of its buffers; several of them are
+# (input gradient), the joined [obs | action] first layer (copied, or read in place from
+# sac.c's joined input rows), the GEMM pieces (a transposed A's row pieces included), the
+# fused ops (Adam + Polyak, actor + alpha loss, the two noise draws, the policy's output
+# and its copies, a last layer's backward with the layer below's), the policy head and
+# sac.c's use of its buffers; several of them are
 # right on a first computation and wrong only once a buffer holds a previous update's
 # values, which is what the tests' stale buffers and multi-update checks are for.
 #
@@ -117,8 +119,29 @@ mutant sac-one-input-grad-buffer $S \
   '      float *next = s->dbuf[l & 1];' \
   '      float *next = s->dbuf[0];'
 mutant sac-actor-loss-on-next-actions $S \
-  '  critics(s, critic_params(s), b->obs, s->a2, s->q);' \
-  '  critics(s, critic_params(s), b->obs, s->a2 + (size_t)B * A, s->q);'
+  '  critic_input(s, CIN_PI, cin);' \
+  '  critic_input(s, CIN_NEXT, cin);'
+mutant sac-joined-input-batch-action-not-copied $S \
+  '                         .n_copy = 3};' \
+  '                         .n_copy = 2};'
+mutant sac-joined-input-critic-loss-on-next-obs $S \
+  '  pf.copy[1] = (sac_copy_t){s->batch.obs, batch_rows, O, ld, B, O};' \
+  '  pf.copy[1] = (sac_copy_t){s->batch.next_obs, batch_rows, O, ld, B, O};'
+mutant sac-fused-below-bias-grad-dropped $S \
+  '  t->below = (sac_below_t){d->hidden_act, grads ? grads + nl->b[last - 1] : NULL};' \
+  '  t->below = (sac_below_t){d->hidden_act, NULL};'
+mutant sac-layer-below-runs-its-activation-again $S \
+  '      L.act = SAC_ACT_NONE, db = NULL;' \
+  '      db = NULL; /* the activation kernel runs again: the same values, one launch more */'
+mutant joined-adjacent-segments-read-as-segment-0 $B \
+  '    tmp->seg[0] = (sac_seg_t){L->seg[0].p, L->seg[0].ld, n};' \
+  '    tmp->seg[0] = (sac_seg_t){L->seg[0].p, L->seg[0].ld, n0};'
+mutant fused-policy-copies-one-short $B \
+  '  for (int i = 0; i < a->n_copy; i++)' \
+  '  for (int i = 0; i + 1 < a->n_copy; i++)'
+mutant fused-below-activation-skipped $B \
+  '.K = L->K, .n_seg = 1, .act = below->act};' \
+  '.K = L->K, .n_seg = 1, .act = SAC_ACT_NONE};'
 
 # ---------------------------------------------------------------- the copy and its build
 if (($#)); then

@@ -926,3 +926,34 @@ Test(sac, launches_and_blocking_syncs_per_update_default_network) {
   launches_and_syncs(3, 1);
   launches_and_syncs(17, 6);
 }
+
+/* A critic-only update (policy_delay 2, odd steps): the policy's output, the target, the
+ * critics' forward and backward and the fused critic Adam + Polyak: 15 launches fused, 25
+ * unfused (docs/CUDA.md). */
+Test(sac, launches_per_critic_only_update) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 17, 6);
+  hp.policy_delay = 2;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 5, 3);
+  fill_batch(s, &rng, hp.batch, 17, 6, 0);
+  int64_t n[2];
+  for (int unfused = 0; unfused < 2; unfused++) {
+    sac_set_unfused(s, unfused);
+    sac_backend_counts_t c0, c1;
+    cr_assert_eq(sac_update(s), 0); /* an actor step (even) */
+    cr_assert_eq(sac_step(s) % 2, 1u);
+    cr_assert_eq(sac_backend_counts(be, &c0), 0);
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_backend_counts(be, &c1), 0);
+    n[unfused] = c1.launches - c0.launches;
+  }
+  cr_assert_eq(n[0], 15, "fused: %lld launches", (long long)n[0]);
+  cr_assert_eq(n[1], 25, "unfused: %lld launches", (long long)n[1]);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
