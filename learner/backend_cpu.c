@@ -579,8 +579,8 @@ static cpu_pool_t *layer_pool(sac_backend_t *be, const sac_linear_t *L) {
  * output, and it ran at a third of the hidden layers' GFLOP/s. As one (B, n_in) block it
  * is one GEMM with k = n_in (issue 17): segments already side by side in memory
  * (sac_segs_adjacent: sac.c's joined critic input) are read in place, others are copied
- * into one block first (B * n_in floats: microseconds), the same values at the same
- * leading dimension either way. Returns L itself where there is nothing to join or the
+ * into one block first (B * n_in floats: microseconds): one GEMM on the same values either
+ * way. Returns L itself where there is nothing to join or the
  * block cannot be had (then the two-GEMM path runs: slower, the same result). */
 static const sac_linear_t *joined(sac_backend_t *be, const sac_linear_t *L, sac_linear_t *tmp) {
   if (!L->shared || L->n_seg < 2)

@@ -229,7 +229,10 @@ void sac_set_profile(sac_t *s, sac_profile_t *prof);
 /* Pieces of sac_update, exposed for gradient checks, in this order: the policy on
  * [obs; next_obs] with the current step's noise; the critic loss gradient into GRADS'
  * critic part (nothing applied); the actor and alpha loss gradients into GRADS' actor
- * and log-alpha parts. */
+ * and log-alpha parts. With the fused ops the critics read the batch's obs, next_obs and
+ * action as sac_forward_policy copied them (their joined input rows): a batch changed
+ * after it is seen from the next sac_forward_policy on (reward, terminated and weights
+ * at once). */
 void sac_forward_policy(sac_t *s);
 void sac_compute_critic_grads(sac_t *s);
 void sac_compute_actor_grads(sac_t *s);
