@@ -28,7 +28,8 @@
 #include "learner/backend.h"
 #include "learner/collective.h"
 
-#define SAC_CUDA_MODULE_ABI 2 /* 2: backend.h gained stage, fetch, adam_polyak, actor_alpha_loss, normal2 (issue 16) */
+/* 3: backend.h gained q_head, policy_fwd, linear_bwd_act, policy_bwd (issue 25) */
+#define SAC_CUDA_MODULE_ABI 3
 #define SAC_CUDA_MODULE_FILE "libsacfleet-cuda.so"
 #define SAC_CUDA_MODULE_ENTRY "sac_cuda_module_open"
 
