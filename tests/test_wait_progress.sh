@@ -25,7 +25,7 @@ out=$( (
   wait_until 2 "a condition true after 4 s" later
   pass "waited $((SECONDS - t_start)) s"
 ) 2>&1)
-grep -q '^PASS: wait_progress_1: waited [4-9] s' <<<"$out" && ok "wait_until goes on while progressing" || bad "wait_until goes on while progressing: $out"
+grep -qE '^PASS: wait_progress_1: waited ([4-9]|[1-9][0-9]+) s' <<<"$out" && ok "wait_until goes on while progressing" || bad "wait_until goes on while progressing: $out"
 
 # 2. nothing progresses: fails after the stall bound, not later
 out=$( (
@@ -49,7 +49,7 @@ out=$( (
   wait_result learner 2
   pass "result after $((SECONDS - t_start)) s"
 ) 2>&1)
-grep -q '^PASS: wait_progress_3: result after [4-9] s' <<<"$out" && ok "wait_result goes on while the learner progresses" ||
+grep -qE '^PASS: wait_progress_3: result after ([4-9]|[1-9][0-9]+) s' <<<"$out" && ok "wait_result goes on while the learner progresses" ||
   bad "wait_result goes on while the learner progresses: $out"
 
 # 4. wait_result: a "learner" that stops progressing fails after the stall bound
@@ -80,10 +80,15 @@ out=$( (
   wait_for '((SECONDS - t_start >= 6))' 30 || { echo "FAIL: gave up after $((SECONDS - t_start)) s"; exit 1; }
   echo "PASS: waited $((SECONDS - t_start)) s"
 ) 2>&1)
-grep -q '^PASS: waited [6-9] s' <<<"$out" && ok "lib_it wait_for goes on while the logs grow" ||
+grep -qE '^PASS: waited ([6-9]|[1-9][0-9]+) s' <<<"$out" && ok "lib_it wait_for goes on while the logs grow" ||
   bad "lib_it wait_for goes on while the logs grow: $out"
 
-# 6. lib_it wait_for: nothing grows: gives up after the stall bound (3 s), not later
+# (the cases that go on while things progress check only that they did not give up
+# early: how much longer a busy machine takes is not what they test)
+
+# 6. lib_it wait_for: nothing grows: gives up after the stall bound (3 s), not much later
+#    (under 15 s: on a machine busy enough to be slower than that, a wait of 30 tenths
+#    measured as tenths would not be told from one that never gives up)
 out=$( (
   source "$LIB_IT"
   it_init wait_progress_6
@@ -92,7 +97,7 @@ out=$( (
   wait_for 'false' 30 && { echo "FAIL: a condition never true was met"; exit 1; }
   echo "GAVE UP after $((SECONDS - t_start)) s"
 ) 2>&1)
-grep -q '^GAVE UP after [2-5] s' <<<"$out" && ok "lib_it wait_for gives up when nothing progresses" ||
+grep -qE '^GAVE UP after ([2-9]|1[0-4]) s' <<<"$out" && ok "lib_it wait_for gives up when nothing progresses" ||
   bad "lib_it wait_for gives up when nothing progresses: $out"
 
 if ((fails)); then
