@@ -14,9 +14,14 @@
  * another one (so the checks after decoding are reached): byte 1 flags (bit 0 another
  * request id, bit 1 a row count from byte 2 instead of BATCH, bit 2 obs size from byte 3,
  * bit 3 act size from byte 4, bit 4 an error reply, bit 5 its text names
- * max_sample_batch, bit 6 shard id from byte 5, bit 7 indices of another shard), then
- * float payload bytes, cycled. The client keeps PREFETCH requests in flight; an input
- * answers the oldest (or, with another id, none). Seeds (SAC_FUZZ_SEED_DIR): a good batch, 1 row, other
+ * max_sample_batch, bit 6 shard id from byte 5, bit 7 indices of another shard), byte 7
+ * the reply's batches field (% 4; without it PER_REQUEST, and the rows default to BATCH
+ * times that), then float payload bytes, cycled. The client asks for PER_REQUEST batches a
+ * request and keeps PREFETCH requests in flight; an input answers the oldest (or, with
+ * another id, none), and every batch of it is taken before the next input, through
+ * sac_replay_client_sample_into (the direct path, the message held) when byte 0's bit 1 is
+ * set, else sac_replay_client_sample (decoded, the rows copied out). Seeds
+ * (SAC_FUZZ_SEED_DIR): a good reply, one batch (a shard without batches), 1 row, other
  * sizes, an error reply, a wrong request id. */
 #include <math.h>
 #include <stddef.h>
@@ -51,6 +56,7 @@ static unsigned g_fatal; /* SAC_ECONFIG returns so far */
 /* the client's requests in flight, oldest first: it keeps PREFETCH of them, so an input
  * rarely waits out the 10 ms pause the client takes after a refused reply */
 #define PREFETCH 8
+#define PER_REQUEST 2
 static uint64_t g_rids[64];
 static int g_nrids;
 
@@ -70,6 +76,7 @@ static void client_new(void) {
   cc.ctx = g_ctx;
   cc.batch_size = BATCH;
   cc.prefetch = PREFETCH;
+  cc.batches_per_request = PER_REQUEST;
   cc.obs_dim = OBS;
   cc.act_dim = ACT;
   cc.sample_timeout_ms = 100000; /* no reissue of a request during a run */
@@ -102,7 +109,7 @@ static void take_requests(long wait_ms) {
       stale |= g_old_len[j] == id_len && !memcmp(g_old[j], id, id_len);
     if (!stale && sac_wire_decode(dec, g_buf, len, NULL, &m, &why) == 0 &&
         m.type == SAC_WIRE_SAMPLE_REQUEST) {
-      if (m.u.sample_request.batch_size != BATCH)
+      if (m.u.sample_request.batch_size != BATCH || m.u.sample_request.batches != PER_REQUEST)
         abort();
       memcpy(g_id, id, id_len);
       g_id_len = id_len;
@@ -133,8 +140,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     for (size_t i = 0; i < sizeof s; i++)
       s[i] = (uint8_t)(0x3e + i % 3); /* small positive floats */
     s[0] = 1;
-    s[1] = 0;
+    s[1] = 0, s[8] = PER_REQUEST;
     write_seed(dir, "good", s, sizeof s);
+    s[0] = 3;
+    write_seed(dir, "good_direct", s, sizeof s);
+    s[0] = 1;
+    s[8] = 0;
+    write_seed(dir, "one_batch", s, sizeof s);
     s[1] = 2, s[2] = 1;
     write_seed(dir, "one_row", s, sizeof s);
     s[1] = 4, s[3] = 5;
@@ -165,7 +177,8 @@ static size_t structured(const uint8_t *d, size_t n, int *dims_bad, int *limit_e
   static float obs[MAXR * MAXD], nobs[MAXR * MAXD], act[MAXR * MAXD], rew[MAXR], term[MAXR], w[MAXR];
   static uint64_t idx[MAXR];
   uint8_t fl = n > 0 ? d[0] : 0;
-  uint32_t rows = (fl & 2) && n > 1 ? d[1] % (MAXR + 1) : BATCH;
+  uint32_t batches = n > 7 ? d[7] % 4u : PER_REQUEST;
+  uint32_t rows = (fl & 2) && n > 1 ? d[1] % (MAXR + 1) : BATCH * (batches > 1 ? batches : 1);
   uint32_t od = (fl & 4) && n > 2 ? d[2] : OBS, ad = (fl & 8) && n > 3 ? d[3] : ACT;
   uint32_t shard = (fl & 64) && n > 4 ? d[4] * 17u : 5u;
   const uint8_t *p = n > 5 ? d + 5 : d;
@@ -202,7 +215,8 @@ static size_t structured(const uint8_t *d, size_t n, int *dims_bad, int *limit_e
       .weights = w,
       .error = !err        ? ""
                : (fl & 32) ? "batch_size over this shard's max_sample_batch"
-                           : "replay is empty"};
+                           : "replay is empty",
+      .batches = batches};
   if (od > MAXD || ad > MAXD)
     return 0;
   size_t len = 0;
@@ -212,7 +226,32 @@ static size_t structured(const uint8_t *d, size_t n, int *dims_bad, int *limit_e
 }
 
 static uint64_t accounted(const sac_replay_client_stats_t *s) {
-  return s->samples_received + s->sample_errors + s->rejected_replies;
+  return s->sample_replies + s->sample_errors + s->rejected_replies;
+}
+
+/* A batch returned must be exactly what was asked. */
+static void check_batch(const sac_replay_batch_t *b, int dims_bad) {
+  if (b->n != BATCH || b->obs_dim != OBS || b->act_dim != ACT || dims_bad)
+    abort();
+  for (size_t i = 0; i < (size_t)BATCH * OBS; i++)
+    if (!isfinite(b->obs[i]) || !isfinite(b->next_obs[i]))
+      abort();
+  for (size_t i = 0; i < (size_t)BATCH * ACT; i++)
+    if (!isfinite(b->action[i]))
+      abort();
+  for (size_t i = 0; i < BATCH; i++)
+    if (!isfinite(b->reward[i]) || !(b->terminated[i] == 0.0f || b->terminated[i] == 1.0f) ||
+        !(b->weights[i] >= 0.0f) || SAC_WIRE_INDEX_SHARD(b->indices[i]) != b->shard_id)
+      abort();
+}
+
+/* the stage of the direct path */
+static float g_st[6][BATCH * OBS];
+static const sac_replay_stage_t k_stage = {g_st[0], g_st[1], g_st[2], g_st[3], g_st[4], g_st[5]};
+
+static int sample_one(int into, int timeout_ms, sac_replay_batch_t *b) {
+  return into ? sac_replay_client_sample_into(g_client, timeout_ms, &k_stage, b)
+              : sac_replay_client_sample(g_client, timeout_ms, b);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -233,6 +272,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!g_nrids)
     abort();
   int dims_bad = 0, limit_err = 0;
+  const int into = (data[0] & 2) != 0;
   const uint8_t *body = g_out;
   size_t len;
   if (data[0] & 1) {
@@ -250,7 +290,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   /* wait for the reply to be handled: returned, refused, counted, or fatal */
   for (int i = 0; i < 200; i++) {
-    rc = sac_replay_client_sample(g_client, i < 3 ? 0 : 1, &b);
+    rc = sample_one(into, i < 3 ? 0 : 1, &b);
     sac_replay_client_stats(g_client, &s1);
     if (rc != SAC_ETIMEOUT || accounted(&s1) != accounted(&s0))
       break;
@@ -273,18 +313,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   if (rc == 0) {
-    if (b.n != BATCH || b.obs_dim != OBS || b.act_dim != ACT || dims_bad)
+    check_batch(&b, dims_bad);
+    /* the rest of the reply's batches, held by the client: each exact, at most PER_REQUEST
+     * in all, and no reply beyond this one (none was sent) */
+    int taken = 1;
+    while ((rc = sample_one(into, 0, &b)) == 0) {
+      check_batch(&b, dims_bad);
+      if (++taken > PER_REQUEST)
+        abort();
+    }
+    if (rc != SAC_ETIMEOUT)
       abort();
-    for (size_t i = 0; i < (size_t)BATCH * OBS; i++)
-      if (!isfinite(b.obs[i]) || !isfinite(b.next_obs[i]))
-        abort();
-    for (size_t i = 0; i < (size_t)BATCH * ACT; i++)
-      if (!isfinite(b.action[i]))
-        abort();
-    for (size_t i = 0; i < BATCH; i++)
-      if (!isfinite(b.reward[i]) || !(b.terminated[i] == 0.0f || b.terminated[i] == 1.0f) ||
-          !(b.weights[i] >= 0.0f) || SAC_WIRE_INDEX_SHARD(b.indices[i]) != b.shard_id)
-        abort();
+    sac_replay_client_stats(g_client, &s1);
+    if (s1.sample_replies != s0.sample_replies + 1)
+      abort();
   } else if (rc != SAC_ETIMEOUT) {
     abort();
   }
