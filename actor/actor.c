@@ -520,8 +520,9 @@ static void drain(actor_run_t *r) {
     int rc = send_batch(r, until);
     if (rc) {
       atomic_store(&r->st->rows_unsent_at_exit, (uint64_t)n);
-      SAC_WARN("actor", "actor %u: last batch of %d rows not sent at exit (%s)", cfg->actor_id, n,
-               rc == STOPPED_UNSENT ? "no room in the window within the drain" : sac_strerror(rc));
+      sac_log(cfg->quiet_drain ? SAC_LOG_INFO : SAC_LOG_WARN, "actor",
+              "actor %u: last batch of %d rows not sent at exit (%s)", cfg->actor_id, n,
+              rc == STOPPED_UNSENT ? "no room in the window within the drain" : sac_strerror(rc));
     }
   }
   uint64_t now = sac_clock_ns();
@@ -529,7 +530,8 @@ static void drain(actor_run_t *r) {
   if (sac_replay_client_flush(r->client, left) != 0) {
     uint32_t n = sac_replay_client_unacked(r->client);
     atomic_store(&r->st->unacked_at_exit, n);
-    SAC_WARN("actor", "actor %u: %u batch(es) unacknowledged at exit", cfg->actor_id, n);
+    sac_log(cfg->quiet_drain ? SAC_LOG_INFO : SAC_LOG_WARN, "actor",
+            "actor %u: %u batch(es) unacknowledged at exit", cfg->actor_id, n);
   }
   client_stats_to(r->client, r->st);
 }

@@ -40,6 +40,10 @@ typedef struct {
   char ledger_path[1024]; /* append each acknowledged batch here (actor/ledger.h); "": none */
   int drain_timeout_ms;   /* at the end (stop or max_steps): the longest wait to send the last
                              batch and for the acknowledgements of everything sent */
+  /* 1: what is left unsent or unacknowledged after the drain is logged at INFO, not WARN
+   * (still counted): the embedded default, whose run is over and whose shards stop with
+   * it (their rate limiter holds the last inserts once the learner no longer samples) */
+  int quiet_drain;
 } sac_actor_cfg_t;
 
 void sac_actor_cfg_default(sac_actor_cfg_t *c);

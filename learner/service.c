@@ -361,6 +361,7 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
   ac.log_std_min = c->hp.log_std_min;
   ac.log_std_max = c->hp.log_std_max;
   ac.log_interval_s = 0;
+  ac.quiet_drain = 1; /* the run is over when they stop, and the shards stop with it */
   em->actors = calloc((size_t)N, sizeof *em->actors);
   if (!em->actors) {
     embedded_stop(em);
