@@ -226,6 +226,28 @@ check_pendulum() {
   return 0
 }
 
+# tag_label LABEL PREFIX: stdin's lines starting "PREFIX " with "label=LABEL " put after
+# the prefix (a label holds '/', '=', '.': nothing of it is taken as a pattern).
+tag_label() {
+  awk -v label="$1" -v prefix="$2" 'index($0, prefix " ") == 1 {
+    print prefix " label=" label substr($0, length(prefix) + 1) }'
+}
+
+# check_bench_runs DIR: every benchmark run that started (DIR/bench_runs, a label a line)
+# has a result line in DIR/results.
+check_bench_runs() {
+  local d=$1 label bad=0
+  [ -f "$d/bench_runs" ] || return 0
+  while IFS= read -r label; do
+    [ -n "$label" ] || continue
+    if ! awk -v l="label=$label" '$2 == l { found = 1 } END { exit !found }' "$d/results" 2>/dev/null; then
+      echo "FAIL benchmark $label: ran, but no result line was recorded"
+      bad=1
+    fi
+  done <"$d/bench_runs"
+  return $bad
+}
+
 # verdict DIR: every check over a results directory: tests.log and expected_pass,
 # pendulum.log, dp/*.out with dp/*.spec ("N MIN_SKIPPED"), results (bench-result lines).
 # The GPU tests, Pendulum and the data-parallel runs listed in dp/required are gates.
@@ -253,6 +275,7 @@ verdict() {
       check_bench_line "$line" || bad=1
     done <"$d/results"
   fi
+  check_bench_runs "$d" || bad=1
   if [ $bad -eq 0 ]; then
     echo "VERDICT: PASS"
   else
@@ -410,14 +433,15 @@ main() {
       for ((r = 0; r < n; r++)); do wait "${pids[$r]}"; done
       cat "$RES"/dp_*.out | grep -v ' INFO ' | tail -20
       cat "$RES"/dp_*.out >"$RES/dp/$label.out"
-      grep -h '^bench-dp-result ' "$RES"/dp_*.out | sed "s#^bench-dp-result #bench-dp-result label=$label #" >>"$RES/dp_results"
+      cat "$RES"/dp_*.out | tag_label "$label" bench-dp-result >>"$RES/dp_results"
       rm -f "$RES"/dp_*.out
     }
     echo "== data-parallel: sac-bench-dp (zmq through the host, nccl)"
     printf '%s\n' zmq-fp16-overflow-2-ranks-gpu0 zmq-2-ranks-gpu0 >"$RES/dp/required"
-    # fp16 with a huge initial loss scale on rank 1 alone: its overflow must make both skip
+    # fp16 with rank 1's rewards of one update spiked (its scaled loss gradient overflows there
+    # alone): both ranks must skip that step, and their states stay equal
     run_dp zmq-fp16-overflow-2-ranks-gpu0 2 1 0 0 -- --backend cuda --collective zmq --precision fp16 --updates 300 \
-      -- --loss_scale 1e30 --loss_scale_rank 1
+      -- --overflow_rank 1 --overflow_at 5
     run_dp zmq-2-ranks-gpu0 2 0 0 0 -- --backend cuda --collective zmq --updates 500
     run_dp nccl-1-rank 1 0 0 -- --backend cuda --collective nccl
     local ngpu
@@ -441,12 +465,13 @@ main() {
         return
       fi
       echo "-- $label: sac-bench-learner $*"
+      echo "$label" >>"$RES/bench_runs"
       env LD_LIBRARY_PATH="$LDP" timeout "$to" "$BIN/sac-bench-learner" --backend cuda --peer false "$@" \
         >"$RES/bench.out" 2>&1
       local st=$?
       cat "$RES/bench.out"
       if grep -q '^bench-result ' "$RES/bench.out"; then
-        grep '^bench-result ' "$RES/bench.out" | sed "s/^bench-result /bench-result label=$label /" >>"$RES/results"
+        tag_label "$label" bench-result <"$RES/bench.out" >>"$RES/results"
       else
         echo "bench-result label=$label no_result_status=$st" >>"$RES/results" # fails check_bench_line
       fi

@@ -58,6 +58,7 @@ bench-result label=seed/b256/bf16/graphs=true preset=seed precision=bf16 graphs=
 bench-result label=cheetah/b256/fp32/profiled preset=cheetah precision=fp32 graphs=0 updates_per_s=1500.0 graph_launches=0 kernels=27 blocking_per_update=5.000 $common
 bench-result label=8x512/b256/bf16/recompute=true preset=cheetah precision=bf16 graphs=1 updates_per_s=900.0 graph_launches=1030 kernels=147 blocking_per_update=0.000 ${common/recompute=0/recompute=1}
 L
+  awk '{ sub(/^label=/, "", $2); print $2 }' "$d/results" >"$d/bench_runs" # the runs that started
 }
 
 # expect NAME STATUS PATTERN: the verdict over $T/case exits STATUS with PATTERN in its output
@@ -132,6 +133,43 @@ plant "benchmark blocking sync per update" "FAIL benchmark cheetah/b256/fp32/gra
   "sed -i '2s/blocking_per_update=0.000/blocking_per_update=2.000/' results"
 plant "benchmark without a result" "FAIL benchmark cheetah/b1024/bf16/graphs=true: critic_loss" \
   "echo 'bench-result label=cheetah/b1024/bf16/graphs=true no_result_status=124' >>results"
+
+plant "benchmark ran, its result not recorded" "FAIL benchmark cheetah/b256/fp16/graphs=true: ran, but no result line was recorded" \
+  "sed -i '3d' results"
+
+# the labelling of result lines (labels hold '/' and '='; a sed with '/' as its
+# delimiter once dropped every line: nothing was checked, nothing failed)
+cases=$((cases + 1))
+tagged=$(printf '%s\n' 'x' 'bench-result preset=cheetah kernels=27' 'bench-resultx no' |
+  tag_label 'cheetah/b256/fp32/graphs=true' bench-result)
+if [ "$tagged" = 'bench-result label=cheetah/b256/fp32/graphs=true preset=cheetah kernels=27' ]; then
+  echo "ok   tag_label: $tagged"
+else
+  echo "FAIL tag_label: got '$tagged'"
+  fails=$((fails + 1))
+fi
+
+# the recorded first run on an H200 (tests/data/gpu_check_h200): the verdict names its
+# two failed gates and passes its benchmark lines
+rec="$(dirname "$0")/data/gpu_check_h200"
+if [ -d "$rec" ]; then
+  rm -rf "$T/case" && cp -r "$rec" "$T/case"
+  expect "recorded H200 run: parity failed" 1 "^FAIL GPU tests: 1 failed .*update_parity_cpu_vs_cuda_fp32_100_updates"
+  expect "recorded H200 run: fp16 overflow ranks differ" 1 \
+    "^FAIL data-parallel zmq-fp16-overflow-2-ranks-gpu0: 2 distinct parameter hashes"
+  cases=$((cases + 1))
+  others=$(verdict "$T/case" 2>&1 | grep -a '^FAIL' | grep -v 'GPU tests\|zmq-fp16-overflow')
+  if [ -n "$others" ]; then
+    echo "FAIL recorded H200 run: a failure besides the two known ones"
+    verdict "$T/case" 2>&1 | sed 's/^/    /'
+    fails=$((fails + 1))
+  else
+    echo "ok   recorded H200 run: no failure besides the parity test and the fp16 overflow run"
+  fi
+else
+  echo "FAIL recorded H200 run: $rec missing"
+  fails=$((fails + 1))
+fi
 
 plant "Pendulum below -200" "FAIL Pendulum: final eval return -250.1 is below the bar of -200" \
   "sed -i 's/final eval return -152.4/final eval return -250.1/' pendulum.log"
