@@ -28,8 +28,8 @@
 typedef struct {
   int rank, size, updates, warmup, threads, device, timeout_ms;
   int obs, act, hidden, depth, batch;
-  double loss_scale;
-  int loss_scale_rank;
+  double loss_scale, overflow_reward;
+  int loss_scale_rank, overflow_rank, overflow_at;
   char coord[256], collective[16], backend[16], precision[8];
 } cfg_t;
 
@@ -59,7 +59,14 @@ static const sac_cfg_opt_t k_opts[] = {
        "fp16: this initial loss scale after the ranks synchronised (0: keep), on loss_scale_rank"),
     O_("loss_scale_rank", SAC_CFG_INT, loss_scale_rank, "-1", -1, 255,
        "the rank loss_scale applies to (-1: every rank); a huge scale on one rank forces an overflow there "
-       "alone, which every rank must skip alike"),
+       "alone (the ranks' scales then differ for good, so their states do too: use overflow_rank to check "
+       "that a skip is shared)"),
+    O_("overflow_rank", SAC_CFG_INT, overflow_rank, "-1", -1, 255,
+       "fp16: this rank's batch of update overflow_at has every reward overflow_reward (its scaled loss "
+       "gradient overflows there alone; every rank must skip that step, and their states stay equal)"),
+    O_("overflow_at", SAC_CFG_INT, overflow_at, "5", 0, 1e9, "the update (from 0, warmup included) overflow_rank spikes"),
+    O_("overflow_reward", SAC_CFG_DOUBLE, overflow_reward, "1e6", -3.4e38, 3.4e38,
+       "the reward of every transition of that batch"),
 };
 
 #define POOL 8 /* distinct batches per rank, cycled */
@@ -95,7 +102,7 @@ int main(int argc, char **argv) {
   hp.hidden = c.hidden, hp.depth = c.depth, hp.batch = c.batch, hp.seed = 1;
   sac_t *s = NULL;
   sac_dp_t *dp = NULL;
-  float *pool = NULL, *buf = NULL;
+  float *pool = NULL, *buf = NULL, *spike = NULL; /* spike: overflow_rank's rewards at update overflow_at */
   int same = 0;
   if ((rc = sac_new(&hp, be, &s)) != 0)
     goto out;
@@ -139,6 +146,14 @@ int main(int argc, char **argv) {
       pool[k * per + per - B + i] = pool[k * per + per - B + i] > 0.8f ? 1.0f : 0.0f;
   const sac_backend_ops_t *ops = be->ops;
   sac_batch_t *bb = sac_batch(s);
+  if (c.overflow_rank == c.rank) {
+    if (!(spike = malloc(sizeof(float) * B))) {
+      rc = SAC_ENOMEM;
+      goto out;
+    }
+    for (size_t i = 0; i < B; i++)
+      spike[i] = (float)c.overflow_reward;
+  }
   double t0 = 0, ar0 = 0;
   for (int u = 0; u < c.warmup + c.updates; u++) {
     if (u == c.warmup) {
@@ -151,7 +166,8 @@ int main(int argc, char **argv) {
     const float *p = pool + (size_t)(u % POOL) * per;
     if ((rc = ops->upload(be, bb->obs, p, 2 * B * O)) != 0 || /* obs and next_obs are contiguous */
         (rc = ops->upload(be, bb->action, p + 2 * B * O, B * A)) != 0 ||
-        (rc = ops->upload(be, bb->reward, p + 2 * B * O + B * A, B)) != 0 ||
+        (rc = ops->upload(be, bb->reward, spike && u == c.overflow_at ? spike : p + 2 * B * O + B * A, B)) !=
+            0 ||
         (rc = ops->upload(be, bb->terminated, p + 2 * B * O + B * A + B, B)) != 0 ||
         (rc = sac_update(s)) != 0)
       goto out;
@@ -192,6 +208,6 @@ out:
   sac_dp_destroy(&dp);
   sac_destroy(&s);
   sac_backend_destroy(&be);
-  free(pool), free(buf);
+  free(pool), free(buf), free(spike);
   return rc ? 1 : same ? 0 : 1;
 }
