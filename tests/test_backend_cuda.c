@@ -1188,6 +1188,88 @@ Test(backend_cuda_cpu, parity_per_tensor_catches_a_planted_single_tensor_error) 
   sac_backend_destroy(&c1), sac_backend_destroy(&c2);
 }
 
+/* Every buffer that changes between updates (parameters, target critics, Adam's m and v
+ * and step counts), the update count and the noise key, from learner `from` into `to`
+ * (as sac_dp_sync_state hands rank 0's state to the others). */
+static void hand_state_over(sac_t *from, sac_t *to) {
+  static const int bufs[] = {SAC_BUF_PARAMS, SAC_BUF_TARGET, SAC_BUF_ADAM_M, SAC_BUF_ADAM_V, SAC_BUF_STEPS};
+  for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+    size_t n = sac_buffer_len(from, bufs[k]);
+    float *x = malloc(n * sizeof(float));
+    cr_assert(x);
+    cr_assert_eq(sac_get_buffer(from, bufs[k], x, n), 0);
+    cr_assert_eq(sac_set_buffer(to, bufs[k], x, n), 0);
+    free(x);
+  }
+  uint32_t key[2];
+  sac_get_noise_key(from, key);
+  sac_set_noise_key(to, key);
+  sac_set_step(to, sac_step(from));
+}
+
+/* What rounding alone does to a 100-update trajectory, on the CPU (no GPU needed): two
+ * cpu learners from the same start, one with every parameter moved by one ulp (the size
+ * of the cuda backend's summation-order differences after one update). The actor's
+ * objective takes the smaller of two critics per sample, so a near-tie that rounding
+ * flips moves that sample's whole gradient: the gap stays at rounding level for a few
+ * updates and then jumps. Returns the per-tensor worst error after `updates` (and the
+ * number of tensors over tol in *over). */
+static double rounding_drift(int updates, double tol, int *over, char *worst, size_t cap, int handover) {
+  sac_backend_t *c1 = cpu_backend(), *c2 = cpu_backend();
+  const int O = 17, A = 6, H = 256, B = 256;
+  sac_t *a = new_sac(c1, O, A, H, 2, B, 0), *b = new_sac(c2, O, A, H, 2, B, 0);
+  const size_t n = sac_param_count(b);
+  float *x = params_of(b);
+  for (size_t i = 0; i < n; i++)
+    x[i] = nextafterf(x[i], (i & 1) ? INFINITY : -INFINITY);
+  cr_assert_eq(sac_set_buffer(b, SAC_BUF_PARAMS, x, n), 0);
+  free(x);
+  hbatch_t hb;
+  hbatch_init(&hb, B, O, A);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 61, 3); /* the batches of update_parity_cpu_vs_cuda_fp32_100_updates */
+  for (int u = 1; u <= updates; u++) {
+    hbatch_fill(&hb, &rng, 1.0f);
+    put_batch(c1, a, &hb, 0);
+    put_batch(c2, b, &hb, 0);
+    cr_assert_eq(sac_update(a), 0);
+    cr_assert_eq(sac_update(b), 0);
+  }
+  if (handover) { /* then a's state into b and one more update each: the drift is gone */
+    hand_state_over(a, b);
+    hbatch_fill(&hb, &rng, 1.0f);
+    put_batch(c1, a, &hb, 0);
+    put_batch(c2, b, &hb, 0);
+    cr_assert_eq(sac_update(a), 0);
+    cr_assert_eq(sac_update(b), 0);
+  }
+  double e;
+  *over = state_tensors_over(a, b, tol, worst, cap, &e);
+  hbatch_free(&hb);
+  sac_destroy(&a), sac_destroy(&b);
+  sac_backend_destroy(&c1), sac_backend_destroy(&c2);
+  return e;
+}
+
+/* Why the 100-update parity hands the state over: one ulp stays at rounding level for 10
+ * updates (the per-tensor trajectory check there is sound), has grown well past it after
+ * 100 (printed: about 1e-2 in the actor's Adam m), and handing one learner's state to the
+ * other (hand_state_over) leaves nothing of it after one more update (the hand-over is
+ * complete: a buffer left out shows here; without Adam m, 1e-2). */
+Test(backend_cuda_cpu, one_ulp_at_the_start_is_rounding_level_after_10_updates) {
+  char worst[96];
+  int over;
+  double e10 = rounding_drift(10, 1e-3, &over, worst, sizeof worst, 0);
+  fprintf(stderr, "  cpu vs cpu one ulp apart, 10 updates: worst %s err %.2e\n", worst, e10);
+  cr_expect_lt(e10, 1e-5, "one ulp grew past rounding level in 10 updates: %g", e10);
+  double e100 = rounding_drift(100, 5e-3, &over, worst, sizeof worst, 0);
+  fprintf(stderr, "  cpu vs cpu one ulp apart, 100 updates: worst %s err %.2e (%d tensors over 5e-3)\n", worst,
+          e100, over);
+  double eh = rounding_drift(99, 1e-3, &over, worst, sizeof worst, 1);
+  fprintf(stderr, "  the same after 99 updates, the state handed over, one update: worst %s err %.2e\n", worst, eh);
+  cr_expect_eq(eh, 0.0, "the hand-over left a difference (%s, %g)", worst, eh);
+}
+
 /* The launch counts the cpu backend keeps (what the cuda backend's ops launch in fp32)
  * against the cuda backend's own count, over the same eager updates (cheetah shape and
  * Pendulum's, fused and unfused); and an update makes no blocking sync on either. */
@@ -1248,19 +1330,30 @@ Test(backend_cuda, update_parity_cpu_vs_cuda_fp32_100_updates) {
     cr_assert_eq(sac_stats(sg, &b), 0);
     double rl = fabs(a.critic_loss - b.critic_loss) / (fabs(a.critic_loss) + 1e-3);
     worst_loss = rl > worst_loss ? rl : worst_loss;
-    if (u == 1 || u == 10 || u == 100) {
+    if (u == 1 || u == 10 || u == 99) {
       float *pc = params_of(sc), *pg = params_of(sg);
       char what[64];
       snprintf(what, sizeof what, "sac params after %d updates", u);
       EXPECT_CLOSE(what, "fp32", pg, pc, n, u == 1 ? 1e-3 : 5e-3);
       free(pc), free(pg);
-      /* and tensor by tensor, targets and Adam state included */
+    }
+    /* tensor by tensor, targets and Adam state included, while the two trajectories can
+     * still be compared: past ~10 updates rounding alone moves the actor's Adam m by about
+     * 1% (backend_cuda_cpu::one_ulp_at_the_start_is_rounding_level_after_10_updates: two
+     * cpu learners one ulp apart), so there the state is handed over instead (below) */
+    if (u == 1 || u == 10 || u == 100) {
       char worst[96];
       double we;
-      int over = state_tensors_over(sc, sg, u == 1 ? 1e-3 : 5e-3, worst, sizeof worst, &we);
-      fprintf(stderr, "  per tensor after %d updates: worst %s err %.2e\n", u, worst, we);
+      const double tol = u == 10 ? 5e-3 : 1e-3;
+      int over = state_tensors_over(sc, sg, tol, worst, sizeof worst, &we);
+      fprintf(stderr, "  per tensor after %d updates%s: worst %s err %.2e\n", u,
+              u == 100 ? " (one update from the cpu's state)" : "", worst, we);
       cr_expect_eq(over, 0, "after %d updates %d tensors differ (worst %s, %.3g)", u, over, worst, we);
     }
+    /* after update 99: the cpu learner's whole state into the cuda one, so update 100 is
+     * one update from a trained state (not the start's), compared per tensor at 1e-3 */
+    if (u == 99)
+      hand_state_over(sc, sg);
   }
   fprintf(stderr, "  sac critic loss over 100 updates: worst relative difference %.2e\n", worst_loss);
   cr_expect(worst_loss < 1e-2, "critic losses drift apart: %g", worst_loss);
