@@ -12,13 +12,15 @@
 #       first, so the budget never skips them): the GPU tests (test_backend_cuda); a
 #       Pendulum-v1 training run on cuda (the gate: eval return >= -200 at 20k steps);
 #       the data-parallel checks (sac-bench-dp): two zmq ranks on the one GPU in fp16
-#       with a huge initial loss scale on rank 1 alone (the overflow decision is shared:
-#       both ranks skip, their parameter hashes must be equal), two fp32 zmq ranks, the
-#       nccl collective with one rank (two ranks on two GPUs where there are two); then
-#       the learner benchmark (cheetah and seed, fp32 / bf16 / fp16, graph and eager,
-#       8 x 512 with and without activation recomputation). A summary table comes last.
-#       Everything printed also goes to $OUT/gpu_check.log when $OUT is set, the result
-#       files to $OUT/gpu_check_results/ (the input of `--verdict DIR`).
+#       with rank 1's rewards of one update spiked so its gradient overflows there alone
+#       (the overflow decision is shared: both ranks skip, their parameter hashes must be
+#       equal), two fp32 zmq ranks, the nccl collective with one rank (two ranks on two
+#       GPUs where there are two); then the learner benchmark (cheetah and seed, fp32 /
+#       bf16 / fp16, graph and eager, 8 x 512 with and without activation recomputation);
+#       then, where ncu is found, scripts/gpu_kernels.sh (time per kernel, a note). A
+#       summary table comes last. Everything printed also goes to $OUT/gpu_check.log when
+#       $OUT is set, the result files to $OUT/gpu_check_results.tgz (one file: a device
+#       machine returns few; unpacked, the input of `--verdict DIR`).
 #   scripts/gpu_check.sh --verdict DIR
 #       The decision alone, over a results directory (recorded outputs; the self-test
 #       tests/test_gpu_check.sh feeds it good and planted-bad ones on a CPU machine).
@@ -499,6 +501,17 @@ main() {
     done
   fi
 
+  # where an update's time goes, kernel by kernel (a note, not a gate; needs ncu)
+  if [ -n "$BIN" ] && command -v ncu >/dev/null; then
+    if time_left 150; then
+      echo "== kernels: scripts/gpu_kernels.sh (Nsight Compute, two eager updates, cheetah bf16)"
+      env LD_LIBRARY_PATH="$LDP" GPU_KERNELS_BIN="$BIN" timeout 150 bash scripts/gpu_kernels.sh "$RES/kernels" ||
+        note "gpu_kernels.sh did not finish (exit $?)"
+    else
+      note "skipped (budget): gpu_kernels.sh"
+    fi
+  fi
+
   summary
   echo
   echo "== verdict"
@@ -585,8 +598,9 @@ if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
   main 2>&1 | tee "$OUT/gpu_check.log"
   status=${PIPESTATUS[0]}
-  mkdir -p "$OUT/gpu_check_results" && cp -r "$RES"/. "$OUT/gpu_check_results/" 2>/dev/null
-  rm -rf "$OUT/gpu_check_results/bin" "$OUT/gpu_check_results/lib" "$OUT/gpu_check_results/bundle"
+  rm -rf "$RES/bin" "$RES/lib" "$RES/bundle"
+  mv "$RES" "$RES.d" && mkdir -p "$RES" && mv "$RES.d" "$RES/gpu_check_results" &&
+    tar -C "$RES" -czf "$OUT/gpu_check_results.tgz" gpu_check_results
 else
   main 2>&1
   status=$?

@@ -3,7 +3,9 @@
 # its own): Nsight Compute's duration of every launch of a few eager updates of
 # sac-bench-learner (cheetah, batch 256 and 1024, bf16, fused), summed per kernel name.
 #
-#   scripts/gpu_kernels.sh [OUTDIR]   uses build-gpu-bundle/ (scripts/gpu_check.sh --bundle)
+#   scripts/gpu_kernels.sh [OUTDIR]   uses build-gpu-bundle/ (scripts/gpu_check.sh --bundle),
+#                                     or the binaries in $GPU_KERNELS_BIN (with the library
+#                                     path already set: scripts/gpu_check.sh runs it so)
 #
 # Prints, per batch size, a table: kernel, launches, total us, us per launch, share.
 # Needs ncu on the PATH (or in /usr/local/cuda/bin). Exit status 0 when both profiles ran.
@@ -14,14 +16,19 @@ mkdir -p "$out" || exit 2
 export PATH="$PATH:/usr/local/cuda/bin"
 command -v ncu >/dev/null || { echo "gpu_kernels: no ncu"; exit 2; }
 b=$(mktemp -d /tmp/gpu_kernels.XXXXXX) || exit 2
-tar -C "$b" -xzf build-gpu-bundle/bundle.tar.gz || exit 2
-export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -n "${GPU_KERNELS_BIN:-}" ]; then
+  bin=$GPU_KERNELS_BIN
+else
+  tar -C "$b" -xzf build-gpu-bundle/bundle.tar.gz || exit 2
+  bin=$b/bin
+  export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 st=0
 for batch in 256 1024; do
   csv="$out/kernels_b$batch.csv"
   # 30 warmup updates of 27 launches; profile the launches of updates 20..21 (54)
   timeout 240 ncu --metrics gpu__time_duration.sum --launch-skip 540 --launch-count 54 --csv --print-units base \
-    "$b/bin/sac-bench-learner" --backend cuda --peer false --preset cheetah --batch "$batch" --precision bf16 \
+    "$bin/sac-bench-learner" --backend cuda --peer false --preset cheetah --batch "$batch" --precision bf16 \
     --graphs false --profile false --runs 1 --warmup 30 --updates 60 >"$csv" 2>"$out/ncu_b$batch.err" || st=1
   echo "== cheetah, batch $batch, bf16, eager: kernel time of two updates (ncu gpu__time_duration)"
   python3 - "$csv" <<'P' || st=1
