@@ -15,7 +15,7 @@ out=${1:-${OUT:-/tmp}}
 mkdir -p "$out" || exit 2
 export PATH="$PATH:/usr/local/cuda/bin"
 command -v ncu >/dev/null || { echo "gpu_kernels: no ncu"; exit 2; }
-b=$(mktemp -d /tmp/gpu_kernels.XXXXXX) || exit 2
+b=$(mktemp -d) || exit 2
 if [ -n "${GPU_KERNELS_BIN:-}" ]; then
   bin=$GPU_KERNELS_BIN
 else
