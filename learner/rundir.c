@@ -262,17 +262,39 @@ void sac_rundir_add_train(sac_rundir_t *rd, int64_t steps, const sac_rundir_trai
 
 void sac_rundir_close(sac_rundir_t *rd) { sac_tb_close(&rd->tb); }
 
+void sac_policy_env_from_spec(sac_policy_env_t *e, const char *env_id, const sac_env_spec_t *sp) {
+  memset(e, 0, sizeof *e);
+  snprintf(e->env, sizeof e->env, "%s", env_id);
+  e->act_dim = sp->act_dim;
+  memcpy(e->act_low, sp->act_low, sizeof(float) * (size_t)sp->act_dim);
+  memcpy(e->act_high, sp->act_high, sizeof(float) * (size_t)sp->act_dim);
+}
+
+/* Bounds a policy can be scaled to: finite, low < high, one pair per action. */
+static int policy_env_valid(const sac_policy_env_t *e, int act_dim) {
+  if (e->act_dim != act_dim || act_dim < 1 || act_dim > SAC_ENV_MAX_ACT ||
+      memchr(e->env, '\0', sizeof e->env) == NULL)
+    return 0;
+  for (int i = 0; i < act_dim; i++)
+    if (!isfinite(e->act_low[i]) || !isfinite(e->act_high[i]) || !(e->act_low[i] < e->act_high[i]))
+      return 0;
+  return 1;
+}
+
 int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *params, float log_std_min,
-                    float log_std_max) {
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    SAC_ERROR("rundir", "cannot write %s: %s", tmp, strerror(errno));
-    return SAC_EIO;
+                    float log_std_max, const sac_policy_env_t *env) {
+  int A = d->sizes[d->n_layers] / 2;
+  if (env && (d->sizes[d->n_layers] % 2 || !policy_env_valid(env, A))) {
+    SAC_ERROR("rundir", "%s: the environment's %d action bounds do not fit a policy of %d actions", path,
+              env->act_dim, A);
+    return SAC_EINVAL;
   }
+  char tmp[1200];
+  FILE *f = open_tmp(path, tmp, sizeof tmp);
+  if (!f)
+    return SAC_EIO;
   uint32_t nl = (uint32_t)d->n_layers, act = (uint32_t)d->hidden_act;
-  fwrite("SACPOL01", 1, 8, f);
+  fwrite(env ? "SACPOL02" : "SACPOL01", 1, 8, f);
   fwrite(&nl, 4, 1, f);
   for (int l = 0; l <= d->n_layers; l++) {
     uint32_t s = (uint32_t)d->sizes[l];
@@ -281,13 +303,45 @@ int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *para
   fwrite(&act, 4, 1, f);
   fwrite(&log_std_min, 4, 1, f);
   fwrite(&log_std_max, 4, 1, f);
+  if (env) { /* format 2: what the actions mean */
+    uint32_t len = (uint32_t)strlen(env->env);
+    fwrite(&len, 4, 1, f);
+    fwrite(env->env, 1, len, f);
+    fwrite(env->act_low, sizeof(float), (size_t)A, f);
+    fwrite(env->act_high, sizeof(float), (size_t)A, f);
+  }
   fwrite(params, sizeof(float), sac_mlp_param_count(d), f);
   return commit(f, tmp, path);
 }
 
+/* Format 2's environment section, after the header: ID and bounds, checked. */
+static int read_policy_env(FILE *f, const sac_mlp_desc_t *d, sac_policy_env_t *env) {
+  uint32_t len;
+  int A = d->sizes[d->n_layers] / 2;
+  if (d->sizes[d->n_layers] % 2 || A > SAC_ENV_MAX_ACT || fread(&len, 4, 1, f) != 1 ||
+      len >= sizeof env->env || fread(env->env, 1, len, f) != len)
+    return SAC_EPROTO;
+  env->env[len] = '\0';
+  for (uint32_t i = 0; i < len; i++)
+    if ((unsigned char)env->env[i] < 0x20 || env->env[i] == 0x7f) /* an ID is printable text */
+      return SAC_EPROTO;
+  env->act_dim = A;
+  if (fread(env->act_low, sizeof(float), (size_t)A, f) != (size_t)A ||
+      fread(env->act_high, sizeof(float), (size_t)A, f) != (size_t)A || !policy_env_valid(env, A))
+    return SAC_EPROTO;
+  return 0;
+}
+
 int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min,
                     float *log_std_max) {
+  sac_policy_env_t env;
+  return sac_policy_load_env(path, d, params, log_std_min, log_std_max, &env);
+}
+
+int sac_policy_load_env(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min,
+                        float *log_std_max, sac_policy_env_t *env) {
   *params = NULL;
+  memset(env, 0, sizeof *env);
   FILE *f = fopen(path, "rb");
   if (!f) {
     SAC_ERROR("rundir", "cannot read %s: %s", path, strerror(errno));
@@ -295,10 +349,15 @@ int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *
   }
   char magic[8];
   uint32_t nl, act, s;
-  int rc = SAC_EPROTO;
+  int rc = SAC_EPROTO, format = 0;
   memset(d, 0, sizeof *d);
-  if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "SACPOL01", 8) != 0 || fread(&nl, 4, 1, f) != 1 || nl < 1 ||
-      nl > SAC_MLP_MAX_LAYERS)
+  if (fread(magic, 1, 8, f) != 8)
+    goto out;
+  if (memcmp(magic, "SACPOL01", 8) == 0)
+    format = 1;
+  else if (memcmp(magic, "SACPOL02", 8) == 0)
+    format = 2;
+  if (!format || fread(&nl, 4, 1, f) != 1 || nl < 1 || nl > SAC_MLP_MAX_LAYERS)
     goto out;
   d->n_layers = (int)nl;
   d->ensemble = 1;
@@ -311,6 +370,8 @@ int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *
       fread(log_std_max, 4, 1, f) != 1)
     goto out;
   d->hidden_act = (sac_act_t)act;
+  if (format == 2 && read_policy_env(f, d, env) != 0)
+    goto out;
   size_t n = sac_mlp_param_count(d);
   /* the header's shapes must match the file's size before anything is allocated for them */
   long here = ftell(f);
@@ -329,8 +390,10 @@ int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *
   }
   rc = 0;
 out:
-  if (rc == SAC_EPROTO)
+  if (rc == SAC_EPROTO) {
     SAC_ERROR("rundir", "%s is not a sacfleet policy file (or is truncated)", path);
+    memset(env, 0, sizeof *env);
+  }
   fclose(f);
   return rc;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/config.h"
+#include "common/env.h"
 #include "common/mlp.h"
 #include "learner/sac.h"
 #include "learner/tbevents.h"
@@ -73,15 +74,35 @@ void sac_rundir_add_train(sac_rundir_t *rd, int64_t steps, const sac_rundir_trai
 const char *sac_rundir_file_name(sac_rundir_file_t k);
 /* Closes the event file. */
 void sac_rundir_close(sac_rundir_t *rd);
-/* policy.bin: magic "SACPOL01", u32 n_layers, u32 sizes[n_layers + 1], u32 activation,
- * f32 log_std_min, f32 log_std_max, then the parameters (common/mlp.h layout), little
- * endian. 0 or SAC_EIO. */
+/* What a policy file records about the environment it was trained on (format 2): the ID
+ * as --env takes it and the action bounds the policy's [-1, 1] outputs are scaled to
+ * (low + (a + 1) / 2 * (high - low), as the actors and the evaluation do). */
+typedef struct {
+  char env[256]; /* "" when not recorded (a format-1 file) */
+  int act_dim;   /* 0 when not recorded; else the policy's action size */
+  float act_low[SAC_ENV_MAX_ACT], act_high[SAC_ENV_MAX_ACT];
+} sac_policy_env_t;
+
+/* Fills e from an environment's spec and the ID it was created with. */
+void sac_policy_env_from_spec(sac_policy_env_t *e, const char *env_id, const sac_env_spec_t *sp);
+
+/* policy.bin (docs/EXPORT.md), little endian: magic "SACPOL02", u32 n_layers, u32
+ * sizes[n_layers + 1], u32 activation, f32 log_std_min, f32 log_std_max, u32 env_len,
+ * env_len bytes of the environment ID, f32 act_low[A], f32 act_high[A] (A = sizes[n_layers]
+ * / 2), then the parameters (common/mlp.h layout). env NULL writes format 1 ("SACPOL01":
+ * no env_len, ID or bounds), for tests. 0, SAC_EINVAL (env that does not fit the policy:
+ * logged), SAC_EIO. */
 int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *params, float log_std_min,
-                    float log_std_max);
-/* Loads policy.bin; *params is malloc'ed (caller frees). 0, SAC_EIO, SAC_EPROTO (not a
- * policy file or truncated), SAC_ENOMEM. */
+                    float log_std_max, const sac_policy_env_t *env);
+/* Loads policy.bin (format 1 or 2); *params is malloc'ed (caller frees). 0, SAC_EIO,
+ * SAC_EPROTO (not a policy file, truncated, or bounds that are not finite low < high),
+ * SAC_ENOMEM. */
 int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min,
                     float *log_std_max);
+/* The same, with what the file records about its environment into *env (zeroed for a
+ * format-1 file: env "" and act_dim 0). */
+int sac_policy_load_env(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min,
+                        float *log_std_max, sac_policy_env_t *env);
 /* Writes the SVG learning curve of (steps, returns) to path. 0 or SAC_EIO. */
 int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
                         size_t n);

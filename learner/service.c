@@ -1357,7 +1357,9 @@ static int save_final(run_t *r) {
   if (sac_checkpoint_save(r->sac, r->ckpt_path, &c) != 0)
     rc = SAC_EIO;
   snprintf(path, sizeof path, "%s/policy.bin", cfg->rundir->path);
-  sac_policy_save(path, sac_actor_desc(r->sac), r->actor, r->hp.log_std_min, r->hp.log_std_max);
+  sac_policy_env_t pe; /* the env ID and action bounds, for sac-export and sac-eval */
+  sac_policy_env_from_spec(&pe, cfg->env, sac_env_spec(r->probe));
+  sac_policy_save(path, sac_actor_desc(r->sac), r->actor, r->hp.log_std_min, r->hp.log_std_max, &pe);
   return rc;
 }
 

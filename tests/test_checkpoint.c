@@ -169,7 +169,7 @@ Test(checkpoint, policy_file_round_trips_and_rejects_garbage) {
   cr_assert_eq(sac_get_actor(s, p), 0);
   char path[128];
   snprintf(path, sizeof path, "%s/policy.bin", dir);
-  cr_assert_eq(sac_policy_save(path, sac_actor_desc(s), p, -5, 2), 0);
+  cr_assert_eq(sac_policy_save(path, sac_actor_desc(s), p, -5, 2, NULL), 0);
   sac_mlp_desc_t d;
   float *q, lo, hi;
   cr_assert_eq(sac_policy_load(path, &d, &q, &lo, &hi), 0);
