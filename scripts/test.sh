@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite from nothing: install dependencies with the tests' extras
 # (scripts/install-deps.sh --test) and, for the tests only, Gymnasium with MuJoCo (the
-# reference the environment tests compare against), configure
+# reference the environment tests compare against) and onnxruntime with onnx, configure
 # a fresh build with warnings as errors, build everything, run every ctest label (unit,
 # integration, slow; gpu tests skip where there is no GPU), then scripts/ci_extra.sh
 # (fuzzing, the suite under ASan + UBSan, training runs under valgrind). ctest runs with
@@ -11,9 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
-if ! python3 -c "import gymnasium, mujoco, tensorboard" 2>/dev/null; then
-  # tensorboard: its reader checks the event files the learner writes (tests/test_tensorboard.sh)
-  pyreq=("gymnasium[mujoco]==1.4.0" "mujoco==4.0.0" "tensorboard==2.21.0")
+if ! python3 -c "import gymnasium, mujoco, tensorboard, onnxruntime, onnx" 2>/dev/null; then
+  # tensorboard: its reader checks the event files the learner writes (tests/test_tensorboard.sh);
+  # onnxruntime and onnx: they run and check the models sac-export writes (tests/test_export_onnx.py)
+  pyreq=("gymnasium[mujoco]==1.4.0" "mujoco==4.0.0" "tensorboard==2.21.0" "onnxruntime==1.32.0" "onnx==1.23.2")
   echo "test.sh: installing ${pyreq[*]} (test-time reference only)"
   ok=0
   for attempt in 1 2 3; do
