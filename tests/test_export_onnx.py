@@ -18,6 +18,8 @@ and its OnnxPolicy, played from three set initial states, gets sacfleet's own re
 from the same states (export_ref pendulum: the built-in Pendulum-v1) within 1e-4
 relative: Gymnasium steps in float64 and sacfleet in float32 observations, so the two
 trajectories drift by rounding only.
+A format-1 policy.bin (no env section) is exported with --env's bounds and refused
+without it; an --env other than the recorded one is refused.
 Negative controls: a policy with one weight moved by 0.05 must fail the action
 comparison, and the NumPy reader must refuse a truncated file.
 
@@ -138,9 +140,31 @@ def main():
             check(False, "control: the NumPy reader refuses a truncated file")
         except ValueError as e:
             check(True, f"control: the NumPy reader refuses a truncated file ({e})")
+        check_format_1(d, export)
         check_example(d, ref)
     print(f"{'FAIL' if failures else 'PASS'}: {len(failures)} failed check(s)")
     return 1 if failures else 0
+
+
+def check_format_1(d, export):
+    """A format-1 policy.bin (no env section) takes its bounds from --env, and only then."""
+    data = open(f"{d}/pendulum.bin", "rb").read()
+    n = int.from_bytes(data[8:12], "little")
+    head = 12 + 4 * (n + 1) + 12
+    env_len = int.from_bytes(data[head:head + 4], "little")
+    with open(f"{d}/old.bin", "wb") as f:  # the same policy without its env section
+        f.write(b"SACPOL01" + data[8:head] + data[head + 4 + env_len + 8:])
+    r = subprocess.run([export, f"--policy={d}/old.bin", "--format=onnx", f"--out={d}", "--prefix=old"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "give --env" in r.stderr, f"format 1 without --env refused: exit {r.returncode}")
+    run(export, f"--policy={d}/old.bin", "--format=onnx", f"--out={d}", "--prefix=old", "--env=Pendulum-v1")
+    meta = ort.InferenceSession(f"{d}/old.onnx", providers=["CPUExecutionProvider"]).get_modelmeta()
+    m = meta.custom_metadata_map
+    check(m["env_id"] == "Pendulum-v1" and m["action_low"] == "-2" and m["action_high"] == "2",
+          f"format 1 with --env Pendulum-v1: bounds {m['action_low']} .. {m['action_high']}")
+    r = subprocess.run([export, f"--policy={d}/pendulum.bin", "--format=onnx", f"--out={d}", "--env=HalfCheetah-v5"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "was trained on Pendulum-v1" in r.stderr, "an --env other than the recorded one refused")
 
 
 def check_example(d, ref):
