@@ -58,14 +58,22 @@ static int make(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+/* A format-2 policy file: 0, or 1 with the reason on stderr. */
+static int load(const char *path, sac_mlp_desc_t *d, float **p, sac_policy_env_t *e) {
+  float lo, hi;
+  if (sac_policy_load_env(path, d, p, &lo, &hi, e) || !e->act_dim)
+    return fprintf(stderr, "%s: no format-2 policy\n", path), 1;
+  return 0;
+}
+
 static int act(int argc, char **argv) {
   if (argc < 5)
     return fprintf(stderr, "act POLICY OBS.f32 OUT.f32\n"), 1;
   sac_mlp_desc_t d;
   sac_policy_env_t e;
-  float *p, lo, hi;
-  if (sac_policy_load_env(argv[2], &d, &p, &lo, &hi, &e) || !e.act_dim)
-    return fprintf(stderr, "act: %s: no format-2 policy\n", argv[2]), 1;
+  float *p;
+  if (load(argv[2], &d, &p, &e))
+    return 1;
   FILE *in = fopen(argv[3], "rb"), *out = fopen(argv[4], "wb");
   if (!in || !out)
     return fprintf(stderr, "act: cannot open the files\n"), 1;
@@ -87,9 +95,9 @@ static int pendulum(int argc, char **argv) {
     return fprintf(stderr, "pendulum POLICY THETA THETADOT\n"), 1;
   sac_mlp_desc_t d;
   sac_policy_env_t e;
-  float *p, lo, hi;
+  float *p;
   sac_env_t *env;
-  if (sac_policy_load_env(argv[2], &d, &p, &lo, &hi, &e) || sac_env_new("Pendulum-v1", 1, 0, &env))
+  if (load(argv[2], &d, &p, &e) || sac_env_new("Pendulum-v1", 1, 0, &env))
     return fprintf(stderr, "pendulum: cannot load the policy or make the environment\n"), 1;
   double state[2] = {strtod(argv[3], NULL), strtod(argv[4], NULL)}, ret = 0;
   float obs[3], a[1], scratch[2 + 2 * 1024], r;

@@ -1,7 +1,8 @@
 # Shared harness of the single-script integration tests (test_metrics_integration.sh,
-# test_curve_cluster.sh): a temporary directory, the PIDs the script started, a fail()
-# that prints the tail of every log, a cleanup that stops only those PIDs (TERM, a
-# bounded wait, then KILL) and removes the directory, and bounded waiting helpers.
+# test_curve_cluster.sh, test_monitoring.sh): a temporary directory, the PIDs the script
+# started, a fail() that prints the tail of every log, a cleanup that stops only those PIDs
+# (TERM, a bounded wait, then KILL) and removes the directory, bounded waiting helpers, and
+# a Prometheus server on a free port.
 # Usage: source it, then it_init NAME (sets DIR and PIDS, installs the EXIT trap).
 
 it_init() {
@@ -60,3 +61,24 @@ wait_for() {
 # the metrics port a binary logged in file $1 ("metrics on http://ADDR:PORT/metrics"),
 # for the bind address $2 (default 127.0.0.1)
 logged_port() { grep -o "metrics on http://${2:-127.0.0.1}:[0-9]*" "$1" 2>/dev/null | head -n1 | grep -o '[0-9]*$'; }
+
+# it_start_prometheus CONFIG: a Prometheus server with CONFIG on a free port of 127.0.0.1
+# (storage $DIR/tsdb, log $DIR/prometheus.log), in PIDS, ready when this returns 0; sets
+# PROM_PORT and PROM_PID. Returns 1 when it did not start on any of five ports.
+it_start_prometheus() {
+  PROM_PID=
+  local attempt
+  for attempt in 1 2 3 4 5; do
+    # a port nobody listens on (Prometheus cannot report a kernel-picked one); retried if taken meanwhile
+    PROM_PORT=$((20000 + (RANDOM * 7 + attempt * 131) % 40000))
+    ss -ltn 2>/dev/null | grep -q ":$PROM_PORT " && continue
+    prometheus --config.file="$1" --storage.tsdb.path="$DIR/tsdb" \
+      --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >"$DIR/prometheus.log" 2>&1 &
+    PROM_PID=$!
+    PIDS+=("$PROM_PID")
+    if wait_for 'curl -s --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready" | grep -qi ready' 200; then return 0; fi
+    kill -TERM "$PROM_PID" 2>/dev/null
+    PROM_PID=
+  done
+  return 1
+}

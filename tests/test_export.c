@@ -170,15 +170,22 @@ static void small_policy(sac_mlp_desc_t *d, float *p) {
     p[i] = 0.01f * (float)i;
 }
 
+/* The small policy saved to g_dir/policy.bin (path), with test_env's ID and bounds in env
+ * unless format 1 is asked for. */
+static void save_small(sac_mlp_desc_t *d, float *p, sac_policy_env_t *env, int format_1, char *path,
+                       size_t cap) {
+  small_policy(d, p);
+  test_env(env);
+  snprintf(path, cap, "%s/policy.bin", g_dir);
+  cr_assert_eq(sac_policy_save(path, d, p, -5, 2, format_1 ? NULL : env), 0);
+}
+
 Test(policy_file, format_2_keeps_env_and_bounds, .init = dir_init, .fini = dir_fini) {
   sac_mlp_desc_t d, got;
   float p[256], *q, lo, hi;
-  small_policy(&d, p);
   sac_policy_env_t env, back;
-  test_env(&env);
   char path[128];
-  snprintf(path, sizeof path, "%s/policy.bin", g_dir);
-  cr_assert_eq(sac_policy_save(path, &d, p, -5, 2, &env), 0);
+  save_small(&d, p, &env, 0, path, sizeof path);
   cr_assert_eq(sac_policy_load_env(path, &got, &q, &lo, &hi, &back), 0);
   cr_expect_str_eq(back.env, k_env);
   cr_expect_eq(back.act_dim, 2);
@@ -195,11 +202,9 @@ Test(policy_file, format_2_keeps_env_and_bounds, .init = dir_init, .fini = dir_f
 Test(policy_file, format_1_loads_without_env, .init = dir_init, .fini = dir_fini) {
   sac_mlp_desc_t d, got;
   float p[256], *q, lo, hi;
-  small_policy(&d, p);
-  sac_policy_env_t back;
+  sac_policy_env_t env, back;
   char path[128];
-  snprintf(path, sizeof path, "%s/policy.bin", g_dir);
-  cr_assert_eq(sac_policy_save(path, &d, p, -5, 2, NULL), 0);
+  save_small(&d, p, &env, 1, path, sizeof path);
   FILE *f = fopen(path, "rb");
   char magic[9] = "";
   cr_assert_eq(fread(magic, 1, 8, f), 8);
@@ -216,12 +221,9 @@ Test(policy_file, format_1_loads_without_env, .init = dir_init, .fini = dir_fini
 static int load_damaged(long at, int v) {
   sac_mlp_desc_t d, got;
   float p[256], *q = (float *)&d, lo, hi;
-  small_policy(&d, p);
   sac_policy_env_t env, back;
-  test_env(&env);
   char path[128];
-  snprintf(path, sizeof path, "%s/policy.bin", g_dir);
-  cr_assert_eq(sac_policy_save(path, &d, p, -5, 2, &env), 0);
+  save_small(&d, p, &env, 0, path, sizeof path);
   FILE *f = fopen(path, "r+b");
   fseek(f, 0, SEEK_END);
   long len = ftell(f), pos = at < 0 ? len + at : at;

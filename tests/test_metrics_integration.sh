@@ -119,20 +119,7 @@ scrape_configs:
     static_configs: [{targets: ['127.0.0.1:$EMBEDDED_PORT']}]
 EOF
 promtool check config "$DIR/prometheus.yml" >/dev/null || fail "generated prometheus.yml does not check"
-PROM_PID=
-for attempt in 1 2 3 4 5; do
-  # a port nobody listens on (Prometheus cannot report a kernel-picked one); retried if taken meanwhile
-  PROM_PORT=$((20000 + (RANDOM * 7 + attempt * 131) % 40000))
-  ss -ltn 2>/dev/null | grep -q ":$PROM_PORT " && continue
-  prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/tsdb" \
-    --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >"$DIR/prometheus.log" 2>&1 &
-  PROM_PID=$!
-  PIDS+=("$PROM_PID")
-  if wait_for 'curl -s --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready" | grep -qi ready' 200; then break; fi
-  kill -TERM "$PROM_PID" 2>/dev/null
-  PROM_PID=
-done
-[ -n "$PROM_PID" ] || fail "Prometheus did not start"
+it_start_prometheus "$DIR/prometheus.yml" || fail "Prometheus did not start"
 echo "prometheus :$PROM_PORT"
 
 # the value of an instant query's first result ("" when none)
