@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/le.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "onnx.pb-c.h"
@@ -316,7 +317,7 @@ typedef struct {
   Onnx__TensorProto inits[MAX_INITS], *init_p[MAX_INITS];
   char init_name[MAX_INITS][32];
   int64_t init_dims[MAX_INITS][2];
-  float *init_data[MAX_INITS];
+  unsigned char *init_data[MAX_INITS]; /* little-endian float32, as raw_data wants */
   int n_nodes, n_inits;
   Onnx__StringStringEntryProto meta[MAX_META], *meta_p[MAX_META];
   char meta_val[MAX_META][4096];
@@ -338,8 +339,12 @@ static int add_init(onnx_build_t *b, const char *name, const float *v, int64_t d
   t->dims = b->init_dims[k];
   if (!(b->init_data[k] = malloc(sizeof(float) * n)))
     return SAC_ENOMEM;
-  memcpy(b->init_data[k], v, sizeof(float) * n); /* x86-64 and aarch64 are little endian, as raw_data */
-  t->raw_data.data = (uint8_t *)b->init_data[k];
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits;
+    memcpy(&bits, &v[i], 4);
+    sac_le_put32(b->init_data[k] + 4 * i, bits);
+  }
+  t->raw_data.data = b->init_data[k];
   t->raw_data.len = sizeof(float) * n;
   b->init_p[k] = t;
   return 0;
@@ -381,12 +386,14 @@ static void add_meta(onnx_build_t *b, const char *key, const char *fmt, ...) {
   b->meta_p[k] = &b->meta[k];
 }
 
-/* "v0,v1,..." of n floats, %.9g (a float read back exactly). */
+/* "v0,v1,..." of n floats, %.9g (a float read back exactly); cut short at cap. */
 static void floats_csv(char *out, size_t cap, const float *v, int n) {
   size_t k = 0;
   out[0] = '\0';
-  for (int i = 0; i < n && k < cap; i++)
-    k += (size_t)snprintf(out + k, cap - k, "%s%.9g", i ? "," : "", (double)v[i]);
+  for (int i = 0; i < n && k < cap; i++) {
+    int w = snprintf(out + k, cap - k, "%s%.9g", i ? "," : "", (double)v[i]);
+    k += w > 0 ? (size_t)w : cap;
+  }
 }
 
 /* The layers as Gemm (+ activation) nodes; the last keeps only the mean's columns. */
@@ -413,7 +420,10 @@ static int build_layers(onnx_build_t *b, const sac_mlp_desc_t *d, const float *p
     }
     if (rc || (rc = add_init(b, bias, B, no, -1)) != 0)
       return rc;
-    snprintf(out, sizeof out, l < L - 1 ? "layer%d.linear" : "mean", l);
+    if (l < L - 1)
+      snprintf(out, sizeof out, "layer%d.linear", l);
+    else
+      snprintf(out, sizeof out, "mean");
     add_node(b, "Gemm", in, w, bias, out); /* y = x W + b: Gemm's defaults (alpha 1, beta 1, no transposes) */
     snprintf(in, sizeof in, "%s", out);
     if (l < L - 1 && act_op[d->hidden_act]) {
@@ -448,8 +458,10 @@ static void build_meta(onnx_build_t *b, const sac_mlp_desc_t *d, const sac_polic
   static const char *const acts[] = {"identity", "relu", "tanh"};
   char sizes[256];
   size_t k = 0;
-  for (int l = 0; l <= d->n_layers && k < sizeof sizes; l++)
-    k += (size_t)snprintf(sizes + k, sizeof sizes - k, "%s%d", l ? "," : "", d->sizes[l]);
+  for (int l = 0; l <= d->n_layers && k < sizeof sizes; l++) { /* 17 sizes of 7 digits at most: it fits */
+    int w = snprintf(sizes + k, sizeof sizes - k, "%s%d", l ? "," : "", d->sizes[l]);
+    k += w > 0 ? (size_t)w : sizeof sizes;
+  }
   add_meta(b, "env_id", "%s", env->env);
   add_meta(b, "obs_dim", "%d", d->sizes[0]);
   add_meta(b, "act_dim", "%d", env->act_dim);
