@@ -13,8 +13,8 @@ policy.bin by tests/export_ref.c with random weights:
     the same float math in another order, about 1e-7 apart;
   - examples/python/policy_numpy.py reads the same file and gives the same actions
     within 1e-5, and the same env ID and bounds.
-Then examples/python/onnx_gym.py plays a Gymnasium Pendulum-v1 episode from the model,
-and its OnnxPolicy, played from three set initial states, gets sacfleet's own return
+Then examples/python/onnx_gym.py plays a Gymnasium Pendulum-v1 episode and a
+HalfCheetah-v5 one (the environment named in the model), and its OnnxPolicy, played from three set initial states, gets sacfleet's own return
 from the same states (export_ref pendulum: the built-in Pendulum-v1) within 1e-4
 relative: Gymnasium steps in float64 and sacfleet in float32 observations, so the two
 trajectories drift by rounding only.
@@ -174,6 +174,9 @@ def check_example(d, ref):
     last = out.strip().splitlines()[-1]
     ret = float(last.split("mean return ")[1].split()[0]) if "mean return " in last else math.nan
     check(last.startswith("Pendulum-v1:") and -3300 < ret <= 0, f"onnx_gym.py plays Pendulum-v1: {last!r}")
+    out = run(sys.executable, os.path.join(HERE, "..", "examples", "python", "onnx_gym.py"), f"{d}/cheetah.onnx")
+    check("over 1000 steps" in out and "HalfCheetah-v5: mean return" in out,
+          f"onnx_gym.py plays a MuJoCo task from the model's env_id: {out.strip().splitlines()[-1]!r}")
     policy = onnx_gym.OnnxPolicy(model)
     env = gym.make(onnx_gym.gymnasium_id(policy.env_id))
     for theta, thetadot in [(3.0, 0.5), (-1.2, -0.8), (0.3, 0.0)]:
