@@ -285,8 +285,11 @@ int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *para
                     float log_std_max, const sac_policy_env_t *env) {
   int A = d->sizes[d->n_layers] / 2;
   if (env && (d->sizes[d->n_layers] % 2 || !policy_env_valid(env, A))) {
-    SAC_ERROR("rundir", "%s: the environment's %d action bounds do not fit a policy of %d actions", path,
-              env->act_dim, A);
+    SAC_ERROR(
+        "rundir",
+        "%s: not written: the environment's bounds (%d pairs) must be finite, each low below its high, one "
+        "pair for each of the policy's %d actions",
+        path, env->act_dim, A);
     return SAC_EINVAL;
   }
   char tmp[1200];

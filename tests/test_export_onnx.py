@@ -61,8 +61,8 @@ def check(cond, what):
         failures.append(what)
 
 
-def run(*args):
-    r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+def run(*args, cwd=None):
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=cwd)
     if r.returncode != 0:
         sys.exit(f"FAIL: {' '.join(args)} exited {r.returncode}: {r.stdout}{r.stderr}")
     return r.stdout
@@ -170,11 +170,12 @@ def check_format_1(d, export):
 def check_example(d, ref):
     """The example as a user runs it, then its policy from set states against sacfleet's."""
     model, pol = f"{d}/pendulum.onnx", f"{d}/pendulum.bin"
-    out = run(sys.executable, os.path.join(HERE, "..", "examples", "python", "onnx_gym.py"), model, "--seed", "5")
+    example = os.path.join(HERE, "..", "examples", "python", "onnx_gym.py")
+    out = run(sys.executable, example, model, "--seed", "5", cwd=d)  # MuJoCo may leave a log file in its cwd
     last = out.strip().splitlines()[-1]
     ret = float(last.split("mean return ")[1].split()[0]) if "mean return " in last else math.nan
     check(last.startswith("Pendulum-v1:") and -3300 < ret <= 0, f"onnx_gym.py plays Pendulum-v1: {last!r}")
-    out = run(sys.executable, os.path.join(HERE, "..", "examples", "python", "onnx_gym.py"), f"{d}/cheetah.onnx")
+    out = run(sys.executable, example, f"{d}/cheetah.onnx", cwd=d)
     check("over 1000 steps" in out and "HalfCheetah-v5: mean return" in out,
           f"onnx_gym.py plays a MuJoCo task from the model's env_id: {out.strip().splitlines()[-1]!r}")
     policy = onnx_gym.OnnxPolicy(model)
