@@ -1652,6 +1652,8 @@ static int zero_counters(cu_t *im) {
   return CK(im, cudaMemsetAsync(im->ds->ctr, 0, n * sizeof(unsigned int), im->stream));
 }
 
+#define MAX_CHUNKS 65535 /* gridDim.y */
+
 /* Rows per chunk of a column-tiled reduction over `rows` (k_out1_bwd, k_act_bwd_colsum):
  * 16 (two per row lane), more where the partials of all chunks would not fit the scratch
  * pool; and the site holding them (NULL: one chunk, no partials). A function of the shape
@@ -1659,7 +1661,9 @@ static int zero_counters(cu_t *im) {
 static const site_t *chunking(cu_t *im, int kind, const void *key, int rows, size_t floats_per_chunk,
                               int tiles, int *rpc, int *chunks) {
   int r = 16;
-  while ((size_t)((rows + r - 1) / r) * floats_per_chunk > SCRATCH_FLOATS / 4 && r < rows)
+  while (((size_t)((rows + r - 1) / r) * floats_per_chunk > SCRATCH_FLOATS / 4 ||
+          (rows + r - 1) / r > MAX_CHUNKS) &&
+         r < rows)
     r *= 2;
   *rpc = r, *chunks = (rows + r - 1) / r;
   if (*chunks <= 1) {
@@ -1683,7 +1687,9 @@ static void act_bwd_colsum(cu_t *im, float *dY, const float *Y, int ldy, int row
   int chunks;
   const site_t *t = db ? chunking(im, SITE_COLSUM, dY, rows, (size_t)cols, tiles, &a.rpc, &chunks) : NULL;
   if (!db) { /* the mask alone: as many chunks as a reduction would have, no partials */
-    a.rpc = 16, chunks = (rows + 15) / 16;
+    for (a.rpc = 16; (rows + a.rpc - 1) / a.rpc > MAX_CHUNKS;)
+      a.rpc *= 2;
+    chunks = (rows + a.rpc - 1) / a.rpc;
   }
   if (t)
     a.part = t->scr, a.ctr = t->ctr;
@@ -2097,8 +2103,10 @@ static void cu_policy_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float
   const int tiles = (L->n_in + 31) / 32, n2 = 2 * h->A;
   int chunks = (h->B + PB_ROWS - 1) / PB_ROWS;
   const size_t per = (size_t)L->n_in * n2 + L->n_in + n2;
-  const site_t *t = chunks > 1 ? site_get(im, SITE_POLICY_BWD, dX, 0, tiles, (size_t)chunks * per) : NULL;
-  if (!t && chunks > 1) { /* partials past the pool: the ops it stands for */
+  const site_t *t = chunks > 1 && chunks <= MAX_CHUNKS
+                        ? site_get(im, SITE_POLICY_BWD, dX, 0, tiles, (size_t)chunks * per)
+                        : NULL;
+  if (!t && chunks > 1) { /* partials past the pool (or the grid): the ops it stands for */
     cu_head_bwd(be, h, P, eps, a, lda, da, ldda, dlogp, dP);
     cu_linear_bwd_act(be, L, dP, P, n2, dW, db, dX, ldx, below);
     return;
