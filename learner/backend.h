@@ -215,9 +215,15 @@ typedef struct sac_backend_ops {
    * hands out the other of its two pinned buffers then (the one whose copy is done, so
    * it may wait for that copy); between two commits the same dst gets the same pointer.
    * Parts given to stage and to stage_at may be mixed in one commit. Never allocates once
-   * a batch of this size has been staged (the first one grows the pinned buffers). NULL
-   * on failure (logged), or where the backend has no such thing: stage (or upload) only. */
+   * a batch of this size has been staged (the first one grows the pinned buffers; call
+   * stage_reserve first). NULL on failure (logged); the op NULL where the backend has no
+   * such thing: stage (or upload) only. */
   float *(*stage_at)(sac_backend_t *be, float *dst, size_t n);
+  /* Optional, with stage_at: makes room for `parts` more parts of n floats together in the
+   * memory stage_at hands out, before asking for them: a part that had to make room itself
+   * could move the parts handed out before it in the same commit. 0, SAC_ENOMEM or
+   * SAC_EBACKEND. NULL: stage_at never moves a part (host backends). */
+  int (*stage_reserve)(sac_backend_t *be, size_t n, int parts);
   /* Named settings and readings (see docs/CUDA.md for the cuda backend's): set_option
    * returns 0, SAC_ENOTFOUND (unknown key) or SAC_EINVAL (bad value); get_metric 0 or
    * SAC_ENOTFOUND. Setup time only: not between graph_begin and graph_end. */

@@ -2391,8 +2391,21 @@ static int cu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) {
 /* In place (issue 34): the pinned memory of dst's part in the current slot, which the
  * commit copies to the device with the rest of the slot (one copy). Asked again for the
  * same dst before the commit, the same part. A part that makes the slot grow moves the
- * slot (slot_grow copies what it holds): pointers handed out before then are stale, so
- * sac_batch_slots_at asks for every part twice. NULL on failure (logged). */
+ * slot (slot_grow copies what it holds), so pointers handed out before it go stale:
+ * callers reserve first (cu_stage_reserve, sac_batch_slots_at). NULL on failure (logged). */
+/* Room for `parts` more parts of n floats together in the current slot. */
+static int cu_stage_reserve(sac_backend_t *be, size_t n, int parts) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  stage_slot_t *s;
+  int rc = slot_open(im, &s);
+  if (rc)
+    return rc;
+  const size_t need = s->used + n + (size_t)(parts > 0 ? parts : 0) * 64; /* each part padded to 64 floats */
+  return need > s->cap ? slot_grow(im, s, need) : 0;
+}
+
 static float *cu_stage_at(sac_backend_t *be, float *dst, size_t n) {
   cu_t *im = IM(be);
   if (im->capturing >= 0)
@@ -2744,6 +2757,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .stage = cu_stage,
     .stage_commit = cu_stage_commit,
     .stage_at = cu_stage_at,
+    .stage_reserve = cu_stage_reserve,
     .set_option = cu_set_option,
     .get_metric = cu_get_metric,
     .overflow_export = cu_overflow_export,

@@ -1289,15 +1289,18 @@ int sac_batch_slots_at(sac_t *s, int j, int weights, sac_batch_slots_t *out) {
   if (!ops->stage_at)
     return SAC_EUNSUPPORTED;
   const batch_set_t *d = &s->sets[j];
-  /* twice: a part that makes the backend's buffer grow moves the parts asked for before
-   * it (backend.h); the second round finds them all where they now are */
-  for (int round = 0; round < 2; round++)
-    *out = (sac_batch_slots_t){.obs = ops->stage_at(s->be, d->obs2, B * O),
-                               .next_obs = ops->stage_at(s->be, d->obs2 + B * O, B * O),
-                               .action = ops->stage_at(s->be, d->action, B * A),
-                               .reward = ops->stage_at(s->be, d->reward, B),
-                               .terminated = ops->stage_at(s->be, d->terminated, B),
-                               .weights = weights ? ops->stage_at(s->be, d->weights, B) : NULL};
+  /* room for every batch of the launch first: no part asked for later moves this one */
+  int rc = ops->stage_reserve
+               ? ops->stage_reserve(s->be, (size_t)s->upl * (2 * B * O + B * A + 3 * B), 6 * s->upl)
+               : 0;
+  if (rc)
+    return rc;
+  *out = (sac_batch_slots_t){.obs = ops->stage_at(s->be, d->obs2, B * O),
+                             .next_obs = ops->stage_at(s->be, d->obs2 + B * O, B * O),
+                             .action = ops->stage_at(s->be, d->action, B * A),
+                             .reward = ops->stage_at(s->be, d->reward, B),
+                             .terminated = ops->stage_at(s->be, d->terminated, B),
+                             .weights = weights ? ops->stage_at(s->be, d->weights, B) : NULL};
   if (!out->obs || !out->next_obs || !out->action || !out->reward || !out->terminated ||
       (weights && !out->weights)) {
     *out = (sac_batch_slots_t){0};
