@@ -219,10 +219,10 @@ typedef struct sac_backend_ops {
    * stage_reserve first). NULL on failure (logged); the op NULL where the backend has no
    * such thing: stage (or upload) only. */
   float *(*stage_at)(sac_backend_t *be, float *dst, size_t n);
-  /* Optional, with stage_at: makes room for `parts` more parts of n floats together in the
-   * memory stage_at hands out, before asking for them: a part that had to make room itself
-   * could move the parts handed out before it in the same commit. 0, SAC_ENOMEM or
-   * SAC_EBACKEND. NULL: stage_at never moves a part (host backends). */
+  /* Optional, with stage_at: makes room for a commit of at most `parts` parts of n floats
+   * in all (those handed out already included), before asking for them: a part that had
+   * to make room itself could move the parts handed out before it in the same commit. 0,
+   * SAC_ENOMEM or SAC_EBACKEND. NULL: stage_at never moves a part (host backends). */
   int (*stage_reserve)(sac_backend_t *be, size_t n, int parts);
   /* Named settings and readings (see docs/CUDA.md for the cuda backend's): set_option
    * returns 0, SAC_ENOTFOUND (unknown key) or SAC_EINVAL (bad value); get_metric 0 or

@@ -2393,7 +2393,7 @@ static int cu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) {
  * same dst before the commit, the same part. A part that makes the slot grow moves the
  * slot (slot_grow copies what it holds), so pointers handed out before it go stale:
  * callers reserve first (cu_stage_reserve, sac_batch_slots_at). NULL on failure (logged). */
-/* Room for `parts` more parts of n floats together in the current slot. */
+/* Room in the current slot for a commit of `parts` parts of n floats in all. */
 static int cu_stage_reserve(sac_backend_t *be, size_t n, int parts) {
   cu_t *im = IM(be);
   if (im->capturing >= 0)
@@ -2402,7 +2402,7 @@ static int cu_stage_reserve(sac_backend_t *be, size_t n, int parts) {
   int rc = slot_open(im, &s);
   if (rc)
     return rc;
-  const size_t need = s->used + n + (size_t)(parts > 0 ? parts : 0) * 64; /* each part padded to 64 floats */
+  const size_t need = n + (size_t)(parts > 0 ? parts : 0) * 64; /* each part padded to 64 floats */
   return need > s->cap ? slot_grow(im, s, need) : 0;
 }
 
