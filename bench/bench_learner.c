@@ -34,6 +34,7 @@ typedef struct {
   int obs, act, hidden, depth, batch;
   char precision[8];
   int graphs, recompute, profile;
+  int upl, direct, op_profile, op_profile_updates;
 } bench_cfg_t;
 
 #define O_(k, t, f, d, lo, hi, h)                                                                            \
@@ -65,6 +66,17 @@ static const sac_cfg_opt_t k_opts[] = {
     O_("recompute", SAC_CFG_BOOL, recompute, "false", 1, 0, "recompute activations in the backward"),
     O_("profile", SAC_CFG_BOOL, profile, "true", 1, 0,
        "time the phases of an update (synchronises between them, and runs eagerly)"),
+    O_("updates_per_launch", SAC_CFG_INT, upl, "1", 1, SAC_MAX_UPDATES_PER_LAUNCH,
+       "updates per launch: their batches staged by one commit, one graph for them "
+       "(sac_set_updates_per_launch)"),
+    O_("direct", SAC_CFG_BOOL, direct, "false", 1, 0,
+       "write each sampled batch in place (the backend's stage_at, as the learner's replay client does) "
+       "instead of decoding it into a buffer and staging that"),
+    O_("op_profile", SAC_CFG_BOOL, op_profile, "false", 1, 0,
+       "print the time per backend op (CUDA events on cuda, the host clock on cpu), and device and host "
+       "microseconds per update"),
+    O_("op_profile_updates", SAC_CFG_INT, op_profile_updates, "50", 1, 100000,
+       "updates timed op by op, and launches timed whole, by --op_profile"),
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -250,6 +262,7 @@ typedef struct {
   /* per timed update: the backend's blocking syncs and launches (sac_backend_counts; NAN
    * where it keeps none), and the last update's losses */
   double blocking_per_update, launches_per_update;
+  double host_copies_per_batch; /* timed loop: host copies / staged batches (NAN: not counted) */
   sac_stats_t last;
 } run_t;
 
@@ -264,7 +277,7 @@ static int sampler_init(sampler_t *sm, const sac_hparams_t *hp) {
   sm->O = hp->obs_dim, sm->A = hp->act_dim, sm->B = hp->batch, sm->N = 100000;
   sm->row = 2 * sm->O + sm->A + 2;
   sm->buf = malloc(sizeof(float) * (size_t)sm->N * sm->row);
-  sm->stage = malloc(sizeof(float) * (size_t)sm->B * sm->row);
+  sm->stage = malloc(sizeof(float) * (size_t)sm->B * sm->row * SAC_MAX_UPDATES_PER_LAUNCH);
   if (!sm->buf || !sm->stage) {
     free(sm->buf), free(sm->stage);
     return SAC_ENOMEM;
@@ -302,6 +315,66 @@ static void sample_batch(sampler_t *sm, sac_backend_t *be, sac_batch_t *b) {
     be->ops->stage_commit(be);
 }
 
+/* Batch j of the next launch written in place (sac_batch_slots_at: the backend's own
+ * memory, pinned on cuda), row by row from the buffer, as the replay client copies its
+ * reply rows. 0 or the slots' error. */
+static int sample_in_place(sampler_t *sm, sac_t *s, int j) {
+  sac_batch_slots_t sl;
+  int rc = sac_batch_slots_at(s, j, 0, &sl);
+  if (rc)
+    return rc;
+  const int O = sm->O, A = sm->A;
+  for (int k = 0; k < sm->B; k++) {
+    const float *r = sm->buf + (size_t)sac_rng_below(&sm->rng, sm->N) * sm->row;
+    memcpy(sl.obs + (size_t)k * O, r, sizeof(float) * O);
+    memcpy(sl.next_obs + (size_t)k * O, r + O, sizeof(float) * O);
+    memcpy(sl.action + (size_t)k * A, r + 2 * O, sizeof(float) * A);
+    sl.reward[k] = r[2 * O + A];
+    sl.terminated[k] = r[2 * O + A + 1];
+  }
+  return 0;
+}
+
+/* The batches of one launch (sac_updates_per_launch of them): written in place (--direct),
+ * or decoded into host buffers and staged by one sac_load_batches; one commit either way.
+ * With one update per launch and no --direct, sample_batch as always. Returns the updates
+ * the launch will make. */
+static int sample_launch(const bench_cfg_t *c, sampler_t *sm, sac_backend_t *be, sac_t *s) {
+  const int K = sac_updates_per_launch(s);
+  if (K == 1 && !c->direct) {
+    sample_batch(sm, be, sac_batch(s));
+    return 1;
+  }
+  if (c->direct) {
+    for (int j = 0; j < K; j++)
+      if (sample_in_place(sm, s, j) != 0)
+        return 0;
+    return sac_batch_commit(s) == 0 ? K : 0;
+  }
+  const size_t B = (size_t)sm->B, O = (size_t)sm->O, A = (size_t)sm->A, per = B * (2 * O + A + 2);
+  sac_host_batch_t hb[SAC_MAX_UPDATES_PER_LAUNCH];
+  for (int j = 0; j < K; j++) {
+    float *so = sm->stage + (size_t)j * per, *sa = so + B * O, *sn = sa + B * A, *sr = sn + B * O,
+          *st = sr + B;
+    for (size_t k = 0; k < B; k++) {
+      const float *r = sm->buf + (size_t)sac_rng_below(&sm->rng, sm->N) * sm->row;
+      memcpy(so + k * O, r, sizeof(float) * O);
+      memcpy(sn + k * O, r + O, sizeof(float) * O);
+      memcpy(sa + k * A, r + 2 * O, sizeof(float) * A);
+      sr[k] = r[2 * O + A];
+      st[k] = r[2 * O + A + 1];
+    }
+    hb[j] = (sac_host_batch_t){so, sn, sa, sr, st, NULL};
+  }
+  return sac_load_batches(s, hb, K) == 0 ? K : 0;
+}
+
+/* The backend's count of key, or NAN */
+static double be_metric(sac_backend_t *be, const char *key) {
+  double v;
+  return be->ops->get_metric && be->ops->get_metric(be, key, &v) == 0 ? v : NAN;
+}
+
 /* Updates re-run after each ceiling probe, untimed: the probe's 48 MiB evicted the
  * learner's parameters and activations from the caches, which a training run keeps warm. */
 #define REWARM_UPDATES 2
@@ -316,7 +389,7 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
   if (rc)
     return rc;
   sampler_t sm;
-  if ((rc = sampler_init(&sm, hp)) != 0) {
+  if ((rc = sac_set_updates_per_launch(s, c->upl)) != 0 || (rc = sampler_init(&sm, hp)) != 0) {
     sac_destroy(&s);
     return rc;
   }
@@ -328,9 +401,14 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
   double t_sample = 0, total = 0;
   int64_t n_blocking = 0, n_launches = 0;
   int counted = 1;
-  for (int it = 0; it < c->warmup; it++) {
-    sample_batch(&sm, be, b);
-    sac_update(s);
+  int64_t done = 0;
+  double copies0 = NAN, batches0 = NAN;
+  (void)b;
+  for (int it = 0; it < c->warmup;) {
+    int k = sample_launch(c, &sm, be, s);
+    if (k == 0 || (rc = sac_update_launch(s)) != 0)
+      return k == 0 ? SAC_EBACKEND : rc;
+    it += k;
   }
   for (int sl = 0; sl < slices; sl++) {
     /* step 1: the ceiling, then the caches warm again */
@@ -338,9 +416,11 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
       ceiling_t ce = measure_ceiling(probe);
       big[sl] = ce.big, shp[sl] = ce.shapes;
       sac_set_profile(s, NULL);
-      for (int w = 0; w < REWARM_UPDATES; w++) {
-        sample_batch(&sm, be, b);
-        sac_update(s);
+      for (int w = 0; w < REWARM_UPDATES;) {
+        int k = sample_launch(c, &sm, be, s);
+        if (k == 0 || sac_update_launch(s) != 0)
+          return SAC_EBACKEND;
+        w += k;
       }
     }
     if (c->profile)
@@ -350,12 +430,16 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
     be->ops->sync(be);
     sac_backend_counts_t k0, k1;
     counted = counted && sac_backend_counts(be, &k0) == 0;
+    if (sl == 0)
+      copies0 = be_metric(be, "host_copies"), batches0 = be_metric(be, "staged_batches");
     double t0 = sac_clock_s();
-    for (int it = 0; it < n; it++) {
+    for (int it = 0; it < n;) {
       double ts = sac_clock_s();
-      sample_batch(&sm, be, b);
+      int k = sample_launch(c, &sm, be, s);
       t_sample += sac_clock_s() - ts;
-      sac_update(s);
+      if (k == 0 || (rc = sac_update_launch(s)) != 0)
+        return k == 0 ? SAC_EBACKEND : rc;
+      it += k, done += k;
     }
     if (counted && sac_backend_counts(be, &k1) == 0)
       n_blocking += k1.blocking_syncs - k0.blocking_syncs, n_launches += k1.launches - k0.launches;
@@ -369,16 +453,18 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
              big[sl], shp[sl], *flops * n / dt * 1e-9, frac[sl]);
   }
   out->total_s = total;
-  out->ups = c->updates / total;
-  out->sample_s = t_sample / c->updates;
-  out->target_s = prof.target / c->updates;
-  out->critic_s = prof.critic / c->updates;
-  out->actor_s = prof.actor / c->updates;
-  out->opt_s = prof.optimizer / c->updates;
+  out->ups = (double)done / total;
+  out->sample_s = t_sample / (double)done;
+  out->target_s = prof.target / (double)done;
+  out->critic_s = prof.critic / (double)done;
+  out->actor_s = prof.actor / (double)done;
+  out->opt_s = prof.optimizer / (double)done;
+  out->host_copies_per_batch =
+      (be_metric(be, "host_copies") - copies0) / (be_metric(be, "staged_batches") - batches0);
   if (probe)
     out->big = median(big, slices), out->shapes = median(shp, slices), out->frac = median(frac, slices);
-  out->blocking_per_update = counted ? (double)n_blocking / c->updates : NAN;
-  out->launches_per_update = counted ? (double)n_launches / c->updates : NAN;
+  out->blocking_per_update = counted ? (double)n_blocking / (double)done : NAN;
+  out->launches_per_update = counted ? (double)n_launches / (double)done : NAN;
   sac_set_profile(s, NULL);
   if ((rc = sac_stats(s, &out->last)) != 0) {
     sac_destroy(&s);
@@ -443,6 +529,149 @@ static double print_op_counts(const bench_cfg_t *c, sac_backend_t *be, const sac
          (long long)unfused[1]);
   sac_destroy(&s);
   return has_k && hp->policy_delay == 1 ? k1 - k0 : NAN;
+}
+
+/* ---- time per op and per update (issue 33) ------------------------------------------ */
+
+/* The time per backend op of an eager update (sac_profile_update_ops: CUDA events with
+ * the stream held, so device time; the host clock on cpu), as a table: op, calls per
+ * update, microseconds per call and per update, share of the update. The update's own
+ * time (first to last mark) is the sum of the rows plus what runs between the ops. One
+ * "op-profile-row" line per row and an "op-profile-result" line for scripts. 0 or an
+ * error (printed). */
+static int print_op_profile(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t *hp) {
+  sac_t *s = NULL;
+  sampler_t sm;
+  static sac_op_profile_t pr;
+  int rc = sac_new(hp, be, &s);
+  if (rc == 0 && (rc = sampler_init(&sm, hp)) != 0)
+    sac_destroy(&s);
+  if (rc) {
+    fprintf(stderr, "op profile: %s\n", sac_strerror(rc));
+    return rc;
+  }
+  for (int u = 0; u < 3 && rc == 0; u++) { /* plans, kernel loading */
+    sample_batch(&sm, be, sac_batch(s));
+    rc = sac_update(s);
+  }
+  memset(&pr, 0, sizeof pr);
+  for (int u = 0; u < c->op_profile_updates && rc == 0; u++) { /* a fresh batch for each, untimed */
+    sac_op_profile_t one;
+    sample_batch(&sm, be, sac_batch(s));
+    if ((rc = sac_profile_update_ops(s, be, 1, &one)) != 0)
+      break;
+    for (int r = 0; r < one.n_rows; r++) {
+      int k = 0;
+      while (k < pr.n_rows && strcmp(pr.row[k].name, one.row[r].name) != 0)
+        k++;
+      if (k == pr.n_rows && pr.n_rows < SAC_OP_PROFILE_ROWS)
+        snprintf(pr.row[pr.n_rows++].name, SAC_OP_NAME_MAX, "%s", one.row[r].name);
+      if (k < pr.n_rows)
+        pr.row[k].calls += one.row[r].calls, pr.row[k].seconds += one.row[r].seconds;
+    }
+    pr.updates += one.updates, pr.ops += one.ops, pr.update_seconds += one.update_seconds;
+  }
+  free(sm.buf), free(sm.stage);
+  sac_destroy(&s);
+  if (rc) {
+    fprintf(stderr, "op profile: %s\n", sac_strerror(rc));
+    return rc;
+  }
+  const double n = pr.updates, upd_us = pr.update_seconds / n * 1e6;
+  double sum_us = 0;
+  printf("\n| op (%s, %s, eager, %d updates; %s) | calls per update | us per call | us per update | share "
+         "of the update |\n| --- | --- | --- | --- | --- |\n",
+         be->ops->name, c->precision, pr.updates,
+         be->ops->graph_launch ? "device time: CUDA events, stream held" : "host clock");
+  for (int r = 0; r < pr.n_rows; r++) {
+    const sac_op_row_t *w = &pr.row[r];
+    const double per_update = w->seconds / n * 1e6;
+    sum_us += per_update;
+    printf("| %s | %.2f | %.2f | %.2f | %.1f%% |\n", w->name, w->calls / n, w->seconds / w->calls * 1e6,
+           per_update, 100.0 * per_update / upd_us);
+    printf("op-profile-row name=\"%s\" calls=%.3f us_per_call=%.3f us_per_update=%.3f share=%.4f\n", w->name,
+           w->calls / n, w->seconds / w->calls * 1e6, per_update, per_update / upd_us);
+  }
+  printf("| between the ops (host work, marks) | | | %.2f | %.1f%% |\n", upd_us - sum_us,
+         100.0 * (upd_us - sum_us) / upd_us);
+  printf("| the update, first mark to last | %.2f | | %.2f | 100%% |\n", (double)pr.ops / n, upd_us);
+  printf("op-profile-result preset=%s backend=%s precision=%s batch=%d rows=%d ops_per_update=%.2f "
+         "update_us=%.3f sum_us=%.3f\n",
+         c->config, c->backend, c->precision, hp->batch, pr.n_rows, (double)pr.ops / n, upd_us, sum_us);
+  return 0;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Device and host microseconds per update, apart, with the op profile off and graphs as
+ * configured: device, the backend's timing marks around each launch (events around the
+ * graph launch on cuda; each launch after the device is idle), host, the clock around
+ * the call that enqueues a launch (the device idle first, so no queue is full); per
+ * update (a launch is sac_updates_per_launch of them); medians. One "update-time-result"
+ * line. 0 or an error (printed). */
+static int print_update_times(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t *hp) {
+  const sac_backend_ops_t *ops = be->ops;
+  const int N =
+      c->op_profile_updates < SAC_BACKEND_MAX_MARKS / 2 ? c->op_profile_updates : SAC_BACKEND_MAX_MARKS / 2;
+  sac_t *s = NULL;
+  sampler_t sm;
+  int rc = sac_new(hp, be, &s);
+  if (rc == 0 && (rc = sac_set_updates_per_launch(s, c->upl)) == 0 && (rc = sampler_init(&sm, hp)) != 0)
+    rc = SAC_ENOMEM;
+  if (rc) {
+    sac_destroy(&s);
+    fprintf(stderr, "update times: %s\n", sac_strerror(rc));
+    return rc;
+  }
+  const int K = sac_updates_per_launch(s);
+  static double sec[SAC_BACKEND_MAX_MARKS];
+  double *dev = calloc((size_t)N, sizeof(double)), *host = calloc((size_t)N, sizeof(double));
+  for (int u = 0; u < 4 && rc == 0; u++) /* eager warm-up, then the graphs are captured */
+    rc = sample_launch(c, &sm, be, s) ? sac_update_launch(s) : SAC_EBACKEND;
+  for (int i = 0; i < N && rc == 0; i++) { /* host: the enqueue of one launch */
+    if (!sample_launch(c, &sm, be, s) || (rc = ops->sync(be)) != 0)
+      break;
+    double t0 = sac_clock_s();
+    rc = sac_update_launch(s);
+    host[i] = (sac_clock_s() - t0) / K;
+  }
+  int timed = ops->timing_begin && ops->timing_mark && ops->timing_end;
+  if (rc == 0 && timed && (rc = ops->timing_begin(be, 0)) == 0) {
+    for (int i = 0; i < N && rc == 0; i++) {
+      if (!sample_launch(c, &sm, be, s) || (rc = ops->sync(be)) != 0)
+        break;
+      ops->timing_mark(be, 2 * i);
+      rc = sac_update_launch(s);
+      ops->timing_mark(be, 2 * i + 1);
+    }
+    int rc2 = ops->timing_end(be, 2 * N, sec);
+    rc = rc ? rc : rc2;
+    for (int i = 0; i < N && rc == 0; i++)
+      dev[i] = (sec[2 * i + 1] - sec[2 * i]) / K;
+  }
+  free(sm.buf), free(sm.stage);
+  sac_destroy(&s);
+  if (rc) {
+    free(dev), free(host);
+    fprintf(stderr, "update times: %s\n", sac_strerror(rc));
+    return rc;
+  }
+  qsort(host, (size_t)N, sizeof(double), cmp_dbl);
+  qsort(dev, (size_t)N, sizeof(double), cmp_dbl);
+  const double h = host[N / 2] * 1e6, d = timed ? dev[N / 2] * 1e6 : NAN;
+  printf("\n| per update (median of %d launches of %d, %s, op profile off) | us |\n| --- | --- |\n", N, K,
+         c->graphs && ops->graph_launch ? "graphs" : "eager");
+  printf("| device: marks around each launch (%s) | %.2f |\n",
+         ops->graph_launch ? "CUDA events around the graph launch" : "host clock", d);
+  printf("| host: the call that enqueues the launch | %.2f |\n", h);
+  printf(
+      "update-time-result preset=%s backend=%s precision=%s graphs=%d upl=%d device_us=%.3f host_us=%.3f\n",
+      c->config, c->backend, c->precision, c->graphs && ops->graph_launch ? 1 : 0, K, d, h);
+  free(dev), free(host);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -574,11 +803,16 @@ int main(int argc, char **argv) {
   printf("| time for 1M updates | %.2f h |\n", hours);
   printf("| cost of 1M updates at $%.2f/h | $%.3f |\n", c.price, hours * c.price);
   double kernels = print_op_counts(&c, be, &hp);
+  if (c.op_profile && (print_op_profile(&c, be, &hp) != 0 || print_update_times(&c, be, &hp) != 0))
+    return 1;
   /* the timed loop's own counts (with graphs, a replay launches nothing of its own), and
    * the last run's losses: gpu_check.sh refuses a line with non-finite ones */
   const run_t *last = &runs[c.runs - 1];
   printf("| blocking syncs per update (timed loop, last run) | %.2f |\n", last->blocking_per_update);
   printf("| launches per update (timed loop) | %.2f |\n", last->launches_per_update);
+  printf("| host copies per batch (%s, timed loop) | %.2f |\n",
+         c.direct ? "written in place: the backend's stage_at" : "decoded, then staged",
+         last->host_copies_per_batch);
   /* what the backend reports (device memory, graph replays, loss scale), and one line
    * for scripts to collect */
   double peak = NAN, launches = NAN, scale = NAN, skipped = NAN, degraded = NAN;
@@ -600,10 +834,11 @@ int main(int argc, char **argv) {
       "bench-result preset=%s backend=%s precision=%s graphs=%d recompute=%d batch=%d hidden=%d depth=%d "
       "updates_per_s=%.1f ms_per_update=%.4f peak_device_mib=%.1f graph_launches=%.0f loss_scale=%g "
       "skipped=%.0f degraded_gemms=%.0f kernels=%.0f blocking_per_update=%.3f critic_loss=%g actor_loss=%g "
-      "alpha_loss=%g\n",
+      "alpha_loss=%g upl=%d direct=%d host_copies_per_batch=%.2f\n",
       c.config, c.backend, c.precision, c.graphs && be->ops->graph_launch && !c.profile, c.recompute,
       hp.batch, hp.hidden, hp.depth, m_ups, ms, peak / 1048576.0, launches, scale, skipped, degraded, kernels,
-      last->blocking_per_update, last->last.critic_loss, last->last.actor_loss, last->last.alpha_loss);
+      last->blocking_per_update, last->last.critic_loss, last->last.actor_loss, last->last.alpha_loss, c.upl,
+      c.direct, last->host_copies_per_batch);
   if (!c.profile) {
     free(runs), free(ups), free(peer), free(frac), free(big), free(shp);
     if (probe)

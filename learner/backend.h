@@ -193,9 +193,12 @@ typedef struct sac_backend_ops {
    * at capture and at launch: each recorded normal op draws from its recorded stream
    * plus (launch stream - capture stream), so one graph serves every step. Return 0,
    * SAC_EUNSUPPORTED (graphs switched off), SAC_ESTATE (no such graph) or SAC_EBACKEND;
-   * after a failed graph_end nothing ran and the caller runs the ops itself. */
+   * after a failed graph_end nothing ran and the caller runs the ops itself. `steps` at
+   * graph_end: how many consecutive noise streams the recorded ops use (the updates
+   * recorded: several per graph, sac_set_updates_per_launch); a launch at stream s is
+   * expected to be followed by one at s + steps, which needs no host write. */
   int (*graph_begin)(sac_backend_t *be, int id, uint64_t stream);
-  int (*graph_end)(sac_backend_t *be, int id);
+  int (*graph_end)(sac_backend_t *be, int id, uint64_t steps);
   int (*graph_launch)(sac_backend_t *be, int id, uint64_t stream);
   /* Batch staging: stage copies n floats of host src (reusable on return) towards
    * backend memory dst through pinned double buffers on a copy stream that overlaps
@@ -208,10 +211,19 @@ typedef struct sac_backend_ops {
    * to stage: the learner's replay client copies each sample reply there straight from
    * the message (replay/client.h, sac_replay_client_sample_into). They are the batch the
    * ops read from the next stage_commit on (from at once where the memory returned is dst
-   * itself: the host backends); written only between commits. The same pointer for the
-   * same dst every time, valid until destroy; setup and loop alike, never allocates.
-   * NULL: stage (or upload) only. */
+   * itself: the host backends). Ask again after every stage_commit: the cuda backend
+   * hands out the other of its two pinned buffers then (the one whose copy is done, so
+   * it may wait for that copy); between two commits the same dst gets the same pointer.
+   * Parts given to stage and to stage_at may be mixed in one commit. Never allocates once
+   * a batch of this size has been staged (the first one grows the pinned buffers; call
+   * stage_reserve first). NULL on failure (logged); the op NULL where the backend has no
+   * such thing: stage (or upload) only. */
   float *(*stage_at)(sac_backend_t *be, float *dst, size_t n);
+  /* Optional, with stage_at: makes room for a commit of at most `parts` parts of n floats
+   * in all (those handed out already included), before asking for them: a part that had
+   * to make room itself could move the parts handed out before it in the same commit. 0,
+   * SAC_ENOMEM or SAC_EBACKEND. NULL: stage_at never moves a part (host backends). */
+  int (*stage_reserve)(sac_backend_t *be, size_t n, int parts);
   /* Named settings and readings (see docs/CUDA.md for the cuda backend's): set_option
    * returns 0, SAC_ENOTFOUND (unknown key) or SAC_EINVAL (bad value); get_metric 0 or
    * SAC_ENOTFOUND. Setup time only: not between graph_begin and graph_end. */
@@ -220,7 +232,12 @@ typedef struct sac_backend_ops {
    * "blocking_syncs": calls that wait for the ops enqueued so far (download, sync, a
    * pinned upload, reading the loss scaler); "kernel_launches": kernels and matmul calls
    * the ops enqueued (or recorded into a graph), the cpu backend counting what the cuda
-   * backend's ops launch in fp32 for the same calls. sac_backend_counts reads both. */
+   * backend's ops launch in fp32 for the same calls. sac_backend_counts reads both.
+   * Backends with staging also keep "staged_batches" (stage_commit calls that carried a
+   * batch) and "host_copies" (host-side copies of those batches on their way to the ops:
+   * 1 for a batch written in place through stage_at, the writer's copy from the message;
+   * 2 for one that passed through stage, the caller's decode into its own buffer and the
+   * backend's copy from there), so host_copies / staged_batches is the copies per batch. */
   int (*get_metric)(sac_backend_t *be, const char *key, double *out);
   /* Data-parallel fp16. A backend that skips an Adam step on an overflow it saw in its
    * own backward pass (the cuda backend in fp16) must make that decision together with
@@ -293,7 +310,31 @@ typedef struct sac_backend_ops {
                      const float *a, int lda, const float *da, int ldda, const float *dlogp, float *dP,
                      const sac_linear_t *L, float *dW, float *db, float *dX, int ldx,
                      const sac_below_t *below);
+
+  /* --- optional (issue 33) --- */
+  /* Called by sac.c at the start of every update, in order with the ops. The cuda backend
+   * zeroes its completion counters here when it runs eagerly (graph_launch does it before
+   * every launch), so a launch that stopped half way cannot leave a later one skipping
+   * its last-block work. NULL: nothing to do (cpu). */
+  void (*update_begin)(sac_backend_t *be);
+  /* Per-op timing, for profiling (sac_profile_update_ops, sac-bench-learner --op_profile).
+   * timing_begin starts a recording of at most SAC_BACKEND_MAX_MARKS marks; with hold 1
+   * the cuda backend holds its stream (a kernel that waits for the host, at most a
+   * second) until timing_end, so the ops enqueued meanwhile run back to back from the
+   * queue and the marks measure the device, not the host's launch rate. timing_mark
+   * records mark i in order with the ops (a CUDA event; the cpu backend, whose ops are
+   * done when they return, reads its clock). timing_end releases the stream, waits for
+   * the marks and writes seconds[i] = time from mark 0 to mark i for i < n. Not between
+   * graph_begin and graph_end (a mark around a graph_launch times the whole graph). 0,
+   * SAC_EINVAL (a mark out of range or never recorded), SAC_ESTATE (capturing, or not
+   * begun), SAC_ETIMEOUT (the hold gave up: the marks include host time) or
+   * SAC_EBACKEND. NULL (all three): the backend cannot time its ops. */
+  int (*timing_begin)(sac_backend_t *be, int hold);
+  int (*timing_mark)(sac_backend_t *be, int i);
+  int (*timing_end)(sac_backend_t *be, int n, double *seconds);
 } sac_backend_ops_t;
+
+#define SAC_BACKEND_MAX_MARKS 2048
 
 #define SAC_BACKEND_MAX_GRAPHS 4
 /* Fetch slots: 0-1 PER priorities, 2-3 update statistics, 4-5 the acting actor (sac.c),

@@ -275,7 +275,12 @@ typedef struct {
    * one per matmul call), so a CPU run counts what a GPU run of the same calls launches
    * (tests/test_backend_cuda.c checks the two agree op by op on a device). */
   uint64_t blocking, launches;
-  int staged; /* parts staged since the last stage_commit (the cuda backend's scatter) */
+  int staged;        /* parts staged since the last stage_commit (the cuda backend's scatter) */
+  int staged_copied; /* of them, parts given to stage (copied here) rather than written in place */
+  uint64_t batches, host_copies; /* "staged_batches", "host_copies" (backend.h) */
+  /* timing (timing_begin / _mark / _end): the clock at each mark, ns */
+  uint64_t *marks;
+  int timing, n_marks;
 } cpu_impl_t;
 
 static cpu_impl_t *impl_of(sac_backend_t *be) { return (cpu_impl_t *)be->impl; }
@@ -327,6 +332,7 @@ static int cpu_sync(sac_backend_t *be) {
 
 static int cpu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) {
   impl_of(be)->staged++;
+  impl_of(be)->staged_copied++;
   return cpu_copy(be, dst, src, n);
 }
 
@@ -336,6 +342,40 @@ static float *cpu_stage_at(sac_backend_t *be, float *dst, size_t n) {
   (void)n;
   impl_of(be)->staged++;
   return dst;
+}
+
+/* Timing: the ops are done when they return, so a mark is the clock now. */
+static int cpu_timing_begin(sac_backend_t *be, int hold) {
+  (void)hold;
+  cpu_impl_t *im = impl_of(be);
+  if (!im->marks && !(im->marks = calloc(SAC_BACKEND_MAX_MARKS, sizeof *im->marks)))
+    return SAC_ENOMEM;
+  im->timing = 1, im->n_marks = 0;
+  return 0;
+}
+
+static int cpu_timing_mark(sac_backend_t *be, int i) {
+  cpu_impl_t *im = impl_of(be);
+  if (!im->timing)
+    return SAC_ESTATE;
+  if (i < 0 || i >= SAC_BACKEND_MAX_MARKS)
+    return SAC_EINVAL;
+  im->marks[i] = cpu_now_ns();
+  if (i >= im->n_marks)
+    im->n_marks = i + 1;
+  return 0;
+}
+
+static int cpu_timing_end(sac_backend_t *be, int n, double *seconds) {
+  cpu_impl_t *im = impl_of(be);
+  if (!im->timing)
+    return SAC_ESTATE;
+  im->timing = 0;
+  if (n < 0 || n > im->n_marks)
+    return SAC_EINVAL;
+  for (int i = 0; i < n; i++)
+    seconds[i] = (double)(int64_t)(im->marks[i] - im->marks[0]) * 1e-9;
+  return 0;
 }
 
 /* Fetch: the ops ran already, so the copy is made now into the slot and handed out at
@@ -415,6 +455,7 @@ static uint64_t linear_bwd_launches(const sac_linear_t *L, const float *dW, cons
 static void cpu_destroy(sac_backend_t *be) {
   for (int i = 0; i < SAC_BACKEND_FETCH_SLOTS; i++)
     free(impl_of(be)->fetch_host[i]);
+  free(impl_of(be)->marks);
   cpu_pool_destroy(pool_of(be));
   free(((cpu_impl_t *)be->impl)->join);
   free(be->impl);
@@ -949,9 +990,12 @@ static void cpu_polyak(sac_backend_t *be, float *tgt, const float *src, size_t n
  * backend: every CPU test runs it. */
 static int cpu_stage_commit(sac_backend_t *be) {
   cpu_impl_t *im = impl_of(be);
-  if (im->staged) /* the cuda backend's scatter of the staged parts */
+  if (im->staged) { /* the cuda backend's scatter of the staged parts */
     im->launches++;
-  im->staged = 0;
+    im->batches++;
+    im->host_copies += im->staged_copied ? 2 : 1;
+  }
+  im->staged = im->staged_copied = 0;
   return 0;
 }
 
@@ -1099,6 +1143,10 @@ static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
     return *out = (double)impl_of(be)->blocking, 0;
   if (strcmp(key, "kernel_launches") == 0)
     return *out = (double)impl_of(be)->launches, 0;
+  if (strcmp(key, "staged_batches") == 0)
+    return *out = (double)impl_of(be)->batches, 0;
+  if (strcmp(key, "host_copies") == 0)
+    return *out = (double)impl_of(be)->host_copies, 0;
   cpu_pool_t *pool = pool_of(be);
   _Atomic uint64_t *c = NULL;
   if (strcmp(key, "pool_jobs") == 0)
@@ -1145,6 +1193,9 @@ static const sac_backend_ops_t k_cpu_ops = {
     .get_metric = cpu_get_metric,
     .fetch = cpu_fetch,
     .fetch_wait = cpu_fetch_wait,
+    .timing_begin = cpu_timing_begin,
+    .timing_mark = cpu_timing_mark,
+    .timing_end = cpu_timing_end,
 };
 
 static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;

@@ -52,8 +52,8 @@ static const char *const k_prec_names[] = {"fp32", "tf32", "bf16", "fp16"};
 
 #define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's recommendation for Hopper */
 #define MAX_PLANS 1024
-#define NFLAG 256      /* blocks of the inf/NaN check (and of fp16 Adam) */
-#define STAGE_MAX 16   /* parts per staged batch */
+#define NFLAG 256     /* blocks of the inf/NaN check (and of fp16 Adam) */
+#define STAGE_MAX 128 /* parts per staged commit: 6 per batch, SAC_MAX_UPDATES_PER_LAUNCH batches */
 #define THREADS 256
 #define SCALE_MIN (1.0f / 65536.0f)
 #define SCALE_MAX 4294967296.0f
@@ -67,14 +67,36 @@ typedef struct {
   unsigned long long skipped; /* updates with a skipped step, all time */
 } scaler_t;
 
+/* Call sites (issue 33). A kernel whose last block (of the grid, or of a column tile)
+ * finishes the work of the others counts its finished blocks in counters that belong to
+ * its call site alone, and keeps its partial sums in scratch of its own: two call sites
+ * never share either, so kernels on parallel graph branches cannot disturb each other.
+ * A site is the op kind and the buffer the op writes (q of a q_head, dX of a backward,
+ * p of an Adam step): the same call in every update finds the same site. The last
+ * block puts its counter back to 0; every eager update (update_begin) and every graph
+ * launch also zeroes all counters first, so a launch that stopped half way cannot leave
+ * a later one miscounting. */
+#define CTR_POOL 16384                   /* completion counters, all sites */
+#define SCRATCH_FLOATS ((size_t)4 << 20) /* partial sums, all sites (16 MiB) */
+#define MAX_SITES 512
+enum { SITE_ADAM = 1, SITE_OUT1_HEAD, SITE_OUT1_BWD, SITE_COLSUM, SITE_POLICY_BWD };
+
+typedef struct {
+  int kind;
+  const void *key;
+  int sub;
+  unsigned int *ctr;
+  int n_ctr;
+  float *scr;
+  size_t n_scr;
+} site_t;
+
 /* Device-resident scalars, one allocation. */
 typedef struct {
   unsigned long long delta[SAC_BACKEND_MAX_GRAPHS]; /* noise stream offset of each graph */
-  unsigned int done;                                 /* Adam: blocks finished */
-  unsigned int head_done;                            /* k_out1_head: blocks finished */
   int overflow; /* fp16: a backward GEMM operand since the last Adam step is out of fp16 range */
   scaler_t scaler;
-  int flags[NFLAG]; /* per-block inf/NaN found */
+  unsigned int ctr[CTR_POOL]; /* the call sites' completion counters (site_t) */
 } dev_state_t;
 
 /* A cached cuBLASLt matmul: descriptors and the heuristic's algorithm for one shape. */
@@ -100,6 +122,8 @@ typedef struct {
   int n, open;
   float *dst[STAGE_MAX];
   size_t off[STAGE_MAX], len[STAGE_MAX];
+  int in_place[STAGE_MAX]; /* handed out by stage_at (written by the caller) */
+  int copied;              /* a part of this commit went through stage (a memcpy here) */
   cudaEvent_t h2d_done, consumed;
 } stage_slot_t;
 
@@ -124,7 +148,7 @@ typedef struct {
   int capturing; /* graph id being recorded, or -1 */
   int err_at_begin;
   cudaGraphExec_t exec[SAC_BACKEND_MAX_GRAPHS];
-  uint64_t cap_stream[SAC_BACKEND_MAX_GRAPHS];
+  uint64_t cap_stream[SAC_BACKEND_MAX_GRAPHS], graph_steps[SAC_BACKEND_MAX_GRAPHS];
   unsigned long long host_delta[SAC_BACKEND_MAX_GRAPHS];
   int delta_known[SAC_BACKEND_MAX_GRAPHS];
   /* staging */
@@ -134,6 +158,18 @@ typedef struct {
   float *fetch_host[SAC_BACKEND_FETCH_SLOTS];
   size_t fetch_cap[SAC_BACKEND_FETCH_SLOTS];
   cudaEvent_t fetch_done[SAC_BACKEND_FETCH_SLOTS];
+  /* call sites (site_t): their counters in ds->ctr, their scratch in `scratch` */
+  site_t sites[MAX_SITES];
+  int n_sites, ctr_used, sites_wrapped;
+  size_t scr_used;
+  float *scratch;
+  int sms; /* multiprocessors of the device */
+  /* timing (timing_begin / _mark / _end) */
+  cudaEvent_t *marks;
+  int timing, n_marks;
+  int *hold_host, *hold_dev; /* mapped pinned: [0] go, [1] the hold gave up */
+  /* staged batches and the host copies they took (get_metric "staged_batches", "host_copies") */
+  uint64_t batches, host_copies;
   /* accounting */
   alloc_rec_t *allocs;
   size_t n_allocs, cap_allocs;
@@ -261,70 +297,143 @@ __global__ void k_out1_fwd(float *Y, int ldy, const float *X, int ldx, const flo
     Y[(size_t)b * ldy + k] = acc + (bias ? bias[k] : 0.0f);
 }
 
-/* Backward of k_out1_fwd, one launch for what took three (bias-sum kernel, dW and dX
- * matmuls): thread c < K n owns input column c = k n + j: dW[c] = sum_b X[b, c] dY[b, k]
- * and dX[b, c] = dY[b, k] W[c]; thread K n + k sums db[k] = sum_b dY[b, k]. Rows in order
- * (deterministic). dW, db, dX may each be NULL. With below_act >= 0 (linear_bwd_act) the
- * thread also runs the layer below's activation backward on the dX it writes (X is that
- * layer's output) and sums its bias gradient dbb[c] (NULL: none) in the same row order;
- * ovf (fp16) flags a written dX that the layer below's fp16 matmuls could not take. */
-__global__ void k_out1_bwd(const float *dY, int ldy, const float *X, int ldx, const float *W, float *dW,
-                           float *db, float *dX, int lddx, int B, int K, int n, int below_act, float *dbb,
-                           int *ovf) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x, cols = K * n;
+/* Backward of k_out1_fwd in one launch, for what took three (bias-sum kernel, dW and dX
+ * matmuls), with no thread or block walking every row. Grid (tiles of 32 columns, chunks
+ * of rpc rows), block (32, 8). Column c < K n is input column c = k n + j: for the chunk's
+ * rows (8 row lanes) the threads write dX[b, c] = dY[b, k] W[c] (with linear_bwd_act, the
+ * layer below's activation backward applied: X is that layer's output) and sum dW[c] =
+ * sum_b X[b, c] dY[b, k] and the layer below's bias gradient dbb[c] = sum_b dX[b, c];
+ * columns K n + k sum db[k] = sum_b dY[b, k]. Sums in a fixed order: rows ascending in
+ * each lane, the 8 lanes in order, then the chunks in order by the last block of the tile
+ * to finish (its own counter ctr[tile]; partials in part, 2 (K n + K) floats a chunk).
+ * With one chunk the blocks write the sums themselves. dW, db, dX, dbb may each be NULL;
+ * ovf (fp16) flags a written dX the layer below's fp16 matmuls could not take. */
+typedef struct {
+  const float *dY, *X, *W;
+  float *dW, *db, *dX, *dbb;
+  int *ovf;
+  int ldy, ldx, lddx, B, K, n, below_act, rpc;
+  float *part;
+  unsigned int *ctr;
+} out1_bwd_t;
+
+__device__ __forceinline__ void d_out1_bwd_store(const out1_bwd_t &a, int c, float s1, float s2) {
+  const int cols = a.K * a.n;
   if (c < cols) {
-    int k = c / n, bad = 0;
-    float w = W[c], acc = 0.0f, bsum = 0.0f;
-    for (int b = 0; b < B; b++) {
-      float g = dY[(size_t)b * ldy + k];
-      float x = X[(size_t)b * ldx + c];
-      if (dW)
-        acc += x * g;
-      if (dX) {
-        float d = g * w;
-        if (below_act == SAC_ACT_RELU)
-          d = x > 0.0f ? d : 0.0f;
-        else if (below_act == SAC_ACT_TANH)
-          d *= 1.0f - x * x;
-        bsum += d;
-        bad |= !(fabsf(d) <= 65504.0f);
-        dX[(size_t)b * lddx + c] = d;
-      }
-    }
-    if (dW)
-      dW[c] = acc;
-    if (dbb)
-      dbb[c] = bsum;
-    if (ovf && bad)
-      *ovf = 1; /* every writer stores the same value */
-  } else if (db && c < cols + K) {
-    int k = c - cols;
-    float acc = 0.0f;
-    for (int b = 0; b < B; b++)
-      acc += dY[(size_t)b * ldy + k];
-    db[k] = acc;
+    if (a.dW)
+      a.dW[c] = s1;
+    if (a.dbb)
+      a.dbb[c] = s2;
+  } else if (c < cols + a.K && a.db) {
+    a.db[c - cols] = s1;
   }
 }
 
-/* d = d * act'(y) in place over (rows, cols); db = column sums when non-NULL. Block
- * (32, 16): 32 adjacent columns, 16 row lanes, then a fixed-order sum of the lanes.
- * fp16 (ovf non-NULL): flags a gradient that the next GEMMs could not take as an fp16
- * operand (|d| > 65504 or not finite), whatever cuBLAS would make of it. */
-__global__ void k_act_bwd_colsum(float *dY, const float *Y, int ldy, int rows, int cols, int act, float *db,
-                                 int *ovf) {
-  __shared__ float red[16][33];
-  int c = blockIdx.x * 32 + threadIdx.x;
-  float acc = 0.0f;
+__global__ void k_out1_bwd(out1_bwd_t a) {
+  __shared__ float red[2][8][33];
+  __shared__ int s_last;
+  const int tx = threadIdx.x, ty = threadIdx.y, cols = a.K * a.n, ext = cols + a.K;
+  const int c = blockIdx.x * 32 + tx, r0 = blockIdx.y * a.rpc, r1 = min(a.B, r0 + a.rpc);
+  const float *__restrict__ dY = a.dY;
+  const float *__restrict__ X = a.X;
+  float *__restrict__ dX = a.dX;
+  float s1 = 0.0f, s2 = 0.0f;
   int bad = 0;
   if (c < cols) {
-    for (int r = threadIdx.y; r < rows; r += 16) {
-      size_t i = (size_t)r * ldy + c;
+    const int k = c / a.n;
+    const float w = a.W[c];
+    for (int b = r0 + ty; b < r1; b += 8) {
+      const float g = dY[(size_t)b * a.ldy + k], x = X[(size_t)b * a.ldx + c];
+      s1 += x * g;
+      if (dX) {
+        float d = g * w;
+        if (a.below_act == SAC_ACT_RELU)
+          d = x > 0.0f ? d : 0.0f;
+        else if (a.below_act == SAC_ACT_TANH)
+          d *= 1.0f - x * x;
+        s2 += d;
+        bad |= !(fabsf(d) <= 65504.0f);
+        dX[(size_t)b * a.lddx + c] = d;
+      }
+    }
+  } else if (c < ext) {
+    for (int b = r0 + ty; b < r1; b += 8)
+      s1 += dY[(size_t)b * a.ldy + (c - cols)];
+  }
+  if (a.ovf && bad)
+    *a.ovf = 1; /* every writer stores the same value */
+  red[0][ty][tx] = s1, red[1][ty][tx] = s2;
+  __syncthreads();
+  if (ty == 0) {
+    s1 = s2 = 0.0f;
+    for (int y = 0; y < 8; y++)
+      s1 += red[0][y][tx], s2 += red[1][y][tx];
+  }
+  if (gridDim.y == 1) {
+    if (ty == 0)
+      d_out1_bwd_store(a, c, s1, s2);
+    return;
+  }
+  if (ty == 0 && c < ext) {
+    float *part = a.part + (size_t)blockIdx.y * 2 * ext;
+    part[c] = s1, part[ext + c] = s2;
+  }
+  /* this chunk's partials out to every block, then: is it the tile's last block? */
+  __threadfence();
+  __syncthreads();
+  if (tx == 0 && ty == 0)
+    s_last = atomicAdd(&a.ctr[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!s_last)
+    return;
+  __threadfence();
+  if (ty == 0 && c < ext) {
+    s1 = s2 = 0.0f;
+#pragma unroll 8
+    for (unsigned ch = 0; ch < gridDim.y; ch++) {
+      const float *part = a.part + (size_t)ch * 2 * ext;
+      s1 += __ldcg(part + c), s2 += __ldcg(part + ext + c);
+    }
+    d_out1_bwd_store(a, c, s1, s2);
+  }
+  if (tx == 0 && ty == 0)
+    a.ctr[blockIdx.x] = 0; /* for the next launch (the stream orders it before that one) */
+}
+
+/* d = d * act'(y) in place over (rows, cols); db = column sums when non-NULL. Grid (tiles
+ * of 32 columns, chunks of rpc rows), block (32, 8): each thread masks its column for the
+ * chunk's rows of its row lane; the column sums in a fixed order as k_out1_bwd's (rows
+ * ascending per lane, the 8 lanes, then the chunks by the tile's last block: counters
+ * ctr[tile], partials in part, cols floats a chunk). fp16 (ovf non-NULL): flags a
+ * gradient that the next GEMMs could not take as an fp16 operand (|d| > 65504 or not
+ * finite), whatever cuBLAS would make of it. */
+typedef struct {
+  float *dY;
+  const float *Y;
+  float *db, *part;
+  int *ovf;
+  unsigned int *ctr;
+  int ldy, rows, cols, act, rpc;
+} colsum_t;
+
+__global__ void k_act_bwd_colsum(colsum_t a) {
+  __shared__ float red[8][33];
+  __shared__ int s_last;
+  const int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+  const int r0 = blockIdx.y * a.rpc, r1 = min(a.rows, r0 + a.rpc);
+  float *__restrict__ dY = a.dY;
+  const float *__restrict__ Y = a.Y;
+  float acc = 0.0f;
+  int bad = 0;
+  if (c < a.cols) {
+    for (int r = r0 + ty; r < r1; r += 8) {
+      const size_t i = (size_t)r * a.ldy + c;
       float d = dY[i];
-      if (act == SAC_ACT_RELU) {
+      if (a.act == SAC_ACT_RELU) {
         d = Y[i] > 0.0f ? d : 0.0f;
         dY[i] = d;
-      } else if (act == SAC_ACT_TANH) {
-        float y = Y[i];
+      } else if (a.act == SAC_ACT_TANH) {
+        const float y = Y[i];
         d *= 1.0f - y * y;
         dY[i] = d;
       }
@@ -332,18 +441,41 @@ __global__ void k_act_bwd_colsum(float *dY, const float *Y, int ldy, int rows, i
       bad |= !(fabsf(d) <= 65504.0f);
     }
   }
-  if (ovf && bad)
-    *ovf = 1; /* every writer stores the same value */
-  if (!db)
-    return; /* uniform across the block */
-  red[threadIdx.y][threadIdx.x] = acc;
+  if (a.ovf && bad)
+    *a.ovf = 1; /* every writer stores the same value */
+  if (!a.db)
+    return; /* uniform across the grid */
+  red[ty][tx] = acc;
   __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float s = 0.0f;
-    for (int y = 0; y < 16; y++)
-      s += red[y][threadIdx.x];
-    db[c] = s;
+  if (ty == 0) {
+    acc = 0.0f;
+    for (int y = 0; y < 8; y++)
+      acc += red[y][tx];
   }
+  if (gridDim.y == 1) {
+    if (ty == 0 && c < a.cols)
+      a.db[c] = acc;
+    return;
+  }
+  if (ty == 0 && c < a.cols)
+    a.part[(size_t)blockIdx.y * a.cols + c] = acc;
+  __threadfence();
+  __syncthreads();
+  if (tx == 0 && ty == 0)
+    s_last = atomicAdd(&a.ctr[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!s_last)
+    return;
+  __threadfence();
+  if (ty == 0 && c < a.cols) {
+    acc = 0.0f;
+#pragma unroll 8
+    for (unsigned ch = 0; ch < gridDim.y; ch++)
+      acc += __ldcg(a.part + (size_t)ch * a.cols + c);
+    a.db[c] = acc;
+  }
+  if (tx == 0 && ty == 0)
+    a.ctr[blockIdx.x] = 0;
 }
 
 /* Input gradient of a shared-input ensemble layer, summed over the members:
@@ -506,14 +638,14 @@ __global__ void k_critic_target(int B, float gamma, const float *log_alpha, cons
   y[i] = r[i] + gamma * (1.0f - term[i]) * (qmin - alpha * logp_next[i]);
 }
 
-/* fixed-order block sum of two doubles (blockDim.x == THREADS) */
+/* fixed-order block sum of two doubles (blockDim.x a power of two, at most THREADS) */
 __device__ void block_sum2(double *a, double *b) {
   __shared__ double sa[THREADS], sb[THREADS];
   int t = threadIdx.x;
   sa[t] = *a;
   sb[t] = *b;
   __syncthreads();
-  for (int s = THREADS / 2; s > 0; s >>= 1) {
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
     if (t < s) {
       sa[t] += sa[t + s];
       sb[t] += sb[t + s];
@@ -524,7 +656,7 @@ __device__ void block_sum2(double *a, double *b) {
   *b = sb[0];
 }
 
-/* Loss kernels run as one block of THREADS (the batch is small); gradients are
+/* Loss kernels run as one block (the batch is small); gradients are
  * multiplied by the loss scale in fp16 mode (sc non-NULL). */
 __device__ void d_critic_loss(int B, const float *q, const float *y, const float *w, float *dq, float *td,
                               float *stats, const scaler_t *sc) {
@@ -608,18 +740,17 @@ __global__ void k_actor_alpha_loss(int B, float target_entropy, const float *log
 
 /* The critics' one-wide last layer and a head op on its q in one launch (q_head): one
  * warp per q[b, k], computed as k_out1_fwd does (the same per-warp order, so the same
- * bits), over as many blocks of THREADS as there are pairs for their warps; the last
- * block to finish (a counter, with fences either side, as k_adam) then runs the head op
- * as its own kernel would (one block of THREADS for the losses; the target row by row).
- * A single block for both once did the B x K dot products one warp at a time: its time
- * grew with the batch on one multiprocessor (tests/data/gpu_check_h200: 0.40 ms per
- * update at batch 256, 1.34 ms at 1024). fp32 arithmetic in every precision, as
- * k_out1_fwd; in fp16 the loss gradients carry the loss scale (sc). */
+ * bits), four warps a block (HEAD_THREADS): B K / 4 blocks, 128 at batch 256; the last
+ * block to finish (the call site's own counter, with fences either side) then runs the
+ * head op on all of q, its HEAD_THREADS threads each over B / HEAD_THREADS rows with a
+ * fixed-order tree for the sums (the target row by row). fp32 arithmetic in every
+ * precision, as k_out1_fwd; in fp16 the loss gradients carry the loss scale (sc). */
+#define HEAD_THREADS 128
 typedef struct {
   int then, B, K, n, ldx;
   const float *X, *W, *bias;
   float *q;
-  unsigned int *done; /* blocks finished (dev_state_t.head_done; 0 between launches) */
+  unsigned int *done; /* blocks finished (the call site's counter; 0 between launches) */
   float gamma, target_entropy;
   const float *log_alpha, *r, *term, *logp, *w;
   float *y, *dq, *dlogp, *td, *stats, *grad_alpha, *stats_alpha;
@@ -666,11 +797,14 @@ __global__ void k_out1_head(out1_head_t a) {
   }
 }
 
-/* The policy's output (policy_fwd) in one launch: one warp per row r of the 2B: the
- * actor's last layer P[r, j] = X[r] . W[:, j] + bias[j] (fp32 in every precision, a
- * lane-strided sum and a fixed shuffle tree), then lane 0 draws the row's noise as
- * k_normal2 does (element i of a half is normal i % 2 of Philox block i / 2 under the
- * half's tag) and runs the head as k_head_fwd. The copies run grid-stride over every
+/* The policy's output (policy_fwd) in one launch: one warp per row r of the 2B, four
+ * warps a block. The actor's last layer P[r, j] = X[r] . W[:, j] + bias[j] (fp32 in every
+ * precision): each lane sums its strided share of X[r] for 16 outputs at a time, then a
+ * fixed shuffle tree per output (the order of a lane-strided dot product per output);
+ * then lane c < A runs the head for action dimension c: its normal (element i of a half
+ * is normal i % 2 of Philox block i / 2 under the half's tag, as k_normal2), the
+ * squashed action and its log-probability term, the terms summed into logp[r] by lane 0
+ * in dimension order, as k_head_fwd sums them. The copies run grid-stride over every
  * thread afterwards. */
 typedef struct {
   int rows, A, H, ldx, lda, n_copy;
@@ -682,48 +816,77 @@ typedef struct {
   const unsigned long long *delta;
   sac_copy_t copy[SAC_MAX_COPIES];
 } policy_fwd_t;
+#define POLICY_FWD_THREADS 128
 
-__device__ void d_policy_row(const policy_fwd_t &p, int r) {
-  const int A = p.A, n2 = 2 * A, half = p.rows / 2;
-  const float *mu = p.P + (size_t)r * n2, *ls_raw = mu + A;
-  float *e = p.eps + (size_t)r * A;
+/* P[r, :] of the last layer, written by lane 0 (the warp's writes then visible to it) */
+__device__ void d_policy_layer_row(const policy_fwd_t &p, int r, int lane) {
+  const int n2 = 2 * p.A;
+  const float *x = p.X + (size_t)r * p.ldx;
+  for (int j0 = 0; j0 < n2; j0 += 16) {
+    float acc[16];
+#pragma unroll
+    for (int q = 0; q < 16; q++)
+      acc[q] = 0.0f;
+    const int nj = n2 - j0 < 16 ? n2 - j0 : 16;
+    for (int i = lane; i < p.H; i += 32) {
+      const float xi = x[i];
+      const float *w = p.W + (size_t)i * n2 + j0;
+#pragma unroll
+      for (int q = 0; q < 16; q++)
+        if (q < nj)
+          acc[q] += xi * w[q];
+    }
+#pragma unroll
+    for (int q = 0; q < 16; q++) {
+      float v = acc[q];
+      for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+      if (lane == 0 && q < nj)
+        p.P[(size_t)r * n2 + j0 + q] = v + (p.bias ? p.bias[j0 + q] : 0.0f);
+    }
+  }
+  __syncwarp(); /* lane 0's P visible to the warp */
+}
+
+/* the head of row r, lane c over dimensions c, c + 32, ...; logp[r] by lane 0 */
+__device__ void d_policy_head_row(const policy_fwd_t &p, int r, int lane) {
+  const int A = p.A, half = p.rows / 2;
+  const float *mu = p.P + (size_t)r * 2 * A, *ls_raw = mu + A;
   const uint32_t key[2] = {p.k0, p.k1}, tag = r < half ? p.tag0 : p.tag1;
   const uint64_t s = p.stream + (p.delta ? *p.delta : 0ull);
   const size_t first = (size_t)(r < half ? r : r - half) * A; /* the row's first element in its half */
-  float z0 = 0.0f, z1 = 0.0f, lp = 0.0f;
-  for (int c = 0; c < A; c++) {
-    const size_t i = first + c;
-    if (c == 0 || (i & 1) == 0)
+  float lp = 0.0f;
+  for (int c0 = 0; c0 < A; c0 += 32) {
+    const int c = c0 + lane;
+    float term = 0.0f;
+    if (c < A) {
+      const size_t i = first + c;
+      float z0, z1;
       sac_philox_normal2(key, (uint32_t)(i / 2), s, tag, &z0, &z1);
-    e[c] = (i & 1) ? z1 : z0;
+      const float e = (i & 1) ? z1 : z0;
+      p.eps[(size_t)r * A + c] = e;
+      const float ls = d_clamp(ls_raw[c], p.lsmin, p.lsmax);
+      const float u = mu[c] + expf(ls) * e;
+      p.a[(size_t)r * p.lda + c] = tanhf(u);
+      term = -0.5f * e * e - ls - HALF_LOG_2PI - 2.0f * (LOG2F_ - u - d_softplus(-2.0f * u));
+    }
+    for (int l = 0; l < 32 && c0 + l < A; l++) { /* in dimension order, as k_head_fwd */
+      const float t = __shfl_sync(0xffffffffu, term, l);
+      if (lane == 0)
+        lp += t;
+    }
   }
-  for (int c = 0; c < A; c++) {
-    float ls = d_clamp(ls_raw[c], p.lsmin, p.lsmax);
-    float u = mu[c] + expf(ls) * e[c];
-    p.a[(size_t)r * p.lda + c] = tanhf(u);
-    lp += -0.5f * e[c] * e[c] - ls - HALF_LOG_2PI - 2.0f * (LOG2F_ - u - d_softplus(-2.0f * u));
-  }
-  p.logp[r] = lp;
+  if (lane == 0)
+    p.logp[r] = lp;
 }
 
 __global__ void k_policy_fwd(policy_fwd_t p) {
   const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, nth = (size_t)gridDim.x * blockDim.x;
   const size_t warp = tid >> 5;
-  const int lane = threadIdx.x & 31, n2 = 2 * p.A;
+  const int lane = threadIdx.x & 31;
   if (warp < (size_t)p.rows) { /* whole warps */
-    const int r = (int)warp;
-    const float *x = p.X + (size_t)r * p.ldx;
-    for (int j = 0; j < n2; j++) {
-      float acc = 0.0f;
-      for (int i = lane; i < p.H; i += 32)
-        acc += x[i] * p.W[(size_t)i * n2 + j];
-      for (int o = 16; o > 0; o >>= 1)
-        acc += __shfl_down_sync(0xffffffffu, acc, o);
-      if (lane == 0)
-        p.P[(size_t)r * n2 + j] = acc + (p.bias ? p.bias[j] : 0.0f);
-    }
-    if (lane == 0) /* reads the P it wrote */
-      d_policy_row(p, r);
+    d_policy_layer_row(p, (int)warp, lane);
+    d_policy_head_row(p, (int)warp, lane);
   }
   for (int c = 0; c < p.n_copy; c++) {
     const sac_copy_t &cp = p.copy[c];
@@ -735,22 +898,26 @@ __global__ void k_policy_fwd(policy_fwd_t p) {
   }
 }
 
-/* The policy's backward through its output (policy_bwd) in one launch. Block (32, 8)
- * owns hidden columns i in [32 blockIdx.x, +32) of the last layer's input and walks every
- * row in chunks of PB_ROWS: the chunk's head gradient dP (as k_head_bwd) into shared
- * memory, recomputed by each block; then dW[i, j] += X[b, i] dP[b, j] over the chunk's
- * rows (thread (x, y) owns the j = y mod 8), dX[b, i] = sum_j dP[b, j] W[i, j] with the
- * layer below's activation backward applied, and that layer's bias sum; block 0 also
- * writes dP and sums db. Every sum in a fixed order (rows ascending, j ascending, the 8
- * row lanes of the bias sum in order). fp32 in every precision; ovf (fp16) flags a dX the
- * layer below's fp16 matmuls could not take. Shared memory: (PB_ROWS + 33) 2A floats. */
-#define PB_ROWS 32
+/* The policy's backward through its output (policy_bwd) in one launch. Grid (tiles of 32
+ * hidden columns i of the last layer's input, chunks of PB_ROWS rows), block (32, 8):
+ * each block computes its chunk's head gradient dP (as k_head_bwd) into shared memory
+ * (the tile-0 blocks also write it out and sum its columns for db); then for its columns
+ * the chunk's share of dW[i, j] = sum_b X[b, i] dP[b, j] (thread (x, y) owns the j = y
+ * mod 8), dX[b, i] = sum_j dP[b, j] W[i, j] with the layer below's activation backward
+ * applied, and that layer's bias sum. The last block of each tile to finish (its own
+ * counter) adds the chunks' partials in chunk order. Every sum in a fixed order (rows
+ * ascending, j ascending, the 8 row lanes in order, the chunks in order). fp32 in every
+ * precision; ovf (fp16) flags a dX the layer below's fp16 matmuls could not take. Shared
+ * memory: PB_ROWS 2A floats. */
+#define PB_ROWS 16
 typedef struct {
   int B, A, H, ldx, lda, ldda, below_act;
   float lsmin, lsmax;
   const float *P, *eps, *a, *da, *dlogp, *X, *W;
   float *dP, *dW, *db, *dX, *dbb;
   int *ovf;
+  float *part;       /* per chunk: dW (H 2A), dbb (H), db (2A) */
+  unsigned int *ctr; /* per tile */
 } policy_bwd_t;
 
 __device__ void d_policy_bwd_chunk(const policy_bwd_t &p, float *dPs, int r0, int nr) {
@@ -769,34 +936,40 @@ __device__ void d_policy_bwd_chunk(const policy_bwd_t &p, float *dPs, int r0, in
 }
 
 __global__ void k_policy_bwd(policy_bwd_t p) {
-  extern __shared__ float sm[];
+  extern __shared__ float dPs[];
   __shared__ float red[8][33];
+  __shared__ int s_last;
   const int n2 = 2 * p.A, tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx;
-  const int i = blockIdx.x * 32 + tx;
-  float *dPs = sm, *accW = sm + PB_ROWS * n2, *accB = accW + 32 * n2;
-  for (int k = t; k < 33 * n2; k += 256)
-    accW[k] = 0.0f; /* and accB */
+  const int i = blockIdx.x * 32 + tx, r0 = blockIdx.y * PB_ROWS;
+  const int nr = p.B - r0 < PB_ROWS ? p.B - r0 : PB_ROWS, one = gridDim.y == 1;
+  const size_t per = (size_t)p.H * n2 + p.H + n2;
+  float *part = p.part + (size_t)blockIdx.y * per;
+  d_policy_bwd_chunk(p, dPs, r0, nr);
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    for (int k = t; k < nr * n2; k += 256)
+      p.dP[(size_t)r0 * n2 + k] = dPs[k];
+    for (int j = t; j < n2; j += 256) {
+      float acc = 0.0f;
+      for (int rr = 0; rr < nr; rr++)
+        acc += dPs[rr * n2 + j];
+      if (!one)
+        part[(size_t)p.H * n2 + p.H + j] = acc;
+      else if (p.db)
+        p.db[j] = acc;
+    }
+  }
   float bsum = 0.0f;
   int bad = 0;
-  for (int r0 = 0; r0 < p.B; r0 += PB_ROWS) {
-    const int nr = p.B - r0 < PB_ROWS ? p.B - r0 : PB_ROWS;
-    __syncthreads(); /* the accumulators zeroed; the previous chunk's dPs read */
-    d_policy_bwd_chunk(p, dPs, r0, nr);
-    __syncthreads();
-    if (blockIdx.x == 0) {
-      for (int k = t; k < nr * n2; k += 256)
-        p.dP[(size_t)r0 * n2 + k] = dPs[k];
-      for (int j = t; j < n2; j += 256)
-        for (int rr = 0; rr < nr; rr++)
-          accB[j] += dPs[rr * n2 + j];
-    }
-    if (i >= p.H)
-      continue;
+  if (i < p.H) {
     for (int j = ty; j < n2; j += 8) {
-      float acc = accW[j * 32 + tx];
+      float acc = 0.0f;
       for (int rr = 0; rr < nr; rr++)
         acc += p.X[(size_t)(r0 + rr) * p.ldx + i] * dPs[rr * n2 + j];
-      accW[j * 32 + tx] = acc;
+      if (!one)
+        part[(size_t)i * n2 + j] = acc;
+      else if (p.dW)
+        p.dW[(size_t)i * n2 + j] = acc;
     }
     for (int rr = ty; rr < nr; rr += 8) {
       const size_t b = (size_t)r0 + rr;
@@ -813,22 +986,60 @@ __global__ void k_policy_bwd(policy_bwd_t p) {
       bad |= !(fabsf(d) <= 65504.0f);
     }
   }
-  if (i < p.H && p.dW)
-    for (int j = ty; j < n2; j += 8)
-      p.dW[(size_t)i * n2 + j] = accW[j * 32 + tx];
-  if (blockIdx.x == 0 && p.db)
-    for (int j = t; j < n2; j += 256)
-      p.db[j] = accB[j];
   if (p.ovf && bad)
     *p.ovf = 1;
   red[ty][tx] = bsum;
   __syncthreads();
-  if (ty == 0 && i < p.H && p.dbb) {
+  if (ty == 0 && i < p.H) {
     float sum = 0.0f;
     for (int y = 0; y < 8; y++)
       sum += red[y][tx];
-    p.dbb[i] = sum;
+    if (!one)
+      part[(size_t)p.H * n2 + i] = sum;
+    else if (p.dbb)
+      p.dbb[i] = sum;
   }
+  if (one)
+    return;
+  __threadfence();
+  __syncthreads();
+  if (t == 0)
+    s_last = atomicAdd(&p.ctr[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!s_last)
+    return;
+  __threadfence();
+  /* this tile's columns, the chunks in order */
+  const int i0 = blockIdx.x * 32, ncol = p.H - i0 < 32 ? p.H - i0 : 32;
+  for (int k = t; k < ncol * n2; k += 256) {
+    const size_t o = (size_t)i0 * n2 + k;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (unsigned ch = 0; ch < gridDim.y; ch++)
+      acc += __ldcg(p.part + ch * per + o);
+    if (p.dW)
+      p.dW[o] = acc;
+  }
+  for (int k = t; k < ncol; k += 256) {
+    const size_t o = (size_t)p.H * n2 + i0 + k;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (unsigned ch = 0; ch < gridDim.y; ch++)
+      acc += __ldcg(p.part + ch * per + o);
+    if (p.dbb)
+      p.dbb[i0 + k] = acc;
+  }
+  if (blockIdx.x == 0)
+    for (int j = t; j < n2; j += 256) {
+      const size_t o = (size_t)p.H * n2 + p.H + j;
+      float acc = 0.0f;
+      for (unsigned ch = 0; ch < gridDim.y; ch++)
+        acc += __ldcg(p.part + ch * per + o);
+      if (p.db)
+        p.db[j] = acc;
+    }
+  if (t == 0)
+    p.ctr[blockIdx.x] = 0;
 }
 
 /* flags[block] = some g in this block's share is inf or NaN */
@@ -997,7 +1208,23 @@ __global__ void k_set_u64(unsigned long long *p, unsigned long long v) { *p = v;
  * gradients, and back (nonzero after the reduction: some rank overflowed). */
 __global__ void k_ovf_export(const int *ovf, float *dst) { *dst = *ovf ? 1.0f : 0.0f; }
 __global__ void k_ovf_import(int *ovf, const float *src) { *ovf = *src != 0.0f; }
-__global__ void k_inc_u64(unsigned long long *p) { *p += 1ull; }
+__global__ void k_add_u64(unsigned long long *p, unsigned long long v) { *p += v; }
+
+/* Holds the stream until the host writes go[0] (timing_begin with hold): the ops enqueued
+ * behind it then run back to back from the queue. Gives up after max_ns (go[1] = 1), so a
+ * host that blocks on a full launch queue cannot hang the device. */
+__global__ void k_hold(volatile int *go, unsigned long long max_ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (go[0] == 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > max_ns) {
+      go[1] = 1;
+      return;
+    }
+    __nanosleep(1000);
+  }
+}
 
 typedef struct {
   float *dst[STAGE_MAX];
@@ -1386,6 +1613,112 @@ static int cu_sync(sac_backend_t *be) {
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* call sites: completion counters and partial sums of their own (site_t)                  */
+
+/* The site of (kind, key, sub) with at least n_ctr counters and n_scr floats of scratch:
+ * found, or made on first use (host bookkeeping only: the pools are allocated with the
+ * backend, so this never allocates and works during a capture). When the pools run out
+ * (thousands of sites: many learners on one backend) they start again from the front
+ * with a warning: sites may then share, which stays correct while their kernels run one
+ * after another in the stream (each leaves its counters at 0), as every update does.
+ * NULL only when one site needs more than a whole pool (the caller then needs none). */
+static const site_t *site_get(cu_t *im, int kind, const void *key, int sub, int n_ctr, size_t n_scr) {
+  for (int i = 0; i < im->n_sites; i++) {
+    const site_t *t = &im->sites[i];
+    if (t->kind == kind && t->key == key && t->sub == sub && t->n_ctr >= n_ctr && t->n_scr >= n_scr)
+      return t;
+  }
+  if (n_ctr > CTR_POOL || n_scr > SCRATCH_FLOATS)
+    return NULL;
+  n_scr = (n_scr + 63) & ~(size_t)63; /* 256-byte aligned regions */
+  if (im->n_sites == MAX_SITES || im->ctr_used + n_ctr > CTR_POOL || im->scr_used + n_scr > SCRATCH_FLOATS) {
+    if (!im->sites_wrapped++)
+      SAC_WARN("cuda", "%d call sites: their counters and scratch are reused from the start", im->n_sites);
+    im->n_sites = 0, im->ctr_used = 0, im->scr_used = 0;
+  }
+  site_t *t = &im->sites[im->n_sites++];
+  t->kind = kind, t->key = key, t->sub = sub;
+  t->ctr = im->ds->ctr + im->ctr_used, t->n_ctr = n_ctr;
+  t->scr = im->scratch + im->scr_used, t->n_scr = n_scr;
+  im->ctr_used += n_ctr, im->scr_used += n_scr;
+  return t;
+}
+
+/* Every counter back to 0, in order on the stream (a memset: no kernel, not counted). */
+static int zero_counters(cu_t *im) {
+  if (!im->ctr_used && !im->sites_wrapped)
+    return 0;
+  const size_t n = im->sites_wrapped ? CTR_POOL : (size_t)im->ctr_used;
+  return CK(im, cudaMemsetAsync(im->ds->ctr, 0, n * sizeof(unsigned int), im->stream));
+}
+
+#define MAX_CHUNKS 65535 /* gridDim.y */
+
+/* Rows per chunk of a column-tiled reduction over `rows` (k_out1_bwd, k_act_bwd_colsum):
+ * 16 (two per row lane), more where the partials of all chunks would not fit the scratch
+ * pool; and the site holding them (NULL: one chunk, no partials). A function of the shape
+ * alone, so the sums' order, and their bits, are the same on every GPU. */
+static const site_t *chunking(cu_t *im, int kind, const void *key, int rows, size_t floats_per_chunk,
+                              int tiles, int *rpc, int *chunks) {
+  int r = 16;
+  while (((size_t)((rows + r - 1) / r) * floats_per_chunk > SCRATCH_FLOATS / 4 ||
+          (rows + r - 1) / r > MAX_CHUNKS) &&
+         r < rows)
+    r *= 2;
+  *rpc = r, *chunks = (rows + r - 1) / r;
+  if (*chunks <= 1) {
+    *rpc = rows > 0 ? rows : 1, *chunks = 1;
+    return NULL;
+  }
+  const site_t *t = site_get(im, kind, key, 0, tiles, (size_t)*chunks * floats_per_chunk);
+  if (!t)
+    *rpc = rows, *chunks = 1;
+  return t;
+}
+
+/* k_act_bwd_colsum over (rows, cols) at dY: the activation backward in place, db the
+ * column sums (NULL: none), ovf the fp16 flag (NULL: none). */
+static void act_bwd_colsum(cu_t *im, float *dY, const float *Y, int ldy, int rows, int cols, int act,
+                           float *db, int *ovf) {
+  colsum_t a;
+  memset(&a, 0, sizeof a);
+  a.dY = dY, a.Y = Y, a.db = db, a.ovf = ovf, a.ldy = ldy, a.rows = rows, a.cols = cols, a.act = act;
+  const int tiles = (cols + 31) / 32;
+  int chunks;
+  const site_t *t = db ? chunking(im, SITE_COLSUM, dY, rows, (size_t)cols, tiles, &a.rpc, &chunks) : NULL;
+  if (!db) { /* the mask alone: as many chunks as a reduction would have, no partials */
+    for (a.rpc = 16; (rows + a.rpc - 1) / a.rpc > MAX_CHUNKS;)
+      a.rpc *= 2;
+    chunks = (rows + a.rpc - 1) / a.rpc;
+  }
+  if (t)
+    a.part = t->scr, a.ctr = t->ctr;
+  dim3 block(32, 8), grid((unsigned)tiles, (unsigned)(chunks > 0 ? chunks : 1));
+  k_act_bwd_colsum<<<grid, block, 0, im->stream>>>(a);
+  LAUNCHED(im, "k_act_bwd_colsum");
+}
+
+/* k_out1_bwd: the critics' one-wide last layer's backward (with the layer below's
+ * activation backward where below_act >= 0), dbb that layer's bias gradient. */
+static void out1_bwd(cu_t *im, const sac_linear_t *L, const float *dY, int ldy, float *dW, float *db,
+                     float *dX, int lddx, int below_act, float *dbb, int *ovf) {
+  out1_bwd_t a;
+  memset(&a, 0, sizeof a);
+  a.dY = dY, a.X = L->seg[0].p, a.W = L->W, a.dW = dW, a.db = db, a.dX = dX, a.dbb = dbb, a.ovf = ovf;
+  a.ldy = ldy, a.ldx = L->seg[0].ld, a.lddx = dX ? lddx : 0, a.B = L->B, a.K = L->K, a.n = L->n_in;
+  a.below_act = below_act;
+  const int ext = L->K * L->n_in + L->K, tiles = (ext + 31) / 32;
+  const void *key = dX ? (const void *)dX : dW ? (const void *)dW : (const void *)db;
+  int chunks;
+  const site_t *t = chunking(im, SITE_OUT1_BWD, key, L->B, 2 * (size_t)ext, tiles, &a.rpc, &chunks);
+  if (t)
+    a.part = t->scr, a.ctr = t->ctr;
+  dim3 block(32, 8), grid((unsigned)tiles, (unsigned)chunks);
+  k_out1_bwd<<<grid, block, 0, im->stream>>>(a);
+  LAUNCHED(im, "k_out1_bwd");
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* ops: compute                                                                           */
 
 /* The twin critics' last layer: one output column per member, read from its own block of
@@ -1455,11 +1788,7 @@ static void cu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, c
     float *dx = dX ? dX[0] : NULL;
     if (!dW && !db && !dx)
       return;
-    unsigned threads = (unsigned)(K * L->n_in + K);
-    k_out1_bwd<<<(threads + THREADS - 1) / THREADS, THREADS, 0, im->stream>>>(
-        dY, ldy, L->seg[0].p, L->seg[0].ld, L->W, dW, db, dx, dx ? ldx[0] : 0, L->B, K, L->n_in, -1, NULL,
-        NULL);
-    LAUNCHED(im, "k_out1_bwd");
+    out1_bwd(im, L, dY, ldy, dW, db, dx, dx ? ldx[0] : 0, -1, NULL, NULL);
     return;
   }
   if (L->shared && !dW && !db && L->act != SAC_ACT_NONE && dX && (dX[0] || (L->n_seg > 1 && dX[1]))) {
@@ -1473,12 +1802,8 @@ static void cu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, c
     LAUNCHED(im, "k_dx_shared_act");
     return;
   }
-  if (L->act != SAC_ACT_NONE || db || fp16) {
-    dim3 block(32, 16), grid((unsigned)((width + 31) / 32));
-    k_act_bwd_colsum<<<grid, block, 0, im->stream>>>(dY, Y, ldy, L->B, width, (int)L->act, db,
-                                                     fp16 ? &im->ds->overflow : NULL);
-    LAUNCHED(im, "k_act_bwd_colsum");
-  }
+  if (L->act != SAC_ACT_NONE || db || fp16)
+    act_bwd_colsum(im, dY, Y, ldy, L->B, width, (int)L->act, db, fp16 ? &im->ds->overflow : NULL);
   gemm_t g;
   memset(&g, 0, sizeof g);
   g.batch = K;
@@ -1613,21 +1938,23 @@ static void cu_adam_guarded(sac_backend_t *be, float *p, const float *g, float *
   const int *flags = NULL;
   int *ovf = NULL;
   scaler_t *sc = NULL;
+  /* the call site's counter, and its inf/NaN flags (ints in its scratch) */
+  const site_t *site = site_get(im, SITE_ADAM, p, 0, 1, NFLAG);
   if (im->prec == PREC_FP16) {
     /* the same grid checks first, so a skipped step touches nothing */
-    k_nonfinite<<<blocks, THREADS, 0, im->stream>>>(g, n, im->ds->flags);
+    k_nonfinite<<<blocks, THREADS, 0, im->stream>>>(g, n, (int *)site->scr);
     LAUNCHED(im, "k_nonfinite");
-    flags = im->ds->flags;
+    flags = (const int *)site->scr;
     ovf = &im->ds->overflow;
     sc = &im->ds->scaler;
   }
-  k_adam<<<blocks, THREADS, 0, im->stream>>>(p, g, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, t, &im->ds->done,
-                                             flags, (int)blocks, ovf, sc, guard, guard_mask);
+  k_adam<<<blocks, THREADS, 0, im->stream>>>(p, g, m, v, n, hp->lr, hp->beta1, hp->beta2, hp->eps, t,
+                                             site->ctr, flags, (int)blocks, ovf, sc, guard, guard_mask);
   LAUNCHED(im, "k_adam");
 }
 
-static void cu_adam(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n, const sac_adam_hp_t *hp,
-                    float *t) {
+static void cu_adam(sac_backend_t *be, float *p, const float *g, float *m, float *v, size_t n,
+                    const sac_adam_hp_t *hp, float *t) {
   cu_adam_guarded(be, p, g, m, v, n, hp, t, NULL, 0u);
 }
 
@@ -1675,7 +2002,8 @@ static void cu_adam_polyak(sac_backend_t *be, const sac_adam_group_t *g, int n_g
     if (src == g[j].p && n_polyak == g[j].n)
       a.pgroup = j;
   size_t total = a.off[n_groups] + (a.pgroup < 0 ? n_polyak : 0);
-  k_adam_polyak<<<grid_for(total, NFLAG), THREADS, 0, im->stream>>>(a, &im->ds->done);
+  const site_t *site = site_get(im, SITE_ADAM, g[0].p, n_groups, 1, 0);
+  k_adam_polyak<<<grid_for(total, NFLAG), THREADS, 0, im->stream>>>(a, site->ctr);
   LAUNCHED(im, "k_adam_polyak");
 }
 
@@ -1701,9 +2029,9 @@ static void cu_q_head(sac_backend_t *be, const sac_linear_t *L, float *q, const 
   k.y = a->y, k.dq = a->dq, k.dlogp = a->dlogp, k.td = a->td, k.stats = a->stats;
   k.grad_alpha = a->grad_alpha, k.stats_alpha = a->stats_alpha;
   k.sc = loss_scaler(im);
-  k.done = &im->ds->head_done;
-  const unsigned pairs = (unsigned)(L->B * L->K), warps = THREADS / 32;
-  k_out1_head<<<(pairs + warps - 1) / warps, THREADS, 0, im->stream>>>(k);
+  k.done = site_get(im, SITE_OUT1_HEAD, q, a->then, 1, 0)->ctr;
+  const unsigned pairs = (unsigned)(L->B * L->K), warps = HEAD_THREADS / 32;
+  k_out1_head<<<(pairs + warps - 1) / warps, HEAD_THREADS, 0, im->stream>>>(k);
   LAUNCHED(im, "k_out1_head");
 }
 
@@ -1724,7 +2052,8 @@ static void cu_policy_fwd(sac_backend_t *be, const sac_linear_t *L, float *P, co
   for (int c = 0; c < a->n_copy; c++)
     k.copy[c] = a->copy[c];
   size_t threads = (size_t)h->B * 32;
-  k_policy_fwd<<<(unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, im->stream>>>(k);
+  k_policy_fwd<<<(unsigned)((threads + POLICY_FWD_THREADS - 1) / POLICY_FWD_THREADS), POLICY_FWD_THREADS, 0,
+                 im->stream>>>(k);
   LAUNCHED(im, "k_policy_fwd");
 }
 
@@ -1737,11 +2066,8 @@ static void cu_linear_bwd_act(sac_backend_t *be, const sac_linear_t *L, float *d
   cu_t *im = IM(be);
   assert(!L->shared && L->n_seg == 1 && dX && ldx == L->seg[0].ld);
   if (is_out1(L)) {
-    unsigned threads = (unsigned)(L->K * L->n_in + L->K);
-    k_out1_bwd<<<(threads + THREADS - 1) / THREADS, THREADS, 0, im->stream>>>(
-        dY, ldy, L->seg[0].p, L->seg[0].ld, L->W, dW, db, dX, ldx, L->B, L->K, L->n_in, (int)below->act,
-        below->db, im->prec == PREC_FP16 ? &im->ds->overflow : NULL);
-    LAUNCHED(im, "k_out1_bwd");
+    out1_bwd(im, L, dY, ldy, dW, db, dX, ldx, (int)below->act, below->db,
+             im->prec == PREC_FP16 ? &im->ds->overflow : NULL);
     return;
   }
   float *dxs[2] = {dX, NULL};
@@ -1774,9 +2100,22 @@ static void cu_policy_bwd(sac_backend_t *be, const sac_head_hp_t *h, const float
   k.P = P, k.eps = eps, k.a = a, k.da = da, k.dlogp = dlogp, k.X = L->seg[0].p, k.W = L->W;
   k.dP = dP, k.dW = dW, k.db = db, k.dX = dX, k.dbb = below->db;
   k.ovf = im->prec == PREC_FP16 ? &im->ds->overflow : NULL;
-  size_t smem = sizeof(float) * (size_t)(PB_ROWS + 33) * 2 * (size_t)h->A;
-  dim3 block(32, 8);
-  k_policy_bwd<<<(unsigned)((L->n_in + 31) / 32), block, smem, im->stream>>>(k);
+  const int tiles = (L->n_in + 31) / 32, n2 = 2 * h->A;
+  int chunks = (h->B + PB_ROWS - 1) / PB_ROWS;
+  const size_t per = (size_t)L->n_in * n2 + L->n_in + n2;
+  const site_t *t = chunks > 1 && chunks <= MAX_CHUNKS
+                        ? site_get(im, SITE_POLICY_BWD, dX, 0, tiles, (size_t)chunks * per)
+                        : NULL;
+  if (!t && chunks > 1) { /* partials past the pool (or the grid): the ops it stands for */
+    cu_head_bwd(be, h, P, eps, a, lda, da, ldda, dlogp, dP);
+    cu_linear_bwd_act(be, L, dP, P, n2, dW, db, dX, ldx, below);
+    return;
+  }
+  if (t)
+    k.part = t->scr, k.ctr = t->ctr;
+  size_t smem = sizeof(float) * (size_t)PB_ROWS * n2;
+  dim3 block(32, 8), grid((unsigned)tiles, (unsigned)chunks);
+  k_policy_bwd<<<grid, block, smem, im->stream>>>(k);
   LAUNCHED(im, "k_policy_bwd");
 }
 
@@ -1798,6 +2137,87 @@ static void cu_update_end(sac_backend_t *be) {
     return;
   k_scaler_update<<<1, 1, 0, im->stream>>>(&im->ds->scaler);
   LAUNCHED(im, "k_scaler_update");
+}
+
+/* Eager updates zero the counters first; a graph's are zeroed before every launch
+ * (cu_graph_launch), outside the graph. */
+static void cu_update_begin(sac_backend_t *be) {
+  cu_t *im = IM(be);
+  if (im->capturing < 0)
+    zero_counters(im);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* timing: CUDA events, the stream optionally held                                        */
+
+static int cu_timing_begin(sac_backend_t *be, int hold) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  if (im->err)
+    return im->err;
+  if (!im->marks) { /* the first profile: SAC_BACKEND_MAX_MARKS events, kept until destroy */
+    im->marks = (cudaEvent_t *)calloc(SAC_BACKEND_MAX_MARKS, sizeof(cudaEvent_t));
+    if (!im->marks)
+      return SAC_ENOMEM;
+    for (int i = 0; i < SAC_BACKEND_MAX_MARKS; i++)
+      if (CKN(im, cudaEventCreate(&im->marks[i])))
+        return SAC_EBACKEND;
+  }
+  if (hold && !im->hold_host) {
+    if (CKN(im, cudaHostAlloc((void **)&im->hold_host, 2 * sizeof(int), cudaHostAllocMapped)) ||
+        CKN(im, cudaHostGetDevicePointer((void **)&im->hold_dev, im->hold_host, 0))) {
+      im->hold_host = NULL;
+      return SAC_EBACKEND;
+    }
+  }
+  im->n_marks = 0;
+  im->timing = hold ? 2 : 1;
+  if (hold) {
+    ((volatile int *)im->hold_host)[0] = 0;
+    ((volatile int *)im->hold_host)[1] = 0;
+    k_hold<<<1, 1, 0, im->stream>>>(im->hold_dev, 1000000000ull); /* a second at most */
+    if (CK(im, cudaGetLastError()))                               /* not counted: not an op's launch */
+      return SAC_EBACKEND;
+  }
+  return 0;
+}
+
+static int cu_timing_mark(sac_backend_t *be, int i) {
+  cu_t *im = IM(be);
+  if (!im->timing || im->capturing >= 0)
+    return SAC_ESTATE;
+  if (i < 0 || i >= SAC_BACKEND_MAX_MARKS)
+    return SAC_EINVAL;
+  if (CK(im, cudaEventRecord(im->marks[i], im->stream)))
+    return SAC_EBACKEND;
+  if (i >= im->n_marks)
+    im->n_marks = i + 1;
+  return 0;
+}
+
+static int cu_timing_end(sac_backend_t *be, int n, double *seconds) {
+  cu_t *im = IM(be);
+  if (!im->timing)
+    return SAC_ESTATE;
+  const int held = im->timing == 2;
+  im->timing = 0;
+  if (held) {
+    __atomic_store_n(&im->hold_host[0], 1, __ATOMIC_SEQ_CST); /* the stream goes on */
+  }
+  if (CK(im, cudaStreamSynchronize(im->stream)))
+    return SAC_EBACKEND;
+  if (held && ((volatile int *)im->hold_host)[1])
+    return SAC_ETIMEOUT;
+  if (n < 0 || n > im->n_marks)
+    return SAC_EINVAL;
+  for (int i = 0; i < n; i++) {
+    float ms = 0.0f;
+    if (CK(im, cudaEventElapsedTime(&ms, im->marks[0], im->marks[i])))
+      return SAC_EBACKEND;
+    seconds[i] = (double)ms * 1e-3;
+  }
+  return im->err;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -1830,14 +2250,15 @@ static int cu_graph_begin(sac_backend_t *be, int id, uint64_t stream) {
   return 0;
 }
 
-static int cu_graph_end(sac_backend_t *be, int id) {
+static int cu_graph_end(sac_backend_t *be, int id, uint64_t steps) {
   cu_t *im = IM(be);
   if (im->capturing != id)
     return SAC_ESTATE;
-  /* the graph's last node advances its noise offset, so consecutive steps need no
-   * host write before the next launch */
-  k_inc_u64<<<1, 1, 0, im->stream>>>(&im->ds->delta[id]);
-  LAUNCHED(im, "k_inc_u64");
+  /* the graph's last node advances its noise offset by the steps it recorded, so
+   * consecutive launches need no host write before the next one */
+  k_add_u64<<<1, 1, 0, im->stream>>>(&im->ds->delta[id], (unsigned long long)steps);
+  LAUNCHED(im, "k_add_u64");
+  im->graph_steps[id] = steps;
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   int failed = CKN(im, cudaStreamEndCapture(im->stream, &graph)) != 0 || !graph || im->err != 0;
@@ -1879,9 +2300,10 @@ static int cu_graph_launch(sac_backend_t *be, int id, uint64_t stream) {
     if (LAUNCHED(im, "k_set_u64"))
       return SAC_EBACKEND;
   }
-  if (CK(im, cudaGraphLaunch(im->exec[id], im->stream)))
+  /* every call site's counter from 0, whatever an earlier launch left */
+  if (zero_counters(im) || CK(im, cudaGraphLaunch(im->exec[id], im->stream)))
     return SAC_EBACKEND;
-  im->host_delta[id] = delta + 1;
+  im->host_delta[id] = delta + im->graph_steps[id];
   im->delta_known[id] = 1;
   im->graph_launches++;
   return 0;
@@ -1920,19 +2342,23 @@ static int slot_grow(cu_t *im, stage_slot_t *s, size_t need) {
   return 0;
 }
 
-static int cu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) {
-  cu_t *im = IM(be);
-  if (im->capturing >= 0)
-    return SAC_ESTATE;
+/* The current slot, opened for a new commit if it is not (its pinned buffer is free once
+ * its last host->device copy is done). 0 or SAC_EBACKEND. */
+static int slot_open(cu_t *im, stage_slot_t **out) {
   stage_slot_t *s = &im->slot[im->cur];
   if (!s->open) {
-    /* the pinned buffer is free once its last host->device copy is done */
     if (CK(im, cudaEventSynchronize(s->h2d_done)))
       return SAC_EBACKEND;
-    s->used = 0, s->n = 0, s->open = 1;
+    s->used = 0, s->n = 0, s->open = 1, s->copied = 0;
   }
+  *out = s;
+  return 0;
+}
+
+/* A new part of n floats for dst in slot s: its index, or a negative code. */
+static int slot_part(cu_t *im, stage_slot_t *s, float *dst, size_t n, int in_place) {
   if (s->n == STAGE_MAX) {
-    SAC_ERROR("cuda", "more than %d staged parts in one batch", STAGE_MAX);
+    SAC_ERROR("cuda", "more than %d staged parts in one commit", STAGE_MAX);
     return SAC_EINVAL;
   }
   size_t off = s->used, padded = (n + 63) & ~(size_t)63; /* parts stay 256-byte aligned */
@@ -1941,11 +2367,57 @@ static int cu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) {
     if (rc)
       return rc;
   }
-  memcpy(s->host + off, src, n * sizeof(float));
-  s->dst[s->n] = dst, s->off[s->n] = off, s->len[s->n] = n;
-  s->n++;
+  s->dst[s->n] = dst, s->off[s->n] = off, s->len[s->n] = n, s->in_place[s->n] = in_place;
   s->used = off + padded;
+  return s->n++;
+}
+
+static int cu_stage(sac_backend_t *be, float *dst, const float *src, size_t n) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  stage_slot_t *s;
+  int rc = slot_open(im, &s);
+  if (rc)
+    return rc;
+  int i = slot_part(im, s, dst, n, 0);
+  if (i < 0)
+    return i;
+  memcpy(s->host + s->off[i], src, n * sizeof(float));
+  s->copied = 1;
   return 0;
+}
+
+/* In place (issue 34): the pinned memory of dst's part in the current slot, which the
+ * commit copies to the device with the rest of the slot (one copy). Asked again for the
+ * same dst before the commit, the same part. A part that makes the slot grow moves the
+ * slot (slot_grow copies what it holds), so pointers handed out before it go stale:
+ * callers reserve first (cu_stage_reserve, sac_batch_slots_at). NULL on failure (logged). */
+/* Room in the current slot for a commit of `parts` parts of n floats in all. */
+static int cu_stage_reserve(sac_backend_t *be, size_t n, int parts) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return SAC_ESTATE;
+  stage_slot_t *s;
+  int rc = slot_open(im, &s);
+  if (rc)
+    return rc;
+  const size_t need = n + (size_t)(parts > 0 ? parts : 0) * 64; /* each part padded to 64 floats */
+  return need > s->cap ? slot_grow(im, s, need) : 0;
+}
+
+static float *cu_stage_at(sac_backend_t *be, float *dst, size_t n) {
+  cu_t *im = IM(be);
+  if (im->capturing >= 0)
+    return NULL;
+  stage_slot_t *s;
+  if (slot_open(im, &s))
+    return NULL;
+  for (int i = 0; i < s->n; i++)
+    if (s->dst[i] == dst && s->in_place[i] && s->len[i] == n)
+      return s->host + s->off[i];
+  int i = slot_part(im, s, dst, n, 1);
+  return i < 0 ? NULL : s->host + s->off[i];
 }
 
 static int cu_stage_commit(sac_backend_t *be) {
@@ -1974,6 +2446,8 @@ static int cu_stage_commit(sac_backend_t *be) {
   k_scatter<<<grid, THREADS, 0, im->stream>>>(sc);
   if (LAUNCHED(im, "k_scatter") || CK(im, cudaEventRecord(s->consumed, im->stream)))
     return SAC_EBACKEND;
+  im->batches++;
+  im->host_copies += s->copied ? 2 : 1;
   s->open = 0;
   im->cur ^= 1;
   return 0;
@@ -2101,6 +2575,20 @@ static int cu_set_option(sac_backend_t *be, const char *key, const char *value) 
     im->growth_interval = (int)v;
     return write_scaler(im, &sc);
   }
+  if (!strcmp(key, "poison_counters")) { /* tests: every call site's counter set to v */
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (*end || v < 0 || v > 1000000L)
+      return SAC_EINVAL;
+    static unsigned int h[CTR_POOL];
+    for (int i = 0; i < CTR_POOL; i++)
+      h[i] = (unsigned int)v;
+    im->blocking++;
+    if (CK(im, cudaMemcpyAsync(im->ds->ctr, h, sizeof h, cudaMemcpyHostToDevice, im->stream)) ||
+        CK(im, cudaStreamSynchronize(im->stream)))
+      return SAC_EBACKEND;
+    return 0;
+  }
   if (!strcmp(key, "loss_scale_good")) { /* the growth counter, restored from a checkpoint */
     char *end;
     long v = strtol(value, &end, 10);
@@ -2144,6 +2632,12 @@ static int cu_get_metric(sac_backend_t *be, const char *key, double *out) {
     return *out = (double)im->epi_fb_launch, 0;
   if (!strcmp(key, "matmul_plans"))
     return *out = (double)im->n_plans, 0;
+  if (!strcmp(key, "staged_batches"))
+    return *out = (double)im->batches, 0;
+  if (!strcmp(key, "host_copies"))
+    return *out = (double)im->host_copies, 0;
+  if (!strcmp(key, "call_sites"))
+    return *out = (double)im->n_sites, 0;
   if (!strcmp(key, "precision"))
     return *out = (double)im->prec, 0;
   if (!strcmp(key, "device_used_bytes") || !strcmp(key, "device_total_bytes")) {
@@ -2203,6 +2697,14 @@ static void cu_destroy(sac_backend_t *be) {
       if (im->fetch_done[i])
         CKN(im, cudaEventDestroy(im->fetch_done[i]));
     }
+    if (im->marks) {
+      for (int i = 0; i < SAC_BACKEND_MAX_MARKS; i++)
+        if (im->marks[i])
+          CKN(im, cudaEventDestroy(im->marks[i]));
+      free(im->marks);
+    }
+    if (im->hold_host)
+      CKN(im, cudaFreeHost(im->hold_host));
     for (int i = 0; i < 2; i++) {
       stage_slot_t *s = &im->slot[i];
       if (s->host)
@@ -2254,7 +2756,8 @@ static const sac_backend_ops_t k_cuda_ops = {
     .graph_launch = cu_graph_launch,
     .stage = cu_stage,
     .stage_commit = cu_stage_commit,
-    .stage_at = nullptr, // staged through the pinned double buffers (stage)
+    .stage_at = cu_stage_at,
+    .stage_reserve = cu_stage_reserve,
     .set_option = cu_set_option,
     .get_metric = cu_get_metric,
     .overflow_export = cu_overflow_export,
@@ -2269,22 +2772,44 @@ static const sac_backend_ops_t k_cuda_ops = {
     .policy_fwd = cu_policy_fwd,
     .linear_bwd_act = cu_linear_bwd_act,
     .policy_bwd = cu_policy_bwd,
+    .update_begin = cu_update_begin,
+    .timing_begin = cu_timing_begin,
+    .timing_mark = cu_timing_mark,
+    .timing_end = cu_timing_end,
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a
  * first launch may happen while a graph is being captured (the graph's last node). */
 static int preload_kernels(cu_t *im) {
-  const void *fns[] = {
-      (const void *)k_bias_act,      (const void *)k_act_bwd_colsum, (const void *)k_dx_shared,
-      (const void *)k_normal,        (const void *)k_head_fwd,       (const void *)k_head_bwd,
-      (const void *)k_critic_target, (const void *)k_critic_loss,    (const void *)k_actor_loss,
-      (const void *)k_alpha_loss,    (const void *)k_nonfinite,      (const void *)k_adam,
-      (const void *)k_polyak,        (const void *)k_scaler_update,  (const void *)k_set_u64,
-      (const void *)k_inc_u64,       (const void *)k_scatter,        (const void *)k_ovf_export,
-      (const void *)k_ovf_import,    (const void *)k_adam_polyak,    (const void *)k_actor_alpha_loss,
-      (const void *)k_normal2,       (const void *)k_out1_fwd,       (const void *)k_out1_bwd,
-      (const void *)k_out1_head,     (const void *)k_policy_fwd,     (const void *)k_policy_bwd,
-      (const void *)k_dx_shared_act};
+  const void *fns[] = {(const void *)k_bias_act,
+                       (const void *)k_act_bwd_colsum,
+                       (const void *)k_dx_shared,
+                       (const void *)k_normal,
+                       (const void *)k_head_fwd,
+                       (const void *)k_head_bwd,
+                       (const void *)k_critic_target,
+                       (const void *)k_critic_loss,
+                       (const void *)k_actor_loss,
+                       (const void *)k_alpha_loss,
+                       (const void *)k_nonfinite,
+                       (const void *)k_adam,
+                       (const void *)k_polyak,
+                       (const void *)k_scaler_update,
+                       (const void *)k_set_u64,
+                       (const void *)k_add_u64,
+                       (const void *)k_scatter,
+                       (const void *)k_ovf_export,
+                       (const void *)k_ovf_import,
+                       (const void *)k_adam_polyak,
+                       (const void *)k_actor_alpha_loss,
+                       (const void *)k_normal2,
+                       (const void *)k_out1_fwd,
+                       (const void *)k_out1_bwd,
+                       (const void *)k_out1_head,
+                       (const void *)k_policy_fwd,
+                       (const void *)k_policy_bwd,
+                       (const void *)k_dx_shared_act,
+                       (const void *)k_hold};
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
     cudaFuncAttributes attr;
     if (CKN(im, cudaFuncGetAttributes(&attr, fns[i])))
@@ -2326,19 +2851,22 @@ extern "C" int sac_backend_cuda_new(int device, sac_backend_t **out) {
     goto err;
   cudaRuntimeGetVersion(&rt);
   cudaDriverGetVersion(&drv);
-  SAC_INFO("cuda", "device %d: %s, sm_%d%d, %d SMs, %.1f GiB; runtime %d, driver %d, cuBLASLt %zu", device, prop.name,
-           prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, rt, drv,
-           cublasLtGetVersion());
+  SAC_INFO("cuda", "device %d: %s, sm_%d%d, %d SMs, %.1f GiB; runtime %d, driver %d, cuBLASLt %zu", device,
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0,
+           rt, drv, cublasLtGetVersion());
   if (CKN(im, cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) ||
-      CKN(im, cudaStreamCreateWithFlags(&im->copy, cudaStreamNonBlocking)) || CKLN(im, cublasLtCreate(&im->lt)) ||
-      preload_kernels(im))
+      CKN(im, cudaStreamCreateWithFlags(&im->copy, cudaStreamNonBlocking)) ||
+      CKLN(im, cublasLtCreate(&im->lt)) || preload_kernels(im))
     goto err;
   im->plans = (plan_t *)calloc(MAX_PLANS, sizeof(plan_t));
   if (!im->plans) {
     rc = SAC_ENOMEM;
     goto err;
   }
-  if ((rc = dev_alloc(im, WORKSPACE_BYTES, &im->ws)) != 0 || (rc = dev_alloc(im, sizeof(dev_state_t), (void **)&im->ds)))
+  im->sms = prop.multiProcessorCount;
+  if ((rc = dev_alloc(im, WORKSPACE_BYTES, &im->ws)) != 0 ||
+      (rc = dev_alloc(im, sizeof(dev_state_t), (void **)&im->ds)) != 0 ||
+      (rc = dev_alloc(im, SCRATCH_FLOATS * sizeof(float), (void **)&im->scratch)) != 0)
     goto err;
   rc = SAC_EBACKEND;
   for (int i = 0; i < 2; i++)

@@ -50,6 +50,15 @@ typedef struct {
 /* fetch slots of the backend (backend.h): two each, used alternately */
 enum { SLOT_TD = 0, SLOT_STATS = 2, SLOT_ACTOR = 4 };
 #define SAC_MAX_SPANS (4 * SAC_MLP_MAX_LAYERS + 1)
+/* graph ids (backend.h): 0 and 1 one update of each phase; 2 and 3 the updates of one
+ * launch (sac_set_updates_per_launch), starting at phase 0 or at another phase */
+enum { GRAPH_K = 2, N_GRAPHS = 4 };
+
+/* One batch the updates read: [obs; next_obs] back to back, action, reward,
+ * terminated, importance weights. Set j is the batch of update j of a launch. */
+typedef struct {
+  float *obs2, *action, *reward, *terminated, *weights;
+} batch_set_t;
 
 struct sac {
   sac_hparams_t hp;
@@ -92,6 +101,11 @@ struct sac {
                           * right after the padded log alpha block (params + n_dev), so log alpha,
                           * its padding and the statistics are one range fetched as one copy */
   sac_batch_t batch;
+  /* updates per launch (sac_set_updates_per_launch): set j is batch j of a launch; the
+   * current one is in obs2, batch and td (use_set) */
+  int upl, cur;
+  batch_set_t sets[SAC_MAX_UPDATES_PER_LAUNCH];
+  float *td_all;             /* (upl B): batch j's TD errors at j B */
   sac_head_hp_t head, head2; /* B and 2B rows */
   uint32_t key[2];
   uint64_t step;
@@ -99,15 +113,37 @@ struct sac {
   double prof_t;
   /* graph capture (backends with graph_launch), per phase: 1 = the update that also
    * steps the actor (step % policy_delay == 0), 0 = critic only */
-  int eager_runs[2];    /* eager updates so far (capture waits for two: lazy initialisation) */
-  int graph_ok[2];      /* a graph of this phase is captured and launchable */
-  int unfused;          /* 1: the unfused ops (sac_set_unfused; tests, kernel counts) */
-  sac_grad_hook_t hook; /* data-parallel gradient averaging (NULL: none) */
+  int eager_runs[2];      /* eager updates so far (capture waits for two: lazy initialisation) */
+  int graph_ok[N_GRAPHS]; /* graph id is captured and launchable */
+  uint64_t k_phase[2];    /* the step % policy_delay a launch graph (GRAPH_K + i) starts at */
+  int unfused;            /* 1: the unfused ops (sac_set_unfused; tests, kernel counts) */
+  sac_grad_hook_t hook;   /* data-parallel gradient averaging (NULL: none) */
   void *hook_user;
   int guard; /* 1: refuse to apply a step whose loss is not finite (sac_set_loss_guard) */
 };
 
 static double g_discard;
+
+static size_t stats_block(const sac_t *s);
+/* The host copies of the fetch slots where the backend has no fetch, sized for upl
+ * batches of TD errors. 0 or SAC_ENOMEM (the old ones kept). */
+static int fb_alloc(sac_t *s) {
+  size_t fb = 0, off[SAC_BACKEND_FETCH_SLOTS];
+  for (int i = 0; i < SAC_BACKEND_FETCH_SLOTS; i++) {
+    off[i] = fb;
+    fb += i < SLOT_STATS       ? (size_t)s->upl * s->hp.batch
+          : i < SLOT_ACTOR     ? stats_block(s)
+          : i < SLOT_ACTOR + 2 ? s->al.len
+                               : 0;
+  }
+  float *p = calloc(fb, sizeof(float));
+  if (!p)
+    return SAC_ENOMEM;
+  free(s->fb_host);
+  s->fb_host = p;
+  memcpy(s->fb_off, off, sizeof off);
+  return 0;
+}
 
 /* Profile: charge the time since the last lap to *acc (only when a profile is attached). */
 static void lap(sac_t *s, double *acc) {
@@ -144,6 +180,7 @@ static float *critic_params(const sac_t *s) { return s->params + s->off_critic; 
 static float *log_alpha(const sac_t *s) { return s->params + s->off_alpha; }
 /* log alpha, its padding and the statistics: one range of params */
 static size_t stats_block(const sac_t *s) { return s->n_dev - s->off_alpha + STATS_FLOATS; }
+
 static void stats_from(const sac_t *s, const float *blk, sac_stats_t *out);
 
 static size_t align_up(size_t n) { return (n + SAC_BLOCK_ALIGN - 1) / SAC_BLOCK_ALIGN * SAC_BLOCK_ALIGN; }
@@ -495,15 +532,8 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   ALLOC(s->m, s->n_dev);
   ALLOC(s->v, s->n_dev);
   ALLOC(s->target, s->cl.len);
-  {
-    size_t fb = 0;
-    for (int i = 0; i < SAC_BACKEND_FETCH_SLOTS; i++) {
-      s->fb_off[i] = fb;
-      fb += i < SLOT_STATS ? (size_t)B : i < SLOT_ACTOR ? stats_block(s) : i < SLOT_ACTOR + 2 ? s->al.len : 0;
-    }
-    s->fb_host = calloc(fb, sizeof(float));
-  }
-  if (!(s->host = calloc(s->n_dev, sizeof(float))) || !s->fb_host) {
+  s->upl = 1;
+  if (!(s->host = calloc(s->n_dev, sizeof(float))) || fb_alloc(s) != 0) {
     rc = SAC_ENOMEM;
     goto err;
   }
@@ -536,7 +566,8 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   ALLOC(s->logp2, (size_t)2 * B);
   ALLOC(s->dlogp, B);
   ALLOC(s->y, B);
-  ALLOC(s->td, B);
+  ALLOC(s->td_all, B);
+  s->td = s->td_all;
   ALLOC(s->q, (size_t)B * 2);
   ALLOC(s->qt, (size_t)B * 2);
   ALLOC(s->dq, (size_t)B * 2);
@@ -547,6 +578,9 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
 #undef ALLOC
   s->batch.obs = s->obs2;
   s->batch.next_obs = s->obs2 + (size_t)B * O;
+  s->upl = 1;
+  s->sets[0] =
+      (batch_set_t){s->obs2, s->batch.action, s->batch.reward, s->batch.terminated, s->batch.weights};
 
   /* initial values, built on the host once; the buffer also gives the B importance
    * weights their initial 1s, so it holds max(n_params, B) floats */
@@ -591,11 +625,43 @@ err:
   return rc;
 }
 
+static void drop_graphs(sac_t *s) {
+  for (int i = 0; i < N_GRAPHS; i++)
+    s->graph_ok[i] = 0;
+}
+
+/* Makes batch set j the one the ops read (obs2, batch, td). Host pointers only: a graph
+ * records the set that was current while it was captured. */
+static void use_set(sac_t *s, int j) {
+  const size_t B = (size_t)s->hp.batch, O = (size_t)s->hp.obs_dim;
+  const batch_set_t *b = &s->sets[j];
+  s->cur = j;
+  s->obs2 = b->obs2;
+  s->batch = (sac_batch_t){b->obs2, b->action, b->reward, b->terminated, b->obs2 + B * O, b->weights};
+  s->td = s->td_all + (size_t)j * B;
+}
+
+/* Frees batch sets [from, upl) (set 0 is sac_new's, freed with the rest). */
+static void free_sets(sac_t *s, int from) {
+  for (int j = from; j < s->upl; j++) {
+    float **p[5] = {&s->sets[j].obs2, &s->sets[j].action, &s->sets[j].reward, &s->sets[j].terminated,
+                    &s->sets[j].weights};
+    for (int i = 0; i < 5; i++)
+      if (*p[i]) {
+        s->be->ops->free(s->be, *p[i]);
+        *p[i] = NULL;
+      }
+  }
+}
+
 void sac_destroy(sac_t **sp) {
   sac_t *s = *sp;
   if (!s)
     return;
   sac_backend_t *be = s->be;
+  free_sets(s, 1);
+  if (s->sets[0].obs2) /* sac_new got that far */
+    use_set(s, 0);
   float **bufs[] = {&s->params,
                     &s->grads,
                     &s->m,
@@ -614,7 +680,7 @@ void sac_destroy(sac_t **sp) {
                     &s->logp2,
                     &s->dlogp,
                     &s->y,
-                    &s->td,
+                    &s->td_all,
                     &s->q,
                     &s->qt,
                     &s->dq,
@@ -647,7 +713,7 @@ void sac_set_profile(sac_t *s, sac_profile_t *prof) { s->prof = prof; }
 void sac_get_noise_key(const sac_t *s, uint32_t key[2]) { key[0] = s->key[0], key[1] = s->key[1]; }
 void sac_set_noise_key(sac_t *s, const uint32_t key[2]) {
   s->key[0] = key[0], s->key[1] = key[1];
-  s->graph_ok[0] = s->graph_ok[1] = 0; /* a captured update holds the old key: capture again */
+  drop_graphs(s); /* a captured update holds the old key: capture again */
 }
 size_t sac_param_count(const sac_t *s) { return s->n_params; }
 size_t sac_grad_capacity(const sac_t *s) { return s->n_dev; }
@@ -829,19 +895,19 @@ int sac_swap_backend(sac_t *s, sac_backend_t *be) {
   if (be->impl != s->be->impl)
     return SAC_EINVAL;
   s->be = be;
-  s->graph_ok[0] = s->graph_ok[1] = 0;
+  drop_graphs(s);
   return 0;
 }
 
 void sac_set_unfused(sac_t *s, int unfused) {
   s->unfused = unfused;
-  s->graph_ok[0] = s->graph_ok[1] = 0;
+  drop_graphs(s);
 }
 
 void sac_set_grad_hook(sac_t *s, sac_grad_hook_t fn, void *user) {
   s->hook = fn;
   s->hook_user = user;
-  s->graph_ok[0] = s->graph_ok[1] = 0;
+  drop_graphs(s);
 }
 
 /* The hook on the critics' gradients, or on the actor's (and log alpha's). */
@@ -861,7 +927,7 @@ static int grad_hook(sac_t *s, int phase) {
 
 void sac_set_loss_guard(sac_t *s, int on) {
   s->guard = on ? 1 : 0;
-  s->graph_ok[0] = s->graph_ok[1] = 0;
+  drop_graphs(s);
 }
 
 /* The loss guard's masks over the statistics: the critic step needs a finite critic loss
@@ -917,6 +983,8 @@ static int update_ops(sac_t *s) {
 
   if (s->prof)
     s->prof_t = sac_clock_s();
+  if (ops->update_begin)
+    ops->update_begin(s->be);
   int rc;
   sac_forward_policy(s);
   sac_compute_critic_grads(s);
@@ -960,17 +1028,25 @@ static int update_ops(sac_t *s) {
   return 0;
 }
 
+/* Updates may be recorded as graphs: a backend that can, and nothing that runs on the
+ * host between the ops (profile, gradient hook, the unfused ops' host-side guard). */
+static int graphable(const sac_t *s) {
+  /* the guard of the fused tails runs on the backend: capturable; the unfused ops' is not */
+  return s->be->ops->graph_launch && !s->prof && !s->hook && !(s->guard && !fused_tail(s));
+}
+
 /* After two eager updates of a phase, a backend that can (graph_launch) records the
  * whole update once as a graph and replays it; the noise stream follows the step through
- * graph_launch. The eager path stays for profiling and wherever capture is refused. */
+ * graph_launch. The eager path stays for profiling and wherever capture is refused. The
+ * graphs read batch set 0: an update on another set runs eagerly (sac_update_launch
+ * records those in its own graph). */
 int sac_update(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int g = s->step % (uint64_t)s->hp.policy_delay == 0;
-  /* the guard of the fused tails runs on the backend: capturable; the unfused ops' is not */
-  if (ops->graph_launch && !s->prof && !s->hook && !(s->guard && !fused_tail(s)) && s->eager_runs[g] >= 2) {
+  if (graphable(s) && s->cur == 0 && s->eager_runs[g] >= 2) {
     if (!s->graph_ok[g] && ops->graph_begin(s->be, g, s->step) == 0) {
       update_ops(s); /* no hook, no host-side guard: cannot fail */
-      s->graph_ok[g] = ops->graph_end(s->be, g) == 0;
+      s->graph_ok[g] = ops->graph_end(s->be, g, 1) == 0;
     }
     if (s->graph_ok[g]) {
       if (ops->graph_launch(s->be, g, s->step) == 0) {
@@ -989,6 +1065,119 @@ int sac_update(sac_t *s) {
   return 0;
 }
 
+int sac_set_updates_per_launch(sac_t *s, int k) {
+  if (k < 1 || k > SAC_MAX_UPDATES_PER_LAUNCH)
+    return SAC_EINVAL;
+  const sac_backend_ops_t *ops = s->be->ops;
+  const size_t B = (size_t)s->hp.batch, O = (size_t)s->hp.obs_dim, A = (size_t)s->hp.act_dim;
+  use_set(s, 0);
+  drop_graphs(s);
+  float *td = NULL, *ones = NULL;
+  int rc = ops->alloc(s->be, (size_t)k * B, &td);
+  if (rc == 0 && !(ones = malloc(B * sizeof(float))))
+    rc = SAC_ENOMEM;
+  for (size_t i = 0; rc == 0 && i < B; i++)
+    ones[i] = 1.0f;
+  if (rc) {
+    if (td)
+      ops->free(s->be, td);
+    return rc;
+  }
+  const int old = s->upl;
+  free_sets(s, k); /* a smaller k: the sets past it */
+  for (int j = old; rc == 0 && j < k; j++) {
+    batch_set_t *b = &s->sets[j];
+    s->upl = j + 1; /* free_sets frees what is made so far */
+    if ((rc = ops->alloc(s->be, 2 * B * O, &b->obs2)) == 0 &&
+        (rc = ops->alloc(s->be, B * A, &b->action)) == 0 && (rc = ops->alloc(s->be, B, &b->reward)) == 0 &&
+        (rc = ops->alloc(s->be, B, &b->terminated)) == 0 && (rc = ops->alloc(s->be, B, &b->weights)) == 0)
+      rc = ops->upload(s->be, b->weights, ones, B);
+  }
+  free(ones);
+  if (rc) {
+    free_sets(s, old < k ? old : k);
+    s->upl = old < k ? old : k;
+    if (td)
+      ops->free(s->be, td);
+    return rc;
+  }
+  s->upl = k;
+  ops->free(s->be, s->td_all);
+  s->td_all = td;
+  use_set(s, 0);
+  return fb_alloc(s);
+}
+
+int sac_updates_per_launch(const sac_t *s) { return s->upl; }
+
+int sac_load_batches(sac_t *s, const sac_host_batch_t *b, int n) {
+  if (n < 1 || n > s->upl)
+    return SAC_EINVAL;
+  const sac_backend_ops_t *ops = s->be->ops;
+  const size_t B = (size_t)s->hp.batch, O = (size_t)s->hp.obs_dim, A = (size_t)s->hp.act_dim;
+  const int use_stage = ops->stage && ops->stage_commit;
+  int rc = 0;
+  for (int j = 0; j < n && rc == 0; j++) {
+    const batch_set_t *d = &s->sets[j];
+    float *dst[6] = {d->obs2, d->obs2 + B * O, d->action, d->reward, d->terminated, d->weights};
+    const float *src[6] = {b[j].obs, b[j].next_obs, b[j].action, b[j].reward, b[j].terminated, b[j].weights};
+    const size_t len[6] = {B * O, B * O, B * A, B, B, B};
+    for (int i = 0; i < 6 && rc == 0; i++)
+      if (src[i])
+        rc = use_stage ? ops->stage(s->be, dst[i], src[i], len[i])
+                       : ops->upload(s->be, dst[i], src[i], len[i]);
+  }
+  if (rc == 0 && use_stage)
+    rc = ops->stage_commit(s->be);
+  return rc;
+}
+
+/* The phases of a launch's updates repeat from launch to launch (K a multiple of the
+ * policy delay), each phase has run eagerly twice, and the launch graph of this start
+ * phase is the one captured (else capture it). 1: launch it. */
+static int launch_graph_ready(sac_t *s, int *id) {
+  const uint64_t delay = (uint64_t)s->hp.policy_delay, phase = s->step % delay;
+  if (!graphable(s) || (uint64_t)s->upl % delay != 0 || s->eager_runs[1] < 2 ||
+      (delay > 1 && s->eager_runs[0] < 2))
+    return 0;
+  *id = GRAPH_K + (phase != 0);
+  if (s->graph_ok[*id] && s->k_phase[*id - GRAPH_K] == phase)
+    return 1;
+  const sac_backend_ops_t *ops = s->be->ops;
+  if (ops->graph_begin(s->be, *id, s->step) != 0)
+    return 0;
+  const uint64_t step0 = s->step;
+  for (int j = 0; j < s->upl; j++, s->step++) { /* each update records its own step's noise */
+    use_set(s, j);
+    update_ops(s); /* no hook, no host-side guard: cannot fail */
+  }
+  s->step = step0;
+  use_set(s, 0);
+  s->graph_ok[*id] = ops->graph_end(s->be, *id, (uint64_t)s->upl) == 0;
+  s->k_phase[*id - GRAPH_K] = phase;
+  return s->graph_ok[*id];
+}
+
+int sac_update_launch(sac_t *s) {
+  if (s->upl == 1)
+    return sac_update(s);
+  int id;
+  if (launch_graph_ready(s, &id)) {
+    if (s->be->ops->graph_launch(s->be, id, s->step) == 0) {
+      s->step += (uint64_t)s->upl;
+      return 0;
+    }
+    s->graph_ok[id] = 0;
+  }
+  int rc = 0;
+  for (int j = 0; j < s->upl && rc == 0; j++) { /* set 0 by its graphs, the others eagerly */
+    use_set(s, j);
+    rc = sac_update(s);
+  }
+  use_set(s, 0);
+  return rc;
+}
+
 int sac_stats(sac_t *s, sac_stats_t *out) {
   int rc = s->be->ops->download(s->be, s->host, log_alpha(s), stats_block(s));
   if (rc == 0)
@@ -997,7 +1186,7 @@ int sac_stats(sac_t *s, sac_stats_t *out) {
 }
 
 int sac_td_errors(sac_t *s, float *out) {
-  return s->be->ops->download(s->be, out, s->td, (size_t)s->hp.batch);
+  return s->be->ops->download(s->be, out, s->td_all, (size_t)s->upl * s->hp.batch);
 }
 
 /* A copy of n floats of src into backend fetch slot `slot`, collected later; without
@@ -1020,13 +1209,13 @@ static int collect_slot(sac_t *s, int slot, float *out, size_t n) {
 int sac_td_errors_fetch(sac_t *s, int slot) {
   if (slot < 0 || slot > 1)
     return SAC_EINVAL;
-  return fetch_slot(s, SLOT_TD + slot, s->td, (size_t)s->hp.batch);
+  return fetch_slot(s, SLOT_TD + slot, s->td_all, (size_t)s->upl * s->hp.batch);
 }
 
 int sac_td_errors_collect(sac_t *s, int slot, float *out) {
   if (slot < 0 || slot > 1)
     return SAC_EINVAL;
-  return collect_slot(s, SLOT_TD + slot, out, (size_t)s->hp.batch);
+  return collect_slot(s, SLOT_TD + slot, out, (size_t)s->upl * s->hp.batch);
 }
 
 /* The statistics from the range [log alpha, padding, stats] (stats_block floats). */
@@ -1091,20 +1280,37 @@ int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged) {
   return rc;
 }
 
-int sac_batch_slots(sac_t *s, int weights, sac_batch_slots_t *out) {
+int sac_batch_slots_at(sac_t *s, int j, int weights, sac_batch_slots_t *out) {
   const sac_backend_ops_t *ops = s->be->ops;
   const size_t B = (size_t)s->hp.batch, O = (size_t)s->hp.obs_dim, A = (size_t)s->hp.act_dim;
-  sac_batch_t *d = &s->batch;
   *out = (sac_batch_slots_t){0};
+  if (j < 0 || j >= s->upl)
+    return SAC_EINVAL;
   if (!ops->stage_at)
     return SAC_EUNSUPPORTED;
-  *out = (sac_batch_slots_t){.obs = ops->stage_at(s->be, d->obs, B * O),
-                             .next_obs = ops->stage_at(s->be, d->next_obs, B * O),
+  const batch_set_t *d = &s->sets[j];
+  /* room for every batch of the launch first: no part asked for later moves this one */
+  int rc = ops->stage_reserve
+               ? ops->stage_reserve(s->be, (size_t)s->upl * (2 * B * O + B * A + 3 * B), 6 * s->upl)
+               : 0;
+  if (rc)
+    return rc;
+  *out = (sac_batch_slots_t){.obs = ops->stage_at(s->be, d->obs2, B * O),
+                             .next_obs = ops->stage_at(s->be, d->obs2 + B * O, B * O),
                              .action = ops->stage_at(s->be, d->action, B * A),
                              .reward = ops->stage_at(s->be, d->reward, B),
                              .terminated = ops->stage_at(s->be, d->terminated, B),
                              .weights = weights ? ops->stage_at(s->be, d->weights, B) : NULL};
+  if (!out->obs || !out->next_obs || !out->action || !out->reward || !out->terminated ||
+      (weights && !out->weights)) {
+    *out = (sac_batch_slots_t){0};
+    return SAC_EBACKEND;
+  }
   return 0;
+}
+
+int sac_batch_slots(sac_t *s, int weights, sac_batch_slots_t *out) {
+  return sac_batch_slots_at(s, 0, weights, out);
 }
 
 int sac_batch_commit(sac_t *s) {

@@ -128,10 +128,11 @@ int sac_stats_collect(sac_t *s, int slot, sac_stats_t *out);
 /* 1 when the critic, actor and alpha losses of st are finite (the learner's verdict on
  * an update, one update late). */
 int sac_stats_finite(const sac_stats_t *st);
-/* |min(q1, q2) - y| of the last critic step, (B) floats, for priority updates. Waits
- * for every op enqueued so far. */
+/* |min(q1, q2) - y| of the last critic step on each batch, (K B) floats with K =
+ * sac_updates_per_launch (batch j's at j B; K is 1 unless set), for priority updates.
+ * Waits for every op enqueued so far. */
 int sac_td_errors(sac_t *s, float *out);
-/* The same, one update late, without a synchronisation per update (issue 16):
+/* The same (K B floats), one update late, without a synchronisation per update (issue 16):
  * sac_td_errors_fetch, right after sac_update, enqueues a copy of that update's values
  * into slot (0 or 1); sac_td_errors_collect waits for that copy only (not for the
  * updates enqueued after it) and hands the values out. Use the two slots alternately:
@@ -150,17 +151,42 @@ typedef struct {
  * overlaps the update already enqueued; a backend without staging uploads. staged 0:
  * plain uploads (kept to show the two give identical results). 0 or a backend error. */
 int sac_load_batch(sac_t *s, const sac_host_batch_t *b, int staged);
-/* The batch in place (a backend with stage_at: cpu, null): where the next batch is written
- * so that no copy follows (the learner's replay client copies each reply there straight
- * from the message). obs, next_obs, action, reward, terminated as sac_host_batch_t's;
- * weights only when `weights` (prioritised replay), else NULL (the current ones are
- * kept). Write them whole, then sac_batch_commit makes them the batch the next update
- * reads. 0, or SAC_EUNSUPPORTED (no stage_at: the cuda backend; use sac_load_batch). */
+/* The batch in place (a backend with stage_at: cpu, cuda, null): where the next batch is
+ * written so that no copy follows (the learner's replay client copies each reply there
+ * straight from the message; on cuda that is the pinned memory the one host-to-device
+ * copy of the commit reads). obs, next_obs, action, reward, terminated as
+ * sac_host_batch_t's; weights only when `weights` (prioritised replay), else NULL (the
+ * current ones are kept). Ask before writing each batch (the cuda backend alternates
+ * between two buffers), write them whole, then sac_batch_commit makes them the batch
+ * the next update reads. sac_batch_slots_at: batch j of the next launch (0 <= j <
+ * sac_updates_per_launch; sac_batch_slots is j = 0); one commit after all of them.
+ * 0, SAC_EINVAL (j), SAC_EBACKEND (the backend could not hand out its memory), or
+ * SAC_EUNSUPPORTED (no stage_at; use sac_load_batch). */
 typedef struct {
   float *obs, *next_obs, *action, *reward, *terminated, *weights;
 } sac_batch_slots_t;
 int sac_batch_slots(sac_t *s, int weights, sac_batch_slots_t *out);
+int sac_batch_slots_at(sac_t *s, int j, int weights, sac_batch_slots_t *out);
 int sac_batch_commit(sac_t *s);
+
+/* Several updates per launch (issue 33): K updates, each on its own batch, recorded as
+ * one graph where the backend has graphs (one launch for K updates, so the host work per
+ * update no longer bounds the rate), their K batches staged by one commit (one
+ * host-to-device copy on cuda). The same results, bit for bit, as K sac_update calls on
+ * the same batches (tests/test_sac.c, test_backend_cuda.c).
+ * sac_set_updates_per_launch: setup time; allocates K - 1 more batches (their weights 1).
+ * 0, SAC_EINVAL (K outside [1, SAC_MAX_UPDATES_PER_LAUNCH]) or SAC_ENOMEM (K unchanged).
+ * sac_load_batches: batches b[0..n) as the batches 0..n-1 of the next launch, staged and
+ * committed once (n <= K; a batch not loaded keeps what it held). 0 or a backend error.
+ * sac_update_launch: K updates, update j on batch j, the step counter advanced by K. With
+ * K = 1 it is sac_update. One graph for the K updates needs K to be a multiple of
+ * policy_delay; else they run as K updates (graphs for batch 0 only). Errors as
+ * sac_update's (the updates after a failed one are not run). */
+#define SAC_MAX_UPDATES_PER_LAUNCH 16
+int sac_set_updates_per_launch(sac_t *s, int k);
+int sac_updates_per_launch(const sac_t *s);
+int sac_load_batches(sac_t *s, const sac_host_batch_t *b, int n);
+int sac_update_launch(sac_t *s);
 
 /* Flat parameter layout: [actor | critics | log alpha]. */
 size_t sac_param_count(const sac_t *s);

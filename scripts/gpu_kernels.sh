@@ -8,7 +8,9 @@
 #                                     path already set: scripts/gpu_check.sh runs it so)
 #
 # Prints, per batch size, a table: kernel, launches, total us, us per launch, share.
-# Needs ncu on the PATH (or in /usr/local/cuda/bin). Exit status 0 when both profiles ran.
+# Needs ncu on the PATH (or in /usr/local/cuda/bin); optional: the per-op table of
+# sac-bench-learner --op_profile (CUDA events, no ncu) is the check's own, and nothing in
+# scripts/gpu_check.sh's verdict reads this one. Exit status 0 when both profiles ran.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 out=${1:-${OUT:-/tmp}}
@@ -27,7 +29,10 @@ st=0
 for batch in 256 1024; do
   csv="$out/kernels_b$batch.csv"
   # 30 warmup updates of 27 launches; profile the launches of updates 20..21 (54)
-  timeout 240 ncu --metrics gpu__time_duration.sum --launch-skip 540 --launch-count 54 --csv --print-units base \
+  # the card's own clocks and caches as a run sees them (ncu would otherwise lock the clocks
+  # to base and flush the caches before every kernel)
+  timeout 240 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum \
+    --launch-skip 540 --launch-count 54 --csv --print-units base \
     "$bin/sac-bench-learner" --backend cuda --peer false --preset cheetah --batch "$batch" --precision bf16 \
     --graphs false --profile false --runs 1 --warmup 30 --updates 60 >"$csv" 2>"$out/ncu_b$batch.err" || st=1
   echo "== cheetah, batch $batch, bf16, eager: kernel time of two updates (ncu gpu__time_duration)"

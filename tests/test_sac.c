@@ -769,13 +769,14 @@ static void check_one_update(sac_t *s, fixture_t *f, const state_t *a, const sta
   free(pa), free(pb), free(ta), free(gc), free(ga);
 }
 
-static void check_whole_updates(int O, int A, int B, int threads, int n_updates) {
+static void check_whole_updates_h(int O, int A, int H, int B, int threads, int n_updates) {
   fixture_t f;
   memset(&f, 0, sizeof f);
   f.B = B, f.O = O, f.A = A;
   cr_assert_eq(sac_backend_new("cpu", threads, &f.be), 0);
   sac_hparams_t hp;
-  sac_hparams_default(&hp, O, A); /* hidden 256, depth 2 */
+  sac_hparams_default(&hp, O, A); /* depth 2 */
+  hp.hidden = H;
   hp.batch = B;
   hp.seed = 21;
   cr_assert_eq(sac_new(&hp, f.be, &f.sac), 0);
@@ -794,12 +795,16 @@ static void check_whole_updates(int O, int A, int B, int threads, int n_updates)
     check_one_update(f.sac, &f, &st[0], &st[1], u, threads, worst);
   }
   cr_log_info(
-      "obs %d act %d batch %d, %d threads, %d updates: worst gradient block error %.3g of its largest, "
-      "Adam step %.3g of lr, targets %.3g",
-      O, A, B, threads, n_updates, worst[0], worst[1], worst[2]);
+      "obs %d act %d hidden %d batch %d, %d threads, %d updates: worst gradient block error %.3g of its "
+      "largest, Adam step %.3g of lr, targets %.3g",
+      O, A, H, B, threads, n_updates, worst[0], worst[1], worst[2]);
   state_free(&st[0]), state_free(&st[1]);
   f.params = NULL, f.grads = NULL, f.target = NULL;
   fixture_fini(&f);
+}
+
+static void check_whole_updates(int O, int A, int B, int threads, int n_updates) {
+  check_whole_updates_h(O, A, 256, B, threads, n_updates);
 }
 
 /* cheetah: obs 17, act 6, 2 x 256, batch 256 */
@@ -956,4 +961,310 @@ Test(sac, launches_per_critic_only_update) {
   cr_assert_eq(n[1], 25, "unfused: %lld launches", (long long)n[1]);
   sac_destroy(&s);
   sac_backend_destroy(&be);
+}
+
+/* ---- issue 33 ------------------------------------------------------------------------ */
+
+/* Point 1: the time per op. Through sac_profile_update_ops every compute op of an update
+ * shows up, as many calls as sac_count_update_ops counts (actor step and critic only,
+ * policy_delay 2), under its name and shape, the fused ops by name; the rows' time is
+ * the update's minus what runs between the ops: it never exceeds the update (the marks
+ * are charged to the right calls) and is most of it (every op was timed). */
+static double profile_row_calls(const sac_op_profile_t *pr, const char *name) {
+  double n = 0;
+  for (int r = 0; r < pr->n_rows; r++)
+    if (strcmp(pr->row[r].name, name) == 0)
+      n += pr->row[r].calls;
+  return n;
+}
+
+Test(sac, op_profile_rows_sum_to_the_update_and_name_every_op) {
+  sac_backend_t *be;
+  sac_t *s;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 17, 6);
+  hp.hidden = 64, hp.batch = 64, hp.policy_delay = 2;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  sac_rng_t rng;
+  sac_rng_init(&rng, 33, 1);
+  fill_batch(s, &rng, hp.batch, 17, 6, 0);
+  int64_t counts[2];
+  cr_assert_eq(sac_count_update_ops(s, be, 0, counts), 0); /* ends on an actor step: the next is too */
+  cr_assert_eq(sac_step(s) % 2, 0u);
+  static sac_op_profile_t pr;
+  cr_assert_eq(sac_profile_update_ops(s, be, 4, &pr), 0); /* two actor steps, two critic-only */
+  cr_assert_eq(pr.updates, 4);
+  cr_assert_eq(pr.ops, 2 * counts[0] + 2 * counts[1], "%lld ops timed, %lld counted", (long long)pr.ops,
+               (long long)(2 * counts[0] + 2 * counts[1]));
+  double calls = 0, sum = 0;
+  for (int r = 0; r < pr.n_rows; r++) {
+    calls += pr.row[r].calls, sum += pr.row[r].seconds;
+    cr_expect_gt(pr.row[r].seconds, 0.0, "row %s has no time", pr.row[r].name);
+  }
+  cr_assert_eq(calls, (double)pr.ops, "rows hold %g calls of %lld", calls, (long long)pr.ops);
+  static const struct {
+    const char *name;
+    double calls; /* over the 4 updates */
+  } want[] = {{"policy_fwd 64->12 B128", 4},
+              {"q_head 64->1 x2 B64 (target)", 4},
+              {"q_head 64->1 x2 B64 (critic loss)", 4},
+              {"q_head 64->1 x2 B64 (actor and alpha losses)", 2},
+              {"linear_bwd_act 64->1 x2 B64", 4},
+              {"linear_bwd_act 64->1 x2 B64 (dX only)", 2},
+              {"policy_bwd 64->12 B64", 2},
+              {"adam_polyak (critics, Polyak)", 2},
+              {"adam_polyak (critics)", 2},
+              {"adam_polyak (actor, alpha, Polyak)", 2},
+              {"linear_fwd 64->64 x2 B64", 10},
+              {"linear_fwd 17->64 B128", 4}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    cr_expect_eq(profile_row_calls(&pr, want[i].name), want[i].calls, "%s: %g calls, %g expected",
+                 want[i].name, profile_row_calls(&pr, want[i].name), want[i].calls);
+  cr_log_info("op profile: %d rows, %lld ops, ops %.1f us of the update's %.1f us", pr.n_rows,
+              (long long)pr.ops, sum * 1e6, pr.update_seconds * 1e6);
+  cr_expect_leq(sum, pr.update_seconds, "the rows (%g s) exceed the update (%g s)", sum, pr.update_seconds);
+  cr_expect_geq(sum, 0.5 * pr.update_seconds, "the rows (%g s) are under half the update (%g s)", sum,
+                pr.update_seconds);
+  /* the unfused ops: their own rows, as many calls as counted */
+  int64_t uc[2];
+  cr_assert_eq(sac_count_update_ops(s, be, 1, uc), 0);
+  sac_set_unfused(s, 1);
+  cr_assert_eq(sac_profile_update_ops(s, be, 2, &pr), 0);
+  cr_expect_eq(pr.ops, uc[0] + uc[1]);
+  cr_expect_eq(profile_row_calls(&pr, "policy_fwd 64->12 B128"), 0.0, "unfused: no fused policy output");
+  cr_expect_eq(profile_row_calls(&pr, "head_fwd"), 2.0);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+/* Host batches for the update-per-launch tests: n batches of (B, O, A); importance
+ * weights in none (weights 0), all (1) or every other one (2). */
+typedef struct {
+  float *obs, *nobs, *act, *rew, *term, *w;
+  sac_host_batch_t hb;
+} hbatch_t;
+
+static void hbatches_make(hbatch_t *h, int n, int B, int O, int A, uint64_t seed, int weights) {
+  sac_rng_t rng;
+  sac_rng_init(&rng, seed, 4);
+  for (int j = 0; j < n; j++) {
+    hbatch_t *b = &h[j];
+    b->obs = malloc(sizeof(float) * B * O), b->nobs = malloc(sizeof(float) * B * O);
+    b->act = malloc(sizeof(float) * B * A);
+    b->rew = malloc(sizeof(float) * B), b->term = malloc(sizeof(float) * B), b->w = malloc(sizeof(float) * B);
+    for (int i = 0; i < B * O; i++)
+      b->obs[i] = (float)sac_rng_uniform_range(&rng, -1, 1),
+      b->nobs[i] = (float)sac_rng_uniform_range(&rng, -1, 1);
+    for (int i = 0; i < B * A; i++)
+      b->act[i] = (float)sac_rng_uniform_range(&rng, -1, 1);
+    for (int i = 0; i < B; i++)
+      b->rew[i] = (float)sac_rng_uniform_range(&rng, -2, 1), b->term[i] = (float)(i % 4 == 1),
+      b->w[i] = (float)sac_rng_uniform_range(&rng, 0.3, 1.2);
+    const int w = weights == 1 || (weights == 2 && j % 2);
+    b->hb = (sac_host_batch_t){b->obs, b->nobs, b->act, b->rew, b->term, w ? b->w : NULL};
+  }
+}
+
+static void hbatches_free(hbatch_t *h, int n) {
+  for (int j = 0; j < n; j++)
+    free(h[j].obs), free(h[j].nobs), free(h[j].act), free(h[j].rew), free(h[j].term), free(h[j].w);
+}
+
+/* Writes host batch b into slots (the in-place path, as the replay client does). */
+static void write_slots(const sac_batch_slots_t *sl, const sac_host_batch_t *b, int B, int O, int A) {
+  memcpy(sl->obs, b->obs, sizeof(float) * B * O);
+  memcpy(sl->next_obs, b->next_obs, sizeof(float) * B * O);
+  memcpy(sl->action, b->action, sizeof(float) * B * A);
+  memcpy(sl->reward, b->reward, sizeof(float) * B);
+  memcpy(sl->terminated, b->terminated, sizeof(float) * B);
+  if (b->weights)
+    memcpy(sl->weights, b->weights, sizeof(float) * B);
+}
+
+/* Every state buffer of a learner (parameters, targets, Adam moments, step counters). */
+static float *state_of(sac_t *s, size_t *n_out) {
+  static const int which[] = {SAC_BUF_PARAMS, SAC_BUF_TARGET, SAC_BUF_ADAM_M, SAC_BUF_ADAM_V, SAC_BUF_STEPS};
+  size_t n = 0;
+  for (size_t k = 0; k < 5; k++)
+    n += sac_buffer_len(s, which[k]);
+  float *x = malloc(sizeof(float) * n), *p = x;
+  for (size_t k = 0; k < 5; k++) {
+    cr_assert_eq(sac_get_buffer(s, which[k], p, sac_buffer_len(s, which[k])), 0);
+    p += sac_buffer_len(s, which[k]);
+  }
+  *n_out = n;
+  return x;
+}
+
+static sac_t *small_sac(sac_backend_t *be, int B, int delay) {
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, 5, 3);
+  hp.hidden = 16, hp.batch = B, hp.policy_delay = delay, hp.seed = 7;
+  sac_t *s;
+  cr_assert_eq(sac_new(&hp, be, &s), 0);
+  return s;
+}
+
+/* Point 3: K updates per launch on the cpu backend give the bits of K single updates on
+ * the same batches, in order: every state buffer, the step count and each batch's TD
+ * errors, for K = 1, 4 and 7 at an odd batch (37), policy_delay 1 (uniform: no weights)
+ * and 2 (prioritised: weights with every batch); launches take
+ * their batches staged (sac_load_batches) or written in place (sac_batch_slots_at), one
+ * commit each. Negative control: two batches of a launch swapped give other bits. */
+static void k_launches(int K, int delay, int in_place, int swap, float **state, size_t *n, float *td) {
+  enum { B = 37, O = 5, A = 3, LAUNCHES = 3 };
+  sac_backend_t *be;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_t *s = small_sac(be, B, delay);
+  cr_assert_eq(sac_set_updates_per_launch(s, K), 0);
+  cr_assert_eq(sac_updates_per_launch(s), K);
+  hbatch_t h[LAUNCHES * 7];
+  hbatches_make(h, LAUNCHES * K, B, O, A, 101, delay == 2); /* with weights: every batch has its own */
+  for (int l = 0; l < LAUNCHES; l++) {
+    sac_host_batch_t hb[7];
+    for (int j = 0; j < K; j++)
+      hb[j] = h[l * K + j].hb;
+    if (swap && l == 1) {
+      sac_host_batch_t t = hb[0];
+      hb[0] = hb[K - 1], hb[K - 1] = t;
+    }
+    if (in_place && l != 1) { /* the middle launch staged, to mix the two */
+      for (int j = 0; j < K; j++) {
+        sac_batch_slots_t sl;
+        cr_assert_eq(sac_batch_slots_at(s, j, hb[j].weights != NULL, &sl), 0);
+        write_slots(&sl, &hb[j], B, O, A);
+      }
+      cr_assert_eq(sac_batch_commit(s), 0);
+    } else {
+      cr_assert_eq(sac_load_batches(s, hb, K), 0);
+    }
+    cr_assert_eq(sac_update_launch(s), 0);
+    cr_assert_eq(sac_td_errors(s, td + (size_t)l * K * B), 0);
+  }
+  cr_assert_eq(sac_step(s), (uint64_t)(LAUNCHES * K));
+  *state = state_of(s, n);
+  hbatches_free(h, LAUNCHES * K);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+/* the reference: the same batches one update at a time (sac_load_batch, sac_update) */
+static void single_updates(int n_updates, int delay, float **state, size_t *n, float *td) {
+  enum { B = 37, O = 5, A = 3 };
+  sac_backend_t *be;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_t *s = small_sac(be, B, delay);
+  hbatch_t h[21];
+  hbatches_make(h, n_updates, B, O, A, 101, delay == 2);
+  for (int u = 0; u < n_updates; u++) {
+    cr_assert_eq(sac_load_batch(s, &h[u].hb, 1), 0);
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_td_errors(s, td + (size_t)u * B), 0);
+  }
+  *state = state_of(s, n);
+  hbatches_free(h, n_updates);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+Test(sac, k_updates_per_launch_equal_single_updates_bit_for_bit) {
+  static const int ks[] = {1, 4, 7};
+  static float td_k[21 * 37], td_1[21 * 37];
+  for (int delay = 1; delay <= 2; delay++)
+    for (size_t i = 0; i < 3; i++) {
+      const int K = ks[i];
+      float *sk, *s1;
+      size_t nk, n1;
+      single_updates(3 * K, delay, &s1, &n1, td_1);
+      for (int in_place = 0; in_place < 2; in_place++) {
+        k_launches(K, delay, in_place, 0, &sk, &nk, td_k);
+        cr_assert_eq(nk, n1);
+        cr_expect_eq(memcmp(sk, s1, n1 * sizeof(float)), 0, "K %d, policy_delay %d, %s: state differs", K,
+                     delay, in_place ? "in place" : "staged");
+        cr_expect_eq(memcmp(td_k, td_1, sizeof(float) * 3 * K * 37), 0,
+                     "K %d, policy_delay %d: TD errors differ", K, delay);
+        free(sk);
+      }
+      if (K > 1) { /* negative control: the launch's batches out of order */
+        k_launches(K, delay, 0, 1, &sk, &nk, td_k);
+        cr_expect_neq(memcmp(sk, s1, n1 * sizeof(float)), 0, "K %d: swapped batches went unseen", K);
+        free(sk);
+      }
+      free(s1);
+    }
+  /* bounds */
+  sac_backend_t *be;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_t *s = small_sac(be, 5, 1);
+  cr_expect_eq(sac_set_updates_per_launch(s, 0), SAC_EINVAL);
+  cr_expect_eq(sac_set_updates_per_launch(s, SAC_MAX_UPDATES_PER_LAUNCH + 1), SAC_EINVAL);
+  cr_assert_eq(sac_set_updates_per_launch(s, 3), 0);
+  sac_batch_slots_t sl;
+  cr_expect_eq(sac_batch_slots_at(s, 3, 0, &sl), SAC_EINVAL);
+  cr_assert_eq(sac_set_updates_per_launch(s, 1), 0); /* and back */
+  cr_expect_eq(sac_batch_slots_at(s, 1, 0, &sl), SAC_EINVAL);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+/* Point 4 (issue 34's direct intake), through the interface the cuda backend now has too:
+ * a batch written in place (sac_batch_slots, as the replay client does) is one host copy
+ * per batch, a batch decoded into a buffer and staged (sac_load_batch) two; the two paths
+ * give the same bits (state and TD errors) over updates with and without weights. */
+static void intake_run(int in_place, float **state, size_t *n, float *td, double *copies_per_batch) {
+  enum { B = 37, O = 5, A = 3, N = 6 };
+  sac_backend_t *be;
+  cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
+  sac_t *s = small_sac(be, B, 1);
+  hbatch_t h[N];
+  hbatches_make(h, N, B, O, A, 202, 2);
+  double c0, b0, c1, b1;
+  cr_assert_eq(be->ops->get_metric(be, "host_copies", &c0), 0);
+  cr_assert_eq(be->ops->get_metric(be, "staged_batches", &b0), 0);
+  for (int u = 0; u < N; u++) {
+    if (in_place) {
+      sac_batch_slots_t sl;
+      cr_assert_eq(sac_batch_slots(s, h[u].hb.weights != NULL, &sl), 0);
+      write_slots(&sl, &h[u].hb, B, O, A);
+      cr_assert_eq(sac_batch_commit(s), 0);
+    } else {
+      cr_assert_eq(sac_load_batch(s, &h[u].hb, 1), 0);
+    }
+    cr_assert_eq(sac_update(s), 0);
+    cr_assert_eq(sac_td_errors(s, td + (size_t)u * B), 0);
+  }
+  cr_assert_eq(be->ops->get_metric(be, "host_copies", &c1), 0);
+  cr_assert_eq(be->ops->get_metric(be, "staged_batches", &b1), 0);
+  cr_assert_eq(b1 - b0, (double)N, "one commit per batch");
+  *copies_per_batch = (c1 - c0) / (b1 - b0);
+  *state = state_of(s, n);
+  hbatches_free(h, N);
+  sac_destroy(&s);
+  sac_backend_destroy(&be);
+}
+
+Test(sac, in_place_batches_are_one_copy_and_the_bits_of_staged_ones) {
+  float *sa, *sb, td_a[6 * 37], td_b[6 * 37];
+  size_t na, nb;
+  double ca, cb;
+  intake_run(1, &sa, &na, td_a, &ca);
+  intake_run(0, &sb, &nb, td_b, &cb);
+  cr_assert_eq(na, nb);
+  cr_expect_eq(ca, 1.0, "in place: %g host copies per batch", ca);
+  cr_expect_eq(cb, 2.0, "decoded and staged: %g host copies per batch", cb);
+  cr_expect_eq(memcmp(sa, sb, na * sizeof(float)), 0, "in place and staged batches give different state");
+  cr_expect_eq(memcmp(td_a, td_b, sizeof td_a), 0, "in place and staged batches give different TD errors");
+  free(sa), free(sb);
+}
+
+/* Point 2's odd shapes on the cpu backend, whole updates op by op against the double
+ * reference (as the cheetah-size tests above): batch 1, 37 and 1000 at hidden 6, and
+ * batch 37 at hidden 512; the GPU tests compare the cuda backend with the cpu one at the
+ * same shapes (test_backend_cuda: odd_shapes_*). */
+Test(sac, whole_updates_at_odd_batches_and_widths_match_double, .timeout = 120) {
+  check_whole_updates_h(17, 6, 6, 1, 1, 3);
+  check_whole_updates_h(17, 6, 6, 37, 1, 3);
+  check_whole_updates_h(3, 1, 6, 1000, 1, 2);
+  check_whole_updates_h(17, 6, 512, 37, 1, 1);
 }
