@@ -1,13 +1,15 @@
 /* Learner benchmark: SAC updates per second on a backend for the standard
  * configurations of BENCHMARKS.md, with ms/update, achieved GFLOP/s, where an update's
- * time goes, the cost of one million updates at a price per machine-hour, and the
- * PyTorch peer (shared/bench/torch_sac_update.py) measured in the same run, interleaved
- * run by run, reported as a ratio of medians. */
+ * time goes, the cost of one million updates at a price per machine-hour, and the peers
+ * of shared/bench/gpu_peers.py that are installed (PyTorch eager and torch.compile, JAX
+ * jit and lax.scan; on cuda also PyTorch with a CUDA graph) measured in the same run,
+ * interleaved run by run, with sacfleet's ratio to the fastest of them, by name. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -30,6 +32,8 @@ typedef struct {
   int peer;
   char peer_script[512];
   char peer_python[256];
+  char peer_modes[128];
+  int peer_runs, peer_scan;
   double price;
   int obs, act, hidden, depth, batch;
   char precision[8];
@@ -51,9 +55,16 @@ static const sac_cfg_opt_t k_opts[] = {
     O_("slices", SAC_CFG_INT, slices, "10", 1, 1000,
        "cpu: the ceiling is measured before each of this many slices of a run's updates"),
     O_("show_slices", SAC_CFG_BOOL, show_slices, "false", 1, 0, "cpu: print each slice's ceiling and ratio"),
-    O_("peer", SAC_CFG_BOOL, peer, "true", 1, 0, "also run the PyTorch peer, interleaved"),
-    S_("peer_script", peer_script, SAC_SOURCE_DIR "/../shared/bench/torch_sac_update.py", "the peer script"),
-    S_("peer_python", peer_python, "/usr/bin/python3", "interpreter with torch (Debian's python3-torch)"),
+    O_("peer", SAC_CFG_BOOL, peer, "true", 1, 0, "also run the installed peers of gpu_peers.py, interleaved"),
+    S_("peer_script", peer_script, SAC_SOURCE_DIR "/../shared/bench/gpu_peers.py", "the peers' script"),
+    S_("peer_python", peer_python, "",
+       "interpreter with torch and/or jax+optax (bench/requirements-peers.txt); empty: the first of "
+       "$SAC_PEER_PYTHON, $VIRTUAL_ENV/bin/python, python3, /usr/bin/python3 that has them"),
+    S_("peer_modes", peer_modes, "",
+       "peers to run; empty: torch-eager,torch-compile,jax-jit,jax-scan (cuda: and torch-graph), those "
+       "installed"),
+    O_("peer_runs", SAC_CFG_INT, peer_runs, "3", 1, 1000, "runs of ours followed by a run of the peers"),
+    O_("peer_scan", SAC_CFG_INT, peer_scan, "50", 1, 100000, "updates per lax.scan call of jax-scan"),
     O_("price", SAC_CFG_DOUBLE, price, "0.10", 0, 1e9, "machine price per hour (USD) for the cost line"),
     O_("obs", SAC_CFG_INT, obs, "0", 0, 1e6, "override obs dim (0 = from config)"),
     O_("act", SAC_CFG_INT, act, "0", 0, 1e6, "override action dim"),
@@ -475,28 +486,207 @@ static int run_ours(const bench_cfg_t *c, sac_backend_t *be, const sac_hparams_t
   return 0;
 }
 
-/* The peer in a child process; returns its updates/s or NAN. */
-static double run_peer(const bench_cfg_t *c, const sac_hparams_t *hp) {
-  char cmd[1400];
-  snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s %s %d %d %d %d %d %d %d 2>&1",
-           c->peer_python, c->peer_script, hp->obs_dim, hp->act_dim, hp->hidden, hp->depth, hp->batch,
-           c->updates, c->threads > 0 ? c->threads : 2);
-  FILE *p = popen(cmd, "r");
-  if (!p)
-    return NAN;
-  char line[512];
-  double ups = NAN;
-  while (fgets(line, sizeof line, p)) {
-    double v;
-    if (sscanf(line, "%lf updates/s", &v) == 1)
-      ups = v;
+/* ---- the peers: gpu_peers.py's ways of writing the same update, those installed ----
+ * One run of the peers follows each of the first --peer_runs runs of ours (interleaved, so
+ * that a change in the machine's speed falls on both), each run one child process of
+ * gpu_peers.py with every mode installed; the figure of a peer is the median of its runs,
+ * and sacfleet is quoted against the fastest one by name. A peer that failed, printed a
+ * malformed line or ended with non-finite weights (finite=0) is listed and not quoted. */
+#define MAX_PEERS 8
+typedef struct {
+  char python[256];  /* the interpreter; "" when none has a peer installed */
+  char modes[128];   /* comma-separated */
+  char versions[96]; /* "torch 2.x, jax 0.x" */
+  int n;
+  char name[MAX_PEERS][24];
+  double ups[MAX_PEERS][64];
+  int runs[MAX_PEERS];
+  char failed[MAX_PEERS][160]; /* the last failure's reason, "" if none */
+} peers_t;
+
+/* What of torch, jax and optax `python` can import, as "torch=2.15.0 jax=0.10.2 optax=...";
+ * "" when it cannot run or has none. */
+static void peer_packages(const char *python, char *out, size_t cap) {
+  char cmd[600];
+  out[0] = '\0';
+  snprintf(cmd, sizeof cmd,
+           "'%s' -c 'import importlib.util as u, importlib.metadata as m\n"
+           "print(\" \".join(p + \"=\" + m.version(p) for p in (\"torch\", \"jax\", \"optax\") if "
+           "u.find_spec(p)))' "
+           "2>/dev/null",
+           python);
+  FILE *f = popen(cmd, "r");
+  if (!f)
+    return;
+  if (!fgets(out, (int)cap, f))
+    out[0] = '\0';
+  pclose(f);
+  out[strcspn(out, "\n")] = '\0';
+}
+
+/* The modes to run among `want` (comma-separated) given what is installed. */
+static void peer_select(const char *want, const char *pkgs, char *out, size_t cap) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", want);
+  out[0] = '\0';
+  const int torch = strstr(pkgs, "torch=") != NULL, jax = strstr(pkgs, "jax=") && strstr(pkgs, "optax=");
+  for (char *save = NULL, *m = strtok_r(buf, ",", &save); m; m = strtok_r(NULL, ",", &save))
+    if ((!strncmp(m, "torch", 5) && torch) || (!strncmp(m, "jax", 3) && jax))
+      snprintf(out + strlen(out), cap - strlen(out), "%s%s", out[0] ? "," : "", m);
+}
+
+/* Picks the interpreter and the modes: --peer_python as given (every requested mode is run;
+ * a missing package shows as a failed peer), else the first candidate with any peer
+ * installed. Prints one line either way. */
+static void peers_find(const bench_cfg_t *c, peers_t *P) {
+  memset(P, 0, sizeof *P);
+  const char *want = c->peer_modes[0] ? c->peer_modes
+                     : strcmp(c->backend, "cuda") == 0
+                         ? "torch-eager,torch-graph,torch-compile,jax-jit,jax-scan"
+                         : "torch-eager,torch-compile,jax-jit,jax-scan";
+  if (access(c->peer_script, R_OK) != 0) {
+    printf("peers: none: the peers' script %s is not there (--peer_script)\n", c->peer_script);
+    return;
   }
-  int st = pclose(p);
-  if (st != 0) {
-    SAC_WARN("bench", "peer exited with status %d (%s)", st, cmd);
-    return NAN;
+  char pkgs[256] = "";
+  if (c->peer_python[0]) {
+    snprintf(P->python, sizeof P->python, "%s", c->peer_python);
+    snprintf(P->modes, sizeof P->modes, "%s", want);
+    peer_packages(P->python, pkgs, sizeof pkgs);
+  } else {
+    char venv[300] = "";
+    const char *e = getenv("VIRTUAL_ENV"), *sp = getenv("SAC_PEER_PYTHON");
+    if (e && e[0])
+      snprintf(venv, sizeof venv, "%s/bin/python", e);
+    const char *cand[] = {sp && sp[0] ? sp : "", venv, "python3", "/usr/bin/python3"};
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0] && !P->python[0]; i++) {
+      if (!cand[i][0])
+        continue;
+      peer_packages(cand[i], pkgs, sizeof pkgs);
+      peer_select(want, pkgs, P->modes, sizeof P->modes);
+      if (P->modes[0])
+        snprintf(P->python, sizeof P->python, "%s", cand[i]);
+    }
+    if (!P->python[0]) {
+      printf(
+          "peers: none installed: no interpreter among $SAC_PEER_PYTHON, $VIRTUAL_ENV/bin/python, python3 "
+          "and "
+          "/usr/bin/python3 has torch or jax+optax; install bench/requirements-peers.txt in a venv and pass "
+          "--peer_python V/bin/python\n");
+      return;
+    }
   }
-  return ups;
+  snprintf(P->versions, sizeof P->versions, "%s", pkgs[0] ? pkgs : "no torch or jax found");
+  printf("peers: %s under %s (%s)\n", P->modes, P->python, P->versions);
+}
+
+static int peer_slot(peers_t *P, const char *name) {
+  for (int i = 0; i < P->n; i++)
+    if (!strcmp(P->name[i], name))
+      return i;
+  if (P->n == MAX_PEERS)
+    return -1;
+  snprintf(P->name[P->n], sizeof P->name[0], "%s", name);
+  return P->n++;
+}
+
+/* One line of gpu_peers.py's output into P: "peer-result mode=M ... updates_per_s=V ...
+ * finite=F ..." or "peer-failed mode=M reason=R". Other lines are ignored. */
+static void peer_line(peers_t *P, const char *line) {
+  char mode[24] = "";
+  const char *m = strstr(line, " mode=");
+  if (!m || sscanf(m, " mode=%23s", mode) != 1)
+    return;
+  const int i = peer_slot(P, mode);
+  if (i < 0)
+    return;
+  if (!strncmp(line, "peer-failed ", 12)) {
+    const char *r = strstr(line, " reason=");
+    snprintf(P->failed[i], sizeof P->failed[i], "%s", r ? r + 8 : "no reason given");
+    P->failed[i][strcspn(P->failed[i], "\n")] = '\0';
+    return;
+  }
+  if (strncmp(line, "peer-result ", 12))
+    return;
+  const char *u = strstr(line, " updates_per_s="), *f = strstr(line, " finite=");
+  double v;
+  if (!u || sscanf(u, " updates_per_s=%lf", &v) != 1 || !(isfinite(v) && v > 0)) {
+    snprintf(P->failed[i], sizeof P->failed[i], "no positive updates_per_s in its line");
+    return;
+  }
+  if (f && !strncmp(f, " finite=0", 9)) {
+    snprintf(P->failed[i], sizeof P->failed[i], "its weights ended non-finite (finite=0)");
+    return;
+  }
+  if (P->runs[i] < 64)
+    P->ups[i][P->runs[i]++] = v;
+}
+
+/* One run of the peers (a child process); prints their figures on the run's line. */
+static void peers_run(const bench_cfg_t *c, const sac_hparams_t *hp, peers_t *P) {
+  if (!P->python[0])
+    return;
+  char cmd[1600];
+  const int T = c->threads > 0 ? c->threads : 2;
+  snprintf(cmd, sizeof cmd,
+           "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=%d '%s' '%s' --device %s --modes %s "
+           "--obs %d --act %d --hidden %d --layers %d --batch %d --updates %d --runs 1 --scan %d --capacity "
+           "100000 "
+           "2>/dev/null",
+           T, P->python, c->peer_script, strcmp(c->backend, "cuda") == 0 ? "cuda" : "cpu", P->modes,
+           hp->obs_dim, hp->act_dim, hp->hidden, hp->depth, hp->batch, c->updates, c->peer_scan);
+  FILE *f = popen(cmd, "r");
+  if (!f)
+    return;
+  char line[1024];
+  while (fgets(line, sizeof line, f)) {
+    peer_line(P, line);
+    const char *m = strstr(line, " mode="), *u = strstr(line, " updates_per_s=");
+    char mode[24] = "";
+    if (strncmp(line, "peer-", 5) || !m || sscanf(m, " mode=%23s", mode) != 1)
+      continue;
+    double v = NAN;
+    if (!strncmp(line, "peer-result", 11) && u)
+      sscanf(u, " updates_per_s=%lf", &v);
+    if (isnan(v))
+      printf("   %s failed", mode);
+    else
+      printf("   %s %.1f", mode, v);
+  }
+  int st = pclose(f);
+  if (st != 0)
+    printf("   (peers' script exited with status %d)", st);
+}
+
+/* The peers' table lines and, for scripts, "peer-best mode=M updates_per_s=V
+ * sacfleet_updates_per_s=S ratio=R" (or "peer-best mode=none"). */
+static void peers_report(peers_t *P, double ours) {
+  if (!P->python[0])
+    return;
+  int best = -1;
+  double best_ups = 0;
+  for (int i = 0; i < P->n; i++) {
+    if (P->runs[i] == 0) {
+      printf("| peer %s | failed: %s |\n", P->name[i], P->failed[i][0] ? P->failed[i] : "no result line");
+      continue;
+    }
+    const double m = median(P->ups[i], P->runs[i]);
+    printf("| peer %s updates/s (median of %d run%s) | %.1f |\n", P->name[i], P->runs[i],
+           P->runs[i] > 1 ? "s" : "", m);
+    if (P->failed[i][0])
+      printf("| peer %s, a failed run | %s |\n", P->name[i], P->failed[i]);
+    if (m > best_ups)
+      best = i, best_ups = m;
+  }
+  if (best < 0) {
+    printf("| fastest peer | none: no peer produced a figure |\n");
+    printf("peer-best mode=none sacfleet_updates_per_s=%.1f\n", ours);
+    return;
+  }
+  printf("| fastest peer | %s (%s, %s) |\n", P->name[best], P->python, P->versions);
+  printf("| ratio sacfleet / fastest peer (%s) | %.2fx |\n", P->name[best], ours / best_ups);
+  printf("peer-best mode=%s updates_per_s=%.1f sacfleet_updates_per_s=%.1f ratio=%.3f\n", P->name[best],
+         best_ups, ours, ours / best_ups);
 }
 
 /* Kernels per update (issue 16): the backend ops of one update counted through a proxy
@@ -678,7 +868,8 @@ int main(int argc, char **argv) {
   bench_cfg_t c;
   int action;
   if (sac_config_load(k_opts, sizeof k_opts / sizeof k_opts[0], &c, argc, argv,
-                      "sac-bench-learner: SAC updates/s on a backend against the PyTorch peer", &action) != 0)
+                      "sac-bench-learner: SAC updates/s on a backend against the fastest installed peer",
+                      &action) != 0)
     return 2;
   if (action == SAC_CFG_EXIT_OK)
     return 0;
@@ -727,9 +918,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   run_t *runs = calloc((size_t)c.runs, sizeof *runs);
-  double *ups = calloc((size_t)c.runs, sizeof(double)), *peer = calloc((size_t)c.runs, sizeof(double));
+  double *ups = calloc((size_t)c.runs, sizeof(double));
   double flops = 0;
-  int npeer = 0;
+  peers_t *peers = calloc(1, sizeof *peers);
+  if (!runs || !ups || !peers)
+    return 1;
+  if (c.peer)
+    peers_find(&c, peers);
   printf("preset %s: obs %d act %d hidden %dx%d batch %d, backend %s (%s%s%s), threads %d, %d runs of %d "
          "updates\n",
          c.config, hp.obs_dim, hp.act_dim, hp.hidden, hp.depth, hp.batch, c.backend, c.precision,
@@ -758,12 +953,8 @@ int main(int argc, char **argv) {
              "reached %.2f",
              slices, big[r], hp.batch, hp.hidden, hp.hidden, T, shp[r], frac[r]);
     }
-    if (c.peer) {
-      double p = run_peer(&c, &hp);
-      if (!isnan(p))
-        peer[npeer++] = p;
-      printf("   peer %.1f updates/s", p);
-    }
+    if (c.peer && r < c.peer_runs)
+      peers_run(&c, &hp, peers);
     printf("\n");
     fflush(stdout);
   }
@@ -782,11 +973,7 @@ int main(int argc, char **argv) {
   printf("| ms/update | %.3f |\n", ms);
   printf("| GFLOP/update | %.3f |\n", flops * 1e-9);
   printf("| achieved GFLOP/s | %.1f |\n", gflops);
-  if (npeer > 0) {
-    double m_peer = median(peer, npeer);
-    printf("| PyTorch peer updates/s (median of %d) | %.1f |\n", npeer, m_peer);
-    printf("| ratio sacfleet / peer | %.2fx |\n", m_ups / m_peer);
-  }
+  peers_report(peers, m_ups);
   if (cpu) {
     double mb = median(big, c.runs), ms2 = median(shp, c.runs), mf = median(frac, c.runs);
     double ceil = mb > ms2 ? mb : ms2;
@@ -840,7 +1027,7 @@ int main(int argc, char **argv) {
       last->blocking_per_update, last->last.critic_loss, last->last.actor_loss, last->last.alpha_loss, c.upl,
       c.direct, last->host_copies_per_batch);
   if (!c.profile) {
-    free(runs), free(ups), free(peer), free(frac), free(big), free(shp);
+    free(runs), free(ups), free(peers), free(frac), free(big), free(shp);
     if (probe)
       probe_free(probe);
     free(probe);
@@ -857,7 +1044,7 @@ int main(int argc, char **argv) {
     printf("| %s | %.3f | %.0f%% |\n", names[i], med[i] * 1e3, 100.0 * med[i] * m_ups);
   printf("| other (loop, profiling syncs) | %.3f | %.0f%% |\n", (1.0 / m_ups - sum) * 1e3,
          100.0 * (1.0 / m_ups - sum) * m_ups);
-  free(runs), free(ups), free(peer), free(frac), free(big), free(shp);
+  free(runs), free(ups), free(peers), free(frac), free(big), free(shp);
   if (probe)
     probe_free(probe);
   free(probe);

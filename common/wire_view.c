@@ -10,6 +10,10 @@
 
 #include "common/error.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* ---- the protobuf reader ---- */
 
 typedef struct {
@@ -197,26 +201,39 @@ int sac_wire_sample_view(const void *buf, size_t len, const sac_wire_limits_t *l
 
 /* ---- the copy that checks ---- */
 
+/* Which of the n f32 at src (unaligned bytes) are not finite (exponent all ones), OR-ed
+ * into the return value, copying them to dst on the way (dst NULL: not stored). With SSE2
+ * four at a time: the learner takes in 11,000 floats a batch this way, and the scalar loop
+ * (about 6 instructions a float) was most of its CPU per update. */
+static uint32_t copy_check(float *restrict dst, const unsigned char *restrict src, size_t n) {
+  uint32_t bad = 0;
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i expo = _mm_set1_epi32(0x7f800000);
+  __m128i acc = _mm_setzero_si128();
+  for (; i + 4 <= n; i += 4) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 4 * i));
+    if (dst)
+      _mm_storeu_si128((__m128i *)(void *)(dst + i), x);
+    acc = _mm_or_si128(acc, _mm_cmpeq_epi32(_mm_and_si128(x, expo), expo));
+  }
+  bad = (uint32_t)_mm_movemask_epi8(acc);
+#endif
+  for (; i < n; i++) {
+    uint32_t x;
+    memcpy(&x, src + 4 * i, 4);
+    if (dst)
+      memcpy(dst + i, &x, 4);
+    bad |= (uint32_t)((x & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad;
+}
+
 /* dst = src (n f32, unaligned bytes; dst NULL: not stored); returns 1 when one is not
  * finite, and sets *far when max > 0 and one is over max in magnitude. */
 static int copy_finite(float *restrict dst, const unsigned char *restrict src, size_t n, float max,
                        int *far) {
-  uint32_t bad = 0;
-  if (dst) {
-    uint32_t *restrict d = (uint32_t *)dst;
-    for (size_t i = 0; i < n; i++) {
-      uint32_t x;
-      memcpy(&x, src + 4 * i, 4);
-      d[i] = x;
-      bad |= (uint32_t)((x & 0x7f800000u) == 0x7f800000u);
-    }
-  } else {
-    for (size_t i = 0; i < n; i++) {
-      uint32_t x;
-      memcpy(&x, src + 4 * i, 4);
-      bad |= (uint32_t)((x & 0x7f800000u) == 0x7f800000u);
-    }
-  }
+  const uint32_t bad = copy_check(dst, src, n);
   if (max > 0.0f && !bad) { /* rare (a shard with a configured range): a second look */
     for (size_t i = 0; i < n; i++) {
       float f;

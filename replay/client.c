@@ -92,6 +92,12 @@ struct sac_replay_client {
   size_t scap;
   uint64_t request_id;
   uint64_t *sidx; /* (batch_size) the indices of the last batch sampled into a stage */
+  /* sac_replay_client_sample's batch (batch_size rows of the configured dims, one block):
+   * a reply in the common encoding is read into it as sample_into reads into a stage, one
+   * checked copy from the message (decoding with protobuf, then checking every value in a
+   * second pass, then copying a multi-batch reply out of the decoder took about 2/3 of the
+   * learner's CPU per update on this path) */
+  float *own;
   /* fp16 replies converted to f32 (sample_precision fp16), f16_rows rows of the dims */
   float *f32_obs, *f32_act, *f32_next;
   size_t f16_cap_obs, f16_cap_act; /* floats */
@@ -193,6 +199,9 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
   c->dec = sac_wire_decoder_new(cfg->max_msg_bytes);
   if (cfg->sample_endpoints && !(c->sidx = malloc((size_t)cfg->batch_size * sizeof *c->sidx)))
     goto fail;
+  if (cfg->sample_endpoints && cfg->obs_dim && cfg->act_dim &&
+      !(c->own = malloc((size_t)cfg->batch_size * (2 * cfg->obs_dim + cfg->act_dim + 3) * sizeof(float))))
+    goto fail;
   c->ctx = cfg->ctx ? sac_net_ctx_ref(cfg->ctx) : sac_net_ctx_new(1);
   if (!c->conns || !c->rbuf || !c->sbuf || !c->dec || !c->ctx)
     goto fail;
@@ -268,6 +277,7 @@ void sac_replay_client_destroy(sac_replay_client_t **cp) {
   free(c->rbuf);
   free(c->sbuf);
   free(c->sidx);
+  free(c->own);
   sac_wire_decoder_destroy(&c->dec);
   sac_net_ctx_destroy(&c->ctx);
   free(c);
@@ -884,7 +894,8 @@ static void batch_out(sac_replay_client_t *c, size_t i, const sac_wire_sample_ba
 
 /* The next batch of the held reply: 0 (in *out), or 1 (it failed its checks as it was
  * copied: refused and counted, and the rest of the reply dropped). */
-static int take_held(sac_replay_client_t *c, const sac_wire_sample_dst_t *dst, sac_replay_batch_t *out) {
+static int take_held(sac_replay_client_t *c, const sac_wire_sample_dst_t *dst, int own,
+                     sac_replay_batch_t *out) {
   held_t *h = &c->held;
   const uint32_t j = h->next++;
   conn_t *k = &c->conns[h->conn];
@@ -903,7 +914,7 @@ static int take_held(sac_replay_client_t *c, const sac_wire_sample_dst_t *dst, s
     }
     one = (sac_wire_sample_batch_t){
         .n = v.n, .obs_dim = v.obs_dim, .act_dim = v.act_dim, .shard_id = v.shard_id};
-    c->st.samples_direct++;
+    c->st.samples_direct += !own;
   } else {
     one = batch_slice(&h->b, c->cfg.batch_size, j);
     if (dst)
@@ -918,7 +929,7 @@ static int take_held(sac_replay_client_t *c, const sac_wire_sample_dst_t *dst, s
 /* Connection i's next reply, if one has come: 0 (a batch for us, in *out; with several in
  * the reply, the rest held for the next samples), 1 (none, or refused), or SAC_ECONFIG
  * (the shard can never serve us). */
-static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_dst_t *dst,
+static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_dst_t *dst, int own,
                       sac_replay_batch_t *out) {
   conn_t *k = &c->conns[i];
   /* read straight from ZeroMQ's message: decoded into the decoder's own memory, or (dst)
@@ -973,23 +984,25 @@ static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_ds
   c->shard_map[b->shard_id] = (int16_t)i;
   batch_out(c, i, &first, dst, out);
   c->st.sample_replies++;
-  if (dst)
+  if (dst && !own)
     c->st.samples_direct += !decoded;
   return 0;
 }
 
-static int sample(sac_replay_client_t *c, int timeout_ms, const sac_wire_sample_dst_t *dst,
+/* dst: where a reply in the common encoding is copied (the caller's stage, or with own the
+ * client's own batch); NULL: decoded. samples_direct counts the copies into a stage. */
+static int sample(sac_replay_client_t *c, int timeout_ms, const sac_wire_sample_dst_t *dst, int own,
                   sac_replay_batch_t *out) {
   if (!c->conns[0].smp)
     return SAC_ESTATE;
-  if (c->held.count && take_held(c, dst, out) == 0)
+  if (c->held.count && take_held(c, dst, own, out) == 0)
     return 0;
   uint64_t deadline = sac_clock_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
   for (;;) {
     uint64_t now = sac_clock_ns();
     top_up(c, now);
     for (size_t j = 0; j < c->n; j++) {
-      int rc = take_reply(c, (c->rr_sample + j) % c->n, dst, out);
+      int rc = take_reply(c, (c->rr_sample + j) % c->n, dst, own, out);
       if (rc <= 0)
         return rc;
     }
@@ -1002,7 +1015,14 @@ static int sample(sac_replay_client_t *c, int timeout_ms, const sac_wire_sample_
 }
 
 int sac_replay_client_sample(sac_replay_client_t *c, int timeout_ms, sac_replay_batch_t *out) {
-  return sample(c, timeout_ms, NULL, out);
+  if (!c->own)
+    return sample(c, timeout_ms, NULL, 0, out);
+  const size_t B = c->cfg.batch_size, O = c->cfg.obs_dim, A = c->cfg.act_dim;
+  float *p = c->own;
+  const sac_wire_sample_dst_t dst = {
+      p,      p + B * O, p + 2 * B * O, p + B * (2 * O + A), p + B * (2 * O + A + 1), p + B * (2 * O + A + 2),
+      c->sidx};
+  return sample(c, timeout_ms, &dst, 1, out);
 }
 
 int sac_replay_client_sample_into(sac_replay_client_t *c, int timeout_ms, const sac_replay_stage_t *stage,
@@ -1012,7 +1032,7 @@ int sac_replay_client_sample_into(sac_replay_client_t *c, int timeout_ms, const 
     return SAC_EINVAL;
   sac_wire_sample_dst_t dst = {stage->obs,        stage->next_obs, stage->action, stage->reward,
                                stage->terminated, stage->weights,  c->sidx};
-  return sample(c, timeout_ms, &dst, out);
+  return sample(c, timeout_ms, &dst, 0, out);
 }
 
 static int grow_updates(conn_t *k, size_t need) {

@@ -7,43 +7,131 @@
 
 #include "common/error.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define FAN SAC_SUMTREE_FAN
+#define GROUP SAC_SUMTREE_GROUP
+#define LINE 64
+
+double sac_replay_sumtree_bytes_per_leaf(void) {
+  return (double)sizeof(float) + (double)(FAN * sizeof(double)) / (double)(FAN * GROUP);
+}
+
+/* calloc'ed and aligned to a cache line by hand: pages never written stay unbacked (a
+ * shard sized for a long run pays for the slots it fills). *raw gets what to free. */
+static void *calloc_lines(size_t bytes, void **raw) {
+  unsigned char *p = calloc(bytes + LINE, 1);
+  *raw = p;
+  return p ? p + (LINE - (uintptr_t)p % LINE) % LINE : NULL;
+}
+
+/* Nodes at level l (0: the root's). */
+static uint64_t level_nodes(const sac_replay_sumtree_t *t, uint32_t l) {
+  return t->level_first[l + 1] - t->level_first[l];
+}
+
 int sac_replay_sumtree_init(sac_replay_sumtree_t *t, uint64_t n) {
   memset(t, 0, sizeof *t);
   if (n == 0)
     return SAC_EINVAL;
-  t->fen = calloc(n + 1, sizeof *t->fen);
-  t->leaf = calloc(n, sizeof *t->leaf);
-  if (!t->fen || !t->leaf) {
+  /* level sizes from the bottom up: ceil(groups / 8), ceil(that / 8), ... down to 1 */
+  uint64_t count[SAC_SUMTREE_MAX_LEVELS], c = ((n + GROUP - 1) / GROUP + FAN - 1) / FAN;
+  uint32_t L = 0;
+  for (;;) {
+    count[L++] = c;
+    if (c == 1)
+      break;
+    c = (c + FAN - 1) / FAN;
+  }
+  t->levels = L;
+  t->level_first[0] = 0;
+  for (uint32_t l = 0; l < L; l++) /* root first */
+    t->level_first[l + 1] = t->level_first[l] + count[L - 1 - l];
+  const uint64_t padded = count[0] * FAN * GROUP; /* whole bottom nodes: scans stay inside */
+  t->leaf = calloc_lines(padded * sizeof(float), &t->leaf_mem);
+  t->node = calloc_lines(t->level_first[L] * FAN * sizeof(double), &t->node_mem);
+  if (!t->leaf || !t->node) {
     sac_replay_sumtree_close(t);
     return SAC_ENOMEM;
   }
   t->n = n;
-  t->top = 1;
-  while (t->top * 2 <= n)
-    t->top *= 2;
   t->max_leaf = 1.0f;
   return 0;
 }
 
 void sac_replay_sumtree_close(sac_replay_sumtree_t *t) {
-  free(t->fen);
-  free(t->leaf);
+  free(t->leaf_mem);
+  free(t->node_mem);
   memset(t, 0, sizeof *t);
 }
 
 void sac_replay_sumtree_rebuild(sac_replay_sumtree_t *t) {
-  double total = 0.0;
-  for (uint64_t i = 1; i <= t->n; i++) {
-    t->fen[i] = (double)t->leaf[i - 1];
-    total += t->fen[i];
+  const uint32_t B = t->levels - 1;
+  /* bottom nodes: running sums of their 8 groups of 16 leaves */
+  for (uint64_t j = 0; j < level_nodes(t, B); j++) {
+    double *s = t->node + (t->level_first[B] + j) * FAN, run = 0.0;
+    const float *g = t->leaf + j * FAN * GROUP;
+    for (int c = 0; c < FAN; c++) {
+      double w = 0.0;
+      for (int k = 0; k < GROUP; k++)
+        w += (double)g[c * GROUP + k];
+      s[c] = run += w;
+    }
   }
-  for (uint64_t i = 1; i <= t->n; i++) {
-    uint64_t j = i + (i & (~i + 1));
-    if (j <= t->n)
-      t->fen[j] += t->fen[i];
+  /* above: running sums of the children's totals (a child past the level's end weighs 0) */
+  for (uint32_t l = B; l-- > 0;) {
+    const uint64_t below = level_nodes(t, l + 1);
+    for (uint64_t j = 0; j < level_nodes(t, l); j++) {
+      double *s = t->node + (t->level_first[l] + j) * FAN, run = 0.0;
+      for (uint64_t c = 0; c < FAN; c++) {
+        const uint64_t ch = j * FAN + c;
+        s[c] = run += ch < below ? t->node[(t->level_first[l + 1] + ch) * FAN + FAN - 1] : 0.0;
+      }
+    }
   }
-  t->total = total;
+  t->total = t->node[FAN - 1];
   t->updates_since_rebuild = 0;
+}
+
+#if defined(__SSE2__)
+/* from[c]: the lanes k >= c all ones, the others zero */
+static const uint64_t from[FAN][FAN]
+    __attribute__((aligned(LINE))) = {{~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull},
+                                      {0, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull},
+                                      {0, 0, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull},
+                                      {0, 0, 0, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull},
+                                      {0, 0, 0, 0, ~0ull, ~0ull, ~0ull, ~0ull},
+                                      {0, 0, 0, 0, 0, ~0ull, ~0ull, ~0ull},
+                                      {0, 0, 0, 0, 0, 0, ~0ull, ~0ull},
+                                      {0, 0, 0, 0, 0, 0, 0, ~0ull}};
+#endif
+
+/* Adds d to the running sums of every node above leaf group `group`: in each node, to
+ * the sums from the child's position on (with SSE2 a masked add of the whole line, where
+ * the masked-off lanes add +0.0 and stay as they are: no loop whose length changes from
+ * node to node). */
+static void add_up(sac_replay_sumtree_t *t, uint64_t group, double d) {
+  uint64_t child = group;
+#if defined(__SSE2__)
+  const __m128d dd = _mm_set1_pd(d);
+#endif
+  for (uint32_t l = t->levels; l-- > 0;) {
+    double *s = t->node + (t->level_first[l] + child / FAN) * FAN;
+    const unsigned c = (unsigned)(child % FAN);
+#if defined(__SSE2__)
+    const __m128d *m = (const __m128d *)from[c];
+    _mm_store_pd(s, _mm_add_pd(_mm_load_pd(s), _mm_and_pd(dd, m[0])));
+    _mm_store_pd(s + 2, _mm_add_pd(_mm_load_pd(s + 2), _mm_and_pd(dd, m[1])));
+    _mm_store_pd(s + 4, _mm_add_pd(_mm_load_pd(s + 4), _mm_and_pd(dd, m[2])));
+    _mm_store_pd(s + 6, _mm_add_pd(_mm_load_pd(s + 6), _mm_and_pd(dd, m[3])));
+#else
+    for (unsigned k = c; k < FAN; k++)
+      s[k] += d;
+#endif
+    child /= FAN;
+  }
 }
 
 void sac_replay_sumtree_set(sac_replay_sumtree_t *t, uint64_t i, float v) {
@@ -51,22 +139,95 @@ void sac_replay_sumtree_set(sac_replay_sumtree_t *t, uint64_t i, float v) {
   t->leaf[i] = v;
   if (delta == 0.0)
     return;
-  for (uint64_t j = i + 1; j <= t->n; j += j & (~j + 1))
-    t->fen[j] += delta;
-  t->total += delta;
+  add_up(t, i / GROUP, delta);
+  t->total = t->node[FAN - 1];
   if (++t->updates_since_rebuild >= t->n)
     sac_replay_sumtree_rebuild(t);
 }
 
-uint64_t sac_replay_sumtree_find(const sac_replay_sumtree_t *t, double u) {
-  uint64_t pos = 0;
-  for (uint64_t step = t->top; step; step >>= 1) {
-    if (pos + step <= t->n && t->fen[pos + step] <= u) {
-      pos += step;
-      u -= t->fen[pos];
-    }
+/* Updates asked for this many ahead: their leaf and bottom-node lines. */
+#define SET_AHEAD 8
+
+static void set_prefetch(const sac_replay_sumtree_t *t, uint64_t i) {
+  __builtin_prefetch(t->leaf + i, 1);
+  __builtin_prefetch(t->node + (t->level_first[t->levels - 1] + i / (GROUP * FAN)) * FAN, 1);
+}
+
+void sac_replay_sumtree_set_n(sac_replay_sumtree_t *t, const uint64_t *i, const float *v, size_t n) {
+  for (size_t k = 0; k < n && k < SET_AHEAD; k++)
+    set_prefetch(t, i[k]);
+  for (size_t k = 0; k < n; k++) {
+    if (k + SET_AHEAD < n)
+      set_prefetch(t, i[k + SET_AHEAD]);
+    sac_replay_sumtree_set(t, i[k], v[k]);
   }
-  return pos < t->n ? pos : t->n - 1;
+}
+
+/* The child whose range holds u: the first whose running sum is above u (FAN when none
+ * is, which rounding can make happen: see last_weighted). The 8 comparisons are
+ * independent of one another: two at a time with SSE2, whose masks give the count. */
+static inline unsigned pick_child(const double *s, double u) {
+#if defined(__SSE2__)
+  const __m128d v = _mm_set1_pd(u);
+  const unsigned m = (unsigned)_mm_movemask_pd(_mm_cmple_pd(_mm_load_pd(s), v)) |
+                     (unsigned)_mm_movemask_pd(_mm_cmple_pd(_mm_load_pd(s + 2), v)) << 2 |
+                     (unsigned)_mm_movemask_pd(_mm_cmple_pd(_mm_load_pd(s + 4), v)) << 4 |
+                     (unsigned)_mm_movemask_pd(_mm_cmple_pd(_mm_load_pd(s + 6), v)) << 6;
+  return (unsigned)__builtin_ctz(~m); /* the running sums rise: the mask is 0..01..1 */
+#else
+  unsigned c = 0;
+  while (c < FAN && s[c] <= u)
+    c++;
+  return c;
+#endif
+}
+
+/* The last child of positive weight (FAN - 1 when none): where a point past the end of
+ * a node's sums by rounding goes, so that it never lands on a child of zero weight. */
+static inline unsigned last_weighted(const double *s) {
+  for (unsigned c = FAN; c-- > 1;)
+    if (s[c] > s[c - 1])
+      return c;
+  return 0;
+}
+
+/* One search's step down a node s: the child whose range holds *u, and *u made its
+ * point within that child. A point past the node's end (rounding) becomes INFINITY, which
+ * is past every node's end below too and so ends on the last leaf of positive weight. */
+static inline uint64_t step(const double *s, double *u) {
+  unsigned c = pick_child(s, *u);
+  if (c == FAN) {
+    c = last_weighted(s);
+    *u = INFINITY;
+  } else {
+    *u -= c > 0 ? s[c - 1] : 0.0;
+  }
+  return c;
+}
+
+/* The leaf of group g whose range holds u: the first whose running sum within the
+ * group is above u, and of positive weight (else, as for u past the group's end, the
+ * group's last leaf of positive weight). */
+static inline uint64_t leaf_in(const sac_replay_sumtree_t *t, uint64_t g, double u) {
+  const float *w = t->leaf + g * GROUP;
+  int k = 0;
+  for (; k < GROUP; k++) {
+    if (u < (double)w[k])
+      break;
+    u -= (double)w[k];
+  }
+  if (k == GROUP || !(w[k] > 0.0f))
+    for (k = GROUP - 1; k > 0 && !(w[k] > 0.0f); k--)
+      ;
+  const uint64_t i = g * GROUP + (uint64_t)k;
+  return i < t->n ? i : t->n - 1;
+}
+
+uint64_t sac_replay_sumtree_find(const sac_replay_sumtree_t *t, double u) {
+  uint64_t j = 0;
+  for (uint32_t l = 0; l < t->levels; l++)
+    j = j * FAN + step(t->node + (t->level_first[l] + j) * FAN, &u);
+  return leaf_in(t, j, u);
 }
 
 /* Searches in a group: enough to keep a core's outstanding loads busy. */
@@ -75,20 +236,57 @@ uint64_t sac_replay_sumtree_find(const sac_replay_sumtree_t *t, double u) {
 void sac_replay_sumtree_find_n(const sac_replay_sumtree_t *t, const double *u, size_t n, uint64_t *out) {
   for (size_t g = 0; g < n; g += FIND_GROUP) {
     const size_t m = n - g < FIND_GROUP ? n - g : FIND_GROUP;
-    uint64_t pos[FIND_GROUP] = {0};
+    uint64_t j[FIND_GROUP] = {0};
     double rest[FIND_GROUP];
     for (size_t k = 0; k < m; k++)
       rest[k] = u[g + k];
-    for (uint64_t step = t->top; step; step >>= 1)
+    for (uint32_t l = 0; l < t->levels; l++) {
+      const double *level = t->node + t->level_first[l] * FAN;
       for (size_t k = 0; k < m; k++) /* independent of one another: the loads overlap */
-        if (pos[k] + step <= t->n && t->fen[pos[k] + step] <= rest[k]) {
-          pos[k] += step;
-          rest[k] -= t->fen[pos[k]];
-        }
+        j[k] = j[k] * FAN + step(level + j[k] * FAN, &rest[k]);
+    }
     for (size_t k = 0; k < m; k++)
-      out[g + k] = pos[k] < t->n ? pos[k] : t->n - 1;
+      __builtin_prefetch(t->leaf + j[k] * GROUP);
+    for (size_t k = 0; k < m; k++)
+      out[g + k] = leaf_in(t, j[k], rest[k]);
   }
 }
+
+/* ------------------------------------------------------------------ a batch's random numbers */
+
+/* The draws of one sample call come from splitmix64 (Steele, Lea and Flood 2014; a
+ * 64-bit state stepped by a constant and mixed, equidistributed over its period 2^64)
+ * seeded with one 64-bit draw from the shard's generator per call: the same seed still
+ * gives the same samples, and a row's draw costs a few multiplications instead of half a
+ * Philox block (sac_rng: 10 rounds for 4 words, about a third of a uniform sample's
+ * instructions). */
+typedef struct {
+  uint64_t s;
+} draws_t;
+
+static inline uint64_t draw64(draws_t *r) {
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1), 53 bits. */
+static inline double draw_unit(draws_t *r) { return (double)(draw64(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+/* Uniform in [0, n), n > 0: Lemire's multiply-and-shift with the rejection that removes
+ * its bias (as sac_rng_below32). */
+static inline uint32_t draw_below(draws_t *r, uint32_t n) {
+  uint64_t m = (draw64(r) >> 32) * n;
+  if ((uint32_t)m < n) {
+    const uint32_t threshold = (uint32_t)-n % n;
+    while ((uint32_t)m < threshold)
+      m = (draw64(r) >> 32) * n;
+  }
+  return (uint32_t)(m >> 32);
+}
+
+static draws_t draws_from(sac_rng_t *rng) { return (draws_t){sac_rng_u64(rng)}; }
 
 /* ------------------------------------------------------------------ uniform */
 
@@ -103,13 +301,13 @@ static uint32_t ready_near(const sac_replay_storage_t *st, uint64_t filled, uint
   return SAC_SLOT_NONE;
 }
 
-static uint32_t uniform_one(const sac_replay_storage_t *st, sac_rng_t *rng, uint64_t filled) {
+static uint32_t uniform_one(const sac_replay_storage_t *st, draws_t *rng, uint64_t filled) {
   /* Rejection sampling is exactly uniform; observation-only slots are a small share
    * (one per episode end and one per open stream), so 64 misses in a row only happen
    * on a pathological buffer, where the forward scan still terminates. */
   uint64_t s = 0;
   for (int tries = 0; tries < 64; tries++) {
-    s = sac_rng_below32(rng, (uint32_t)filled);
+    s = draw_below(rng, (uint32_t)filled);
     if (st->flags[s] & SAC_SLOT_READY)
       return (uint32_t)s;
   }
@@ -124,13 +322,14 @@ int sac_replay_sample_uniform(const sac_replay_storage_t *st, sac_rng_t *rng, ui
   uint64_t filled = sac_replay_storage_filled(st);
   if (st->size == 0 || filled == 0)
     return SAC_EAGAIN;
+  draws_t r = draws_from(rng);
   for (uint32_t i = 0; i < n; i++) {
-    slots[i] = sac_rng_below32(rng, (uint32_t)filled);
+    slots[i] = draw_below(&r, (uint32_t)filled);
     __builtin_prefetch(st->flags + slots[i]);
   }
   for (uint32_t i = 0; i < n; i++)
     if (!(st->flags[slots[i]] & SAC_SLOT_READY))
-      slots[i] = uniform_one(st, rng, filled);
+      slots[i] = uniform_one(st, &r, filled);
   return 0;
 }
 
@@ -145,13 +344,14 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
   /* every row's first pick, one point in each of n equal strata of the total, searched
    * side by side; a pick that is no transition (or of zero weight) is drawn again over
    * the whole total, one search at a time (rare: rounding at a stratum's edge) */
+  draws_t r = draws_from(rng);
   double seg = total / n, u[FIND_GROUP * 32];
   uint64_t found[FIND_GROUP * 32];
   const uint32_t chunk = FIND_GROUP * 32;
   for (uint32_t i0 = 0; i0 < n; i0 += chunk) {
     const uint32_t m = n - i0 < chunk ? n - i0 : chunk;
     for (uint32_t k = 0; k < m; k++) {
-      u[k] = ((double)(i0 + k) + sac_rng_uniform(rng)) * seg;
+      u[k] = ((double)(i0 + k) + draw_unit(&r)) * seg;
       if (u[k] >= total)
         u[k] = nextafter(total, 0.0);
     }
@@ -161,7 +361,7 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
       uint32_t s =
           j < filled && (st->flags[j] & SAC_SLOT_READY) && t->leaf[j] > 0.0f ? (uint32_t)j : SAC_SLOT_NONE;
       for (int tries = 1; tries < 16 && s == SAC_SLOT_NONE; tries++) {
-        double v = sac_rng_uniform(rng) * total;
+        double v = draw_unit(&r) * total;
         if (v >= total)
           v = nextafter(total, 0.0);
         j = sac_replay_sumtree_find(t, v);
@@ -169,7 +369,7 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
           s = (uint32_t)j;
       }
       if (s == SAC_SLOT_NONE) /* only after rounding drift left zero-weight picks */
-        s = uniform_one(st, rng, filled);
+        s = uniform_one(st, &r, filled);
       slots[i0 + k] = s;
     }
   }
@@ -191,8 +391,8 @@ int sac_replay_priority_set(const sac_replay_storage_t *st, sac_replay_sumtree_t
   if (slot >= st->cfg.capacity || !(st->flags[slot] & SAC_SLOT_READY) ||
       (sac_replay_storage_generation(st, slot) & 0xFFFFFu) != (gen & 0xFFFFFu))
     return 0;
-  double v = pow((double)p + eps, alpha);
-  float fv = (float)v;
+  /* in float, as the leaf is kept: powf is about half of pow's instructions */
+  float fv = powf((float)((double)p + eps), (float)alpha);
   if (!isfinite(fv))
     fv = 3.0e38f;
   sac_replay_sumtree_set(t, slot, fv);

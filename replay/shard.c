@@ -610,7 +610,7 @@ void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats
   o->tails_reused_total = sh->st.tails_reused;
   o->actors = sh->n_actors;
   o->actors_expired_total = sh->actors_expired;
-  double extra = sh->prioritized ? (double)(sizeof(double) + sizeof(float)) : 0.0;
+  double extra = sh->prioritized ? sac_replay_sumtree_bytes_per_leaf() : 0.0;
   o->bytes_per_slot = sac_replay_storage_bytes_per_slot(&sh->st) + extra;
   o->bytes_per_transition = sac_replay_storage_bytes_per_transition(&sh->st, extra);
   o->limiter_spi = sh->lim.spi;
