@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -104,6 +105,7 @@ struct sac_replay_server {
   uint64_t wal_synced;              /* records covered by a finished fsync (as last seen) */
   int wal_failed;                   /* an append or fsync failed: the server stops (see wal_fail) */
   int lock_fd;                      /* the exclusive lock on <snapshot_path>.lock (-1: none held) */
+  int wal_lock_fd;                  /* the flock on the log file itself (-1: none held) */
   /* The fsync thread: syncs up to sync_target, publishes sync_done; under sync_mu. It
    * lets the server go on reading and appending while an fsync runs (pipelined group
    * commit). */
@@ -210,38 +212,68 @@ static void sync_thread_stop(sac_replay_server_t *s);
 static int restore_wal(sac_replay_server_t *s);
 static int restore_snapshot(sac_replay_server_t *s, const char *path);
 static int lock_files(sac_replay_server_t *s, const char *path);
+static int lock_wal(sac_replay_server_t *s);
 static int sync_restored(const char *path);
 
 static int restore(sac_replay_server_t *s) {
   const char *path = s->cfg.snapshot_path;
   if (!path[0])
     return 0;
+  /* the locks first: nothing of the shard's files is removed, moved or opened for writing
+   * before this process owns all of them */
+  int rc = lock_files(s, path);
+  if (rc)
+    return rc;
   /* a path that can never hold a snapshot, or a folder that takes no files, fails the
    * start rather than every snapshot (and the stop) later */
-  int rc = sac_snap_prepare(path, &s->st.stale_temporaries_removed);
+  rc = sac_snap_prepare(path, &s->st.stale_temporaries_removed);
   if (rc) {
     SAC_ERROR("replay", "refusing to start: snapshots cannot be written to %s (%s)", path, sac_strerror(rc));
     return SAC_ECONFIG;
   }
-  if ((rc = lock_files(s, path)) != 0)
-    return rc;
   rc = restore_snapshot(s, path);
   return rc ? rc : restore_wal(s);
 }
 
-/* One shard process per snapshot and log: a second one (a supervisor restarting while
- * the old process lives) would interleave its records with the first's. The lock is
- * held until the server is destroyed; the kernel drops it when the process dies. */
+/* path as the kernel resolves it (symlinks followed), or, for a file not there yet, its
+ * resolved folder and its name: two names of one snapshot lead to one lock file. */
+static void canonical_path(const char *path, char *out, size_t cap) {
+  char *r = realpath(path, NULL);
+  if (!r) {
+    char d[1024], b[1024];
+    snprintf(d, sizeof d, "%s", path);
+    snprintf(b, sizeof b, "%s", path);
+    char *rd = realpath(dirname(d), NULL);
+    if (rd && snprintf(out, cap, "%s/%s", rd, basename(b)) < (int)cap) {
+      free(rd);
+      return;
+    }
+    free(rd);
+    snprintf(out, cap, "%s", path);
+    return;
+  }
+  snprintf(out, cap, "%s", r);
+  free(r);
+}
+
+/* One shard process per file: a second one (a supervisor restarting while the old
+ * process lives, two containers on one volume, two shards given one --wal_path) would
+ * delete the first's snapshot in progress or interleave its records with the first's.
+ * Two locks, held until the server is destroyed (the kernel drops them when the process
+ * dies): <snapshot>.lock beside the snapshot's resolved path (its temporaries and moved-
+ * aside copies are named after it), and an flock on the log file itself, so that no two
+ * shards write one log whatever paths they were given (a symlink, a hard link, another
+ * snapshot_path with the same wal_path). */
 static int lock_files(sac_replay_server_t *s, const char *path) {
-  char lock[1100], holder[32];
-  snprintf(lock, sizeof lock, "%s.lock", path);
+  char canon[1024], lock[1100], holder[32];
+  canonical_path(path, canon, sizeof canon);
+  snprintf(lock, sizeof lock, "%s.lock", canon);
   int fd = -1, rc = sac_durable_lock(lock, &fd, holder, sizeof holder);
   if (rc == SAC_EAGAIN) {
     SAC_ERROR("replay",
-              "refusing to start: %s is locked by process %s, another shard using the snapshot %s%s%s; stop "
-              "it first",
-              lock, holder[0] ? holder : "(pid unknown)", path, s->cfg.wal_path[0] ? " and the log " : "",
-              s->cfg.wal_path);
+              "refusing to start: %s is locked by process %s, another shard using the snapshot %s; stop it "
+              "first",
+              lock, holder[0] ? holder : "(pid unknown)", path);
     return SAC_ECONFIG;
   }
   if (rc) {
@@ -249,6 +281,29 @@ static int lock_files(sac_replay_server_t *s, const char *path) {
     return SAC_ECONFIG;
   }
   s->lock_fd = fd;
+  return s->cfg.wal_path[0] ? lock_wal(s) : 0;
+}
+
+/* The flock on the log file itself (created empty when missing: sac_replay_wal_open
+ * writes its header). */
+static int lock_wal(sac_replay_server_t *s) {
+  char holder[32];
+  int fd = -1, rc = sac_durable_lock_file(s->cfg.wal_path, 1, &fd, holder, sizeof holder);
+  if (rc == SAC_EAGAIN) {
+    SAC_ERROR("replay",
+              "refusing to start: the write-ahead log %s is locked by process %s, another shard writing it "
+              "(whatever snapshot path it was given); give each shard its own wal_path",
+              s->cfg.wal_path, holder[0] ? holder : "(pid unknown)");
+    return SAC_ECONFIG;
+  }
+  if (rc) {
+    SAC_ERROR("replay", "refusing to start: cannot open and lock the write-ahead log %s: %s", s->cfg.wal_path,
+              strerror(errno));
+    return SAC_ECONFIG;
+  }
+  if (s->wal_lock_fd >= 0)
+    close(s->wal_lock_fd);
+  s->wal_lock_fd = fd;
   return 0;
 }
 
@@ -379,6 +434,7 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
   }
   s->cfg = *cfg;
   s->lock_fd = -1;
+  s->wal_lock_fd = -1;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->prov_cv, NULL);
   if (durability_setup(s) != 0)
@@ -512,6 +568,8 @@ void sac_replay_server_destroy(sac_replay_server_t **sp) {
   sac_replay_wal_close(&s->wal);
   if (s->lock_fd >= 0)
     close(s->lock_fd);
+  if (s->wal_lock_fd >= 0)
+    close(s->wal_lock_fd);
   free(s->wacks);
   free(s->prov_text);
   pthread_cond_destroy(&s->prov_cv);
@@ -1302,6 +1360,8 @@ static int restore_wal(sac_replay_server_t *s) {
       return SAC_ECONFIG;
     }
     SAC_WARN("replay", "log %s unusable: moved to %s as asked", s->cfg.wal_path, aside);
+    if (lock_wal(s) != 0) /* the lock held is on the file moved aside */
+      return SAC_ECONFIG;
     rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, flags, wal_apply,
                              s, &s->wal, &scan);
   }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1144,4 +1145,115 @@ Test(replay_wal, io_errors_on_the_snapshot_keep_the_log) {
                     strerror(errs[e]));
       cr_assert_eq(st.snapshots_total, 0, "%s (%s): a snapshot counted as taken", ops[o], strerror(errs[e]));
     }
+}
+
+/* ------------------------------------------------------------------ one owner per file */
+
+/* Two shards given different snapshot paths and one log (the same --wal_path, a symlink
+ * to it, a hard link to it) would append over each other's records: the second refuses,
+ * and leaves the log as the first wrote it. */
+Test(replay_wal, two_shards_never_write_one_log_whatever_the_paths) {
+  char shared[400], sym[400], hard[400];
+  snprintf(shared, sizeof shared, "%s/shared.wal", g_dir);
+  snprintf(sym, sizeof sym, "%s/sym.wal", g_dir);
+  snprintf(hard, sizeof hard, "%s/hard.wal", g_dir);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t a = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "own-a");
+  snprintf(a.snapshot_path, sizeof a.snapshot_path, "%s/a.snap", g_dir);
+  snprintf(a.wal_path, sizeof a.wal_path, "%s", shared);
+  sac_replay_server_t *sa = sac_replay_server_new(&a, ctx, NULL);
+  cr_assert_not_null(sa);
+  cr_assert_eq(sac_replay_server_start(sa), 0);
+  sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(sa));
+  insert_acked(cl, 5);
+  sac_sleep_ns(200000000); /* the SYNC record an idle shard writes after its last fsync */
+  long size = file_size(shared);
+  cr_assert_gt(size, 16);
+  cr_assert_eq(symlink(shared, sym), 0);
+  cr_assert_eq(link(shared, hard), 0);
+  const char *paths[] = {shared, sym, hard};
+  for (int i = 0; i < 3; i++) {
+    sac_replay_server_config_t b = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "own-b");
+    snprintf(b.snapshot_path, sizeof b.snapshot_path, "%s/b%d.snap", g_dir, i);
+    snprintf(b.wal_path, sizeof b.wal_path, "%s", paths[i]);
+    int err = 0;
+    sac_replay_server_t *sb = sac_replay_server_new(&b, ctx, &err);
+    cr_assert_null(sb, "a second shard opened the log %s another shard writes", paths[i]);
+    cr_assert_eq(err, SAC_ECONFIG);
+    cr_assert_eq(file_size(shared), size, "the refused shard changed the log (%s)", paths[i]);
+  }
+  sac_replay_client_destroy(&cl);
+  sac_replay_server_destroy(&sa);
+  /* released with the first: the same second shard starts */
+  sac_replay_server_config_t b = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "own-b");
+  snprintf(b.snapshot_path, sizeof b.snapshot_path, "%s/b0.snap", g_dir);
+  snprintf(b.wal_path, sizeof b.wal_path, "%s", shared);
+  sac_replay_server_t *sb = sac_replay_server_new(&b, ctx, NULL);
+  cr_assert_not_null(sb);
+  sac_replay_server_destroy(&sb);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* Holds an flock on path through an open file description of its own, as another
+ * process would (flock conflicts between descriptions, also within one process). */
+static int hold_flock(const char *path) {
+  int fd = open(path, O_RDWR | O_CREAT, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+  return fd;
+}
+
+/* Shards in containers share a volume and are each pid 1: a live shard's snapshot in
+ * progress is "<snap>.tmp.1", and so would be the one of a shard that died. The shard
+ * about to be refused (the snapshot's lock is held) deletes nothing: the lock comes
+ * first. Here the live one is this process's pid, held by an flock like a live
+ * writer's. */
+Test(replay_wal, the_lock_comes_before_anything_is_deleted) {
+  char snap[400], lock[420], tmp[420];
+  snprintf(snap, sizeof snap, "%s/shard.snap", g_dir);
+  snprintf(lock, sizeof lock, "%s.lock", snap);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", snap, (long)getpid());
+  int lk = hold_flock(lock), tf = hold_flock(tmp);
+  cr_assert_eq(write(tf, "half a snapshot", 15), 15);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "first");
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+  cr_assert_null(s, "started while another shard holds the snapshot's lock");
+  cr_assert_eq(err, SAC_ECONFIG);
+  cr_assert_eq(access(tmp, F_OK), 0, "the refused shard deleted the live shard's snapshot in progress");
+  close(tf);
+  close(lk);
+}
+
+/* Stale temporaries are told by their lock, not their pid: one a live writer holds is
+ * kept even when it carries this process's pid (another PID namespace); one nobody holds
+ * goes, also when its pid is this process's. A name with another live process's pid is
+ * kept (an older writer that took no lock). */
+Test(replay_wal, stale_temporaries_are_told_by_their_lock_not_their_pid) {
+  char snap[400], held[450], dead_same_pid[450], dead_new[450];
+  snprintf(snap, sizeof snap, "%s/t.snap", g_dir);
+  snprintf(held, sizeof held, "%s.tmp.%ld", snap, (long)getpid());
+  snprintf(dead_same_pid, sizeof dead_same_pid, "%s.tmp.%ld-0000000100000002", snap, (long)getpid());
+  snprintf(dead_new, sizeof dead_new, "%s.tmp.999999999-00000001", snap);
+  int hf = hold_flock(held);
+  const char *dead[] = {dead_same_pid, dead_new};
+  for (int i = 0; i < 2; i++)
+    close(open(dead[i], O_WRONLY | O_CREAT, 0644));
+  uint64_t removed = 0;
+  cr_assert_eq(sac_snap_prepare(snap, &removed), 0);
+  cr_assert_eq(access(held, F_OK), 0, "a temporary a live writer holds was removed (judged by pid)");
+  cr_assert_neq(access(dead_same_pid, F_OK), 0, "an unheld temporary with this pid was kept");
+  cr_assert_neq(access(dead_new, F_OK), 0, "an unheld temporary was kept");
+  cr_assert_eq(removed, 2);
+  close(hf);
+  unlink(held);
+  /* a writer holds its own temporary while it writes */
+  sac_snap_writer_t w;
+  cr_assert_eq(sac_snap_writer_open(&w, snap, SAC_SNAP_KIND_REPLAY), 0);
+  cr_assert(sac_durable_file_locked(w.tmp), "the writer does not hold its temporary");
+  cr_assert_eq(sac_snap_prepare(snap, &removed), 0);
+  cr_assert_eq(removed, 0);
+  cr_assert_eq(access(w.tmp, F_OK), 0);
+  cr_assert_eq(sac_snap_write(&w, "x", 1), 0);
+  cr_assert_eq(sac_snap_writer_commit(&w), 0);
 }
