@@ -1312,7 +1312,7 @@ static int durability_setup(sac_replay_server_t *s) {
         "replay",
         "refusing to start: durability wal (the default) needs a place for its files: give snapshot_path "
         "(the log goes to <snapshot_path>.wal), or choose durability none (memory only: nothing survives "
-        "a restart) or snapshot explicitly");
+        "a restart) explicitly");
     return SAC_ECONFIG;
   }
   if (!c->wal_path[0] &&

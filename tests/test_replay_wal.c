@@ -1101,10 +1101,10 @@ static int io_fault_trial(const char *op, const char *suffix, int err, sac_repla
   return late;
 }
 
-/* EIO and ENOSPC on the log's write and fdatasync: the shard stops (fail-stop), answers
- * none of the batches it could not make durable, counts the error, and the restarted
- * shard has every acknowledged batch. */
-Test(replay_wal, io_errors_on_the_log_stop_the_shard_and_ack_nothing_undurable) {
+/* EIO and ENOSPC on the log's write and fdatasync: the shard acknowledges none of the
+ * batches it could not make durable (it answers them "not durable"), counts the error,
+ * and the restarted shard has every acknowledged batch. */
+Test(replay_wal, io_errors_on_the_log_ack_nothing_undurable) {
   const char *ops[] = {"write", "fdatasync"};
   const int errs[] = {EIO, ENOSPC};
   for (int o = 0; o < 2; o++)
@@ -1615,4 +1615,252 @@ Test(replay_wal, corruption_before_acknowledged_records_is_found_past_any_window
   cr_assert_eq(open_crafted(path, &s, &sc), SAC_ECHECKSUM, "a corrupt 70 MiB record was cut as a torn tail");
   cr_assert_eq(sc.claim_after, (uint64_t)(at[3] - SYNC_RECORD), "the claim of the SYNC record after R2");
   unlink(path);
+}
+
+/* ------------------------------------------------------------------ a full disk, a failed fsync */
+
+/* One raw connection to a server's insert endpoint and one to its sample endpoint. */
+typedef struct {
+  raw_t k;
+  void *smp;
+  tg_t g;
+} rig_t;
+
+static void rig_open(rig_t *r, sac_net_ctx_t *ctx, sac_replay_server_t *s) {
+  memset(r, 0, sizeof *r);
+  r->k.ins = sac_net_socket(ctx, SAC_NET_DEALER, NULL);
+  cr_assert_eq(sac_net_connect(r->k.ins, sac_replay_server_insert_endpoint(s)), 0);
+  r->smp = sac_net_socket(ctx, SAC_NET_DEALER, NULL);
+  cr_assert_eq(sac_net_connect(r->smp, sac_replay_server_sample_endpoint(s)), 0);
+  r->k.dec = sac_wire_decoder_new(0);
+  tg_init(&r->g, ACTOR, 8, OBS, ACT, 30, 4);
+}
+
+static void rig_close(rig_t *r) {
+  tg_free(&r->g);
+  sac_net_close(&r->k.ins);
+  sac_net_close(&r->smp);
+  sac_wire_decoder_destroy(&r->k.dec);
+}
+
+/* Sends batch seq (acked_through: every seq below it) and returns its answer in *a
+ * (the error text in err); 0 when none came within 5 s. */
+static int rig_insert(rig_t *r, uint64_t seq, sac_wire_ack_t *a, char *err, size_t cap) {
+  raw_send(&r->k, seq, seq - 1, &r->g);
+  return raw_ack(&r->k, 5000, a, err, cap);
+}
+
+/* The server publishes its stats from its loop (at most every 50 ms when idle): waits up
+ * to 5 s for wal_state to read want. */
+static void wait_published(sac_replay_server_t *s, sac_replay_stats_t *st, int want) {
+  uint64_t end = sac_clock_ns() + 5000000000ull;
+  do {
+    sac_replay_server_stats(s, st);
+    if (st->wal_state == want)
+      return;
+    sac_sleep_ns(10000000);
+  } while (sac_clock_ns() < end);
+}
+
+/* A sample of 16 rows: how many came back (0 with an error or no answer). */
+static uint32_t rig_sample(rig_t *r) {
+  sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
+  m.u.sample_request = (sac_wire_sample_request_t){.request_id = 9, .batch_size = 16, .timeout_ms = 1000};
+  size_t len = 0;
+  cr_assert_eq(sac_wire_encode(&m, r->k.buf, sizeof r->k.buf, &len), 0);
+  cr_assert_eq(sac_net_send(r->smp, r->k.buf, len, 0), 0);
+  sac_net_pollitem_t it = {r->smp, SAC_NET_POLLIN, 0};
+  if (sac_net_poll(&it, 1, 5000) <= 0)
+    return 0;
+  cr_assert_eq(sac_net_recv(r->smp, r->k.buf, sizeof r->k.buf, 0, &len, NULL), 0);
+  sac_wire_msg_t b;
+  sac_wire_reason_t why;
+  cr_assert_eq(sac_wire_decode(r->k.dec, r->k.buf, len, NULL, &b, &why), 0);
+  cr_assert_eq(b.type, SAC_WIRE_SAMPLE_BATCH);
+  return b.u.sample_batch.error[0] ? 0 : b.u.sample_batch.n;
+}
+
+/* The log's disk is full (ENOSPC on its writes): the insert is answered "not durable"
+ * (status NOT_DURABLE, nothing claimed), counted, /healthz says why, samples are still
+ * served; when the disk takes writes again the shard resumes by itself, and a restart
+ * finds every acknowledged batch once. */
+Test(replay_wal, a_full_disk_is_answered_and_the_shard_resumes_by_itself) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "full");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  static rig_t r;
+  rig_open(&r, ctx, s);
+  sac_wire_ack_t a;
+  char err[160], why[400];
+  for (uint64_t q = 1; q <= 3; q++) {
+    cr_assert(rig_insert(&r, q, &a, err, sizeof err), "no answer to batch %llu", (unsigned long long)q);
+    cr_assert_str_eq(err, "", "batch %llu: %s", (unsigned long long)q, err);
+  }
+  hook_on("write", "/shard.snap.wal", ENOSPC);
+  cr_assert(rig_insert(&r, 4, &a, err, sizeof err), "a full disk: the insert got no answer (silence)");
+  cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE, "answered '%s', status %u", err, a.status);
+  cr_assert_eq(a.acked_seq, 0, "a not-durable answer claims nothing");
+  cr_assert_gt(a.retry_after_ms, 0);
+  cr_assert_eq(a.stored, 0);
+  sac_replay_stats_t st;
+  wait_published(s, &st, 1);
+  cr_assert_eq(st.wal_state, 1);
+  cr_assert_geq(st.inserts_not_durable_total, 1);
+  cr_assert_eq(sac_replay_server_healthy(s, why, sizeof why), 0, "healthy on a full disk");
+  cr_assert(strstr(why, "inserts refused") && strstr(why, "No space left"), "/healthz says: %s", why);
+  cr_assert_eq(rig_sample(&r), 16, "samples are not served while the disk is full");
+  /* still full: still refused */
+  sac_sleep_ns((uint64_t)a.retry_after_ms * 1000000ull);
+  cr_assert(rig_insert(&r, 4, &a, err, sizeof err));
+  cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE);
+  /* room again: the same batch is acknowledged after the retry time, without a restart */
+  sac_durable_fault_hook = NULL;
+  uint64_t end = sac_clock_ns() + 10000000000ull;
+  do {
+    sac_sleep_ns((uint64_t)(a.retry_after_ms ? a.retry_after_ms : 100) * 1000000ull);
+    cr_assert(rig_insert(&r, 4, &a, err, sizeof err));
+  } while (a.status == SAC_WIRE_ACK_NOT_DURABLE && sac_clock_ns() < end);
+  cr_assert_str_eq(err, "", "not resumed: %s", err);
+  cr_assert_eq(a.acked_seq, 4);
+  wait_published(s, &st, 0);
+  cr_assert_eq(sac_replay_server_healthy(s, why, sizeof why), 1, "still unhealthy: %s", why);
+  rig_close(&r);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_server_destroy(&s);
+  sac_replay_stats_t st2;
+  char *text = provenance_of(&c, &st2);
+  for (int q = 1; q <= 4; q++)
+    cr_assert_eq(prov_count(text, ACTOR, (uint64_t)q), 1, "batch %d", q);
+  free(text);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* An fsync of the log fails (EIO). The kernel may have dropped those pages and a later
+ * fsync can succeed over them (PostgreSQL's "fsyncgate"): the shard acknowledges nothing
+ * more, not even after the fault is gone, not a duplicate of a batch it stored; it keeps
+ * serving samples and /healthz says to restart it. The restart has every acknowledged
+ * batch once and acknowledges again. */
+Test(replay_wal, after_a_failed_fsync_nothing_is_acknowledged_until_a_restart) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "fsf");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  static rig_t r;
+  rig_open(&r, ctx, s);
+  sac_wire_ack_t a;
+  char err[160], why[400];
+  for (uint64_t q = 1; q <= 3; q++) {
+    cr_assert(rig_insert(&r, q, &a, err, sizeof err));
+    cr_assert_str_eq(err, "");
+  }
+  hook_on("fdatasync", "/shard.snap.wal", EIO);
+  cr_assert(rig_insert(&r, 4, &a, err, sizeof err), "a failed fsync: the insert got no answer");
+  cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE, "answered '%s'", err);
+  sac_durable_fault_hook = NULL; /* the next fsync would succeed */
+  for (int round = 0; round < 2; round++) {
+    sac_sleep_ns(200000000);
+    cr_assert(rig_insert(&r, 4, &a, err, sizeof err)); /* a duplicate of a batch it stored */
+    cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE, "acknowledged after a failed fsync: '%s'", err);
+    cr_assert(rig_insert(&r, 5, &a, err, sizeof err)); /* a new one */
+    cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE, "acknowledged after a failed fsync: '%s'", err);
+    cr_assert_eq(a.acked_seq, 0);
+  }
+  sac_replay_stats_t st;
+  wait_published(s, &st, 2);
+  cr_assert_eq(st.wal_state, 2);
+  cr_assert_eq(sac_replay_server_healthy(s, why, sizeof why), 0);
+  cr_assert(strstr(why, "restarted"), "/healthz says: %s", why);
+  cr_assert_eq(rig_sample(&r), 16, "samples are not served after a failed fsync");
+  rig_close(&r);
+  sac_replay_server_stop(s);
+  cr_assert_eq(sac_replay_server_join(s), SAC_EIO, "the run ends in an error after a failed fsync");
+  sac_replay_server_destroy(&s);
+  s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  rig_open(&r, ctx, s);
+  cr_assert(rig_insert(&r, 5, &a, err, sizeof err));
+  cr_assert_str_eq(err, "", "the restarted shard does not acknowledge: %s", err);
+  rig_close(&r);
+  char *text = NULL;
+  size_t len = 0;
+  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
+  for (int q = 1; q <= 3; q++)
+    cr_assert_eq(prov_count(text, ACTOR, (uint64_t)q), 1, "batch %d", q);
+  free(text);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* A resent duplicate arrives while its original waits for its fsync (a 300 ms disk):
+ * its acknowledgement waits for that fsync too. */
+Test(replay_wal, a_duplicate_is_not_acknowledged_before_its_original_is_durable) {
+  g_sync_sleep_ns = 300000000;
+  atomic_store(&g_syncs, 0);
+  sac_replay_wal_sync_hook = slow_sync;
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "dup");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  static rig_t r;
+  rig_open(&r, ctx, s);
+  raw_send(&r.k, 1, 0, &r.g);
+  sac_sleep_ns(20000000); /* stored, logged, its fsync running */
+  raw_send(&r.k, 1, 0, &r.g);
+  for (int i = 0; i < 2; i++) {
+    sac_wire_ack_t a;
+    char err[160];
+    cr_assert(raw_ack(&r.k, 5000, &a, err, sizeof err), "answer %d missing", i);
+    cr_assert_str_eq(err, "");
+    cr_assert_gt(atomic_load(&g_syncs), 0, "an ack (duplicate %d) came before its original's fsync finished",
+                 a.duplicate);
+  }
+  sac_replay_wal_sync_hook = NULL;
+  rig_close(&r);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* Snapshots keep failing while the log is past wal_max_mb (every loop would ask for
+ * one): they back off (1 s, then doubling), not a full snapshot 20 times a second. */
+Test(replay_wal, failing_snapshots_back_off) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "storm");
+  c.wal_max_bytes = 1; /* always "full" once it holds a record */
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  static rig_t r;
+  rig_open(&r, ctx, s);
+  hook_on("rename", "/shard.snap", EIO);
+  sac_wire_ack_t a;
+  char err[160];
+  cr_assert(rig_insert(&r, 1, &a, err, sizeof err));
+  sac_sleep_ns(2500000000ull);
+  sac_replay_stats_t st;
+  sac_replay_server_stats(s, &st);
+  sac_durable_fault_hook = NULL;
+  cr_assert_geq(st.snapshot_failures_total, 2, "the log past wal_max_mb asked for no snapshot");
+  cr_assert_leq(st.snapshot_failures_total, 4, "%llu failed snapshots in 2.5 s: a retry storm",
+                (unsigned long long)st.snapshot_failures_total);
+  rig_close(&r);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* ------------------------------------------------------------------ durability is explicit */
+
+/* durability snapshot without a place for its snapshots: refused, never a silent "none". */
+Test(replay_wal, snapshot_durability_without_a_path_refuses_to_start) {
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_SNAPSHOT, 2, "nosnap");
+  c.snapshot_path[0] = '\0';
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+  if (s)
+    sac_replay_server_destroy(&s);
+  cr_assert_null(s, "durability snapshot without a path started and keeps nothing");
+  cr_assert_eq(err, SAC_ECONFIG);
 }
