@@ -1485,8 +1485,9 @@ static int restore_wal(sac_replay_server_t *s) {
   s->st.wal_replayed_records = scan.records;
   s->st.wal_dropped_bytes = scan.dropped_bytes;
   s->st.wal_bytes = sac_replay_wal_bytes(s->wal);
-  /* open synced what it replayed and said so in a SYNC record */
-  s->wal_data_end = s->wal_synced_data = s->wal_claimed = sac_replay_wal_bytes(s->wal);
+  /* open synced what it replayed and (unless the disk is full) said so in a SYNC record */
+  s->wal_data_end = s->wal_synced_data = sac_replay_wal_bytes(s->wal);
+  s->wal_claimed = scan.claimed;
   if (s->cfg.wal_sync_ms >= 0) {
     if (pthread_create(&s->sync_thread, NULL, sync_main, s) != 0)
       return SAC_ENOMEM;

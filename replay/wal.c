@@ -490,11 +490,24 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, uint64_t capacity, 
   } else {
     rc = replay_existing(w, shard_id, (uint64_t)sb.st_size, max_payload, flags, apply, user, scan);
     w->bytes = scan->valid_bytes;
+    scan->claimed = scan->acked_bytes;
     /* what was replayed is synced: say so in the log, so that an acknowledgement of a
-     * resent duplicate of it has a sync record behind it */
-    if (!rc && w->bytes > w->header &&
-        (sac_replay_wal_append_sync(w, w->bytes) != 0 || sac_replay_wal_sync(w) != 0))
-      rc = SAC_EIO;
+     * resent duplicate of it has a sync record behind it. A full disk only delays that
+     * record (the shard writes it with its next fsync): the start goes on. */
+    if (!rc && w->bytes > w->header) {
+      uint64_t end = w->bytes;
+      if (sac_replay_wal_append_sync(w, end) != 0) {
+        if (errno != ENOSPC && errno != EDQUOT)
+          rc = SAC_EIO;
+        else
+          SAC_WARN("replay", "write-ahead log %s: no room for its sync record (%s): written later", path,
+                   strerror(errno));
+      } else if (sac_replay_wal_sync(w) != 0) {
+        rc = SAC_EIO;
+      } else {
+        scan->claimed = end;
+      }
+    }
   }
   if (rc) {
     if (rc == SAC_EIO)

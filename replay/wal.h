@@ -90,6 +90,7 @@ typedef struct {
   uint64_t claim_after;   /* the largest synced_through of an intact SYNC record after the damage */
   uint64_t claim_at;      /* where that record starts */
   int corrupt;            /* the damage holds records a completed fsync covered */
+  uint64_t claimed;       /* sac_replay_wal_open: what the log's SYNC records claim once it is open */
 } sac_replay_wal_scan_t;
 
 /* Reads the log at path without changing it. max_payload is the expected largest record
