@@ -1705,6 +1705,8 @@ static void wal_mark(sac_replay_server_t *s) {
   if (sac_replay_wal_append_sync(s->wal, s->wal_synced_data) == 0) {
     s->wal_claimed = s->wal_synced_data;
     s->wal_appended++;
+  } else {
+    s->wal_synced_ns = sac_clock_ns() + WAL_RETRY_MAX_NS; /* not again before a while */
   }
 }
 
@@ -1740,10 +1742,12 @@ static int wal_sync_inline(sac_replay_server_t *s) {
   return 1;
 }
 
-/* A SYNC record is owed: an fsync completed CLOSE_NS ago and nothing has said so in
- * the log since (nor will a next group soon: the shard is idle). */
-static int wal_close_due(const sac_replay_server_t *s, uint64_t now) {
-  return s->wal_synced_data > s->wal_claimed && now >= s->wal_synced_ns + CLOSE_NS;
+/* When the closing SYNC record is due: CLOSE_NS after an fsync completed that no SYNC
+ * record has claimed yet (UINT64_MAX: none owed, or the log takes no writes now). */
+static uint64_t wal_close_at(const sac_replay_server_t *s) {
+  if (!s->wal || s->wal_state != WAL_OK || s->cfg.wal_sync_ms < 0 || s->wal_synced_data <= s->wal_claimed)
+    return UINT64_MAX;
+  return s->wal_synced_ns + CLOSE_NS;
 }
 
 /* Group commit. Asks the fsync thread to cover every record appended so far when how is
@@ -1759,8 +1763,8 @@ static void wal_commit(sac_replay_server_t *s, int how) {
     s->wal_oldest_ns = 0;
     return;
   }
-  if (how == 1 && s->wal_appended == s->wal_asked && wal_close_due(s, sac_clock_ns())) {
-    wal_mark(s); /* the closing record: synced inline below */
+  if (how == 1 && s->wal_appended == s->wal_asked && sac_clock_ns() >= wal_close_at(s)) {
+    wal_mark(s); /* the closing record: synced inline below (a failed append is tried later) */
     if (s->wal_appended > s->wal_asked && wal_sync_inline(s))
       return;
   }
@@ -1938,10 +1942,10 @@ int sac_replay_server_run(sac_replay_server_t *s) {
     if (next_snap < wake)
       wake = next_snap;
     if (s->n_wacks && now + 1000000ull < wake)
-      wake = now + 1000000ull; /* acks wait for the fsync thread: look again in 1 ms */
-    if (s->wal && s->wal_synced_data > s->wal_claimed && s->wal_synced_ns + CLOSE_NS < wake)
-      wake =
-          s->wal_synced_ns + CLOSE_NS > now ? s->wal_synced_ns + CLOSE_NS : now; /* the closing SYNC record */
+      wake = now + 1000000ull;           /* acks wait for the fsync thread: look again in 1 ms */
+    uint64_t close_at = wal_close_at(s); /* the closing SYNC record */
+    if (close_at < wake)
+      wake = close_at > now ? close_at : now;
     uint64_t dl = nearest_deadline(s);
     if (dl < wake)
       wake = dl;

@@ -981,6 +981,21 @@ Test(replay_wal, a_log_of_another_shard_or_mode_is_refused) {
   sac_net_ctx_destroy(&ctx);
 }
 
+/* A new log's name is made durable (its directory fsynced) before anything is
+ * acknowledged: otherwise a power cut before the first snapshot (which syncs the same
+ * directory) takes the whole log, fsynced records and all. */
+Test(replay_wal, a_new_log_is_followed_by_a_directory_fsync) {
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "newlog");
+  hook_on(NULL, NULL, 0);
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, NULL);
+  sac_durable_fault_hook = NULL;
+  cr_assert_not_null(s);
+  int opened = op_index("open shard.snap.wal", 0);
+  cr_assert_geq(opened, 0, "the log was not created through the durable open");
+  cr_assert_geq(op_index("dirsync shard.snap.wal", opened), 0, "no directory fsync after creating the log");
+  sac_replay_server_destroy(&s);
+}
+
 /* A file moved aside is followed by a directory fsync: otherwise a power cut can bring
  * the bad file back under the name the shard starts from. */
 Test(replay_wal, a_file_moved_aside_is_followed_by_a_directory_fsync) {
@@ -1796,6 +1811,16 @@ Test(replay_wal, after_a_failed_fsync_nothing_is_acknowledged_until_a_restart) {
   sac_net_ctx_destroy(&ctx);
 }
 
+static _Atomic int g_slow_writes; /* log appends still to slow down */
+
+static int slow_first_write(const char *op, const char *path) {
+  size_t n = strlen(path);
+  if (!strcmp(op, "write") && n > 4 && !strcmp(path + n - 4, ".wal") &&
+      atomic_fetch_sub(&g_slow_writes, 1) > 0)
+    sac_sleep_ns(200000000);
+  return 0;
+}
+
 /* A resent duplicate arrives while its original waits for its fsync (a 300 ms disk):
  * its acknowledgement waits for that fsync too. */
 Test(replay_wal, a_duplicate_is_not_acknowledged_before_its_original_is_durable) {
@@ -1808,17 +1833,26 @@ Test(replay_wal, a_duplicate_is_not_acknowledged_before_its_original_is_durable)
   cr_assert_eq(sac_replay_server_start(s), 0);
   static rig_t r;
   rig_open(&r, ctx, s);
+  /* the original's log append takes 200 ms (the fault hook sleeps in it), and the resend
+   * arrives meanwhile: the shard reads it right after the original, before it asks for the
+   * fsync that covers the original */
+  atomic_store(&g_slow_writes, 1);
+  sac_durable_fault_hook = slow_first_write;
   raw_send(&r.k, 1, 0, &r.g);
-  sac_sleep_ns(20000000); /* stored, logged, its fsync running */
+  sac_sleep_ns(50000000);
   raw_send(&r.k, 1, 0, &r.g);
+  int dups = 0;
   for (int i = 0; i < 2; i++) {
     sac_wire_ack_t a;
     char err[160];
     cr_assert(raw_ack(&r.k, 5000, &a, err, sizeof err), "answer %d missing", i);
     cr_assert_str_eq(err, "");
+    dups += a.duplicate;
     cr_assert_gt(atomic_load(&g_syncs), 0, "an ack (duplicate %d) came before its original's fsync finished",
                  a.duplicate);
   }
+  cr_assert_eq(dups, 1, "the resend was not taken for a duplicate");
+  sac_durable_fault_hook = NULL;
   sac_replay_wal_sync_hook = NULL;
   rig_close(&r);
   sac_replay_server_destroy(&s);
