@@ -247,7 +247,13 @@ static sac_replay_server_config_t server_cfg(sac_replay_durability_t d, int sync
   return c;
 }
 
-static sac_replay_client_t *client_for(sac_net_ctx_t *ctx, const char *ep) {
+typedef struct {
+  uint32_t actor;
+  int batches;
+  int sleep_ms_after;
+} step_t;
+
+static sac_replay_client_t *client_as(sac_net_ctx_t *ctx, const char *ep, uint32_t actor) {
   static const char *ins[1];
   ins[0] = ep;
   sac_replay_client_config_t c;
@@ -255,10 +261,79 @@ static sac_replay_client_t *client_for(sac_net_ctx_t *ctx, const char *ep) {
   c.n_shards = 1;
   c.insert_endpoints = ins;
   c.ctx = ctx;
-  c.actor_id = ACTOR;
+  c.actor_id = actor;
   c.session = SESSION;
   c.window = 8;
   return sac_replay_client_new(&c);
+}
+
+/* A child process serves a shard configured as c and runs the steps: each actor inserts
+ * its batches (seq 1..) and waits for every ack, then the child sleeps. Then it lingers
+ * linger_ms (an idle shard writes its closing SYNC record) and dies without a snapshot
+ * (_exit, like kill -9 after the acks). */
+static void steps_then_die(const sac_replay_server_config_t *c, const step_t *steps, int n_steps,
+                           int linger_ms) {
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+    sac_replay_server_t *s = sac_replay_server_new(c, ctx, NULL);
+    if (!s || sac_replay_server_start(s) != 0)
+      _exit(3);
+    for (int i = 0; i < n_steps; i++) {
+      sac_replay_client_t *cl = client_as(ctx, sac_replay_server_insert_endpoint(s), steps[i].actor);
+      tg_t g;
+      tg_init(&g, steps[i].actor, 8, OBS, ACT, 30, 4);
+      for (int b = 0; b < steps[i].batches; b++)
+        if (sac_replay_client_insert(cl, 0, tg_next(&g), 10000) != 0)
+          _exit(4);
+      if (sac_replay_client_flush(cl, 20000) != 0)
+        _exit(5);
+      tg_free(&g);
+      sac_replay_client_destroy(&cl);
+      sac_sleep_ns((uint64_t)steps[i].sleep_ms_after * 1000000ull);
+    }
+    sac_sleep_ns((uint64_t)linger_ms * 1000000ull);
+    _exit(0);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+}
+
+/* How often (actor, SESSION, seq) is in a provenance text. */
+static int prov_count(const char *text, uint32_t actor, uint64_t seq) {
+  int n = 0;
+  for (const char *p = strchr(text, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
+    unsigned a = 0, rows = 0;
+    unsigned long long session = 0, q = 0;
+    if (sscanf(p + 1, "%u %llu %llu %u", &a, &session, &q, &rows) == 4 && a == actor && session == SESSION &&
+        q == seq)
+      n++;
+  }
+  return n;
+}
+
+/* A shard started on c's files: its provenance while it serves (asked from this thread,
+ * the route /provenance uses), and its counters once stopped. */
+static char *provenance_of(const sac_replay_server_config_t *c, sac_replay_stats_t *st) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_t *s = sac_replay_server_new(c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  char *text = NULL;
+  size_t len = 0;
+  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_server_stats(s, st);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+  return text;
+}
+
+static sac_replay_client_t *client_for(sac_net_ctx_t *ctx, const char *ep) {
+  return client_as(ctx, ep, ACTOR);
 }
 
 /* Inserts n batches (rows_per_env 4 of 8 envs: 32 rows each) and waits for every ack. */
@@ -304,27 +379,9 @@ static ledger_t check_ledger(const char *text, int n) {
 /* A child process serves a shard, inserts n batches, waits for their acks and then
  * dies without a snapshot (_exit: no final snapshot, nothing flushed). */
 static void acked_then_die(sac_replay_durability_t d, int n) {
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    sac_net_ctx_t *ctx = sac_net_ctx_new(1);
-    sac_replay_server_config_t c = server_cfg(d, 2, "child");
-    sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
-    if (!s || sac_replay_server_start(s) != 0)
-      _exit(3);
-    sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(s));
-    tg_t g;
-    tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
-    for (int b = 0; b < n; b++)
-      if (sac_replay_client_insert(cl, 0, tg_next(&g), 10000) != 0)
-        _exit(4);
-    if (sac_replay_client_flush(cl, 20000) != 0)
-      _exit(5);
-    _exit(0); /* like kill -9 after the acks: no snapshot, no cleanup */
-  }
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  sac_replay_server_config_t c = server_cfg(d, 2, "child");
+  const step_t steps[] = {{ACTOR, n, 0}};
+  steps_then_die(&c, steps, 1, 0);
 }
 
 /* The same, killed with SIGKILL while it goes on inserting after the n acknowledged
@@ -365,22 +422,8 @@ static void acked_then_killed_mid_stream(int n) {
 }
 
 static char *provenance_after_restart(sac_replay_durability_t d, sac_replay_stats_t *st) {
-  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   sac_replay_server_config_t c = server_cfg(d, 2, "parent");
-  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
-  cr_assert_not_null(s);
-  cr_assert_eq(sac_replay_server_start(s), 0);
-  char *text = NULL;
-  size_t len = 0;
-  /* asked from this thread while the shard serves: the route /provenance uses */
-  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
-  cr_assert_eq(strlen(text), len);
-  sac_replay_server_stop(s);
-  sac_replay_server_join(s);
-  sac_replay_server_stats(s, st);
-  sac_replay_server_destroy(&s);
-  sac_net_ctx_destroy(&ctx);
-  return text;
+  return provenance_of(&c, st);
 }
 
 Test(replay_wal, acked_batches_survive_the_process_dying_each_stored_once) {
@@ -1279,89 +1322,6 @@ Test(replay_wal, stale_temporaries_are_told_by_their_lock_not_their_pid) {
 }
 
 /* ------------------------------------------------------------------ replay never drops acknowledged data */
-
-typedef struct {
-  uint32_t actor;
-  int batches;
-  int sleep_ms_after;
-} step_t;
-
-static sac_replay_client_t *client_as(sac_net_ctx_t *ctx, const char *ep, uint32_t actor) {
-  static const char *ins[1];
-  ins[0] = ep;
-  sac_replay_client_config_t c;
-  sac_replay_client_config_default(&c);
-  c.n_shards = 1;
-  c.insert_endpoints = ins;
-  c.ctx = ctx;
-  c.actor_id = actor;
-  c.session = SESSION;
-  c.window = 8;
-  return sac_replay_client_new(&c);
-}
-
-/* A child process serves a shard configured as c and runs the steps: each actor inserts
- * its batches (seq 1..) and waits for every ack, then the child sleeps. Then it lingers
- * linger_ms (an idle shard writes its closing SYNC record) and dies without a snapshot
- * (_exit, like kill -9 after the acks). */
-static void steps_then_die(const sac_replay_server_config_t *c, const step_t *steps, int n_steps,
-                           int linger_ms) {
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    sac_net_ctx_t *ctx = sac_net_ctx_new(1);
-    sac_replay_server_t *s = sac_replay_server_new(c, ctx, NULL);
-    if (!s || sac_replay_server_start(s) != 0)
-      _exit(3);
-    for (int i = 0; i < n_steps; i++) {
-      sac_replay_client_t *cl = client_as(ctx, sac_replay_server_insert_endpoint(s), steps[i].actor);
-      tg_t g;
-      tg_init(&g, steps[i].actor, 8, OBS, ACT, 30, 4);
-      for (int b = 0; b < steps[i].batches; b++)
-        if (sac_replay_client_insert(cl, 0, tg_next(&g), 10000) != 0)
-          _exit(4);
-      if (sac_replay_client_flush(cl, 20000) != 0)
-        _exit(5);
-      tg_free(&g);
-      sac_replay_client_destroy(&cl);
-      sac_sleep_ns((uint64_t)steps[i].sleep_ms_after * 1000000ull);
-    }
-    sac_sleep_ns((uint64_t)linger_ms * 1000000ull);
-    _exit(0);
-  }
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
-}
-
-/* How often (actor, SESSION, seq) is in a provenance text. */
-static int prov_count(const char *text, uint32_t actor, uint64_t seq) {
-  int n = 0;
-  for (const char *p = strchr(text, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
-    unsigned a = 0, rows = 0;
-    unsigned long long session = 0, q = 0;
-    if (sscanf(p + 1, "%u %llu %llu %u", &a, &session, &q, &rows) == 4 && a == actor && session == SESSION &&
-        q == seq)
-      n++;
-  }
-  return n;
-}
-
-static char *provenance_of(const sac_replay_server_config_t *c, sac_replay_stats_t *st) {
-  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
-  sac_replay_server_t *s = sac_replay_server_new(c, ctx, NULL);
-  cr_assert_not_null(s);
-  cr_assert_eq(sac_replay_server_start(s), 0);
-  char *text = NULL;
-  size_t len = 0;
-  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
-  sac_replay_server_stop(s);
-  sac_replay_server_join(s);
-  sac_replay_server_stats(s, st);
-  sac_replay_server_destroy(&s);
-  sac_net_ctx_destroy(&ctx);
-  return text;
-}
 
 /* 47 batches acknowledged by a shard of capacity 65536, restarted with capacity 1024:
  * replaying the log into that ring would evict most of them. Refused, naming the
