@@ -174,6 +174,7 @@ static void client_stats_to(sac_replay_client_t *client, sac_actor_stats_t *st) 
   sac_replay_client_stats_t cs;
   sac_replay_client_stats(client, &cs);
   atomic_store(&st->batches_resent, cs.batches_resent);
+  atomic_store(&st->not_durable_replies, cs.not_durable_replies);
   atomic_store(&st->unacked_batches, sac_replay_client_unacked(client));
 }
 

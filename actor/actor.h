@@ -72,6 +72,7 @@ typedef struct {
   /* from the replay client, refreshed every step: batches resent (timed or after a
    * reconnect) and batches sent but not acknowledged yet, over all shards */
   atomic_uint_fast64_t batches_resent, unacked_batches;
+  atomic_uint_fast64_t not_durable_replies; /* "not durable" answers: the shard could not keep a batch */
   atomic_uint_fast64_t ledger_lines, ledger_errors; /* --ledger appends and failed appends */
   /* at the end: batches still unacknowledged after the drain, and rows never sent */
   atomic_uint_fast64_t unacked_at_exit, rows_unsent_at_exit;

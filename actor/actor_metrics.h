@@ -85,6 +85,10 @@ static inline int sac_actor_metrics_register(sac_metrics_t *r, const sac_actor_s
           "Times a send found the shard's window full and waited.", 1.0);
   SAC__CU(send_wait_ns, "sac_actor_send_wait_seconds_total",
           "Seconds spent sending batches, waits for window room (backpressure) included.", 1e-9);
+  SAC__CU(not_durable_replies, "sac_actor_not_durable_replies_total",
+          "Insert replies saying the shard could not make the batch durable (a full disk, a log error): kept "
+          "and resent later.",
+          1.0);
   SAC__CU(batches_resent, "sac_actor_batches_resent_total",
           "Batches sent again: unacknowledged past the resend timeout, or after a reconnect.", 1.0);
   ok &= sac_metrics_gauge_read(r, "sac_actor_unacked_batches",

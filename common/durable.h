@@ -26,9 +26,23 @@ int sac_durable_sync_dir(const char *path);
 int sac_durable_rename(const char *from, const char *to);
 
 /* Takes an exclusive lock (flock) on lock_path, creating it, and writes this process's
- * pid into it. 0 with *fd the lock's descriptor (closing it releases the lock);
- * SAC_EAGAIN when another process (or another open in this one) holds it: holder gets
- * the pid the holder wrote ("" when unknown); SAC_EIO when the file cannot be opened. */
+ * pid into it (best effort: a full disk does not stop the lock). 0 with *fd the lock's
+ * descriptor (closing it releases the lock); SAC_EAGAIN when another process (or another
+ * open in this one) holds it: holder gets the pid the holder wrote, else the one
+ * /proc/locks names ("" when unknown); SAC_EIO when the file cannot be opened. */
 int sac_durable_lock(const char *lock_path, int *fd, char *holder, unsigned holder_cap);
+
+/* Takes an exclusive flock on the file at path itself (created empty when missing and
+ * create is set), writing nothing to it: a lock on the inode, so every name of the file
+ * (a symlink, a hard link, a volume mounted at another path) meets the same lock. The
+ * same results as sac_durable_lock (holder from /proc/locks); SAC_ENOTFOUND when the
+ * file is missing and create is 0. */
+int sac_durable_lock_file(const char *path, int create, int *fd, char *holder, unsigned holder_cap);
+
+/* Whether some open file description holds an flock on the file at path: 1 held, 0 not
+ * (or the file is gone), never blocking. Used to tell a temporary file being written
+ * from one a dead writer left: its writer holds the lock for as long as it lives,
+ * whichever PID namespace it runs in. */
+int sac_durable_file_locked(const char *path);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -141,18 +142,46 @@ static void make_header(unsigned char h[HEADER_BYTES], uint64_t payload, uint32_
   put32(h + 60, sac_crc32c(0, h, 60));
 }
 
+/* Creates w->tmp, "<path>.tmp.<pid>-<random>", and holds an flock on it until it is
+ * renamed or removed: the lock, not the pid (a container's shard is often pid 1, like
+ * its neighbour's), is what tells a live writer's temporary from a dead one's
+ * (sac_snap_prepare). A cleaner that removed the name between the create and the lock
+ * is noticed (the name no longer leads to this file) and the create is tried again. */
+static int open_tmp(sac_snap_writer_t *w) {
+  for (int attempt = 0; attempt < 3; attempt++) {
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld-%08x%08x", w->path, (long)getpid(),
+             (unsigned)(sac_wallclock_ns() & 0xFFFFFFFFu), (unsigned)(sac_clock_ns() * 2654435761u));
+    if (sac_durable_fault("open", w->path)) {
+      w->fd = -1;
+      return SAC_EIO;
+    }
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+      if (errno == EEXIST)
+        continue;
+      return SAC_EIO;
+    }
+    struct stat a, b;
+    if (flock(w->fd, LOCK_EX | LOCK_NB) == 0 && fstat(w->fd, &a) == 0 && stat(w->tmp, &b) == 0 &&
+        a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+      return 0;
+    close(w->fd);
+    w->fd = -1;
+  }
+  errno = EAGAIN;
+  return SAC_EIO;
+}
+
 int sac_snap_writer_open(sac_snap_writer_t *w, const char *path, uint32_t kind) {
   memset(w, 0, sizeof *w);
   w->fd = -1;
   if (strlen(path) >= sizeof w->path)
     return SAC_EINVAL;
   snprintf(w->path, sizeof w->path, "%s", path);
-  snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", path, (long)getpid());
   w->kind = kind;
-  w->fd =
-      sac_durable_fault("open", w->path) ? -1 : open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd < 0) {
+  if (open_tmp(w) != 0) {
     SAC_ERROR("snapshot", "cannot create %s: %s", w->tmp, strerror(errno));
+    w->tmp[0] = '\0';
     return SAC_EIO;
   }
   /* the real header is written at commit, once the payload length is known */
@@ -195,15 +224,18 @@ int sac_snap_writer_commit(sac_snap_writer_t *w) {
   step = "fsync";
   if (sac_durable_fault("fsync", w->path) || fsync(w->fd) != 0)
     goto err;
-  step = "close";
-  if (close(w->fd) != 0) {
-    w->fd = -1;
-    goto err;
-  }
-  w->fd = -1;
+  /* renamed while still open: the flock on the temporary holds until its name is gone */
   step = "rename";
   if (sac_durable_fault("rename", w->path) || rename(w->tmp, w->path) != 0)
     goto err;
+  w->tmp[0] = '\0';
+  int closed = close(w->fd);
+  w->fd = -1;
+  if (closed != 0) {
+    SAC_ERROR("snapshot", "close of %s failed: %s; the new snapshot is in place but may not be durable",
+              w->path, strerror(errno));
+    return SAC_EIO;
+  }
   /* until the directory is synced the rename may be undone by a power cut: the new
    * snapshot is not durable, and whoever relies on it (the shard truncating its log)
    * must not */
@@ -211,7 +243,6 @@ int sac_snap_writer_commit(sac_snap_writer_t *w) {
     SAC_ERROR("snapshot",
               "fsync of the directory of %s failed: %s; the new snapshot is in place but not durable",
               w->path, strerror(errno));
-    w->tmp[0] = '\0';
     return SAC_EIO;
   }
   return 0;
@@ -240,7 +271,10 @@ static const char *sac_snap_file_kind(mode_t m) {
                        : "not a regular file";
 }
 
-/* Removes "<base>.tmp.<pid>" in dir for pids that are not live processes. */
+/* Removes "<base>.tmp.<anything>" in dir that no writer holds: a live writer keeps an
+ * flock on its temporary (open_tmp), in whatever PID namespace it runs. As a second,
+ * conservative reason to keep one, a name whose pid is a live process other than this
+ * one is kept too (a writer of an older version, which took no lock). */
 static uint64_t remove_stale_tmp(const char *dir, const char *base) {
   DIR *d = opendir(dir);
   if (!d)
@@ -250,24 +284,23 @@ static uint64_t remove_stale_tmp(const char *dir, const char *base) {
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     const char *nm = e->d_name;
-    if (strncmp(nm, base, bl) != 0 || strncmp(nm + bl, ".tmp.", 5) != 0)
+    if (strncmp(nm, base, bl) != 0 || strncmp(nm + bl, ".tmp.", 5) != 0 || !nm[bl + 5])
       continue;
-    const char *digits = nm + bl + 5;
     char *end = NULL;
     errno = 0;
-    long pid = strtol(digits, &end, 10);
-    if (!digits[0] || *end || errno || pid <= 0)
-      continue;
-    if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
-      continue; /* a live process (perhaps another shard writing this path) */
+    long pid = strtol(nm + bl + 5, &end, 10);
+    if (!errno && pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+      continue; /* named after a live process (an older writer without the lock) */
     char full[8400];
     snprintf(full, sizeof full, "%s/%s", dir, nm);
     struct stat sb;
     if (lstat(full, &sb) != 0 || !S_ISREG(sb.st_mode))
       continue;
+    if (sac_durable_file_locked(full))
+      continue; /* a live writer, perhaps in another PID namespace */
     if (unlink(full) == 0) {
-      SAC_WARN("snapshot", "removed %s (%lld bytes), left by process %ld that stopped mid-snapshot", full,
-               (long long)sb.st_size, pid);
+      SAC_WARN("snapshot", "removed %s (%lld bytes), left by a writer that stopped mid-snapshot", full,
+               (long long)sb.st_size);
       n++;
     }
   }
@@ -292,13 +325,20 @@ int sac_snap_prepare(const char *path, uint64_t *removed) {
   char probe[8400];
   snprintf(probe, sizeof probe, "%s/.%s.probe.%ld", dir, base, (long)getpid());
   int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
+  if (fd < 0 && (errno == ENOSPC || errno == EDQUOT)) {
+    /* full, not unwritable: the shard starts, refuses inserts until there is room, and
+     * serves what it holds (docs/RELIABILITY.md "A full disk") */
+    SAC_WARN("snapshot", "the folder %s of snapshot %s is full (%s): snapshots fail until there is room", dir,
+             path, strerror(errno));
+  } else if (fd < 0) {
     SAC_ERROR("snapshot", "cannot create files in %s, the folder of snapshot %s: %s", dir, path,
               strerror(errno));
     return SAC_EIO;
   }
-  close(fd);
-  unlink(probe);
+  if (fd >= 0) {
+    close(fd);
+    unlink(probe);
+  }
   uint64_t n = remove_stale_tmp(dir, base);
   if (removed)
     *removed = n;

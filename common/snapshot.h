@@ -1,5 +1,6 @@
 /* Snapshot files: written atomically and read back only when intact. A writer streams
- * a payload into "<path>.tmp.<pid>", then appends a trailer, fsyncs the file, renames
+ * a payload into "<path>.tmp.<pid>-<random>" (holding an flock on it while it writes),
+ * then appends a trailer, fsyncs the file, renames
  * it over <path> and fsyncs the directory, so <path> is always either the previous
  * complete snapshot or the new one. A reader first checks the whole file (magic,
  * format version, declared length against the real length, CRC-32C of header and
@@ -47,13 +48,15 @@ int sac_snap_writer_commit(sac_snap_writer_t *w);
 /* Removes the temporary file. Idempotent. */
 void sac_snap_writer_abort(sac_snap_writer_t *w);
 
-/* What an owner does once before its first snapshot at path: refuses a path that exists
- * and is not a regular file (a directory, FIFO, device: SAC_EINVAL, logged), checks
- * that the folder takes new files by creating and removing one (SAC_EIO, logged), and
- * removes the "<path>.tmp.<pid>" files that a process killed mid-snapshot left behind:
- * only those of this exact path whose pid is not a live process (a live one may be
- * another process writing the same path; it is left alone). *removed (may be NULL)
- * gets how many were removed. */
+/* What an owner does once before its first snapshot at path, holding the lock that makes
+ * it the path's only writer: refuses a path that exists and is not a regular file (a
+ * directory, FIFO, device: SAC_EINVAL, logged), checks that the folder takes new files by
+ * creating and removing one (SAC_EIO, logged; a full disk is only warned about: the
+ * shard must still start and serve there), and removes the "<path>.tmp.*" files that a
+ * writer killed mid-snapshot left behind: only those of this exact path that no writer
+ * holds an flock on (a live writer holds one, in whatever PID namespace it runs) and
+ * whose name does not carry the pid of another live process. *removed (may be NULL) gets
+ * how many were removed. */
 int sac_snap_prepare(const char *path, uint64_t *removed);
 
 typedef struct {

@@ -554,7 +554,9 @@ static int decode_ack(const Sac__InsertAck *p, sac_wire_ack_t *a) {
                         .stored = p->stored,
                         .shard_id = p->shard_id,
                         .duplicate = p->duplicate != 0,
-                        .error = p->error ? p->error : ""};
+                        .error = p->error ? p->error : "",
+                        .status = p->status,
+                        .retry_after_ms = p->retry_after_ms};
   return 0;
 }
 
@@ -820,6 +822,8 @@ static int build_ack(const sac_wire_ack_t *a, proto_build_t *pb) {
   p->shard_id = a->shard_id;
   p->duplicate = a->duplicate != 0;
   p->error = str(a->error);
+  p->status = a->status;
+  p->retry_after_ms = a->retry_after_ms;
   pb->env.body_case = SAC__ENVELOPE__BODY_ACK;
   pb->env.ack = p;
   return 0;

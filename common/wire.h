@@ -135,8 +135,18 @@ typedef struct {
   uint32_t stored;
   uint32_t shard_id;
   int duplicate;
-  const char *error; /* "" when accepted */
+  const char *error;       /* "" when accepted */
+  uint32_t status;         /* SAC_WIRE_ACK_* (0 from a shard that predates the field) */
+  uint32_t retry_after_ms; /* SAC_WIRE_ACK_NOT_DURABLE: resend no earlier than this */
 } sac_wire_ack_t;
+
+/* InsertAck.status. NOT_DURABLE: the shard cannot make data durable now (its disk is
+ * full, its log failed a write or an fsync); nothing of the batch is stored, and the
+ * sender keeps it and resends it after retry_after_ms (docs/RELIABILITY.md). */
+#define SAC_WIRE_ACK_OK 0u
+#define SAC_WIRE_ACK_NOT_DURABLE 1u
+#define SAC_WIRE_NOT_DURABLE_ERROR                                                                           \
+  "shard cannot make data durable (disk full or I/O error): not stored, resend later"
 
 /* precision: SAC_WIRE_F32 (0) or SAC_WIRE_F16, the dtype asked for the reply's obs,
  * action and next_obs (any other value is refused with SAC_WIRE_R_VALUE). */

@@ -299,12 +299,14 @@ static int embedded_shard_config(const sac_learner_cfg_t *c, const sac_env_spec_
     sc.max_held_bytes = sc.max_msg_bytes;
   sc.durability = c->durability;
   if (!c->rundir && sc.durability != SAC_REPLAY_DURABILITY_NONE) {
-    /* no run directory (a data-parallel follower, a test): no place for the shards'
-     * files, and nothing to resume from; said once, not silent */
-    if (i == 0)
-      SAC_WARN("learner",
-               "no run directory: the embedded shards keep their data in memory only (durability none)");
-    sc.durability = SAC_REPLAY_DURABILITY_NONE;
+    /* no run directory (only a library caller: sac-learner always has one where it
+     * embeds shards): no place for the shards' files. A durable mode is never dropped
+     * to none behind the caller's back. */
+    SAC_ERROR("learner",
+              "embedded shards with durability %s need a run directory for their snapshots and logs; give "
+              "one, or choose durability none (memory only) explicitly",
+              sac_replay_durability_name(sc.durability));
+    return SAC_ECONFIG;
   }
   sc.wal_sync_ms = c->wal_sync_ms;
   snprintf(sc.insert_endpoint, sizeof sc.insert_endpoint, "inproc://sacfleet-shard-%d-insert", i);

@@ -27,7 +27,8 @@ typedef struct {
   uint64_t seq;
   uint32_t rows; /* the batch's transitions, for the ledger (on_acked) */
   uint64_t sent_ns, first_sent_ns;
-  uint32_t resends; /* timed resends of this batch so far: the next waits 2^resends longer */
+  uint32_t resends;       /* timed resends of this batch so far: the next waits 2^resends longer */
+  uint64_t not_before_ns; /* answered "not durable": resent at this time (0: none pending) */
   int acked, unsent;
 } wslot_t;
 
@@ -316,10 +317,29 @@ static void mark_acked(sac_replay_client_t *c, wslot_t *s, uint32_t shard_id) {
   }
 }
 
+/* "not durable": the shard could not make the batch durable (its disk is full, its log
+ * failed). Nothing of it is stored: the batch stays in the window and is resent once
+ * the shard's retry_after_ms has passed; the window keeps the actor from sending more
+ * meanwhile. Logged once per shard and then every 10 s while it lasts. */
+static void not_durable(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *a) {
+  c->st.not_durable_replies++;
+  uint32_t retry = a->retry_after_ms ? a->retry_after_ms : 1000u;
+  if (a->seq >= k->lo && a->seq < k->next_seq && !k->win[a->seq % MAX_WINDOW].acked)
+    k->win[a->seq % MAX_WINDOW].not_before_ns = sac_clock_ns() + (uint64_t)retry * 1000000ull;
+  SAC_WARN_EVERY(
+      10.0, "replay-client",
+      "shard %u at %s cannot make data durable (%s): batch %llu kept with %llu unacknowledged, resent "
+      "in %u ms (%llu such replies so far)",
+      a->shard_id, k->ep, a->error, (unsigned long long)a->seq, (unsigned long long)(k->next_seq - k->lo),
+      retry, (unsigned long long)c->st.not_durable_replies);
+}
+
 static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *a) {
   if (a->credit)
     k->credit = a->credit;
-  if (a->error[0]) {
+  if (a->status == SAC_WIRE_ACK_NOT_DURABLE || !strcmp(a->error, SAC_WIRE_NOT_DURABLE_ERROR)) {
+    not_durable(c, k, a);
+  } else if (a->error[0]) {
     if (a->seq >= k->lo && a->seq < k->next_seq) {
       wslot_t *s = &k->win[a->seq % MAX_WINDOW];
       if (!strcmp(a->error, sac_wire_reason_str(SAC_WIRE_R_WINDOW))) {
@@ -402,7 +422,13 @@ static void service_inserts(sac_replay_client_t *c) {
       wslot_t *s = &k->win[q % MAX_WINDOW];
       if (s->acked)
         continue;
-      if (s->unsent) {
+      if (s->not_before_ns) { /* answered "not durable": after the shard's retry time, not before */
+        if (now < s->not_before_ns)
+          continue;
+        s->not_before_ns = 0;
+        send_slot(c, k, s);
+        c->st.batches_resent++;
+      } else if (s->unsent) {
         send_slot(c, k, s);
       } else if (now - s->sent_ns >
                  ((uint64_t)c->cfg.resend_ms * 1000000ull << (s->resends < 5 ? s->resends : 5))) {

@@ -165,8 +165,11 @@ enum { SAC_REPLAY_REJECT_REQUEST_ID = SAC_WIRE_R_COUNT, SAC_REPLAY_REJECT_SHARD_
 
 typedef struct {
   uint64_t batches_sent, batches_acked, batches_resent, duplicates_acked, insert_errors, insert_timeouts;
-  uint64_t superseded_batches; /* refused: a newer client with our actor id has sent */
-  uint64_t busy_replies;       /* "busy": the shard's held queue was full; resent later */
+  uint64_t superseded_batches;  /* refused: a newer client with our actor id has sent */
+  uint64_t busy_replies;        /* "busy": the shard's held queue was full; resent later */
+  uint64_t not_durable_replies; /* "not durable" (InsertAck status NOT_DURABLE): the shard could not make
+                                   the batch durable (a full disk, a log error); kept and resent after the
+                                   shard's retry_after_ms */
   uint64_t reconnects;
   uint64_t samples_received, samples_direct, sample_errors, sample_requests_sent, sample_requests_reissued;
   uint64_t sample_replies; /* replies that returned batches (several each with batches_per_request) */

@@ -18,7 +18,10 @@ typedef struct {
 
 static int apply(void *user, const sac_replay_wal_rec_t *rec, const unsigned char *payload, size_t len) {
   replay_t *r = user;
-  (void)rec;
+  if (rec->kind == SAC_REPLAY_WAL_FORGET) { /* the running shard forgot an idle actor here */
+    sac_replay_shard_forget_actor(r->sh, rec->actor);
+    return 0;
+  }
   sac_wire_msg_t m;
   sac_wire_reason_t why;
   sac_replay_insert_result_t res;

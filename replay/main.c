@@ -141,16 +141,16 @@ static const sac_cfg_opt_t k_opts[] = {
     {"durability", SAC_CFG_STRING, O(durability), 16, "wal", SAC_CFG_UNBOUNDED,
      "wal (acknowledged batches survive kill -9 and a power cut: logged and fsynced before the ack; needs "
      "snapshot_path, refuses to start without one) | "
-     "snapshot (only what the last snapshot holds) | none (memory only; snapshot_path ignored)"},
+     "snapshot (only what the last snapshot holds; needs snapshot_path too) | none (memory only; snapshot_path "
+     "ignored)"},
     {"wal_sync_ms", SAC_CFG_INT, O(wal_sync_ms), 0, "2", -1, 60000,
      "group commit: the longest an ack waits for the fsync covering its batch (0: fsync each batch; -1: no "
      "fsync, survives a process kill but not a power cut)"},
     {"wal_path", SAC_CFG_STRING, O(wal_path), 1024, "", SAC_CFG_UNBOUNDED,
      "write-ahead log file (empty: <snapshot_path>.wal)"},
     {"wal_truncate_corrupt", SAC_CFG_BOOL, O(wal_truncate_corrupt), 0, "0", SAC_CFG_UNBOUNDED,
-     "a log corrupt in the middle (intact records after a bad one): copy it aside and cut it there instead "
-     "of "
-     "refusing to start (the batches after the bad record are lost)"},
+     "a log whose acknowledged records are damaged (a sync record after the damage proves it): copy it aside "
+     "and cut it there instead of refusing to start (the batches after the damage are lost)"},
     {"wal_max_mb", SAC_CFG_INT64, O(wal_max_mb), 0, "1024", 0, 1e9,
      "take a snapshot (which empties the log) when the log grows past this many MiB (0: never)"},
     {"print_provenance", SAC_CFG_STRING, O(print_provenance), 1024, "", SAC_CFG_UNBOUNDED,
@@ -444,7 +444,7 @@ int main(int argc, char **argv) {
   sac_metrics_destroy(&metrics);
   sac_replay_server_destroy(&srv);
   if (rc)
-    return exit_why(1, "the final snapshot failed", rc);
+    return exit_why(1, "the final snapshot failed, or the write-ahead log failed an fsync", rc);
   SAC_INFO("replay", "stopped");
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -57,6 +58,19 @@ typedef struct {
 } wal_ack_t;
 
 #define WAL_MAX_WAITING 4096 /* acks held at once; a full queue forces the fsync */
+#define WAL_OK 0
+#define WAL_WRITES_FAIL 1
+#define WAL_FSYNC_FAILED 2
+/* Idle this long after an fsync completed, the shard writes (and syncs) a SYNC record
+ * saying so: until then, damage to that last group would read as a power-cut tail
+ * (replay/wal.h). */
+#define CLOSE_NS 20000000ull
+/* Appends that failed are tried again after this, doubling to WAL_RETRY_MAX_NS. */
+#define WAL_RETRY_MIN_NS 100000000ull
+#define WAL_RETRY_MAX_NS 2000000000ull
+/* A failed automatic snapshot is tried again after 1 s, doubling to a minute. */
+#define SNAP_RETRY_MIN_NS 1000000000ull
+#define SNAP_RETRY_MAX_NS 60000000000ull
 
 typedef struct {
   unsigned char id[ID_MAX];
@@ -102,14 +116,30 @@ struct sac_replay_server {
   uint64_t wal_oldest_ns;           /* append time of the oldest record no fsync was asked for; 0: none */
   uint64_t wal_appended, wal_asked; /* records appended; records an fsync was asked to cover */
   uint64_t wal_synced;              /* records covered by a finished fsync (as last seen) */
-  int wal_failed;                   /* an append or fsync failed: the server stops (see wal_fail) */
-  int lock_fd;                      /* the exclusive lock on <snapshot_path>.lock (-1: none held) */
+  /* What the log's SYNC records say (replay/wal.h), in bytes of the log: data_end is the
+   * end of the last batch or forget record appended; synced_data the data end a
+   * completed fsync covered; claimed what the last SYNC record appended claims. */
+  uint64_t wal_data_end, wal_synced_data, wal_claimed;
+  uint64_t wal_synced_ns; /* when synced_data last grew (a closing SYNC record is due CLOSE_NS later) */
+  /* WAL_OK, WAL_WRITES_FAIL (appends fail: a full disk; inserts are answered "not
+   * durable" and retried from wal_retry_ns on) or WAL_FSYNC_FAILED (fail-stop for
+   * inserts until a restart); why: the error, for /healthz and the replies */
+  int wal_state;
+  char wal_why[200];
+  uint64_t wal_retry_ns, wal_retry_step_ns;
+  uint32_t *forget; /* actors forgotten whose FORGET record is not in the log yet */
+  uint32_t n_forget, forget_cap;
+  uint64_t snap_retry_ns, snap_backoff_ns; /* automatic snapshots after a failed one: not before */
+  uint64_t wal_alloc_before;               /* ring slots the snapshot restored, before the log's replay */
+  int lock_fd;                             /* the exclusive lock on <snapshot_path>.lock (-1: none held) */
+  int wal_lock_fd;                         /* the flock on the log file itself (-1: none held) */
   /* The fsync thread: syncs up to sync_target, publishes sync_done; under sync_mu. It
    * lets the server go on reading and appending while an fsync runs (pipelined group
    * commit). */
   pthread_t sync_thread;
-  int sync_inited, sync_running, sync_quit, sync_err;
+  int sync_inited, sync_running, sync_quit, sync_err, sync_errno;
   uint64_t sync_target, sync_done, sync_count;
+  uint64_t sync_target_data, sync_done_data; /* the data end of sync_target / sync_done */
   pthread_mutex_t sync_mu;
   pthread_cond_t sync_cv;
   /* provenance requests from other threads (sac_replay_server_provenance), under mu */
@@ -190,6 +220,20 @@ size_t sac_replay_server_largest_reply(const sac_replay_server_config_t *cfg) {
 int sac_replay_server_healthy(sac_replay_server_t *s, char *why, size_t cap) {
   sac_replay_stats_t st;
   sac_replay_server_stats(s, &st);
+  if (st.wal_state == WAL_FSYNC_FAILED) {
+    snprintf(
+        why, cap,
+        "inserts refused: %s; no insert is acknowledged before the shard is restarted (samples are served)",
+        st.wal_why);
+    return 0;
+  }
+  if (st.wal_state == WAL_WRITES_FAIL) {
+    snprintf(why, cap,
+             "inserts refused: %s; they are answered not durable until the disk takes writes again (samples "
+             "are served)",
+             st.wal_why);
+    return 0;
+  }
   if (st.snapshot_failing) {
     snprintf(why, cap, "snapshots to %s are failing (%llu failures so far; see the log)",
              s->cfg.snapshot_path, (unsigned long long)st.snapshot_failures_total);
@@ -210,38 +254,68 @@ static void sync_thread_stop(sac_replay_server_t *s);
 static int restore_wal(sac_replay_server_t *s);
 static int restore_snapshot(sac_replay_server_t *s, const char *path);
 static int lock_files(sac_replay_server_t *s, const char *path);
+static int lock_wal(sac_replay_server_t *s);
 static int sync_restored(const char *path);
 
 static int restore(sac_replay_server_t *s) {
   const char *path = s->cfg.snapshot_path;
   if (!path[0])
     return 0;
+  /* the locks first: nothing of the shard's files is removed, moved or opened for writing
+   * before this process owns all of them */
+  int rc = lock_files(s, path);
+  if (rc)
+    return rc;
   /* a path that can never hold a snapshot, or a folder that takes no files, fails the
    * start rather than every snapshot (and the stop) later */
-  int rc = sac_snap_prepare(path, &s->st.stale_temporaries_removed);
+  rc = sac_snap_prepare(path, &s->st.stale_temporaries_removed);
   if (rc) {
     SAC_ERROR("replay", "refusing to start: snapshots cannot be written to %s (%s)", path, sac_strerror(rc));
     return SAC_ECONFIG;
   }
-  if ((rc = lock_files(s, path)) != 0)
-    return rc;
   rc = restore_snapshot(s, path);
   return rc ? rc : restore_wal(s);
 }
 
-/* One shard process per snapshot and log: a second one (a supervisor restarting while
- * the old process lives) would interleave its records with the first's. The lock is
- * held until the server is destroyed; the kernel drops it when the process dies. */
+/* path as the kernel resolves it (symlinks followed), or, for a file not there yet, its
+ * resolved folder and its name: two names of one snapshot lead to one lock file. */
+static void canonical_path(const char *path, char *out, size_t cap) {
+  char *r = realpath(path, NULL);
+  if (!r) {
+    char d[1024], b[1024];
+    snprintf(d, sizeof d, "%s", path);
+    snprintf(b, sizeof b, "%s", path);
+    char *rd = realpath(dirname(d), NULL);
+    if (rd && snprintf(out, cap, "%s/%s", rd, basename(b)) < (int)cap) {
+      free(rd);
+      return;
+    }
+    free(rd);
+    snprintf(out, cap, "%s", path);
+    return;
+  }
+  snprintf(out, cap, "%s", r);
+  free(r);
+}
+
+/* One shard process per file: a second one (a supervisor restarting while the old
+ * process lives, two containers on one volume, two shards given one --wal_path) would
+ * delete the first's snapshot in progress or interleave its records with the first's.
+ * Two locks, held until the server is destroyed (the kernel drops them when the process
+ * dies): <snapshot>.lock beside the snapshot's resolved path (its temporaries and moved-
+ * aside copies are named after it), and an flock on the log file itself, so that no two
+ * shards write one log whatever paths they were given (a symlink, a hard link, another
+ * snapshot_path with the same wal_path). */
 static int lock_files(sac_replay_server_t *s, const char *path) {
-  char lock[1100], holder[32];
-  snprintf(lock, sizeof lock, "%s.lock", path);
+  char canon[1024], lock[1100], holder[32];
+  canonical_path(path, canon, sizeof canon);
+  snprintf(lock, sizeof lock, "%s.lock", canon);
   int fd = -1, rc = sac_durable_lock(lock, &fd, holder, sizeof holder);
   if (rc == SAC_EAGAIN) {
     SAC_ERROR("replay",
-              "refusing to start: %s is locked by process %s, another shard using the snapshot %s%s%s; stop "
-              "it first",
-              lock, holder[0] ? holder : "(pid unknown)", path, s->cfg.wal_path[0] ? " and the log " : "",
-              s->cfg.wal_path);
+              "refusing to start: %s is locked by process %s, another shard using the snapshot %s; stop it "
+              "first",
+              lock, holder[0] ? holder : "(pid unknown)", path);
     return SAC_ECONFIG;
   }
   if (rc) {
@@ -249,6 +323,29 @@ static int lock_files(sac_replay_server_t *s, const char *path) {
     return SAC_ECONFIG;
   }
   s->lock_fd = fd;
+  return s->cfg.wal_path[0] ? lock_wal(s) : 0;
+}
+
+/* The flock on the log file itself (created empty when missing: sac_replay_wal_open
+ * writes its header). */
+static int lock_wal(sac_replay_server_t *s) {
+  char holder[32];
+  int fd = -1, rc = sac_durable_lock_file(s->cfg.wal_path, 1, &fd, holder, sizeof holder);
+  if (rc == SAC_EAGAIN) {
+    SAC_ERROR("replay",
+              "refusing to start: the write-ahead log %s is locked by process %s, another shard writing it "
+              "(whatever snapshot path it was given); give each shard its own wal_path",
+              s->cfg.wal_path, holder[0] ? holder : "(pid unknown)");
+    return SAC_ECONFIG;
+  }
+  if (rc) {
+    SAC_ERROR("replay", "refusing to start: cannot open and lock the write-ahead log %s: %s", s->cfg.wal_path,
+              strerror(errno));
+    return SAC_ECONFIG;
+  }
+  if (s->wal_lock_fd >= 0)
+    close(s->wal_lock_fd);
+  s->wal_lock_fd = fd;
   return 0;
 }
 
@@ -379,6 +476,7 @@ sac_replay_server_t *sac_replay_server_new(const sac_replay_server_config_t *cfg
   }
   s->cfg = *cfg;
   s->lock_fd = -1;
+  s->wal_lock_fd = -1;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->prov_cv, NULL);
   if (durability_setup(s) != 0)
@@ -512,7 +610,10 @@ void sac_replay_server_destroy(sac_replay_server_t **sp) {
   sac_replay_wal_close(&s->wal);
   if (s->lock_fd >= 0)
     close(s->lock_fd);
+  if (s->wal_lock_fd >= 0)
+    close(s->wal_lock_fd);
   free(s->wacks);
+  free(s->forget);
   free(s->prov_text);
   pthread_cond_destroy(&s->prov_cv);
   pthread_mutex_destroy(&s->mu);
@@ -574,7 +675,8 @@ static void reply(sac_replay_server_t *s, void *sock, const unsigned char *id, s
 static uint64_t durable_acked(const sac_replay_server_t *s, const sac_replay_insert_result_t *r) {
   if (!r)
     return 0;
-  if (s->wal && s->cfg.wal_sync_ms >= 0 && (s->n_wacks || s->wal_synced < s->wal_appended || s->wal_failed))
+  if (s->wal && s->cfg.wal_sync_ms >= 0 &&
+      (s->n_wacks || s->wal_synced < s->wal_appended || s->wal_state == WAL_FSYNC_FAILED))
     return 0;
   return r->acked_seq;
 }
@@ -669,6 +771,9 @@ static int recv_routed(sac_replay_server_t *s, void *sock, unsigned char *id, si
 static int wal_log(sac_replay_server_t *s, const sac_wire_transitions_t *t, const unsigned char *msg,
                    size_t len);
 static void wal_commit(sac_replay_server_t *s, int now_anyway);
+static void wal_note_forget(sac_replay_server_t *s, const sac_replay_insert_result_t *r);
+static void send_not_durable(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
+                             uint64_t seq);
 static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
                        uint64_t seq, const sac_replay_insert_result_t *r);
 
@@ -676,8 +781,10 @@ static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t i
 static void store_and_ack(sac_replay_server_t *s, const unsigned char *id, size_t id_len,
                           const sac_wire_transitions_t *t, const unsigned char *msg, size_t len) {
   sac_replay_insert_result_t r;
-  if (wal_log(s, t, msg, len) != 0)
-    return; /* no answer: the shard stops, the actor resends to the restarted one */
+  if (wal_log(s, t, msg, len) != 0) {
+    send_not_durable(s, id, id_len, t->actor_id, t->seq); /* kept by the actor, resent later */
+    return;
+  }
   int rc = sac_replay_shard_insert(s->shard, t, &r);
   if (rc) {
     count_reject(s, r.reason, "insert", id, id_len);
@@ -836,6 +943,7 @@ static int handle_insert(sac_replay_server_t *s) {
   const sac_wire_transitions_t *t = &m.u.transitions;
   sac_replay_insert_result_t r;
   sac_replay_seq_t kind = sac_replay_shard_check(s->shard, t, &r);
+  wal_note_forget(s, &r); /* an idle actor forgotten for this one: the log says so before the next record */
   if (kind == SAC_REPLAY_SEQ_DUPLICATE) {
     sac_replay_shard_insert(s->shard, t, &r);           /* counts the duplicate, stores nothing */
     ack_stored(s, id, id_len, t->actor_id, t->seq, &r); /* its original may still wait for an fsync */
@@ -1173,6 +1281,7 @@ static int refuse_foreign_log(const sac_replay_server_config_t *c) {
 static int durability_setup(sac_replay_server_t *s) {
   s->st.incarnation = new_incarnation();
   sac_replay_server_config_t *c = &s->cfg;
+  s->st.durability = c->durability;
   if (c->durability != SAC_REPLAY_DURABILITY_WAL && refuse_foreign_log(c) != 0)
     return SAC_ECONFIG;
   if (c->durability == SAC_REPLAY_DURABILITY_NONE) {
@@ -1181,6 +1290,13 @@ static int durability_setup(sac_replay_server_t *s) {
     return 0;
   }
   if (c->durability != SAC_REPLAY_DURABILITY_WAL) {
+    if (!c->snapshot_path[0]) {
+      /* a mode that promises to keep something needs a place to keep it */
+      SAC_ERROR("replay",
+                "refusing to start: durability snapshot needs a place for its snapshots: give snapshot_path, "
+                "or choose durability none (memory only: nothing survives a restart) explicitly");
+      return SAC_ECONFIG;
+    }
     c->wal_path[0] = '\0';
     return 0;
   }
@@ -1196,7 +1312,7 @@ static int durability_setup(sac_replay_server_t *s) {
         "replay",
         "refusing to start: durability wal (the default) needs a place for its files: give snapshot_path "
         "(the log goes to <snapshot_path>.wal), or choose durability none (memory only: nothing survives "
-        "a restart) or snapshot explicitly");
+        "a restart) explicitly");
     return SAC_ECONFIG;
   }
   if (!c->wal_path[0] &&
@@ -1213,13 +1329,24 @@ static int durability_setup(sac_replay_server_t *s) {
   return 0;
 }
 
-/* Applies one logged batch at start. A record that no longer passes the shard's checks
+/* Applies one logged record at start. A batch that no longer passes the shard's checks
  * (the shard was restarted with other dims or limits) refuses the start, naming the
- * record and the reason: skipping it would drop a batch that was acknowledged. A record
+ * record and the reason: skipping it would drop a batch that was acknowledged. A batch
  * of a session the shard has since seen replaced is what a crash between a snapshot and
- * the log's truncation leaves: already superseded, skipped like a duplicate. */
+ * the log's truncation leaves: already superseded, skipped like a duplicate. A FORGET
+ * record forgets the actor as the running shard did, so the actor table (and room for
+ * new actors under max_actors) is rebuilt as it was. */
+static int check_replay_capacity(sac_replay_server_t *s, uint64_t capacity_written);
+
 static int wal_apply(void *user, const sac_replay_wal_rec_t *rec, const unsigned char *payload, size_t len) {
   sac_replay_server_t *s = user;
+  if (rec->kind == SAC_REPLAY_WAL_FORGET) {
+    sac_replay_shard_forget_actor(s->shard,
+                                  rec->actor); /* not tracked (a snapshot after it): nothing to do */
+    return 0;
+  }
+  if (rec->kind == SAC_REPLAY_WAL_END) /* replayed, the file not yet changed */
+    return check_replay_capacity(s, rec->session);
   sac_wire_msg_t m;
   sac_wire_reason_t why = SAC_WIRE_R_MALFORMED;
   sac_replay_insert_result_t r = {0};
@@ -1237,15 +1364,20 @@ static int wal_apply(void *user, const sac_replay_wal_rec_t *rec, const unsigned
   SAC_ERROR(
       "replay",
       "refusing to start: the record at byte %llu of the write-ahead log %s (actor %u, session %llu, seq "
-      "%llu, %u rows) fails validation: %s (%s). Restart with the settings it was written under, or move "
-      "the log aside to drop its batches",
+      "%llu, %u rows) fails validation: %s (%s). %s",
       (unsigned long long)rec->offset, s->cfg.wal_path, rec->actor, (unsigned long long)rec->session,
-      (unsigned long long)rec->seq, rec->rows, sac_wire_reason_str(why), sac_wire_reason_name(why));
+      (unsigned long long)rec->seq, rec->rows, sac_wire_reason_str(why), sac_wire_reason_name(why),
+      why == SAC_WIRE_R_ACTORS
+          ? "More actors than max_actors: restart with a larger max_actors (the log was written by a "
+            "shard that tracked more)"
+          : "Restart with the settings it was written under (obs/act dims, max_msg_bytes, "
+            "max_batch_rows, max_env_id, max_abs_value), or move the log aside to drop its batches");
   return SAC_EINVAL;
 }
 
 /* The fsync thread (see the struct): one fdatasync per round covers every record
- * appended before the round started. */
+ * appended before the round started. A failed one ends the thread: nothing is synced
+ * again before a restart (see wal_fsync_failed). */
 static void *sync_main(void *arg) {
   sac_replay_server_t *s = arg;
   pthread_mutex_lock(&s->sync_mu);
@@ -1253,15 +1385,19 @@ static void *sync_main(void *arg) {
     while (!s->sync_quit && s->sync_target <= s->sync_done && !s->sync_err)
       pthread_cond_wait(&s->sync_cv, &s->sync_mu);
     if (s->sync_err || s->sync_target <= s->sync_done)
-      break; /* quit with nothing left, or a failed fsync: the server stops */
-    uint64_t target = s->sync_target;
+      break; /* quit with nothing left, or a failed fsync */
+    uint64_t target = s->sync_target, data = s->sync_target_data;
     pthread_mutex_unlock(&s->sync_mu);
     int rc = sac_replay_wal_sync(s->wal);
+    int e = errno;
     pthread_mutex_lock(&s->sync_mu);
-    if (rc)
+    if (rc) {
       s->sync_err = 1;
-    else
+      s->sync_errno = e;
+    } else {
       s->sync_done = target;
+      s->sync_done_data = data;
+    }
     s->sync_count++;
     pthread_cond_broadcast(&s->sync_cv);
   }
@@ -1285,14 +1421,44 @@ static void sync_thread_stop(sac_replay_server_t *s) {
   }
 }
 
+/* Replayed into a smaller ring than the log was written for, the ring would evict
+ * batches the writer's ring still held, acknowledged ones among them: refused, naming
+ * the capacity needed, as a snapshot of another capacity is. capacity_written: the
+ * largest capacity the log names (0: a version 1 log, which does not say: then the
+ * snapshot's, when one was restored, else any eviction during the replay counts). */
+static int check_replay_capacity(sac_replay_server_t *s, uint64_t capacity_written) {
+  uint64_t alloc_before = s->wal_alloc_before;
+  sac_replay_shard_stats_t ss;
+  sac_replay_shard_stats(s->shard, &ss);
+  uint64_t cap = ss.capacity, alloc = ss.allocated_total;
+  if (!capacity_written)
+    capacity_written = s->st.restored_transitions || alloc_before ? cap : UINT64_MAX;
+  if (alloc <= cap || cap >= capacity_written)
+    return 0;
+  uint64_t need = capacity_written < alloc ? capacity_written : alloc;
+  SAC_ERROR(
+      "replay",
+      "refusing to start: the write-ahead log %s holds batches for %llu ring slots, written by a shard with "
+      "capacity %s%llu; this shard's capacity %llu would evict acknowledged batches while replaying it. "
+      "Restart with capacity >= %llu",
+      s->cfg.wal_path, (unsigned long long)(alloc - alloc_before),
+      capacity_written == UINT64_MAX ? "(not recorded: a version 1 log) " : "",
+      (unsigned long long)(capacity_written == UINT64_MAX ? 0 : capacity_written), (unsigned long long)cap,
+      (unsigned long long)need);
+  return SAC_ECONFIG;
+}
+
 static int restore_wal(sac_replay_server_t *s) {
   if (!s->wacks)
     return 0;
   sac_replay_wal_scan_t scan;
   unsigned flags = (s->cfg.wal_truncate_corrupt ? SAC_REPLAY_WAL_TRUNCATE_CORRUPT : 0u) |
                    (s->cfg.shard.adopt_snapshot ? SAC_REPLAY_WAL_ADOPT : 0u);
-  int rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, flags, wal_apply,
-                               s, &s->wal, &scan);
+  sac_replay_shard_stats_t before;
+  sac_replay_shard_stats(s->shard, &before);
+  s->wal_alloc_before = before.allocated_total;
+  int rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.shard.capacity,
+                               s->cfg.max_msg_bytes, flags, wal_apply, s, &s->wal, &scan);
   if (rc == SAC_EPROTO && s->cfg.start_empty_on_bad_snapshot) {
     char aside[1200];
     snprintf(aside, sizeof aside, "%s.bad-%lld", s->cfg.wal_path, (long long)time(NULL));
@@ -1302,8 +1468,10 @@ static int restore_wal(sac_replay_server_t *s) {
       return SAC_ECONFIG;
     }
     SAC_WARN("replay", "log %s unusable: moved to %s as asked", s->cfg.wal_path, aside);
-    rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.max_msg_bytes, flags, wal_apply,
-                             s, &s->wal, &scan);
+    if (lock_wal(s) != 0) /* the lock held is on the file moved aside */
+      return SAC_ECONFIG;
+    rc = sac_replay_wal_open(s->cfg.wal_path, s->cfg.shard.shard_id, s->cfg.shard.capacity,
+                             s->cfg.max_msg_bytes, flags, wal_apply, s, &s->wal, &scan);
   }
   if (rc) {
     SAC_ERROR("replay", "refusing to start: the write-ahead log %s cannot be used (%s)", s->cfg.wal_path,
@@ -1317,6 +1485,9 @@ static int restore_wal(sac_replay_server_t *s) {
   s->st.wal_replayed_records = scan.records;
   s->st.wal_dropped_bytes = scan.dropped_bytes;
   s->st.wal_bytes = sac_replay_wal_bytes(s->wal);
+  /* open synced what it replayed and (unless the disk is full) said so in a SYNC record */
+  s->wal_data_end = s->wal_synced_data = sac_replay_wal_bytes(s->wal);
+  s->wal_claimed = scan.claimed;
   if (s->cfg.wal_sync_ms >= 0) {
     if (pthread_create(&s->sync_thread, NULL, sync_main, s) != 0)
       return SAC_ENOMEM;
@@ -1325,42 +1496,140 @@ static int restore_wal(sac_replay_server_t *s) {
   return 0;
 }
 
-/* The log cannot be written or synced: nothing more can be acknowledged truthfully, and
- * after a failed fsync the kernel's copy cannot be trusted either. The server stops
- * (fail-stop, like a database after a failed fsync); the held acks are never sent, so
- * the actors resend those batches to the restarted shard. */
-static void wal_fail(sac_replay_server_t *s, const char *what) {
+/* The error reply for a batch the shard cannot make durable now: nothing of it is
+ * stored; the actor keeps it and resends after retry_after_ms. Counted. */
+static void send_not_durable(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
+                             uint64_t seq) {
+  uint64_t now = sac_clock_ns();
+  uint32_t retry_ms = s->wal_state == WAL_FSYNC_FAILED ? 5000u
+                      : s->wal_retry_ns > now          ? (uint32_t)((s->wal_retry_ns - now) / 1000000u) + 1u
+                                                       : 100u;
+  s->st.inserts_not_durable_total++;
+  sac_wire_msg_t m = {.type = SAC_WIRE_ACK};
+  m.u.ack = (sac_wire_ack_t){
+      .acked_seq = 0, /* claims nothing: see durable_acked */
+      .seq = seq,
+      .credit = actor != UINT32_MAX
+                    ? sac_replay_shard_credit(s->shard, actor, s->batch_rows_avg, s->cfg.insert_credit, 1)
+                    : 1u,
+      .shard_id = s->cfg.shard.shard_id,
+      .error = SAC_WIRE_NOT_DURABLE_ERROR,
+      .status = SAC_WIRE_ACK_NOT_DURABLE,
+      .retry_after_ms = retry_ms};
+  reply(s, s->ins, id, id_len, &m);
+}
+
+/* An fsync of the log failed. Linux may have dropped the dirty pages it could not write
+ * and will report that once: a later fsync can succeed over records that are not on
+ * disk. So nothing is acknowledged again before a restart from what is on disk (fail-
+ * stop for inserts, as PostgreSQL chose): the acks waiting for that fsync are answered
+ * "not durable", every later insert too; the shard keeps serving samples, and /healthz
+ * says why. */
+static void wal_fsync_failed(sac_replay_server_t *s, int err) {
   s->st.wal_errors_total++;
-  if (!s->wal_failed)
-    SAC_ERROR("replay",
-              "write-ahead log %s: %s failed; stopping the shard (unacknowledged batches are resent by "
-              "the actors to the restarted shard)",
-              s->cfg.wal_path, what);
-  s->wal_failed = 1;
-  s->n_wacks = 0;
+  if (s->wal_state != WAL_FSYNC_FAILED) {
+    snprintf(s->wal_why, sizeof s->wal_why, "an fsync of %.110s failed (%.60s)", s->cfg.wal_path,
+             strerror(err));
+    SAC_ERROR(
+        "replay",
+        "write-ahead log: %s; what it held may not be on disk. No insert is acknowledged any more: restart "
+        "the shard (it recovers from what is on disk; the actors resend what was not acknowledged). "
+        "Samples are still served",
+        s->wal_why);
+  }
+  s->wal_state = WAL_FSYNC_FAILED;
+  while (s->n_wacks) {
+    const wal_ack_t *a = &s->wacks[s->wack_head++];
+    s->n_wacks--;
+    send_not_durable(s, a->id, a->id_len, a->actor, a->seq);
+  }
   s->wack_head = 0;
   s->wal_oldest_ns = 0;
-  atomic_store(&s->stop, 1);
+}
+
+/* An append failed (a full disk, a write error): inserts are answered "not durable"
+ * and the append is tried again from wal_retry_ns on (backing off), so the shard resumes
+ * by itself once the disk takes writes again. Records appended before are untouched. */
+static void wal_write_failed(sac_replay_server_t *s, int err) {
+  s->st.wal_errors_total++;
+  uint64_t now = sac_clock_ns();
+  s->wal_retry_step_ns = s->wal_retry_step_ns ? s->wal_retry_step_ns * 2 : WAL_RETRY_MIN_NS;
+  if (s->wal_retry_step_ns > WAL_RETRY_MAX_NS)
+    s->wal_retry_step_ns = WAL_RETRY_MAX_NS;
+  s->wal_retry_ns = now + s->wal_retry_step_ns;
+  if (s->wal_state == WAL_OK) {
+    snprintf(s->wal_why, sizeof s->wal_why, "appends to %.110s fail (%.60s)", s->cfg.wal_path, strerror(err));
+    SAC_ERROR("replay",
+              "write-ahead log: %s: inserts are answered \"not durable\" (the actors keep and resend them) "
+              "until it takes writes again; samples are still served",
+              s->wal_why);
+    s->wal_state = WAL_WRITES_FAIL;
+  }
+}
+
+/* Appends the records owed before the next batch: FORGET records of actors the shard
+ * forgot (in order). 0, or SAC_EIO (errno set). */
+static int wal_flush_forgets(sac_replay_server_t *s) {
+  uint32_t done = 0;
+  int rc = 0;
+  while (done < s->n_forget && (rc = sac_replay_wal_append_forget(s->wal, s->forget[done])) == 0) {
+    done++;
+    s->wal_appended++;
+    s->wal_data_end = sac_replay_wal_bytes(s->wal);
+  }
+  if (done) {
+    memmove(s->forget, s->forget + done, (s->n_forget - done) * sizeof *s->forget);
+    s->n_forget -= done;
+  }
+  return rc;
+}
+
+/* Remembers that the shard forgot actor (for the log's FORGET record). */
+static void wal_note_forget(sac_replay_server_t *s, const sac_replay_insert_result_t *r) {
+  if (!s->wal || !r->expired)
+    return;
+  if (s->n_forget == s->forget_cap) {
+    uint32_t cap = s->forget_cap ? 2 * s->forget_cap : 16;
+    uint32_t *p = realloc(s->forget, cap * sizeof *p);
+    if (!p) {
+      /* cannot remember it: the log would not replay; stop trusting it like a failed fsync */
+      wal_fsync_failed(s, ENOMEM);
+      return;
+    }
+    s->forget = p;
+    s->forget_cap = cap;
+  }
+  s->forget[s->n_forget++] = r->expired_actor;
 }
 
 /* Appends a batch the shard is about to store (not a duplicate or a rejected one).
- * 0, or SAC_EIO (the caller answers with an error and stores nothing). */
+ * 0, or SAC_EIO (the caller answers "not durable" and stores nothing). */
 static int wal_log(sac_replay_server_t *s, const sac_wire_transitions_t *t, const unsigned char *msg,
                    size_t len) {
   if (!s->wal)
     return 0;
-  if (s->wal_failed)
+  if (s->wal_state == WAL_FSYNC_FAILED ||
+      (s->wal_state == WAL_WRITES_FAIL && sac_clock_ns() < s->wal_retry_ns))
     return SAC_EIO;
   sac_replay_insert_result_t r;
   if (sac_replay_shard_check(s->shard, t, &r) != SAC_REPLAY_SEQ_NEW)
     return 0;
-  sac_replay_wal_rec_t rec = {t->actor_id, t->n, t->session, t->seq, 0};
-  if (sac_replay_wal_append(s->wal, &rec, msg, len) != 0) {
-    wal_fail(s, "an append");
+  wal_note_forget(s, &r);
+  sac_replay_wal_rec_t rec = {t->actor_id, t->n, t->session, t->seq, 0, SAC_REPLAY_WAL_BATCH};
+  if (wal_flush_forgets(s) != 0 || sac_replay_wal_append(s->wal, &rec, msg, len) != 0) {
+    wal_write_failed(s, errno);
     return SAC_EIO;
   }
+  if (s->wal_state == WAL_WRITES_FAIL) {
+    SAC_INFO("replay", "write-ahead log %s takes writes again: inserts are acknowledged again",
+             s->cfg.wal_path);
+    s->wal_state = WAL_OK;
+    s->wal_why[0] = '\0';
+  }
+  s->wal_retry_step_ns = 0;
   s->st.wal_records_total++;
   s->wal_appended++;
+  s->wal_data_end = sac_replay_wal_bytes(s->wal);
   if (!s->wal_oldest_ns)
     s->wal_oldest_ns = sac_clock_ns();
   return 0;
@@ -1368,9 +1637,14 @@ static int wal_log(sac_replay_server_t *s, const sac_wire_transitions_t *t, cons
 
 /* Acknowledges a stored (or duplicate) batch: at once when nothing appended is waiting
  * for an fsync, else after the fsync that covers every record appended so far. A
- * duplicate waits too: its original may be one of the records not yet synced. */
+ * duplicate waits too: its original may be one of the records not yet synced. After a
+ * failed fsync nothing is acknowledged: "not durable". */
 static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
                        uint64_t seq, const sac_replay_insert_result_t *r) {
+  if (s->wal && s->wal_state == WAL_FSYNC_FAILED) {
+    send_not_durable(s, id, id_len, actor, seq);
+    return;
+  }
   if (!s->wal || s->cfg.wal_sync_ms < 0 || (!s->n_wacks && s->wal_synced >= s->wal_appended)) {
     send_ack(s, id, id_len, actor, seq, r, NULL);
     return;
@@ -1382,8 +1656,10 @@ static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t i
       memmove(s->wacks, s->wacks + s->wack_head, s->n_wacks * sizeof *s->wacks);
     s->wack_head = 0;
   }
-  if (s->wal_failed)
+  if (s->wal_state == WAL_FSYNC_FAILED) {
+    send_not_durable(s, id, id_len, actor, seq);
     return;
+  }
   wal_ack_t *a = &s->wacks[s->wack_head + s->n_wacks++];
   memcpy(a->id, id, id_len);
   a->id_len = id_len;
@@ -1398,15 +1674,19 @@ static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t i
 /* Sends the held acks an fsync has covered (oldest first: their need never decreases). */
 static void wal_release(sac_replay_server_t *s) {
   pthread_mutex_lock(&s->sync_mu);
-  uint64_t done = s->sync_done, count = s->sync_count;
-  int err = s->sync_err;
+  uint64_t done = s->sync_done, done_data = s->sync_done_data, count = s->sync_count;
+  int err = s->sync_err, e = s->sync_errno;
   pthread_mutex_unlock(&s->sync_mu);
   s->st.wal_syncs_total = count;
   if (err) {
-    wal_fail(s, "fsync");
+    wal_fsync_failed(s, e);
     return;
   }
   s->wal_synced = done;
+  if (done_data > s->wal_synced_data) {
+    s->wal_synced_data = done_data;
+    s->wal_synced_ns = sac_clock_ns();
+  }
   while (s->n_wacks && s->wacks[s->wack_head].need <= done) {
     const wal_ack_t *a = &s->wacks[s->wack_head++];
     s->n_wacks--;
@@ -1416,10 +1696,24 @@ static void wal_release(sac_replay_server_t *s) {
     s->wack_head = 0;
 }
 
+/* Before an fsync is asked for: the SYNC record saying what the last completed one
+ * covered, when that grew since the last such record. Not data: when it cannot be
+ * written the next fsync is asked for all the same (the record follows later). */
+static void wal_mark(sac_replay_server_t *s) {
+  if (s->wal_synced_data <= s->wal_claimed)
+    return;
+  if (sac_replay_wal_append_sync(s->wal, s->wal_synced_data) == 0) {
+    s->wal_claimed = s->wal_synced_data;
+    s->wal_appended++;
+  } else {
+    s->wal_synced_ns = sac_clock_ns() + WAL_RETRY_MAX_NS; /* not again before a while */
+  }
+}
+
 /* Idle, with no fsync running: nothing is waiting to be read, so the server thread may
  * as well block in the fsync itself, which spares the hand-over to the fsync thread (on
  * a busy machine, waiting for that thread to be scheduled cost more than the fsync).
- * Returns 1 when it synced (or failed: then the server stops), 0 when an fsync is running
+ * Returns 1 when it synced (or failed: then inserts stop), 0 when an fsync is running
  * (the caller hands over). */
 static int wal_sync_inline(sac_replay_server_t *s) {
   pthread_mutex_lock(&s->sync_mu);
@@ -1427,14 +1721,18 @@ static int wal_sync_inline(sac_replay_server_t *s) {
   pthread_mutex_unlock(&s->sync_mu);
   if (running)
     return 0;
-  uint64_t upto = s->wal_appended;
+  wal_mark(s);
+  uint64_t upto = s->wal_appended, data = s->wal_data_end;
   int rc = sac_replay_wal_sync(s->wal);
+  int e = errno;
   pthread_mutex_lock(&s->sync_mu);
   if (rc) {
     s->sync_err = 1;
+    s->sync_errno = e;
   } else {
     s->sync_done = upto; /* target stays <= done: the fsync thread stays idle */
     s->sync_target = upto;
+    s->sync_done_data = s->sync_target_data = data;
   }
   s->sync_count++;
   pthread_mutex_unlock(&s->sync_mu);
@@ -1444,24 +1742,40 @@ static int wal_sync_inline(sac_replay_server_t *s) {
   return 1;
 }
 
+/* When the closing SYNC record is due: CLOSE_NS after an fsync completed that no SYNC
+ * record has claimed yet (UINT64_MAX: none owed, or the log takes no writes now). */
+static uint64_t wal_close_at(const sac_replay_server_t *s) {
+  if (!s->wal || s->wal_state != WAL_OK || s->cfg.wal_sync_ms < 0 || s->wal_synced_data <= s->wal_claimed)
+    return UINT64_MAX;
+  return s->wal_synced_ns + CLOSE_NS;
+}
+
 /* Group commit. Asks the fsync thread to cover every record appended so far when how is
  * nonzero (idle: no later batch would join the group; 2: and waits for it: snapshots,
  * stopping, a full queue) or when the oldest record not yet asked for has waited
  * wal_sync_ms; an fsync asked for while one runs starts when it ends and covers
- * everything appended meanwhile. Then sends the acks that finished fsyncs covered. */
+ * everything appended meanwhile. Then sends the acks that finished fsyncs covered. Idle
+ * CLOSE_NS after an fsync, it writes and syncs the SYNC record that says so. */
 static void wal_commit(sac_replay_server_t *s, int how) {
-  if (!s->wal || s->wal_failed)
+  if (!s->wal || s->wal_state == WAL_FSYNC_FAILED)
     return;
   if (s->cfg.wal_sync_ms < 0) {
     s->wal_oldest_ns = 0;
     return;
   }
+  if (how == 1 && s->wal_appended == s->wal_asked && sac_clock_ns() >= wal_close_at(s)) {
+    wal_mark(s); /* the closing record: synced inline below (a failed append is tried later) */
+    if (s->wal_appended > s->wal_asked && wal_sync_inline(s))
+      return;
+  }
   if (how == 1 && s->wal_appended > s->wal_asked && wal_sync_inline(s))
     return;
   if (s->wal_appended > s->wal_asked &&
       (how || sac_clock_ns() >= s->wal_oldest_ns + (uint64_t)s->cfg.wal_sync_ms * 1000000ull)) {
+    wal_mark(s);
     pthread_mutex_lock(&s->sync_mu);
     s->sync_target = s->wal_appended;
+    s->sync_target_data = s->wal_data_end;
     pthread_cond_broadcast(&s->sync_cv);
     pthread_mutex_unlock(&s->sync_mu);
     s->wal_asked = s->wal_appended;
@@ -1473,18 +1787,27 @@ static void wal_commit(sac_replay_server_t *s, int how) {
       pthread_cond_wait(&s->sync_cv, &s->sync_mu);
     pthread_mutex_unlock(&s->sync_mu);
   }
-  if (s->n_wacks || how == 2)
+  if (s->n_wacks || how == 2 || s->wal_synced < s->wal_asked)
     wal_release(s);
 }
 
-/* After a snapshot was written: its records are redundant, the log starts over. A crash
- * before this point replays records the snapshot holds, which the shard drops as
- * duplicates. */
+/* After a snapshot was written and made durable: its records are redundant, the log
+ * starts over (and with it what the SYNC records count in). A crash before this point
+ * replays records the snapshot holds, which the shard drops as duplicates. After a
+ * failed fsync the log is left as it is (the restart replays it over the snapshot). */
 static void wal_rotate(sac_replay_server_t *s) {
-  if (!s->wal || s->wal_failed)
+  if (!s->wal || s->wal_state == WAL_FSYNC_FAILED)
     return;
-  if (sac_replay_wal_reset(s->wal) != 0)
-    wal_fail(s, "emptying the log after a snapshot");
+  if (sac_replay_wal_reset(s->wal) != 0) {
+    wal_fsync_failed(s, errno);
+    return;
+  }
+  uint64_t h = sac_replay_wal_bytes(s->wal);
+  pthread_mutex_lock(&s->sync_mu);
+  s->sync_done_data = s->sync_target_data = h;
+  pthread_mutex_unlock(&s->sync_mu);
+  s->wal_data_end = s->wal_synced_data = s->wal_claimed = h;
+  s->n_forget = 0; /* the snapshot holds the actor table as it is */
 }
 
 /* ------------------------------------------------------------------ provenance */
@@ -1563,10 +1886,19 @@ static void snapshot(sac_replay_server_t *s, const char *why) {
   if (rc) {
     s->st.snapshot_failures_total++;
     s->st.snapshot_failing = 1; /* /healthz says so until a snapshot succeeds */
-    SAC_ERROR("replay", "%s snapshot to %s failed: %s", why, s->cfg.snapshot_path, sac_strerror(rc));
+    /* the automatic ones (periodic, the log past wal_max_mb) back off: a full disk is
+     * not helped by a full snapshot written 20 times a second */
+    s->snap_backoff_ns = s->snap_backoff_ns ? 2 * s->snap_backoff_ns : SNAP_RETRY_MIN_NS;
+    if (s->snap_backoff_ns > SNAP_RETRY_MAX_NS)
+      s->snap_backoff_ns = SNAP_RETRY_MAX_NS;
+    s->snap_retry_ns = sac_clock_ns() + s->snap_backoff_ns;
+    SAC_ERROR("replay", "%s snapshot to %s failed: %s; the next automatic one in %.0f s", why,
+              s->cfg.snapshot_path, sac_strerror(rc), (double)s->snap_backoff_ns * 1e-9);
     return;
   }
   s->st.snapshot_failing = 0;
+  s->snap_backoff_ns = 0;
+  s->snap_retry_ns = 0;
   s->st.snapshots_total++;
   s->st.snapshot_inserted_total = ss.inserted_rows_total;
   s->st.last_snapshot_unix_ns = sac_wallclock_ns();
@@ -1585,6 +1917,8 @@ static void publish(sac_replay_server_t *s) {
   s->st.insert_held_bytes = s->held_used;
   s->st.wal_bytes = s->wal ? sac_replay_wal_bytes(s->wal) : 0;
   s->st.wal_acks_waiting = s->n_wacks;
+  s->st.wal_state = s->wal_state;
+  snprintf(s->st.wal_why, sizeof s->st.wal_why, "%s", s->wal_why);
   pthread_mutex_lock(&s->mu);
   s->pub = s->st;
   pthread_mutex_unlock(&s->mu);
@@ -1608,7 +1942,10 @@ int sac_replay_server_run(sac_replay_server_t *s) {
     if (next_snap < wake)
       wake = next_snap;
     if (s->n_wacks && now + 1000000ull < wake)
-      wake = now + 1000000ull; /* acks wait for the fsync thread: look again in 1 ms */
+      wake = now + 1000000ull;           /* acks wait for the fsync thread: look again in 1 ms */
+    uint64_t close_at = wal_close_at(s); /* the closing SYNC record */
+    if (close_at < wake)
+      wake = close_at > now ? close_at : now;
     uint64_t dl = nearest_deadline(s);
     if (dl < wake)
       wake = dl;
@@ -1646,13 +1983,15 @@ int sac_replay_server_run(sac_replay_server_t *s) {
     }
     if (atomic_exchange(&s->prov_req, 0))
       serve_provenance(s);
-    if (s->wal && s->cfg.wal_max_bytes && sac_replay_wal_bytes(s->wal) > s->cfg.wal_max_bytes)
-      atomic_store(&s->snap_req, 1); /* the log is full: a snapshot empties it */
+    /* the log past wal_max_mb: a snapshot empties it */
+    int log_full = s->wal && s->cfg.wal_max_bytes && sac_replay_wal_bytes(s->wal) > s->cfg.wal_max_bytes;
     now = sac_clock_ns();
     if (s->pend_count)
       expire_pending(s, now);
-    if (now >= next_snap || atomic_exchange(&s->snap_req, 0)) {
-      snapshot(s, now >= next_snap ? "periodic" : "requested");
+    int asked = atomic_exchange(&s->snap_req, 0),
+        due = (now >= next_snap || log_full) && now >= s->snap_retry_ns;
+    if (asked || due) {
+      snapshot(s, asked ? "requested" : now >= next_snap ? "periodic" : "log full");
       next_snap = interval == UINT64_MAX ? UINT64_MAX : sac_clock_ns() + interval;
     }
     if (now - last_pub > 1000000ull) {
@@ -1671,7 +2010,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
   }
   publish(s);
   serving_set(s, 0);
-  return rc ? rc : s->wal_failed ? SAC_EIO : 0;
+  return rc ? rc : s->wal_state == WAL_FSYNC_FAILED ? SAC_EIO : 0;
 }
 
 static void *thread_main(void *arg) {

@@ -25,7 +25,7 @@
  * one stops the start with a clear error unless start_empty_on_bad_snapshot is set
  * (then it is moved aside to <path>.bad-<time> and the shard starts empty).
  *
- * Durability (docs/REPLAY.md): with SAC_REPLAY_DURABILITY_WAL (the default) every stored
+ * Durability (docs/REPLAY.md, docs/RELIABILITY.md): with SAC_REPLAY_DURABILITY_WAL (the default) every stored
  * batch is appended to a write-ahead log (replay/wal.h) before it is acknowledged, and
  * its acknowledgement is held until an fsync covers it (group commit, the fsyncs on a
  * thread of their own: one is asked for once wal_sync_ms has passed since the oldest
@@ -34,8 +34,14 @@
  * acknowledged then means "in the kernel", which survives a kill -9 of the shard but not
  * a power cut). Each snapshot empties the log; at start the snapshot is restored and
  * the log replayed on top. The log needs snapshots to be rotated, so it is kept only
- * when snapshot_path is set. SNAPSHOT keeps only the periodic snapshots (acknowledged
- * batches since the last one are lost with the process); NONE keeps nothing.
+ * when snapshot_path is set (WAL and SNAPSHOT without one refuse to start). SNAPSHOT
+ * keeps only the periodic snapshots (acknowledged batches since the last one are lost
+ * with the process); NONE keeps nothing.
+ *
+ * When the log cannot be written (a full disk, a write error) inserts are answered
+ * "not durable" (InsertAck status NOT_DURABLE: the actor keeps the batch and resends it
+ * later) while the shard serves samples and retries the log, resuming by itself; after a
+ * failed fsync it acknowledges nothing more until restarted (fail-stop for inserts).
  *
  * Thread-safety: sac_replay_server_stop, sac_replay_server_stats and
  * sac_replay_server_provenance may be called from any thread (stop also from a signal
@@ -135,6 +141,13 @@ typedef struct {
   uint64_t wal_replayed_records; /* records applied from the log at start */
   uint64_t wal_dropped_bytes;    /* torn or corrupt tail dropped at start */
   uint32_t wal_acks_waiting;     /* acknowledgements held for the next fsync now */
+
+  /* durability (docs/RELIABILITY.md) */
+  sac_replay_durability_t durability; /* the mode in effect */
+  int wal_state;                      /* 0 ok; 1 appends fail (a full disk): inserts answered "not durable",
+                                         retried; 2 an fsync failed: no insert acknowledged before a restart */
+  char wal_why[200];                  /* what failed, while wal_state != 0 */
+  uint64_t inserts_not_durable_total; /* inserts answered "not durable" (status NOT_DURABLE) */
 } sac_replay_stats_t;
 
 typedef struct sac_replay_server sac_replay_server_t;

@@ -32,6 +32,7 @@ typedef struct {
   sac_metric_t *lost, *snapshots, *snap_failures, *snap_age, *snap_seconds, *snap_bytes, *restored;
   sac_metric_t *incarnation, *wal_records, *wal_syncs, *wal_errors, *wal_bytes, *wal_waiting, *wal_replayed,
       *wal_dropped;
+  sac_metric_t *not_durable, *wal_state, *durability[3];
 } sac_replay_metrics__t;
 
 static inline void sac_replay_metrics__collect(void *user) {
@@ -97,6 +98,10 @@ static inline void sac_replay_metrics__collect(void *user) {
   sac_metric_set(m->wal_waiting, (double)s.wal_acks_waiting);
   sac_metric_set(m->wal_replayed, (double)s.wal_replayed_records);
   sac_metric_set(m->wal_dropped, (double)s.wal_dropped_bytes);
+  sac_metric_set(m->not_durable, (double)s.inserts_not_durable_total);
+  sac_metric_set(m->wal_state, (double)s.wal_state);
+  for (int d = 0; d < 3; d++)
+    sac_metric_set(m->durability[d], (double)(s.durability == (sac_replay_durability_t)d));
 }
 
 /* Registers shard `shard_id`'s series on r, owned by owner (sac_metrics_forget(owner)
@@ -202,6 +207,20 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
   SAC__G(wal_waiting, "sac_replay_wal_acks_waiting", "Acknowledgements held for the next fsync now.");
   SAC__G(wal_replayed, "sac_replay_wal_replayed_records", "Log records applied at start.");
   SAC__G(wal_dropped, "sac_replay_wal_dropped_bytes", "Torn or corrupt log bytes dropped at start.");
+  SAC__C(not_durable, "sac_replay_inserts_not_durable_total",
+         "Inserts answered \"not durable\": the log could not be written or an fsync failed (kept by the "
+         "actor).");
+  SAC__G(
+      wal_state, "sac_replay_wal_state",
+      "0 ok; 1 appends to the log fail (a full disk): inserts refused, retried; 2 an fsync failed: inserts "
+      "refused until a restart.");
+  for (int d = 0; d < 3; d++) {
+    const char *const LD[] = {"shard", id, "mode", sac_replay_durability_name((sac_replay_durability_t)d),
+                              NULL};
+    ok &= (m->durability[d] = sac_metrics_gauge(
+               r, "sac_replay_durability",
+               "1 for the durability mode the shard runs in (wal, snapshot, none).", LD, owner)) != NULL;
+  }
   if (snapshots) {
     SAC__C(snapshots, "sac_replay_snapshots_total", "Snapshots written.");
     SAC__C(snap_failures, "sac_replay_snapshot_failures_total", "Snapshots that failed.");

@@ -55,6 +55,7 @@ struct sac_replay_shard {
   uint64_t granted_total; /* sum of the actors' granted credit */
   uint64_t actors_expired;
   uint64_t next_expiry_scan_ns; /* a full table with nobody idle is not rescanned before this */
+  uint32_t last_expired;        /* the actor actor_expire_one forgot last */
   sac_replay_prov_t prov;       /* who sent each stored batch (provenance.h) */
 };
 
@@ -250,6 +251,7 @@ static int actor_expire_one(sac_replay_shard_t *sh) {
   }
   SAC_INFO_EVERY(10.0, "replay", "forgot actor %u, silent for %.0f s, to make room for a new actor",
                  sh->actors[oldest].actor, (double)(now - sh->actors[oldest].active_ns) * 1e-9);
+  sh->last_expired = sh->actors[oldest].actor;
   actor_remove(sh, oldest);
   sh->actors_expired++;
   return 1;
@@ -302,7 +304,12 @@ sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_t
       return res->kind;
     }
   }
+  uint64_t expired_before = sh->actors_expired;
   actor_t *a = actor_get(sh, t->actor_id, 1);
+  if (sh->actors_expired != expired_before) {
+    res->expired = 1;
+    res->expired_actor = sh->last_expired;
+  }
   if (!a) {
     SAC_WARN_EVERY(10.0, "replay",
                    "batch from actor %u refused: already tracking max_actors=%u actors, none silent for "
@@ -377,6 +384,20 @@ sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_t
     res->kind = SAC_REPLAY_SEQ_NEW;
   }
   return res->kind;
+}
+
+int sac_replay_shard_forget_actor(sac_replay_shard_t *sh, uint32_t actor) {
+  uint32_t mask = sh->actors_mask;
+  for (uint32_t h = hash_u32(actor) & mask, probes = 0; probes <= mask; h = (h + 1) & mask, probes++) {
+    if (!sh->actors[h].used)
+      break;
+    if (sh->actors[h].actor == actor) {
+      actor_remove(sh, h);
+      sh->actors_expired++;
+      return 0;
+    }
+  }
+  return SAC_ENOTFOUND;
 }
 
 int sac_replay_shard_insert(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
@@ -596,6 +617,7 @@ void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats
   o->size = sh->st.size;
   o->capacity = sh->cfg.capacity;
   o->filled = sac_replay_storage_filled(&sh->st);
+  o->allocated_total = sh->st.alloc_count;
   o->inserted_rows_total = sh->st.rows_inserted;
   o->inserted_batches_total = sh->inserted_batches;
   o->duplicate_batches_total = sh->duplicate_batches;

@@ -72,10 +72,13 @@ typedef struct {
   uint64_t acked_seq; /* the actor's cumulative ack after this batch */
   uint32_t stored;    /* transitions stored */
   sac_wire_reason_t reason;
+  int expired;            /* making room for this batch's actor forgot an idle one: */
+  uint32_t expired_actor; /* that one (a write-ahead log records it: sac_replay_shard_forget_actor) */
 } sac_replay_insert_result_t;
 
 /* Classifies a batch by (actor, session, seq) without storing it; applies a session
- * change and acked_through. */
+ * change and acked_through, and makes room for a new actor (res->expired says when an
+ * idle one was forgotten for it). */
 sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
                                         sac_replay_insert_result_t *res);
 /* Stores a validated batch unless it is a duplicate. Does not consult the rate limiter
@@ -83,6 +86,10 @@ sac_replay_seq_t sac_replay_shard_check(sac_replay_shard_t *sh, const sac_wire_t
  * res->reason for a rejected batch (nothing stored). */
 int sac_replay_shard_insert(sac_replay_shard_t *sh, const sac_wire_transitions_t *t,
                             sac_replay_insert_result_t *res);
+
+/* Forgets actor's dedup window as expiring it did (a log replaying an expiry). 0, or
+ * SAC_ENOTFOUND (not tracked: nothing changed). */
+int sac_replay_shard_forget_actor(sac_replay_shard_t *sh, uint32_t actor);
 
 /* The credit to grant actor `actor` with its next ack (batches it may keep
  * unacknowledged): 1 while inserts are held back (holding) or the limiter is closed;
@@ -139,6 +146,7 @@ void sac_replay_shard_update_priorities(sac_replay_shard_t *sh, uint32_t n, cons
 
 typedef struct {
   uint64_t size, capacity, filled;
+  uint64_t allocated_total; /* ring slots handed out since the shard began (filled = min(this, capacity)) */
   uint64_t inserted_rows_total, inserted_batches_total, duplicate_batches_total;
   uint64_t sampled_rows_total, sample_batches_total;
   uint64_t sample_f16_clamped_total; /* fp16 replies: values beyond +-65504 sent as +-65504 */

@@ -1,10 +1,11 @@
 /* The shard write-ahead log (see wal.h): plain write(2) appends, fdatasync for group
- * commit, ftruncate to drop a torn tail or to empty the log after a snapshot. */
+ * commit, ftruncate to drop a power-cut tail or to empty the log after a snapshot. */
 #define _GNU_SOURCE
 #include "replay/wal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,10 @@ static const char k_magic[8] = {'S', 'A', 'C', 'W', 'A', 'L', '1', '\0'};
 
 struct sac_replay_wal {
   int fd;
+  uint32_t version, shard;
+  uint64_t header; /* bytes */
   uint64_t bytes;
+  uint64_t capacity;
   char path[1024];
 };
 
@@ -52,11 +56,18 @@ static int read_full(int fd, void *buf, size_t len, size_t *got) {
   return 0;
 }
 
-#define RESYNC_WINDOW (64u << 20) /* offsets searched for an intact record after a bad one */
+static int all_zero(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i])
+      return 0;
+  return 1;
+}
 
-/* After a bad record at bad: is there an intact record (length in range, checksum good)
- * anywhere in the next RESYNC_WINDOW bytes? *at gets its offset, or 0 (a torn tail: what
- * a crash mid-append leaves, which holds no intact record). 0, SAC_EIO, SAC_ENOMEM. */
+#define RESYNC_WINDOW (64u << 20) /* version 1: offsets searched for an intact record after a bad one */
+
+/* Version 1's rule, kept for logs written before sync records existed: after a bad
+ * record at bad, is there an intact record (length in range, checksum good) anywhere in
+ * the next RESYNC_WINDOW bytes? *at gets its offset, or 0. 0, SAC_EIO, SAC_ENOMEM. */
 static int find_intact_after(int fd, uint64_t file_bytes, uint64_t bad, uint64_t *at) {
   *at = 0;
   uint64_t span = file_bytes - bad;
@@ -85,13 +96,94 @@ static int find_intact_after(int fd, uint64_t file_bytes, uint64_t bad, uint64_t
   return 0;
 }
 
+#define SYNC_PAYLOAD 16u
+#define SYNC_BYTES (SAC_REPLAY_WAL_RECORD_HEAD + SYNC_PAYLOAD)
+
+/* An intact SYNC record at p (SYNC_BYTES readable): its claim, else 0. */
+static uint64_t sync_claim(const unsigned char *p) {
+  if (sac_le_get32(p) != SYNC_PAYLOAD || sac_le_get32(p + 8) != SAC_REPLAY_WAL_SYNC || sac_le_get32(p + 12) ||
+      sac_le_get64(p + 24))
+    return 0;
+  if (record_crc(p, p + SAC_REPLAY_WAL_RECORD_HEAD, SYNC_PAYLOAD) != sac_le_get32(p + 4))
+    return 0;
+  return sac_le_get64(p + SAC_REPLAY_WAL_RECORD_HEAD);
+}
+
+/* The rule of wal.h: every offset after the damage at bad, to the end of the file (no
+ * window: a record may be up to 1 GiB), is tried as the start of a SYNC record; the
+ * largest claim of an intact one goes to out->claim_after (its offset to claim_at).
+ * Read in 1 MiB pieces that overlap by a record's size. 0, SAC_EIO, SAC_ENOMEM. */
+static int find_claims_after(int fd, uint64_t file_bytes, uint64_t bad, sac_replay_wal_scan_t *out) {
+  const size_t piece = 1u << 20;
+  unsigned char *buf = malloc(piece + SYNC_BYTES);
+  if (!buf)
+    return SAC_ENOMEM;
+  int rc = 0;
+  for (uint64_t at = bad + 1; at + SYNC_BYTES <= file_bytes; at += piece) {
+    size_t want = piece + SYNC_BYTES - 1;
+    if (at + want > file_bytes)
+      want = (size_t)(file_bytes - at);
+    ssize_t n = pread(fd, buf, want, (off_t)at);
+    if (n < (ssize_t)SYNC_BYTES) {
+      rc = n < 0 ? SAC_EIO : 0;
+      break;
+    }
+    for (size_t i = 0; i + SYNC_BYTES <= (size_t)n && i < piece; i++) {
+      if (buf[i] != SYNC_PAYLOAD) /* the length's low byte: the cheap filter */
+        continue;
+      uint64_t claim = sync_claim(buf + i);
+      if (claim > out->claim_after) {
+        out->claim_after = claim;
+        out->claim_at = at + i;
+      }
+    }
+  }
+  free(buf);
+  return rc;
+}
+
+/* Names the damage at the scan's stop (out->why, out->detail). */
+static void describe(sac_replay_wal_scan_t *out, const char *why, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void describe(sac_replay_wal_scan_t *out, const char *why, const char *fmt, ...) {
+  out->why = why;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out->detail, sizeof out->detail, fmt, ap);
+  va_end(ap);
+}
+
+/* One intact record: a SYNC record raises acked_bytes; the others go to apply. */
+static int take_record(const unsigned char *head, const unsigned char *payload, uint32_t len,
+                       sac_replay_wal_apply_fn apply, void *user, sac_replay_wal_scan_t *out) {
+  sac_replay_wal_rec_t rec = {sac_le_get32(head + 8),  sac_le_get32(head + 12), sac_le_get64(head + 16),
+                              sac_le_get64(head + 24), out->valid_bytes,        SAC_REPLAY_WAL_BATCH};
+  if (rec.seq == 0) { /* a control record */
+    rec.kind = rec.actor;
+    if (rec.kind == SAC_REPLAY_WAL_SYNC && len == SYNC_PAYLOAD) {
+      uint64_t claim = sac_le_get64(payload);
+      out->acked_bytes = claim > out->acked_bytes ? claim : out->acked_bytes;
+      out->capacity = rec.session > out->capacity ? rec.session : out->capacity;
+      out->syncs++;
+      return 0;
+    }
+    if (rec.kind != SAC_REPLAY_WAL_FORGET || len < 4)
+      return 1; /* unknown: refused like a record the shard cannot take */
+    rec.actor = sac_le_get32(payload);
+  }
+  if (apply) {
+    int rc = apply(user, &rec, payload, len);
+    if (rc)
+      return rc;
+  }
+  out->records++;
+  return 0;
+}
+
 /* Reads records from fd (positioned after the header) until the end or the first bad
- * one; fills out (valid_bytes counts from the file's start). */
+ * one; fills out (valid_bytes counts from the file's start), then judges the damage. */
 static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_wal_apply_fn apply, void *user,
                    sac_replay_wal_scan_t *out) {
-  memset(out, 0, sizeof *out);
-  out->why = "";
-  out->valid_bytes = SAC_REPLAY_WAL_HEADER_BYTES;
   size_t cap = max_payload ? max_payload : 4096;
   unsigned char *buf = malloc(cap);
   if (!buf)
@@ -105,7 +197,7 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
     if (got == 0)
       break; /* the clean end */
     if (got < sizeof head) {
-      out->why = "torn record head";
+      describe(out, "torn record head", "the file ends %zu bytes into a record head", got);
       break;
     }
     /* A record longer than max_payload is still read (the shard may have been restarted
@@ -113,10 +205,20 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
      * holds: a length beyond that is a torn record or a corrupt length field. */
     uint32_t len = sac_le_get32(head);
     uint64_t left = file_bytes - out->valid_bytes - sizeof head;
-    if (len == 0 || len > SAC_REPLAY_WAL_MAX_RECORD ||
-        (file_bytes >= out->valid_bytes + sizeof head && len > left)) {
-      out->why =
-          len == 0 || len > SAC_REPLAY_WAL_MAX_RECORD ? "record length out of range" : "torn record payload";
+    if (all_zero(head, sizeof head)) {
+      describe(out, "zero-filled record head",
+               "zeros where a record should start (%llu bytes to the end of the file): pages not written "
+               "back",
+               (unsigned long long)(left + sizeof head));
+      break;
+    }
+    if (len == 0 || len > SAC_REPLAY_WAL_MAX_RECORD) {
+      describe(out, "record length out of range", "a record head with length %u", len);
+      break;
+    }
+    if (len > left) {
+      describe(out, "torn record payload", "the file ends %llu bytes into a record of %u bytes",
+               (unsigned long long)(left + sizeof head), len + SAC_REPLAY_WAL_RECORD_HEAD);
       break;
     }
     if (len > cap) {
@@ -131,47 +233,78 @@ static int scan_fd(int fd, uint64_t file_bytes, size_t max_payload, sac_replay_w
     if ((rc = read_full(fd, buf, len, &got)) != 0)
       break;
     if (got < len) {
-      out->why = "torn record payload";
+      describe(out, "torn record payload", "the file ends %zu bytes into a payload of %u bytes", got, len);
       break;
     }
     if (record_crc(head, buf, len) != sac_le_get32(head + 4)) {
-      out->why = "record checksum mismatch";
+      describe(out, "record checksum mismatch", "a record of %u bytes whose checksum does not match%s",
+               len + SAC_REPLAY_WAL_RECORD_HEAD, all_zero(buf, len) ? " (its payload is zeros)" : "");
       break;
     }
-    sac_replay_wal_rec_t rec = {sac_le_get32(head + 8), sac_le_get32(head + 12), sac_le_get64(head + 16),
-                                sac_le_get64(head + 24), out->valid_bytes};
-    if (apply && (rc = apply(user, &rec, buf, len)) != 0) {
-      out->why = "record refused by the shard";
+    int taken = take_record(head, buf, len, apply, user, out);
+    if (taken) {
+      rc = taken < 0 ? taken : 0;
+      describe(out, "record refused by the shard", "a record the shard refused (kind %u)",
+               sac_le_get32(head + 8));
+      if (taken > 0)
+        rc = SAC_EPROTO;
       break;
     }
-    out->records++;
     out->valid_bytes += sizeof head + len;
   }
   free(buf);
   out->dropped_bytes = file_bytes > out->valid_bytes ? file_bytes - out->valid_bytes : 0;
-  if (!rc && out->dropped_bytes)
-    rc = find_intact_after(fd, file_bytes, out->valid_bytes, &out->valid_after);
+  if (!rc && out->dropped_bytes) {
+    rc = find_claims_after(fd, file_bytes, out->valid_bytes, out);
+    if (!rc && out->version == 1)
+      rc = find_intact_after(fd, file_bytes, out->valid_bytes, &out->valid_after);
+    out->corrupt = out->claim_after > out->valid_bytes || out->valid_after != 0;
+  }
   return rc;
 }
 
-/* Checks the header of an open log. 0, SAC_EPROTO, SAC_EIO. */
-static int check_header(int fd, const char *path, uint32_t *shard_id) {
+static void make_header(unsigned char h[SAC_REPLAY_WAL_HEADER_BYTES], uint32_t shard, uint64_t capacity) {
+  memset(h, 0, SAC_REPLAY_WAL_HEADER_BYTES);
+  memcpy(h, k_magic, 8);
+  sac_le_put32(h + 8, 2);
+  sac_le_put32(h + 12, shard);
+  sac_le_put64(h + 16, capacity);
+  sac_le_put32(h + 24, sac_crc32c(0, h, 24));
+}
+
+/* Checks the header of an open log (version 1 or 2). 0, SAC_EPROTO, SAC_EIO. */
+static int check_header(int fd, const char *path, sac_replay_wal_scan_t *out, uint32_t *shard_id) {
   unsigned char h[SAC_REPLAY_WAL_HEADER_BYTES];
   size_t got = 0;
-  if (read_full(fd, h, sizeof h, &got) != 0)
+  if (lseek(fd, 0, SEEK_SET) < 0 || read_full(fd, h, sizeof h, &got) != 0)
     return SAC_EIO;
-  if (got < sizeof h || memcmp(h, k_magic, 8) != 0 || sac_le_get32(h + 8) != 1) {
+  uint32_t version = got >= 12 ? sac_le_get32(h + 8) : 0;
+  if (got >= SAC_REPLAY_WAL_HEADER_V1 && !memcmp(h, k_magic, 8) && version == 1) {
+    *shard_id = sac_le_get32(h + 12);
+    out->version = 1;
+    out->valid_bytes = SAC_REPLAY_WAL_HEADER_V1;
+    return lseek(fd, SAC_REPLAY_WAL_HEADER_V1, SEEK_SET) < 0 ? SAC_EIO : 0;
+  }
+  if (got < SAC_REPLAY_WAL_HEADER_BYTES || memcmp(h, k_magic, 8) != 0 || version != 2 ||
+      sac_le_get32(h + 24) != sac_crc32c(0, h, 24)) {
     SAC_ERROR("replay", "%s is not a replay shard write-ahead log (bad header)", path);
     return SAC_EPROTO;
   }
   *shard_id = sac_le_get32(h + 12);
+  out->version = 2;
+  out->capacity = sac_le_get64(h + 16);
+  out->valid_bytes = SAC_REPLAY_WAL_HEADER_BYTES;
   return 0;
+}
+
+static void scan_init(sac_replay_wal_scan_t *out) {
+  memset(out, 0, sizeof *out);
+  out->why = "";
 }
 
 int sac_replay_wal_scan(const char *path, size_t max_payload, sac_replay_wal_apply_fn apply, void *user,
                         sac_replay_wal_scan_t *out) {
-  memset(out, 0, sizeof *out);
-  out->why = "";
+  scan_init(out);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? 0 : SAC_EIO;
@@ -179,7 +312,7 @@ int sac_replay_wal_scan(const char *path, size_t max_payload, sac_replay_wal_app
   uint32_t shard = 0;
   int rc = fstat(fd, &sb) != 0 ? SAC_EIO : 0;
   if (!rc && sb.st_size > 0)
-    rc = check_header(fd, path, &shard);
+    rc = check_header(fd, path, out, &shard);
   if (!rc && sb.st_size > 0)
     rc = scan_fd(fd, (uint64_t)sb.st_size, max_payload, apply, user, out);
   close(fd);
@@ -208,17 +341,78 @@ static int keep_aside(sac_replay_wal_t *w, uint64_t file_bytes, char *aside, siz
   return rc ? rc : sac_durable_sync_dir(aside);
 }
 
-/* The existing log of open: header, shard, records; a torn tail is cut, a corrupt
- * record with intact ones after it refuses (or, asked to, is cut after keeping the file
- * aside). Then the file and its directory are synced. */
+/* Writes a fresh header (version 2) at the start of an empty file and syncs it with its
+ * directory. 0 or SAC_EIO. */
+static int write_header(sac_replay_wal_t *w) {
+  unsigned char h[SAC_REPLAY_WAL_HEADER_BYTES];
+  make_header(h, w->shard, w->capacity);
+  if (sac_durable_fault("write", w->path) || pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h ||
+      sac_durable_fault("fsync", w->path) || fsync(w->fd) != 0 || sac_durable_sync_dir(w->path) != 0)
+    return SAC_EIO;
+  w->version = 2;
+  w->header = w->bytes = SAC_REPLAY_WAL_HEADER_BYTES;
+  return 0;
+}
+
+/* A file no longer than a header that is all zeros or starts as a header does: what a
+ * crash while the header was being written leaves (or a log with no record yet). No
+ * record fits in it, so nothing is lost when it is started again. */
+static int torn_new_header(int fd, uint64_t file_bytes) {
+  unsigned char h[SAC_REPLAY_WAL_HEADER_BYTES];
+  if (file_bytes > sizeof h || pread(fd, h, (size_t)file_bytes, 0) != (ssize_t)file_bytes)
+    return 0;
+  size_t m = file_bytes < 8 ? (size_t)file_bytes : 8;
+  return all_zero(h, (size_t)file_bytes) || memcmp(h, k_magic, m) == 0;
+}
+
+/* The damage the scan stopped at, when it is corruption of acknowledged records: refused
+ * (SAC_ECHECKSUM), or, asked to, kept aside and cut. 0 when the cut may go on. */
+static int judge_corruption(sac_replay_wal_t *w, uint64_t file_bytes, unsigned flags,
+                            const sac_replay_wal_scan_t *scan) {
+  if (!scan->corrupt)
+    return 0;
+  char proof[160];
+  if (scan->claim_after > scan->valid_bytes)
+    snprintf(proof, sizeof proof,
+             "a sync record at byte %llu says a completed fsync covered the log up to byte %llu",
+             (unsigned long long)scan->claim_at, (unsigned long long)scan->claim_after);
+  else
+    snprintf(proof, sizeof proof, "an intact record follows at byte %llu (a version 1 log)",
+             (unsigned long long)scan->valid_after);
+  if (!(flags & SAC_REPLAY_WAL_TRUNCATE_CORRUPT)) {
+    SAC_ERROR(
+        "replay",
+        "the write-ahead log %s is corrupt: %s at byte %llu (%s), and %s: acknowledged batches would be "
+        "lost with it. Refusing to start; wal_truncate_corrupt=1 keeps a copy aside and cuts the log there",
+        w->path, scan->why, (unsigned long long)scan->valid_bytes, scan->detail, proof);
+    return SAC_ECHECKSUM;
+  }
+  char aside[1200];
+  if (keep_aside(w, file_bytes, aside, sizeof aside) != 0) {
+    SAC_ERROR("replay", "cannot keep the corrupt log %s aside as %s: %s", w->path, aside, strerror(errno));
+    return SAC_EIO;
+  }
+  SAC_WARN(
+      "replay",
+      "write-ahead log %s: %s at byte %llu (%s), and %s; kept the whole file as %s and cut the log there, "
+      "as asked",
+      w->path, scan->why, (unsigned long long)scan->valid_bytes, scan->detail, proof, aside);
+  return 0;
+}
+
+/* The existing log of open: header, shard, records; a power-cut tail is cut, damage to
+ * acknowledged records refuses (or, asked to, is cut after keeping the file aside). Then
+ * the file and its directory are synced. */
 static int replay_existing(sac_replay_wal_t *w, uint32_t shard_id, uint64_t file_bytes, size_t max_payload,
                            unsigned flags, sac_replay_wal_apply_fn apply, void *user,
                            sac_replay_wal_scan_t *scan) {
   const char *path = w->path;
   uint32_t file_shard = 0;
-  int rc = check_header(w->fd, path, &file_shard);
+  int rc = check_header(w->fd, path, scan, &file_shard);
   if (rc)
     return rc;
+  w->version = scan->version;
+  w->header = scan->valid_bytes;
   if (file_shard != shard_id) {
     if (!(flags & SAC_REPLAY_WAL_ADOPT)) {
       SAC_ERROR("replay",
@@ -233,50 +427,48 @@ static int replay_existing(sac_replay_wal_t *w, uint32_t shard_id, uint64_t file
   rc = scan_fd(w->fd, file_bytes, max_payload, apply, user, scan);
   if (rc)
     return rc;
-  if (scan->valid_after) {
-    if (!(flags & SAC_REPLAY_WAL_TRUNCATE_CORRUPT)) {
-      SAC_ERROR("replay",
-                "the write-ahead log %s is corrupt in the middle: %s at byte %llu, an intact record at byte "
-                "%llu after it (acknowledged batches would be lost with it). Refusing to start; "
-                "wal_truncate_corrupt=1 keeps a copy aside and cuts the log there",
-                path, scan->why, (unsigned long long)scan->valid_bytes,
-                (unsigned long long)scan->valid_after);
-      return SAC_ECHECKSUM;
-    }
-    char aside[1200];
-    if (keep_aside(w, file_bytes, aside, sizeof aside) != 0) {
-      SAC_ERROR("replay", "cannot keep the corrupt log %s aside as %s: %s", path, aside, strerror(errno));
-      return SAC_EIO;
-    }
-    SAC_WARN("replay",
-             "write-ahead log %s: %s at byte %llu; kept the whole file as %s and cut the log there, as asked",
-             path, scan->why, (unsigned long long)scan->valid_bytes, aside);
-  }
+  if ((rc = judge_corruption(w, file_bytes, flags, scan)) != 0)
+    return rc;
+  sac_replay_wal_rec_t end = {
+      .session = scan->capacity, .offset = scan->valid_bytes, .kind = SAC_REPLAY_WAL_END};
+  if (apply && (rc = apply(user, &end, NULL, 0)) != 0)
+    return rc;
   if (scan->dropped_bytes &&
       (sac_durable_fault("truncate", path) || ftruncate(w->fd, (off_t)scan->valid_bytes) != 0))
     return SAC_EIO;
   /* replayed records may be only in the page cache of the process that died */
   if (sac_durable_fault("fsync", path) || fsync(w->fd) != 0 || sac_durable_sync_dir(path) != 0)
     return SAC_EIO;
-  SAC_INFO("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
-           (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes,
-           scan->dropped_bytes ? ": " : "", scan->dropped_bytes ? scan->why : "", path);
+  if (scan->dropped_bytes && !scan->corrupt)
+    SAC_INFO(
+        "replay",
+        "wal: applied %llu records, dropped %llu bytes: %s at byte %llu (%s); no completed fsync covered "
+        "them (the sync records reach byte %llu), so none was acknowledged: a power-cut tail (%s)",
+        (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes, scan->why,
+        (unsigned long long)scan->valid_bytes, scan->detail,
+        (unsigned long long)(scan->claim_after > scan->acked_bytes ? scan->claim_after : scan->acked_bytes),
+        path);
+  else
+    SAC_INFO("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
+             (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes,
+             scan->dropped_bytes ? ": " : "", scan->dropped_bytes ? scan->why : "", path);
   return 0;
 }
 
-int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload, unsigned flags,
-                        sac_replay_wal_apply_fn apply, void *user, sac_replay_wal_t **out,
+int sac_replay_wal_open(const char *path, uint32_t shard_id, uint64_t capacity, size_t max_payload,
+                        unsigned flags, sac_replay_wal_apply_fn apply, void *user, sac_replay_wal_t **out,
                         sac_replay_wal_scan_t *scan) {
   *out = NULL;
   sac_replay_wal_scan_t dummy;
   if (!scan)
     scan = &dummy;
-  memset(scan, 0, sizeof *scan);
-  scan->why = "";
+  scan_init(scan);
   sac_replay_wal_t *w = calloc(1, sizeof *w);
   if (!w)
     return SAC_ENOMEM;
   snprintf(w->path, sizeof w->path, "%s", path);
+  w->shard = shard_id;
+  w->capacity = capacity;
   w->fd = sac_durable_fault("open", path) ? -1 : open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   struct stat sb;
   if (w->fd < 0 || fstat(w->fd, &sb) != 0) {
@@ -285,19 +477,37 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
     return SAC_EIO;
   }
   int rc = 0;
-  if (sb.st_size == 0) { /* new (or emptied by a crash right after creating it) */
-    unsigned char h[SAC_REPLAY_WAL_HEADER_BYTES];
-    memcpy(h, k_magic, 8);
-    sac_le_put32(h + 8, 1);
-    sac_le_put32(h + 12, shard_id);
-    if (pwrite(w->fd, h, sizeof h, 0) != (ssize_t)sizeof h || fsync(w->fd) != 0 ||
-        sac_durable_sync_dir(path) != 0)
+  if (sb.st_size == 0 || torn_new_header(w->fd, (uint64_t)sb.st_size)) {
+    /* new, or a crash while its header was written (no record can be in it) */
+    if (sb.st_size && (sac_durable_fault("truncate", path) || ftruncate(w->fd, 0) != 0))
       rc = SAC_EIO;
-    scan->valid_bytes = sizeof h;
+    if (!rc)
+      rc = write_header(w);
+    scan->version = 2;
+    scan->valid_bytes = SAC_REPLAY_WAL_HEADER_BYTES;
     if (!rc)
       SAC_INFO("replay", "wal: applied 0 records, dropped 0 bytes (new log %s)", path);
   } else {
     rc = replay_existing(w, shard_id, (uint64_t)sb.st_size, max_payload, flags, apply, user, scan);
+    w->bytes = scan->valid_bytes;
+    scan->claimed = scan->acked_bytes;
+    /* what was replayed is synced: say so in the log, so that an acknowledgement of a
+     * resent duplicate of it has a sync record behind it. A full disk only delays that
+     * record (the shard writes it with its next fsync): the start goes on. */
+    if (!rc && w->bytes > w->header) {
+      uint64_t end = w->bytes;
+      if (sac_replay_wal_append_sync(w, end) != 0) {
+        if (errno != ENOSPC && errno != EDQUOT)
+          rc = SAC_EIO;
+        else
+          SAC_WARN("replay", "write-ahead log %s: no room for its sync record (%s): written later", path,
+                   strerror(errno));
+      } else if (sac_replay_wal_sync(w) != 0) {
+        rc = SAC_EIO;
+      } else {
+        scan->claimed = end;
+      }
+    }
   }
   if (rc) {
     if (rc == SAC_EIO)
@@ -305,7 +515,6 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
     sac_replay_wal_close(&w);
     return rc;
   }
-  w->bytes = scan->valid_bytes;
   if (lseek(w->fd, (off_t)w->bytes, SEEK_SET) < 0) {
     sac_replay_wal_close(&w);
     return SAC_EIO;
@@ -323,28 +532,25 @@ void sac_replay_wal_close(sac_replay_wal_t **wp) {
   *wp = NULL;
 }
 
-int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, const void *payload,
-                          size_t len) {
-  unsigned char head[SAC_REPLAY_WAL_RECORD_HEAD];
+/* One record (head + payload) at the end of the file, in one pwritev. */
+static int append_raw(sac_replay_wal_t *w, unsigned char head[SAC_REPLAY_WAL_RECORD_HEAD],
+                      const void *payload, size_t len) {
   sac_le_put32(head, (uint32_t)len);
-  sac_le_put32(head + 8, rec->actor);
-  sac_le_put32(head + 12, rec->rows);
-  sac_le_put64(head + 16, rec->session);
-  sac_le_put64(head + 24, rec->seq);
   sac_le_put32(head + 4, record_crc(head, payload, len));
-  struct iovec iov[2] = {{head, sizeof head}, {(void *)payload, len}};
-  size_t want = sizeof head + len, done = 0;
+  struct iovec iov[2] = {{head, SAC_REPLAY_WAL_RECORD_HEAD}, {(void *)payload, len}};
+  size_t want = SAC_REPLAY_WAL_RECORD_HEAD + len, done = 0;
   while (done < want) {
     ssize_t n = sac_durable_fault("write", w->path) ? -1 : pwritev(w->fd, iov, 2, (off_t)(w->bytes + done));
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0) {
-      SAC_ERROR("replay", "write-ahead log %s: write failed: %s", w->path,
-                n < 0 ? strerror(errno) : "no progress");
+      int e = n < 0 ? errno : ENOSPC;
+      SAC_ERROR_EVERY(10.0, "replay", "write-ahead log %s: write failed: %s", w->path, strerror(e));
       /* leave no partial record behind: the next append starts where this one did */
       if (ftruncate(w->fd, (off_t)w->bytes) != 0)
-        SAC_ERROR("replay", "write-ahead log %s: cannot cut the partial record: %s", w->path,
-                  strerror(errno));
+        SAC_ERROR_EVERY(10.0, "replay", "write-ahead log %s: cannot cut the partial record: %s", w->path,
+                        strerror(errno));
+      errno = e;
       return SAC_EIO;
     }
     done += (size_t)n;
@@ -361,24 +567,68 @@ int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, 
   return 0;
 }
 
+int sac_replay_wal_append(sac_replay_wal_t *w, const sac_replay_wal_rec_t *rec, const void *payload,
+                          size_t len) {
+  unsigned char head[SAC_REPLAY_WAL_RECORD_HEAD];
+  sac_le_put32(head + 8, rec->actor);
+  sac_le_put32(head + 12, rec->rows);
+  sac_le_put64(head + 16, rec->session);
+  sac_le_put64(head + 24, rec->seq);
+  return append_raw(w, head, payload, len);
+}
+
+static int append_control(sac_replay_wal_t *w, uint32_t kind, uint64_t session, const void *payload,
+                          size_t len) {
+  unsigned char head[SAC_REPLAY_WAL_RECORD_HEAD];
+  sac_le_put32(head + 8, kind);
+  sac_le_put32(head + 12, 0);
+  sac_le_put64(head + 16, session);
+  sac_le_put64(head + 24, 0);
+  return append_raw(w, head, payload, len);
+}
+
+int sac_replay_wal_append_forget(sac_replay_wal_t *w, uint32_t actor) {
+  unsigned char p[8] = {0};
+  sac_le_put32(p, actor);
+  return append_control(w, SAC_REPLAY_WAL_FORGET, 0, p, sizeof p);
+}
+
+int sac_replay_wal_append_sync(sac_replay_wal_t *w, uint64_t synced_through) {
+  unsigned char p[SYNC_PAYLOAD] = {0};
+  sac_le_put64(p, synced_through);
+  return append_control(w, SAC_REPLAY_WAL_SYNC, w->capacity, p, sizeof p);
+}
+
 int sac_replay_wal_sync(sac_replay_wal_t *w) {
   if (sac_replay_wal_sync_hook)
     sac_replay_wal_sync_hook(sac_replay_wal_sync_hook_arg);
   if (sac_durable_fault("fdatasync", w->path) || fdatasync(w->fd) != 0) {
-    SAC_ERROR("replay", "write-ahead log %s: fdatasync failed: %s", w->path, strerror(errno));
+    int e = errno;
+    SAC_ERROR_EVERY(10.0, "replay", "write-ahead log %s: fdatasync failed: %s", w->path, strerror(e));
+    errno = e;
     return SAC_EIO;
   }
   return 0;
 }
 
 int sac_replay_wal_reset(sac_replay_wal_t *w) {
-  if (sac_durable_fault("truncate", w->path) || ftruncate(w->fd, SAC_REPLAY_WAL_HEADER_BYTES) != 0 ||
-      sac_durable_fault("fsync", w->path) || fsync(w->fd) != 0) {
-    SAC_ERROR("replay", "write-ahead log %s: cannot empty it: %s", w->path, strerror(errno));
-    return SAC_EIO;
+  int rc = 0;
+  if (w->version == 2) {
+    if (sac_durable_fault("truncate", w->path) || ftruncate(w->fd, SAC_REPLAY_WAL_HEADER_BYTES) != 0 ||
+        sac_durable_fault("fsync", w->path) || fsync(w->fd) != 0)
+      rc = SAC_EIO;
+    else
+      w->bytes = SAC_REPLAY_WAL_HEADER_BYTES;
+  } else if (sac_durable_fault("truncate", w->path) || ftruncate(w->fd, 0) != 0 || write_header(w) != 0) {
+    /* a version 1 log starts over as version 2; a crash in between leaves an empty file
+     * or a partial header, which open starts again (torn_new_header) */
+    rc = SAC_EIO;
   }
-  w->bytes = SAC_REPLAY_WAL_HEADER_BYTES;
-  return 0;
+  if (rc)
+    SAC_ERROR("replay", "write-ahead log %s: cannot empty it: %s", w->path, strerror(errno));
+  return rc;
 }
 
 uint64_t sac_replay_wal_bytes(const sac_replay_wal_t *w) { return w->bytes; }
+
+uint64_t sac_replay_wal_header_bytes(const sac_replay_wal_t *w) { return w->header; }

@@ -29,14 +29,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${MUTANTS_JOBS:-2}
 tmo=${MUTANTS_TEST_TIMEOUT:-600}
 work=${MUTANTS_DIR:-$(mktemp -d /tmp/sac-mutants.XXXXXX)}
+src=$work/src
 tests=(test_backend_cpu test_sac)
 cleanup() { [[ ${MUTANTS_KEEP:-0} == 1 ]] || rm -rf "$work"; }
 trap cleanup EXIT
+PREFIX=mutants
+# shellcheck source=scripts/lib_mutants.sh
+source "$root/scripts/lib_mutants.sh"
 
 # ---------------------------------------------------------------- the mutants
-# mutant NAME FILE OLD NEW: OLD must occur exactly once in FILE.
-names=() files=() olds=() news=()
-mutant() { names+=("$1") files+=("$2") olds+=("$3") news+=("$4"); }
 
 B=learner/backend_cpu.c
 S=learner/sac.c
@@ -144,18 +145,8 @@ mutant fused-below-activation-skipped $B \
   '.K = L->K, .n_seg = 1, .act = SAC_ACT_NONE};'
 
 # ---------------------------------------------------------------- the copy and its build
-if (($#)); then
-  for want in "$@"; do
-    found=0
-    for n in "${names[@]}"; do [[ $n == "$want" ]] && found=1; done
-    ((found)) || { echo "mutants: no mutant named $want" >&2; exit 2; }
-  done
-fi
-mkdir -p "$work/src" "$work/orig" "$work/caught"
-# the checkout's files as they are (tracked and untracked, not ignored: no build folders)
-(cd "$root" && git ls-files -z --cached --others --exclude-standard |
-  tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xmf - -C "$work/src" # -m: new mtimes, so a reused build recompiles
-for f in "$B" "$S"; do mkdir -p "$work/orig/$(dirname "$f")" && cp "$work/src/$f" "$work/orig/$f"; done
+(($#)) && mutants_check_names "$@"
+mutants_copy "$root"
 echo "mutants: copy in $work/src; building ${tests[*]}"
 cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$work/configure.log" 2>&1 ||
   { tail -n 20 "$work/configure.log"; exit 2; }
@@ -191,42 +182,5 @@ fi
 echo "mutants: unmutated copy builds and passes ($((SECONDS - t0)) s)"
 
 # ---------------------------------------------------------------- one mutant at a time
-survived=0 ran=0
-for i in "${!names[@]}"; do
-  name=${names[$i]} f=${files[$i]}
-  if (($#)); then
-    sel=0
-    for want in "$@"; do [[ $want == "$name" ]] && sel=1; done
-    ((sel)) || continue
-  fi
-  ran=$((ran + 1))
-  t1=$SECONDS
-  if ! MUT_FILE="$work/src/$f" MUT_OLD="${olds[$i]}" MUT_NEW="${news[$i]}" python3 - <<'EOF'; then
-import os, sys
-p, old, new = os.environ["MUT_FILE"], os.environ["MUT_OLD"], os.environ["MUT_NEW"]
-s = open(p).read()
-if s.count(old) != 1:
-    sys.exit(f"found {s.count(old)} times, not once")
-open(p, "w").write(s.replace(old, new))
-EOF
-    echo "mutants: $name: its text does not match $f once: the list must follow the code"
-    exit 2
-  fi
-  if ! build; then
-    line="BROKEN   (does not build: a mutant must compile; see the list)"
-    survived=$((survived + 1))
-  elif run_tests; then
-    line="SURVIVED"
-    survived=$((survived + 1))
-  else
-    n=${#caught_by[@]}
-    printf '%s\n' "${caught_by[@]}" >"$work/caught/$name"
-    more=""
-    ((n <= 3)) || more="..."
-    line="caught   by $n case(s): $(printf '%s ' "${caught_by[@]:0:3}")$more"
-  fi
-  cp "$work/orig/$f" "$work/src/$f" # a new mtime: the next build recompiles it
-  printf '%-36s %s (%d s)\n' "$name" "$line" $((SECONDS - t1))
-done
-echo "mutants: $((ran - survived)) of $ran caught, $survived survived or broken ($((SECONDS - t0)) s)"
-((survived == 0))
+T0=$t0
+mutants_plant_each "$@"

@@ -206,6 +206,25 @@ Test(backend_null, embedded_learner_run_completes, .timeout = 120) {
   cr_assert_gt(res.updates_per_second, 0);
 }
 
+/* Embedded shards without a run directory have no place for their files: a durable
+ * mode (the default) is refused, never dropped to memory-only behind the caller's back;
+ * durability none, asked for, runs (embedded_learner_run_completes). */
+Test(backend_null, embedded_shards_without_a_run_directory_are_never_silently_memory_only, .timeout = 120) {
+  sac_learner_cfg_t c;
+  small_learner(&c);
+  c.total_steps = 600;
+  c.learning_starts = 300;
+  c.embedded_shards = 1;
+  c.embedded_actors = 1;
+  c.buffer_capacity = 20000;
+  cr_assert_eq(c.durability, SAC_REPLAY_DURABILITY_WAL, "the default");
+  snprintf(c.weights_endpoint, sizeof c.weights_endpoint, "inproc://null-norundir-weights");
+  atomic_int stop = 0;
+  sac_learner_result_t res;
+  cr_assert_eq(sac_learner_run(&c, &stop, &res), SAC_ECONFIG,
+               "embedded shards with durability wal and no run directory ran (memory only)");
+}
+
 /* Pendulum's sizes, for the shard the TCP run samples */
 enum { P_OBS = 3, P_ACT = 1 };
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "tests/replay_testgen.h"
 
 static char g_dir[256];
+#define SYNC_RECORD (SAC_REPLAY_WAL_RECORD_HEAD + 16) /* a SYNC record's bytes (replay/wal.h) */
 
 static void setup(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/sac-wal-test-%ld-XXXXXX", (long)getpid());
@@ -74,6 +76,8 @@ typedef struct {
 
 static int collect(void *user, const sac_replay_wal_rec_t *rec, const unsigned char *payload, size_t len) {
   seen_t *s = user;
+  if (rec->kind == SAC_REPLAY_WAL_END)
+    return 0;
   cr_assert_lt(s->n, 64);
   s->rec[s->n] = *rec;
   memcpy(s->payload[s->n], payload, len < 64 ? len : 64);
@@ -87,7 +91,7 @@ static int collect(void *user, const sac_replay_wal_rec_t *rec, const unsigned c
 static void write_records(const char *path, int n, long *starts) {
   sac_replay_wal_t *w = NULL;
   unlink(path);
-  cr_assert_eq(sac_replay_wal_open(path, 3, 4096, 0, NULL, NULL, &w, NULL), 0);
+  cr_assert_eq(sac_replay_wal_open(path, 3, 1u << 16, 4096, 0, NULL, NULL, &w, NULL), 0);
   for (int i = 0; i < n; i++) {
     starts[i] = (long)sac_replay_wal_bytes(w);
     unsigned char p[64];
@@ -151,7 +155,7 @@ Test(replay_wal, record_round_trip) {
   /* reopening appends after the last record */
   sac_replay_wal_t *w = NULL;
   seen_t s2 = {0};
-  cr_assert_eq(sac_replay_wal_open(path, 3, 4096, 0, collect, &s2, &w, &sc), 0);
+  cr_assert_eq(sac_replay_wal_open(path, 3, 1u << 16, 4096, 0, collect, &s2, &w, &sc), 0);
   cr_assert_eq(s2.n, 5);
   sac_replay_wal_rec_t r = {.actor = 9, .rows = 1, .session = 1, .seq = 99};
   cr_assert_eq(sac_replay_wal_append(w, &r, "xyz", 3), 0);
@@ -178,10 +182,11 @@ Test(replay_wal, torn_tail_at_every_byte_of_the_last_record) {
     seen_t s = {0};
     sac_replay_wal_t *w = NULL;
     sac_replay_wal_scan_t sc;
-    cr_assert_eq(sac_replay_wal_open(cut, 3, 4096, 0, collect, &s, &w, &sc), 0, "cut at %ld", end);
+    cr_assert_eq(sac_replay_wal_open(cut, 3, 1u << 16, 4096, 0, collect, &s, &w, &sc), 0, "cut at %ld", end);
     cr_assert_eq(s.n, 2, "cut at %ld: %d records applied", end, s.n);
     cr_assert_eq(sc.dropped_bytes, (uint64_t)(end - starts[2]), "cut at %ld", end);
-    cr_assert_eq(file_size(cut), starts[2], "the torn tail is truncated");
+    /* cut at the torn record, then the SYNC record saying the replayed ones are synced */
+    cr_assert_eq(file_size(cut), starts[2] + SYNC_RECORD, "the torn tail is truncated");
     /* and the log goes on from there */
     sac_replay_wal_rec_t r = {.actor = 1, .rows = 1, .session = 1, .seq = 42};
     cr_assert_eq(sac_replay_wal_append(w, &r, "abcd", 4), 0);
@@ -242,7 +247,13 @@ static sac_replay_server_config_t server_cfg(sac_replay_durability_t d, int sync
   return c;
 }
 
-static sac_replay_client_t *client_for(sac_net_ctx_t *ctx, const char *ep) {
+typedef struct {
+  uint32_t actor;
+  int batches;
+  int sleep_ms_after;
+} step_t;
+
+static sac_replay_client_t *client_as(sac_net_ctx_t *ctx, const char *ep, uint32_t actor) {
   static const char *ins[1];
   ins[0] = ep;
   sac_replay_client_config_t c;
@@ -250,10 +261,79 @@ static sac_replay_client_t *client_for(sac_net_ctx_t *ctx, const char *ep) {
   c.n_shards = 1;
   c.insert_endpoints = ins;
   c.ctx = ctx;
-  c.actor_id = ACTOR;
+  c.actor_id = actor;
   c.session = SESSION;
   c.window = 8;
   return sac_replay_client_new(&c);
+}
+
+/* A child process serves a shard configured as c and runs the steps: each actor inserts
+ * its batches (seq 1..) and waits for every ack, then the child sleeps. Then it lingers
+ * linger_ms (an idle shard writes its closing SYNC record) and dies without a snapshot
+ * (_exit, like kill -9 after the acks). */
+static void steps_then_die(const sac_replay_server_config_t *c, const step_t *steps, int n_steps,
+                           int linger_ms) {
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+    sac_replay_server_t *s = sac_replay_server_new(c, ctx, NULL);
+    if (!s || sac_replay_server_start(s) != 0)
+      _exit(3);
+    for (int i = 0; i < n_steps; i++) {
+      sac_replay_client_t *cl = client_as(ctx, sac_replay_server_insert_endpoint(s), steps[i].actor);
+      tg_t g;
+      tg_init(&g, steps[i].actor, 8, OBS, ACT, 30, 4);
+      for (int b = 0; b < steps[i].batches; b++)
+        if (sac_replay_client_insert(cl, 0, tg_next(&g), 10000) != 0)
+          _exit(4);
+      if (sac_replay_client_flush(cl, 20000) != 0)
+        _exit(5);
+      tg_free(&g);
+      sac_replay_client_destroy(&cl);
+      sac_sleep_ns((uint64_t)steps[i].sleep_ms_after * 1000000ull);
+    }
+    sac_sleep_ns((uint64_t)linger_ms * 1000000ull);
+    _exit(0);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+}
+
+/* How often (actor, SESSION, seq) is in a provenance text. */
+static int prov_count(const char *text, uint32_t actor, uint64_t seq) {
+  int n = 0;
+  for (const char *p = strchr(text, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
+    unsigned a = 0, rows = 0;
+    unsigned long long session = 0, q = 0;
+    if (sscanf(p + 1, "%u %llu %llu %u", &a, &session, &q, &rows) == 4 && a == actor && session == SESSION &&
+        q == seq)
+      n++;
+  }
+  return n;
+}
+
+/* A shard started on c's files: its provenance while it serves (asked from this thread,
+ * the route /provenance uses), and its counters once stopped. */
+static char *provenance_of(const sac_replay_server_config_t *c, sac_replay_stats_t *st) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_t *s = sac_replay_server_new(c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  char *text = NULL;
+  size_t len = 0;
+  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_server_stats(s, st);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+  return text;
+}
+
+static sac_replay_client_t *client_for(sac_net_ctx_t *ctx, const char *ep) {
+  return client_as(ctx, ep, ACTOR);
 }
 
 /* Inserts n batches (rows_per_env 4 of 8 envs: 32 rows each) and waits for every ack. */
@@ -299,27 +379,9 @@ static ledger_t check_ledger(const char *text, int n) {
 /* A child process serves a shard, inserts n batches, waits for their acks and then
  * dies without a snapshot (_exit: no final snapshot, nothing flushed). */
 static void acked_then_die(sac_replay_durability_t d, int n) {
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    sac_net_ctx_t *ctx = sac_net_ctx_new(1);
-    sac_replay_server_config_t c = server_cfg(d, 2, "child");
-    sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
-    if (!s || sac_replay_server_start(s) != 0)
-      _exit(3);
-    sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(s));
-    tg_t g;
-    tg_init(&g, ACTOR, 8, OBS, ACT, 30, 4);
-    for (int b = 0; b < n; b++)
-      if (sac_replay_client_insert(cl, 0, tg_next(&g), 10000) != 0)
-        _exit(4);
-    if (sac_replay_client_flush(cl, 20000) != 0)
-      _exit(5);
-    _exit(0); /* like kill -9 after the acks: no snapshot, no cleanup */
-  }
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  sac_replay_server_config_t c = server_cfg(d, 2, "child");
+  const step_t steps[] = {{ACTOR, n, 0}};
+  steps_then_die(&c, steps, 1, 0);
 }
 
 /* The same, killed with SIGKILL while it goes on inserting after the n acknowledged
@@ -360,22 +422,8 @@ static void acked_then_killed_mid_stream(int n) {
 }
 
 static char *provenance_after_restart(sac_replay_durability_t d, sac_replay_stats_t *st) {
-  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   sac_replay_server_config_t c = server_cfg(d, 2, "parent");
-  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
-  cr_assert_not_null(s);
-  cr_assert_eq(sac_replay_server_start(s), 0);
-  char *text = NULL;
-  size_t len = 0;
-  /* asked from this thread while the shard serves: the route /provenance uses */
-  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
-  cr_assert_eq(strlen(text), len);
-  sac_replay_server_stop(s);
-  sac_replay_server_join(s);
-  sac_replay_server_stats(s, st);
-  sac_replay_server_destroy(&s);
-  sac_net_ctx_destroy(&ctx);
-  return text;
+  return provenance_of(&c, st);
 }
 
 Test(replay_wal, acked_batches_survive_the_process_dying_each_stored_once) {
@@ -385,7 +433,7 @@ Test(replay_wal, acked_batches_survive_the_process_dying_each_stored_once) {
   snprintf(snap, sizeof snap, "%s/shard.snap", g_dir);
   snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
   cr_assert_eq(access(snap, F_OK), -1, "the child wrote no snapshot");
-  cr_assert_gt(file_size(wal), 16);
+  cr_assert_gt(file_size(wal), SAC_REPLAY_WAL_HEADER_BYTES);
   /* offline, as sac-replay --print_provenance reads the files */
   sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "x");
   char *off = NULL;
@@ -459,7 +507,7 @@ Test(replay_wal, log_replayed_over_a_snapshot_holding_it_stores_nothing_twice) {
   copy_prefix(wal, keep, file_size(wal)); /* the log as it was before the final snapshot */
   sac_replay_client_destroy(&cl);
   sac_replay_server_destroy(&s); /* final snapshot, log emptied */
-  cr_assert_eq(file_size(wal), 16, "the snapshot emptied the log");
+  cr_assert_eq(file_size(wal), SAC_REPLAY_WAL_HEADER_BYTES, "the snapshot emptied the log");
   cr_assert_eq(rename(keep, wal), 0); /* as if the crash came before the truncation */
   sac_replay_stats_t st;
   char *text = provenance_after_restart(SAC_REPLAY_DURABILITY_WAL, &st);
@@ -748,7 +796,8 @@ Test(replay_wal, snapshot_with_a_failed_directory_fsync_keeps_the_log) {
   cr_assert_geq(op_index("dirsync shard.snap", 0), 0, "the snapshot's directory fsync was asked for");
   cr_assert_eq(st.snapshots_total, 0, "a snapshot whose directory fsync failed counted as taken");
   cr_assert_gt(st.snapshot_failures_total, 0);
-  cr_assert_eq(file_size(wal), logged, "the log was emptied behind a snapshot that is not durable");
+  /* (a SYNC record may follow what was logged: the stop syncs the log first) */
+  cr_assert_geq(file_size(wal), logged, "the log was emptied behind a snapshot that is not durable");
   sac_replay_server_destroy(&s);
   /* and the restart finds every batch, once */
   char *text = provenance_after_restart(SAC_REPLAY_DURABILITY_WAL, &st);
@@ -883,7 +932,7 @@ Test(replay_wal, corruption_in_the_middle_refuses_the_start_unless_asked) {
   sac_replay_stats_t st;
   sac_replay_server_stats(s, &st);
   cr_assert_eq(st.wal_replayed_records, 3);
-  cr_assert_eq(file_size(wal), (long)starts[3]);
+  cr_assert_eq(file_size(wal), (long)starts[3] + SYNC_RECORD);
   sac_replay_server_destroy(&s);
   char cmd[600];
   snprintf(cmd, sizeof cmd,
@@ -973,6 +1022,21 @@ Test(replay_wal, a_log_of_another_shard_or_mode_is_refused) {
   cr_assert_not_null(s, "its own shard replays it");
   sac_replay_server_destroy(&s);
   sac_net_ctx_destroy(&ctx);
+}
+
+/* A new log's name is made durable (its directory fsynced) before anything is
+ * acknowledged: otherwise a power cut before the first snapshot (which syncs the same
+ * directory) takes the whole log, fsynced records and all. */
+Test(replay_wal, a_new_log_is_followed_by_a_directory_fsync) {
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "newlog");
+  hook_on(NULL, NULL, 0);
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, NULL);
+  sac_durable_fault_hook = NULL;
+  cr_assert_not_null(s);
+  int opened = op_index("open shard.snap.wal", 0);
+  cr_assert_geq(opened, 0, "the log was not created through the durable open");
+  cr_assert_geq(op_index("dirsync shard.snap.wal", opened), 0, "no directory fsync after creating the log");
+  sac_replay_server_destroy(&s);
 }
 
 /* A file moved aside is followed by a directory fsync: otherwise a power cut can bring
@@ -1095,10 +1159,10 @@ static int io_fault_trial(const char *op, const char *suffix, int err, sac_repla
   return late;
 }
 
-/* EIO and ENOSPC on the log's write and fdatasync: the shard stops (fail-stop), answers
- * none of the batches it could not make durable, counts the error, and the restarted
- * shard has every acknowledged batch. */
-Test(replay_wal, io_errors_on_the_log_stop_the_shard_and_ack_nothing_undurable) {
+/* EIO and ENOSPC on the log's write and fdatasync: the shard acknowledges none of the
+ * batches it could not make durable (it answers them "not durable"), counts the error,
+ * and the restarted shard has every acknowledged batch. */
+Test(replay_wal, io_errors_on_the_log_ack_nothing_undurable) {
   const char *ops[] = {"write", "fdatasync"};
   const int errs[] = {EIO, ENOSPC};
   for (int o = 0; o < 2; o++)
@@ -1144,4 +1208,653 @@ Test(replay_wal, io_errors_on_the_snapshot_keep_the_log) {
                     strerror(errs[e]));
       cr_assert_eq(st.snapshots_total, 0, "%s (%s): a snapshot counted as taken", ops[o], strerror(errs[e]));
     }
+}
+
+/* ------------------------------------------------------------------ one owner per file */
+
+/* Two shards given different snapshot paths and one log (the same --wal_path, a symlink
+ * to it, a hard link to it) would append over each other's records: the second refuses,
+ * and leaves the log as the first wrote it. */
+Test(replay_wal, two_shards_never_write_one_log_whatever_the_paths) {
+  char shared[400], sym[400], hard[400];
+  snprintf(shared, sizeof shared, "%s/shared.wal", g_dir);
+  snprintf(sym, sizeof sym, "%s/sym.wal", g_dir);
+  snprintf(hard, sizeof hard, "%s/hard.wal", g_dir);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t a = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "own-a");
+  snprintf(a.snapshot_path, sizeof a.snapshot_path, "%s/a.snap", g_dir);
+  snprintf(a.wal_path, sizeof a.wal_path, "%s", shared);
+  sac_replay_server_t *sa = sac_replay_server_new(&a, ctx, NULL);
+  cr_assert_not_null(sa);
+  cr_assert_eq(sac_replay_server_start(sa), 0);
+  sac_replay_client_t *cl = client_for(ctx, sac_replay_server_insert_endpoint(sa));
+  insert_acked(cl, 5);
+  sac_sleep_ns(200000000); /* the SYNC record an idle shard writes after its last fsync */
+  long size = file_size(shared);
+  cr_assert_gt(size, 16);
+  cr_assert_eq(symlink(shared, sym), 0);
+  cr_assert_eq(link(shared, hard), 0);
+  const char *paths[] = {shared, sym, hard};
+  for (int i = 0; i < 3; i++) {
+    sac_replay_server_config_t b = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "own-b");
+    snprintf(b.snapshot_path, sizeof b.snapshot_path, "%s/b%d.snap", g_dir, i);
+    snprintf(b.wal_path, sizeof b.wal_path, "%s", paths[i]);
+    int err = 0;
+    sac_replay_server_t *sb = sac_replay_server_new(&b, ctx, &err);
+    cr_assert_null(sb, "a second shard opened the log %s another shard writes", paths[i]);
+    cr_assert_eq(err, SAC_ECONFIG);
+    cr_assert_eq(file_size(shared), size, "the refused shard changed the log (%s)", paths[i]);
+  }
+  sac_replay_client_destroy(&cl);
+  sac_replay_server_destroy(&sa);
+  /* released with the first: the same second shard starts */
+  sac_replay_server_config_t b = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "own-b");
+  snprintf(b.snapshot_path, sizeof b.snapshot_path, "%s/b0.snap", g_dir);
+  snprintf(b.wal_path, sizeof b.wal_path, "%s", shared);
+  sac_replay_server_t *sb = sac_replay_server_new(&b, ctx, NULL);
+  cr_assert_not_null(sb);
+  sac_replay_server_destroy(&sb);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* Holds an flock on path through an open file description of its own, as another
+ * process would (flock conflicts between descriptions, also within one process). */
+static int hold_flock(const char *path) {
+  int fd = open(path, O_RDWR | O_CREAT, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+  return fd;
+}
+
+/* Shards in containers share a volume and are each pid 1: a live shard's snapshot in
+ * progress is "<snap>.tmp.1", and so would be the one of a shard that died. The shard
+ * about to be refused (the snapshot's lock is held) deletes nothing: the lock comes
+ * first. Here the live one is this process's pid, held by an flock like a live
+ * writer's. */
+Test(replay_wal, the_lock_comes_before_anything_is_deleted) {
+  char snap[400], lock[420], tmp[420];
+  snprintf(snap, sizeof snap, "%s/shard.snap", g_dir);
+  snprintf(lock, sizeof lock, "%s.lock", snap);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", snap, (long)getpid());
+  int lk = hold_flock(lock), tf = hold_flock(tmp);
+  cr_assert_eq(write(tf, "half a snapshot", 15), 15);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "first");
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+  cr_assert_null(s, "started while another shard holds the snapshot's lock");
+  cr_assert_eq(err, SAC_ECONFIG);
+  cr_assert_eq(access(tmp, F_OK), 0, "the refused shard deleted the live shard's snapshot in progress");
+  close(tf);
+  close(lk);
+}
+
+/* Stale temporaries are told by their lock, not their pid: one a live writer holds is
+ * kept even when it carries this process's pid (another PID namespace); one nobody holds
+ * goes, also when its pid is this process's. A name with another live process's pid is
+ * kept (an older writer that took no lock). */
+Test(replay_wal, stale_temporaries_are_told_by_their_lock_not_their_pid) {
+  char snap[400], held[450], dead_same_pid[450], dead_new[450];
+  snprintf(snap, sizeof snap, "%s/t.snap", g_dir);
+  snprintf(held, sizeof held, "%s.tmp.%ld", snap, (long)getpid());
+  snprintf(dead_same_pid, sizeof dead_same_pid, "%s.tmp.%ld-0000000100000002", snap, (long)getpid());
+  snprintf(dead_new, sizeof dead_new, "%s.tmp.999999999-00000001", snap);
+  int hf = hold_flock(held);
+  const char *dead[] = {dead_same_pid, dead_new};
+  for (int i = 0; i < 2; i++)
+    close(open(dead[i], O_WRONLY | O_CREAT, 0644));
+  uint64_t removed = 0;
+  cr_assert_eq(sac_snap_prepare(snap, &removed), 0);
+  cr_assert_eq(access(held, F_OK), 0, "a temporary a live writer holds was removed (judged by pid)");
+  cr_assert_neq(access(dead_same_pid, F_OK), 0, "an unheld temporary with this pid was kept");
+  cr_assert_neq(access(dead_new, F_OK), 0, "an unheld temporary was kept");
+  cr_assert_eq(removed, 2);
+  close(hf);
+  unlink(held);
+  /* a writer holds its own temporary while it writes */
+  sac_snap_writer_t w;
+  cr_assert_eq(sac_snap_writer_open(&w, snap, SAC_SNAP_KIND_REPLAY), 0);
+  cr_assert(sac_durable_file_locked(w.tmp), "the writer does not hold its temporary");
+  cr_assert_eq(sac_snap_prepare(snap, &removed), 0);
+  cr_assert_eq(removed, 0);
+  cr_assert_eq(access(w.tmp, F_OK), 0);
+  cr_assert_eq(sac_snap_write(&w, "x", 1), 0);
+  cr_assert_eq(sac_snap_writer_commit(&w), 0);
+}
+
+/* ------------------------------------------------------------------ replay never drops acknowledged data */
+
+/* 47 batches acknowledged by a shard of capacity 65536, restarted with capacity 1024:
+ * replaying the log into that ring would evict most of them. Refused, naming the
+ * capacity needed, as a snapshot of another capacity is; with it, all 47 are there. */
+Test(replay_wal, a_log_replays_only_into_a_ring_that_holds_it) {
+  const int n = 47;
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "cap");
+  const step_t steps[] = {{ACTOR, n, 0}};
+  steps_then_die(&c, steps, 1, 0);
+  long size = file_size(wal);
+  c.shard.capacity = 1024;
+  c.shard.max_batch_rows = 64;
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+  if (s) { /* what it would have served: count what the smaller ring kept */
+    char *text = NULL;
+    size_t len = 0;
+    cr_assert_eq(sac_replay_server_provenance_local(s, &text, &len), 0);
+    int found = 0;
+    for (int q = 1; q <= n; q++)
+      found += prov_count(text, ACTOR, (uint64_t)q) == 1;
+    free(text);
+    sac_replay_server_destroy(&s);
+    cr_assert_fail(
+        "restarted with capacity 1024: %d of %d acknowledged batches found, the rest evicted silently", found,
+        n);
+  }
+  cr_assert_eq(err, SAC_ECONFIG);
+  cr_assert_eq(file_size(wal), size, "the refused start changed the log");
+  c.shard.capacity = 2048; /* the log names what it needs (about 1,550 slots) */
+  sac_replay_stats_t st;
+  char *text = provenance_of(&c, &st);
+  for (int q = 1; q <= n; q++)
+    cr_assert_eq(prov_count(text, ACTOR, (uint64_t)q), 1, "batch %d", q);
+  free(text);
+}
+
+/* The actor table was full (max_actors 2) and an idle actor was forgotten to make room
+ * for a third: the restart with the same settings replays that too, and every
+ * acknowledged batch of the three actors is there once. */
+Test(replay_wal, a_log_written_under_an_expiry_replays_with_its_own_settings) {
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "exp");
+  c.shard.max_actors = 2;
+  c.shard.actor_idle_s = 0.3;
+  const step_t steps[] = {{1, 3, 0}, {2, 3, 400}, {3, 3, 0}};
+  steps_then_die(&c, steps, 3, 0);
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, &err);
+  cr_assert_not_null(s, "a log written under an actor expiry does not replay with its own settings (%s)",
+                     sac_strerror(err));
+  sac_replay_stats_t st;
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  char *text = NULL;
+  size_t len = 0;
+  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_server_stats(s, &st);
+  for (uint32_t a = 1; a <= 3; a++)
+    for (int q = 1; q <= 3; q++)
+      cr_assert_eq(prov_count(text, a, (uint64_t)q), 1, "actor %u batch %d", a, q);
+  cr_assert_eq(st.shard.actors, 2, "the actor table as it was: actors 2 and 3");
+  cr_assert_geq(st.shard.actors_expired_total, 1);
+  free(text);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+static void append_bytes(const char *path, const void *data, size_t len) {
+  int fd = open(path, O_WRONLY | O_APPEND);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, data, len), (ssize_t)len);
+  close(fd);
+}
+
+static void flip_byte(const char *path, long at) {
+  int fd = open(path, O_RDWR);
+  unsigned char ch;
+  cr_assert_eq(pread(fd, &ch, 1, at), 1);
+  ch ^= 0x40;
+  cr_assert_eq(pwrite(fd, &ch, 1, at), 1);
+  close(fd);
+}
+
+/* After the acknowledged batches, a hole of zeros (pages never written back) and then an
+ * intact record (here a copy of the first: written, but no completed fsync covered it):
+ * what a power cut leaves. The shard starts, drops that tail, says so, and has every
+ * acknowledged batch once. */
+Test(replay_wal, zeros_then_an_unacknowledged_record_is_a_power_cut_tail) {
+  const int n = 12;
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "zt");
+  const step_t steps[] = {{ACTOR, n, 0}};
+  steps_then_die(&c, steps, 1, 0);
+  uint64_t starts[64] = {0};
+  sac_replay_wal_scan_t sc;
+  cr_assert_eq(sac_replay_wal_scan(wal, 1 << 20, record_start, starts, &sc), 0);
+  long first = (long)starts[0], second = (long)starts[1], size = file_size(wal);
+  unsigned char *rec = malloc((size_t)(second - first)), zeros[4096] = {0};
+  int fd = open(wal, O_RDONLY);
+  cr_assert_eq(pread(fd, rec, (size_t)(second - first), first), second - first);
+  close(fd);
+  append_bytes(wal, zeros, sizeof zeros);
+  append_bytes(wal, rec, (size_t)(second - first));
+  free(rec);
+  sac_replay_stats_t st;
+  char *text = provenance_of(&c, &st);
+  for (int q = 1; q <= n; q++)
+    cr_assert_eq(prov_count(text, ACTOR, (uint64_t)q), 1, "batch %d", q);
+  cr_assert_eq(st.wal_dropped_bytes, (uint64_t)(sizeof zeros + (size_t)(second - first)),
+               "dropped %llu bytes, not the tail after byte %ld", (unsigned long long)st.wal_dropped_bytes,
+               size);
+  free(text);
+}
+
+/* Bit rot in the last acknowledged record, with nothing but the shard's closing SYNC
+ * record after it: a completed fsync covered it, so this is corruption, not a torn
+ * tail. Refused (the file left as it is), where cutting it would drop an acknowledged
+ * batch silently. */
+Test(replay_wal, a_corrupt_last_acknowledged_record_refuses_the_start) {
+  const int n = 6;
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s/shard.snap.wal", g_dir);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "rot");
+  const step_t steps[] = {{ACTOR, n, 0}};
+  steps_then_die(&c, steps, 1, 200); /* idle after the last ack: the closing SYNC record */
+  uint64_t starts[64] = {0};
+  sac_replay_wal_scan_t sc;
+  cr_assert_eq(sac_replay_wal_scan(wal, 1 << 20, record_start, starts, &sc), 0);
+  cr_assert_eq(sc.records, (uint64_t)n);
+  flip_byte(wal, (long)starts[n - 1] + 40);
+  long size = file_size(wal);
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+  if (s) {
+    char *text = NULL;
+    size_t len = 0;
+    cr_assert_eq(sac_replay_server_provenance_local(s, &text, &len), 0);
+    int last = prov_count(text, ACTOR, (uint64_t)n);
+    free(text);
+    sac_replay_server_destroy(&s);
+    cr_assert_fail("a corrupt last acknowledged record was cut as a torn tail (batch %d found %d times)", n,
+                   last);
+  }
+  cr_assert_eq(err, SAC_ECONFIG);
+  cr_assert_eq(file_size(wal), size, "the refused log is left as it was");
+}
+
+/* ------------------------------------------------------------------ the torn-tail rule on crafted logs */
+
+/* A log with records R0..R(n-1) of payload sizes len[i] (a payload of value i), with
+ * SYNC records inserted after record sync_after[k] claiming claim_upto[k] (an index:
+ * the end of that record). Returns each record's offset in at[] (at[n] = end). */
+static void craft_log(const char *path, int n, const size_t *len, int n_sync, const int *sync_after,
+                      const int *claim_upto, long *at) {
+  unlink(path);
+  sac_replay_wal_t *w = NULL;
+  cr_assert_eq(sac_replay_wal_open(path, 3, 1u << 16, 1u << 20, 0, NULL, NULL, &w, NULL), 0);
+  long ends[64];
+  for (int i = 0; i < n; i++) {
+    at[i] = (long)sac_replay_wal_bytes(w);
+    unsigned char *p = malloc(len[i]);
+    memset(p, i + 1, len[i]);
+    sac_replay_wal_rec_t r = {.actor = 100u + (uint32_t)i, .rows = 1, .session = 1, .seq = 1u + (uint64_t)i};
+    cr_assert_eq(sac_replay_wal_append(w, &r, p, len[i]), 0);
+    free(p);
+    ends[i] = (long)sac_replay_wal_bytes(w);
+    for (int k = 0; k < n_sync; k++)
+      if (sync_after[k] == i)
+        cr_assert_eq(
+            sac_replay_wal_append_sync(w, (uint64_t)(claim_upto[k] < 0 ? SAC_REPLAY_WAL_HEADER_BYTES
+                                                                       : (unsigned long)ends[claim_upto[k]])),
+            0);
+  }
+  at[n] = (long)sac_replay_wal_bytes(w);
+  cr_assert_eq(sac_replay_wal_sync(w), 0);
+  sac_replay_wal_close(&w);
+}
+
+static int open_crafted(const char *path, seen_t *s, sac_replay_wal_scan_t *sc) {
+  sac_replay_wal_t *w = NULL;
+  memset(s, 0, sizeof *s);
+  int rc = sac_replay_wal_open(path, 3, 1u << 16, 1u << 20, 0, collect, s, &w, sc);
+  sac_replay_wal_close(&w);
+  return rc;
+}
+
+/* The rule of replay/wal.h, case by case. Group commits: R0 R1 | SYNC(claims nothing) |
+ * R2 R3 | SYNC(claims R1) | R4 | SYNC(claims R3): R0..R3 were covered by completed fsyncs
+ * (acknowledged), R4 was not. */
+Test(replay_wal, the_torn_tail_rule_on_crafted_logs) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/rule.wal", g_dir);
+  const size_t len[5] = {40, 50, 60, 70, 80};
+  const int after[3] = {1, 3, 4}, upto[3] = {-1, 1, 3};
+  long at[6];
+  seen_t s;
+  sac_replay_wal_scan_t sc;
+  /* 1. damage in R4 (not acknowledged: no SYNC after it claims it): a power-cut tail */
+  craft_log(path, 5, len, 3, after, upto, at);
+  flip_byte(path, at[4] + 40);
+  cr_assert_eq(open_crafted(path, &s, &sc), 0, "damage no completed fsync covered refused the start");
+  cr_assert_eq(s.n, 4);
+  cr_assert_eq(sc.corrupt, 0);
+  cr_assert_str_eq(sc.why, "record checksum mismatch");
+  /* 2. damage in R2 (acknowledged: the SYNC after R4 claims up to R3): corruption */
+  craft_log(path, 5, len, 3, after, upto, at);
+  flip_byte(path, at[2] + 40);
+  long size = file_size(path);
+  cr_assert_eq(open_crafted(path, &s, &sc), SAC_ECHECKSUM, "damage to acknowledged records was cut");
+  cr_assert_eq(file_size(path), size, "the refused log is left as it is");
+  /* 3. zeros over R2..R4 (pages never written back), the last SYNC intact: it claims R3,
+   * so R2 and R3 were acknowledged: corruption */
+  craft_log(path, 5, len, 3, after, upto, at);
+  {
+    int fd = open(path, O_RDWR);
+    unsigned char z[512] = {0};
+    cr_assert_eq(pwrite(fd, z, (size_t)(at[4] + 80 + 32 - at[2]), at[2]), at[4] + 112 - at[2]);
+    close(fd);
+  }
+  cr_assert_eq(open_crafted(path, &s, &sc), SAC_ECHECKSUM);
+  /* 4. zeros over R4 only, then an intact record never acknowledged (a copy of R0): a
+   * power-cut tail, reported as zeros */
+  craft_log(path, 5, len, 3, after, upto, at);
+  {
+    unsigned char *r0 = malloc((size_t)(at[1] - at[0]));
+    int fd = open(path, O_RDWR);
+    cr_assert_eq(pread(fd, r0, (size_t)(at[1] - at[0]), at[0]), at[1] - at[0]);
+    cr_assert_eq(ftruncate(fd, at[4]), 0);
+    unsigned char z[200] = {0};
+    cr_assert_eq(pwrite(fd, z, sizeof z, at[4]), (ssize_t)sizeof z);
+    cr_assert_eq(pwrite(fd, r0, (size_t)(at[1] - at[0]), at[4] + (long)sizeof z), at[1] - at[0]);
+    close(fd);
+    free(r0);
+  }
+  cr_assert_eq(open_crafted(path, &s, &sc), 0,
+               "zeros then an unacknowledged intact record refused the start");
+  cr_assert_eq(s.n, 4);
+  cr_assert_str_eq(sc.why, "zero-filled record head");
+  cr_assert(strstr(sc.detail, "zeros"), "%s", sc.detail);
+  /* 5. a torn last record (the file ends inside it): reported as torn, cut */
+  craft_log(path, 5, len, 2, after, upto, at);
+  cr_assert_eq(truncate(path, at[4] + 50), 0);
+  cr_assert_eq(open_crafted(path, &s, &sc), 0);
+  cr_assert_eq(s.n, 4);
+  cr_assert_str_eq(sc.why, "torn record payload");
+  cr_assert(strstr(sc.detail, "into a record of 112 bytes"), "%s", sc.detail);
+}
+
+/* A corrupt record larger than any fixed search window (here 70 MiB, within what
+ * max_msg_bytes allows) with an acknowledged record after it: refused, not cut. */
+Test(replay_wal, corruption_before_acknowledged_records_is_found_past_any_window) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/big.wal", g_dir);
+  const size_t len[3] = {40, 70u << 20, 40};
+  const int after[1] = {2}, upto[1] = {2};
+  long at[4];
+  craft_log(path, 3, len, 1, after, upto, at);
+  flip_byte(path, at[1] + 1000);
+  seen_t s;
+  sac_replay_wal_scan_t sc;
+  cr_assert_eq(open_crafted(path, &s, &sc), SAC_ECHECKSUM, "a corrupt 70 MiB record was cut as a torn tail");
+  cr_assert_eq(sc.claim_after, (uint64_t)(at[3] - SYNC_RECORD), "the claim of the SYNC record after R2");
+  unlink(path);
+}
+
+/* ------------------------------------------------------------------ a full disk, a failed fsync */
+
+/* One raw connection to a server's insert endpoint and one to its sample endpoint. */
+typedef struct {
+  raw_t k;
+  void *smp;
+  tg_t g;
+} rig_t;
+
+static void rig_open(rig_t *r, sac_net_ctx_t *ctx, sac_replay_server_t *s) {
+  memset(r, 0, sizeof *r);
+  r->k.ins = sac_net_socket(ctx, SAC_NET_DEALER, NULL);
+  cr_assert_eq(sac_net_connect(r->k.ins, sac_replay_server_insert_endpoint(s)), 0);
+  r->smp = sac_net_socket(ctx, SAC_NET_DEALER, NULL);
+  cr_assert_eq(sac_net_connect(r->smp, sac_replay_server_sample_endpoint(s)), 0);
+  r->k.dec = sac_wire_decoder_new(0);
+  tg_init(&r->g, ACTOR, 8, OBS, ACT, 30, 4);
+}
+
+static void rig_close(rig_t *r) {
+  tg_free(&r->g);
+  sac_net_close(&r->k.ins);
+  sac_net_close(&r->smp);
+  sac_wire_decoder_destroy(&r->k.dec);
+}
+
+/* Sends batch seq (acked_through: every seq below it) and returns its answer in *a
+ * (the error text in err); 0 when none came within 5 s. */
+static int rig_insert(rig_t *r, uint64_t seq, sac_wire_ack_t *a, char *err, size_t cap) {
+  raw_send(&r->k, seq, seq - 1, &r->g);
+  return raw_ack(&r->k, 5000, a, err, cap);
+}
+
+/* The server publishes its stats from its loop (at most every 50 ms when idle): waits up
+ * to 5 s for wal_state to read want. */
+static void wait_published(sac_replay_server_t *s, sac_replay_stats_t *st, int want) {
+  uint64_t end = sac_clock_ns() + 5000000000ull;
+  do {
+    sac_replay_server_stats(s, st);
+    if (st->wal_state == want)
+      return;
+    sac_sleep_ns(10000000);
+  } while (sac_clock_ns() < end);
+}
+
+/* A sample of 16 rows: how many came back (0 with an error or no answer). */
+static uint32_t rig_sample(rig_t *r) {
+  sac_wire_msg_t m = {.type = SAC_WIRE_SAMPLE_REQUEST};
+  m.u.sample_request = (sac_wire_sample_request_t){.request_id = 9, .batch_size = 16, .timeout_ms = 1000};
+  size_t len = 0;
+  cr_assert_eq(sac_wire_encode(&m, r->k.buf, sizeof r->k.buf, &len), 0);
+  cr_assert_eq(sac_net_send(r->smp, r->k.buf, len, 0), 0);
+  sac_net_pollitem_t it = {r->smp, SAC_NET_POLLIN, 0};
+  if (sac_net_poll(&it, 1, 5000) <= 0)
+    return 0;
+  cr_assert_eq(sac_net_recv(r->smp, r->k.buf, sizeof r->k.buf, 0, &len, NULL), 0);
+  sac_wire_msg_t b;
+  sac_wire_reason_t why;
+  cr_assert_eq(sac_wire_decode(r->k.dec, r->k.buf, len, NULL, &b, &why), 0);
+  cr_assert_eq(b.type, SAC_WIRE_SAMPLE_BATCH);
+  return b.u.sample_batch.error[0] ? 0 : b.u.sample_batch.n;
+}
+
+/* The log's disk is full (ENOSPC on its writes): the insert is answered "not durable"
+ * (status NOT_DURABLE, nothing claimed), counted, /healthz says why, samples are still
+ * served; when the disk takes writes again the shard resumes by itself, and a restart
+ * finds every acknowledged batch once. */
+Test(replay_wal, a_full_disk_is_answered_and_the_shard_resumes_by_itself) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "full");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  static rig_t r;
+  rig_open(&r, ctx, s);
+  sac_wire_ack_t a;
+  char err[160], why[400];
+  for (uint64_t q = 1; q <= 3; q++) {
+    cr_assert(rig_insert(&r, q, &a, err, sizeof err), "no answer to batch %llu", (unsigned long long)q);
+    cr_assert_str_eq(err, "", "batch %llu: %s", (unsigned long long)q, err);
+  }
+  hook_on("write", "/shard.snap.wal", ENOSPC);
+  cr_assert(rig_insert(&r, 4, &a, err, sizeof err), "a full disk: the insert got no answer (silence)");
+  cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE, "answered '%s', status %u", err, a.status);
+  cr_assert_eq(a.acked_seq, 0, "a not-durable answer claims nothing");
+  cr_assert_gt(a.retry_after_ms, 0);
+  cr_assert_eq(a.stored, 0);
+  sac_replay_stats_t st;
+  wait_published(s, &st, 1);
+  cr_assert_eq(st.wal_state, 1);
+  cr_assert_geq(st.inserts_not_durable_total, 1);
+  cr_assert_eq(sac_replay_server_healthy(s, why, sizeof why), 0, "healthy on a full disk");
+  cr_assert(strstr(why, "inserts refused") && strstr(why, "No space left"), "/healthz says: %s", why);
+  cr_assert_eq(rig_sample(&r), 16, "samples are not served while the disk is full");
+  /* still full: still refused */
+  sac_sleep_ns((uint64_t)a.retry_after_ms * 1000000ull);
+  cr_assert(rig_insert(&r, 4, &a, err, sizeof err));
+  cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE);
+  /* room again: the same batch is acknowledged after the retry time, without a restart */
+  sac_durable_fault_hook = NULL;
+  uint64_t end = sac_clock_ns() + 10000000000ull;
+  do {
+    sac_sleep_ns((uint64_t)(a.retry_after_ms ? a.retry_after_ms : 100) * 1000000ull);
+    cr_assert(rig_insert(&r, 4, &a, err, sizeof err));
+  } while (a.status == SAC_WIRE_ACK_NOT_DURABLE && sac_clock_ns() < end);
+  cr_assert_str_eq(err, "", "not resumed: %s", err);
+  cr_assert_eq(a.acked_seq, 4);
+  wait_published(s, &st, 0);
+  cr_assert_eq(sac_replay_server_healthy(s, why, sizeof why), 1, "still unhealthy: %s", why);
+  rig_close(&r);
+  sac_replay_server_stop(s);
+  sac_replay_server_join(s);
+  sac_replay_server_destroy(&s);
+  sac_replay_stats_t st2;
+  char *text = provenance_of(&c, &st2);
+  for (int q = 1; q <= 4; q++)
+    cr_assert_eq(prov_count(text, ACTOR, (uint64_t)q), 1, "batch %d", q);
+  free(text);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* An fsync of the log fails (EIO). The kernel may have dropped those pages and a later
+ * fsync can succeed over them (PostgreSQL's "fsyncgate"): the shard acknowledges nothing
+ * more, not even after the fault is gone, not a duplicate of a batch it stored; it keeps
+ * serving samples and /healthz says to restart it. The restart has every acknowledged
+ * batch once and acknowledges again. */
+Test(replay_wal, after_a_failed_fsync_nothing_is_acknowledged_until_a_restart) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "fsf");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  static rig_t r;
+  rig_open(&r, ctx, s);
+  sac_wire_ack_t a;
+  char err[160], why[400];
+  for (uint64_t q = 1; q <= 3; q++) {
+    cr_assert(rig_insert(&r, q, &a, err, sizeof err));
+    cr_assert_str_eq(err, "");
+  }
+  hook_on("fdatasync", "/shard.snap.wal", EIO);
+  cr_assert(rig_insert(&r, 4, &a, err, sizeof err), "a failed fsync: the insert got no answer");
+  cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE, "answered '%s'", err);
+  sac_durable_fault_hook = NULL; /* the next fsync would succeed */
+  for (int round = 0; round < 2; round++) {
+    sac_sleep_ns(200000000);
+    cr_assert(rig_insert(&r, 4, &a, err, sizeof err)); /* a duplicate of a batch it stored */
+    cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE, "acknowledged after a failed fsync: '%s'", err);
+    cr_assert(rig_insert(&r, 5, &a, err, sizeof err)); /* a new one */
+    cr_assert_eq(a.status, SAC_WIRE_ACK_NOT_DURABLE, "acknowledged after a failed fsync: '%s'", err);
+    cr_assert_eq(a.acked_seq, 0);
+  }
+  sac_replay_stats_t st;
+  wait_published(s, &st, 2);
+  cr_assert_eq(st.wal_state, 2);
+  cr_assert_eq(sac_replay_server_healthy(s, why, sizeof why), 0);
+  cr_assert(strstr(why, "restarted"), "/healthz says: %s", why);
+  cr_assert_eq(rig_sample(&r), 16, "samples are not served after a failed fsync");
+  rig_close(&r);
+  sac_replay_server_stop(s);
+  cr_assert_eq(sac_replay_server_join(s), SAC_EIO, "the run ends in an error after a failed fsync");
+  sac_replay_server_destroy(&s);
+  s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_not_null(s);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  rig_open(&r, ctx, s);
+  cr_assert(rig_insert(&r, 5, &a, err, sizeof err));
+  cr_assert_str_eq(err, "", "the restarted shard does not acknowledge: %s", err);
+  rig_close(&r);
+  char *text = NULL;
+  size_t len = 0;
+  cr_assert_eq(sac_replay_server_provenance(s, 5000, &text, &len), 0);
+  for (int q = 1; q <= 3; q++)
+    cr_assert_eq(prov_count(text, ACTOR, (uint64_t)q), 1, "batch %d", q);
+  free(text);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+static _Atomic int g_slow_writes; /* log appends still to slow down */
+
+static int slow_first_write(const char *op, const char *path) {
+  size_t n = strlen(path);
+  if (!strcmp(op, "write") && n > 4 && !strcmp(path + n - 4, ".wal") &&
+      atomic_fetch_sub(&g_slow_writes, 1) > 0)
+    sac_sleep_ns(200000000);
+  return 0;
+}
+
+/* A resent duplicate arrives while its original waits for its fsync (a 300 ms disk):
+ * its acknowledgement waits for that fsync too. */
+Test(replay_wal, a_duplicate_is_not_acknowledged_before_its_original_is_durable) {
+  g_sync_sleep_ns = 300000000;
+  atomic_store(&g_syncs, 0);
+  sac_replay_wal_sync_hook = slow_sync;
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "dup");
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  static rig_t r;
+  rig_open(&r, ctx, s);
+  /* the original's log append takes 200 ms (the fault hook sleeps in it), and the resend
+   * arrives meanwhile: the shard reads it right after the original, before it asks for the
+   * fsync that covers the original */
+  atomic_store(&g_slow_writes, 1);
+  sac_durable_fault_hook = slow_first_write;
+  raw_send(&r.k, 1, 0, &r.g);
+  sac_sleep_ns(50000000);
+  raw_send(&r.k, 1, 0, &r.g);
+  int dups = 0;
+  for (int i = 0; i < 2; i++) {
+    sac_wire_ack_t a;
+    char err[160];
+    cr_assert(raw_ack(&r.k, 5000, &a, err, sizeof err), "answer %d missing", i);
+    cr_assert_str_eq(err, "");
+    dups += a.duplicate;
+    cr_assert_gt(atomic_load(&g_syncs), 0, "an ack (duplicate %d) came before its original's fsync finished",
+                 a.duplicate);
+  }
+  cr_assert_eq(dups, 1, "the resend was not taken for a duplicate");
+  sac_durable_fault_hook = NULL;
+  sac_replay_wal_sync_hook = NULL;
+  rig_close(&r);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* Snapshots keep failing while the log is past wal_max_mb (every loop would ask for
+ * one): they back off (1 s, then doubling), not a full snapshot 20 times a second. */
+Test(replay_wal, failing_snapshots_back_off) {
+  sac_net_ctx_t *ctx = sac_net_ctx_new(1);
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_WAL, 2, "storm");
+  c.wal_max_bytes = 1; /* always "full" once it holds a record */
+  sac_replay_server_t *s = sac_replay_server_new(&c, ctx, NULL);
+  cr_assert_eq(sac_replay_server_start(s), 0);
+  static rig_t r;
+  rig_open(&r, ctx, s);
+  hook_on("rename", "/shard.snap", EIO);
+  sac_wire_ack_t a;
+  char err[160];
+  cr_assert(rig_insert(&r, 1, &a, err, sizeof err));
+  sac_sleep_ns(2500000000ull);
+  sac_replay_stats_t st;
+  sac_replay_server_stats(s, &st);
+  sac_durable_fault_hook = NULL;
+  cr_assert_geq(st.snapshot_failures_total, 2, "the log past wal_max_mb asked for no snapshot");
+  cr_assert_leq(st.snapshot_failures_total, 4, "%llu failed snapshots in 2.5 s: a retry storm",
+                (unsigned long long)st.snapshot_failures_total);
+  rig_close(&r);
+  sac_replay_server_destroy(&s);
+  sac_net_ctx_destroy(&ctx);
+}
+
+/* ------------------------------------------------------------------ durability is explicit */
+
+/* durability snapshot without a place for its snapshots: refused, never a silent "none". */
+Test(replay_wal, snapshot_durability_without_a_path_refuses_to_start) {
+  sac_replay_server_config_t c = server_cfg(SAC_REPLAY_DURABILITY_SNAPSHOT, 2, "nosnap");
+  c.snapshot_path[0] = '\0';
+  int err = 0;
+  sac_replay_server_t *s = sac_replay_server_new(&c, NULL, &err);
+  if (s)
+    sac_replay_server_destroy(&s);
+  cr_assert_null(s, "durability snapshot without a path started and keeps nothing");
+  cr_assert_eq(err, SAC_ECONFIG);
 }

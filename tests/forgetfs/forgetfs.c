@@ -23,8 +23,27 @@
  * the kernel caches no attributes, so what a process reads after a drop is the backing
  * directory's content, not a page cache's.
  *
+ * Beyond all or nothing (what real disks do between a write and its fsync):
+ *   partial on: a drop keeps a random part of each file's unsynced writes: the file's
+ *     length anywhere between its synced and its current one, and each 4 KiB page that
+ *     differs either its synced content (zeros past the synced length: a hole), its new
+ *     content, or a prefix of 512-byte sectors of the new content over the old (a torn
+ *     write); "seed N" makes the choices repeatable.
+ *   cut_after N [PATTERN [M]]: the power is cut right after the Nth operation from now
+ *     whose text "<op> <path>[ <path2>]" contains PATTERN (any operation when none is
+ *     given), or M operations of any kind after it: that operation completes, then the
+ *     drop happens before anything else does, and every later operation fails with EIO
+ *     ("power off", as a process on a dead machine would see it) until "power_on".
+ *     Operations: create write truncate fsync fsyncdir rename unlink mkdir rmdir.
+ *   fail_fsync N [PATTERN]: the Nth next fsync of a file whose path contains PATTERN fails
+ *     with EIO, as Linux's can: what it should have written is marked clean but never
+ *     reaches the disk, and a later fsync succeeds without writing it (PostgreSQL's
+ *     "fsyncgate"); only what the file is written after the failure goes to disk then.
+ *
  * usage: forgetfs BACKING_DIR MOUNTPOINT [FUSE options, e.g. -f -s]
- * control: echo drop > MOUNTPOINT/.forgetfs; cat MOUNTPOINT/.forgetfs gives counters. */
+ * control: echo CMD > MOUNTPOINT/.forgetfs, CMD one of: drop | partial on | partial off |
+ * seed N | cut_after N [PATTERN [M]] | power_on | fail_fsync N [PATTERN];
+ * cat MOUNTPOINT/.forgetfs gives counters and the power state. */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -64,6 +83,10 @@ typedef struct {
   int linked;    /* has a name in the current namespace */
   mode_t mode;
   struct timespec mtime;
+  /* after an injected fsync failure: what the kernel took for written (clean) though the
+   * disk (synced) never got it; a later fsync writes only what differs from it */
+  buf_t clean;
+  int has_clean;
 } node_t;
 
 static node_t *g_nodes;
@@ -126,6 +149,7 @@ static int node_new(int parent, const char *name, int is_dir) {
 static void node_free(int i) {
   free(g_nodes[i].cur.p);
   free(g_nodes[i].synced.p);
+  free(g_nodes[i].clean.p);
   memset(&g_nodes[i], 0, sizeof g_nodes[i]);
 }
 
@@ -290,6 +314,115 @@ static void *free_table(void *arg) {
   return NULL;
 }
 
+/* ------------------------------------------------------------------ partial drops, cuts */
+
+static int write_backing(const char *path, const buf_t *b);
+
+static int g_partial;          /* a drop keeps a random part of the unsynced writes */
+static uint64_t g_rng = 1;     /* xorshift64 state ("seed N") */
+static uint64_t g_partial_pages_new, g_partial_pages_torn, g_partial_pages_old, g_partial_files;
+static int g_power_off;        /* after a cut: every operation fails until "power_on" */
+static int g_cut_armed, g_cut_phase;
+static uint64_t g_cut_left, g_cut_extra, g_cuts;
+static char g_cut_pattern[256], g_cut_last_op[300];
+static int g_fail_armed;
+static uint64_t g_fail_left, g_fsync_failures;
+static char g_fail_pattern[256];
+
+static uint64_t rng_next(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+
+/* The bytes of node n a power cut leaves on disk when a random part of its unsynced
+ * writes made it there (see the header): into out. Pages the kernel holds as clean
+ * (after a failed fsync) are not written back. 0 or -ENOMEM. */
+static int partial_content(const node_t *n, buf_t *out) {
+  const buf_t *old = &n->synced, *now = &n->cur, *base = n->has_clean ? &n->clean : &n->synced;
+  size_t lo = old->len < now->len ? old->len : now->len, hi = old->len < now->len ? now->len : old->len;
+  size_t len = lo + (hi > lo ? (size_t)(rng_next() % (hi - lo + 1)) : 0);
+  if (buf_reserve(out, len) != 0)
+    return -ENOMEM;
+  out->len = len;
+  for (size_t k = 0; k < len; k++)
+    out->p[k] = k < old->len ? old->p[k] : 0;
+  for (size_t pg = 0; pg < len; pg += 4096) {
+    size_t end = pg + 4096 < len ? pg + 4096 : len;
+    int dirty = 0;
+    for (size_t k = pg; k < end && !dirty; k++)
+      dirty = k >= now->len ? k < old->len : (k >= base->len || now->p[k] != base->p[k]);
+    if (!dirty)
+      continue;
+    unsigned choice = (unsigned)(rng_next() % 3); /* 0 old, 1 new, 2 a prefix of sectors of the new */
+    size_t upto = choice == 0 ? pg : choice == 1 ? end : pg + 512 * (size_t)(rng_next() % 8);
+    if (upto > end)
+      upto = end;
+    for (size_t k = pg; k < upto && k < now->len; k++)
+      out->p[k] = now->p[k];
+    if (choice == 0)
+      g_partial_pages_old++;
+    else if (choice == 1)
+      g_partial_pages_new++;
+    else
+      g_partial_pages_torn++;
+  }
+  return 0;
+}
+
+/* Before a partial drop: every file with a durable name gets on disk what partial_content
+ * picks (the rest is dropped with the node table). */
+static void partial_writeback(void) {
+  buf_t b = {0};
+  for (int i = 1; i < MAX_NODES; i++) {
+    node_t *n = &g_nodes[i];
+    if (!n->used || n->is_dir || !n->durable || !n->linked)
+      continue;
+    if (n->cur.len == n->synced.len && (!n->cur.len || !memcmp(n->cur.p, n->synced.p, n->cur.len)))
+      continue;
+    char p[PATH_MAX];
+    backing_path(i, p, sizeof p);
+    if (partial_content(n, &b) == 0 && write_backing(p, &b) == 0)
+      g_partial_files++;
+  }
+  free(b.p);
+}
+
+static int drop_all(void);
+
+/* The power goes: what is not on disk is gone (or, partial on, partly there), and the
+ * file system answers nothing but EIO until power_on. */
+static void cut_power(void) {
+  g_cut_armed = 0;
+  g_power_off = 1;
+  g_cuts++;
+  if (g_partial)
+    partial_writeback();
+  drop_all();
+}
+
+/* EIO while the power is off (the control file always answers). */
+static int powered(const char *path) { return g_power_off && strcmp(path, CONTROL) != 0 ? -EIO : 0; }
+
+/* After an operation took effect: counts it against cut_after. */
+static void op_done(const char *op, const char *path, const char *path2) {
+  if (!g_cut_armed)
+    return;
+  snprintf(g_cut_last_op, sizeof g_cut_last_op, "%s %s%s%s", op, path, path2 ? " " : "", path2 ? path2 : "");
+  if (g_cut_phase == 0) {
+    if (g_cut_pattern[0] && !strstr(g_cut_last_op, g_cut_pattern))
+      return;
+    if (--g_cut_left)
+      return;
+    g_cut_phase = 1;
+    if (g_cut_extra == 0)
+      cut_power();
+  } else if (--g_cut_extra == 0) {
+    cut_power();
+  }
+}
+
 static int drop_all(void) {
   node_t *fresh = atomic_exchange(&g_spare, NULL), *old = g_nodes;
   if (!fresh)
@@ -340,8 +473,21 @@ static int write_backing(const char *path, const buf_t *b) {
  * backing name when it has a durable one. */
 static int sync_file(int i) {
   node_t *n = &g_nodes[i];
-  if (buf_set(&n->synced, &n->cur) != 0)
+  if (n->has_clean) {
+    /* after a failed fsync: only what was written since reaches the disk; what the
+     * kernel had marked clean without writing it stays lost */
+    size_t old = n->synced.len;
+    if (buf_resize(&n->synced, n->cur.len) != 0)
+      return -ENOMEM;
+    for (size_t k = 0; k < n->cur.len; k++)
+      if (k >= n->clean.len || n->cur.p[k] != n->clean.p[k])
+        n->synced.p[k] = n->cur.p[k];
+      else if (k >= old)
+        n->synced.p[k] = 0;
+    n->has_clean = 0;
+  } else if (buf_set(&n->synced, &n->cur) != 0) {
     return -ENOMEM;
+  }
   g_file_syncs++;
   if (!n->durable || !n->linked)
     return 0;
@@ -421,11 +567,47 @@ static int sync_dir(int dir) {
 /* ------------------------------------------------------------------ the control file */
 
 static int control_write(const char *buf, size_t size) {
-  if (size >= 4 && !strncmp(buf, "drop", 4)) {
+  char cmd[400];
+  size_t n = size < sizeof cmd - 1 ? size : sizeof cmd - 1;
+  memcpy(cmd, buf, n);
+  cmd[n] = '\0';
+  cmd[strcspn(cmd, "\n")] = '\0';
+  unsigned long long a = 0, b = 0;
+  int used = 0;
+  if (!strcmp(cmd, "drop")) {
     uint64_t t0 = now_us();
+    if (g_partial)
+      partial_writeback();
     int rc = drop_all();
     g_last_drop_us = now_us() - t0;
     return rc ? rc : (int)size;
+  }
+  if (!strcmp(cmd, "partial on") || !strcmp(cmd, "partial off")) {
+    g_partial = cmd[9] == 'n';
+    return (int)size;
+  }
+  if (sscanf(cmd, "seed %llu", &a) == 1) {
+    g_rng = a ? a : 1;
+    return (int)size;
+  }
+  if (sscanf(cmd, "cut_after %llu %llu %n", &a, &b, &used) == 2 && a > 0) {
+    g_cut_armed = 1;
+    g_cut_phase = 0;
+    g_cut_left = a;
+    g_cut_extra = b;
+    snprintf(g_cut_pattern, sizeof g_cut_pattern, "%s", used ? cmd + used : "");
+    return (int)size;
+  }
+  if (!strcmp(cmd, "power_on")) {
+    g_power_off = 0;
+    g_cut_armed = 0;
+    return (int)size;
+  }
+  if (sscanf(cmd, "fail_fsync %llu %n", &a, &used) == 1 && a > 0) {
+    g_fail_armed = 1;
+    g_fail_left = a;
+    snprintf(g_fail_pattern, sizeof g_fail_pattern, "%s", used ? cmd + used : "");
+    return (int)size;
   }
   return -EINVAL;
 }
@@ -441,9 +623,15 @@ static int control_text(char *out, size_t cap) {
     }
   return snprintf(out, cap,
                   "drops %llu\nlast_drop_us %llu\nfile_syncs %llu\ndir_syncs %llu\nfiles "
-                  "%d\nfiles_with_unsynced_data %d\n",
+                  "%d\nfiles_with_unsynced_data %d\npower %s\ncuts %llu\ncut_armed %d\ncut_op %s\n"
+                  "partial %d\npartial_files %llu\npartial_pages new %llu torn %llu old %llu\n"
+                  "fsync_failures %llu\n",
                   (unsigned long long)g_drops, (unsigned long long)g_last_drop_us,
-                  (unsigned long long)g_file_syncs, (unsigned long long)g_dir_syncs, files, dirty);
+                  (unsigned long long)g_file_syncs, (unsigned long long)g_dir_syncs, files, dirty,
+                  g_power_off ? "off" : "on", (unsigned long long)g_cuts, g_cut_armed,
+                  g_cut_last_op[0] ? g_cut_last_op : "-", g_partial, (unsigned long long)g_partial_files,
+                  (unsigned long long)g_partial_pages_new, (unsigned long long)g_partial_pages_torn,
+                  (unsigned long long)g_partial_pages_old, (unsigned long long)g_fsync_failures);
 }
 
 /* ------------------------------------------------------------------ FUSE operations */
@@ -469,6 +657,8 @@ static void *ff_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
 
 static int ff_getattr(const char *path, struct stat *st, struct fuse_file_info *fi) {
   memset(st, 0, sizeof *st);
+  if (powered(path))
+    return -EIO;
   if (!strcmp(path, CONTROL)) {
     st->st_mode = S_IFREG | 0600;
     st->st_nlink = 1;
@@ -495,6 +685,8 @@ static int ff_getattr(const char *path, struct stat *st, struct fuse_file_info *
 static int ff_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off, struct fuse_file_info *fi,
                       enum fuse_readdir_flags flags) {
   (void)off, (void)fi, (void)flags;
+  if (powered(path))
+    return -EIO;
   int d = lookup(path);
   if (d < 0)
     return d;
@@ -508,7 +700,7 @@ static int ff_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
   return 0;
 }
 
-static int ff_mkdir(const char *path, mode_t mode) {
+static int do_mkdir(const char *path, mode_t mode) {
   const char *base;
   int d = lookup_parent(path, &base);
   if (d < 0)
@@ -522,7 +714,7 @@ static int ff_mkdir(const char *path, mode_t mode) {
   return 0;
 }
 
-static int ff_rmdir(const char *path) {
+static int do_rmdir(const char *path) {
   int i = lookup(path);
   if (i < 0)
     return i;
@@ -545,7 +737,7 @@ static void unlink_node(int i) {
     node_free(i);
 }
 
-static int ff_unlink(const char *path) {
+static int do_unlink(const char *path) {
   if (!strcmp(path, CONTROL))
     return -EPERM;
   int i = lookup(path);
@@ -561,7 +753,7 @@ static int ff_unlink(const char *path) {
  * stays (with the node's synced content) and the new one appears only with the
  * directories' fsyncs. The old name is remembered by a placeholder node, unlinked and
  * durable, which the source directory's fsync removes. */
-static int ff_rename(const char *from, const char *to, unsigned int flags) {
+static int do_rename(const char *from, const char *to, unsigned int flags) {
   if (flags)
     return -EINVAL;
   if (!strcmp(from, CONTROL) || !strcmp(to, CONTROL))
@@ -594,7 +786,7 @@ static int ff_rename(const char *from, const char *to, unsigned int flags) {
   return 0;
 }
 
-static int ff_create(const char *path, mode_t mode, struct fuse_file_info *fi) {
+static int do_create(const char *path, mode_t mode, struct fuse_file_info *fi) {
   if (!strcmp(path, CONTROL))
     return -EEXIST;
   const char *base;
@@ -620,6 +812,8 @@ static int ff_create(const char *path, mode_t mode, struct fuse_file_info *fi) {
 }
 
 static int ff_open(const char *path, struct fuse_file_info *fi) {
+  if (powered(path))
+    return -EIO;
   if (!strcmp(path, CONTROL)) {
     fi->fh = 0;
     fi->direct_io = 1;
@@ -641,8 +835,10 @@ static int ff_open(const char *path, struct fuse_file_info *fi) {
 }
 
 static int ff_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
+  if (powered(path))
+    return -EIO;
   if (!strcmp(path, CONTROL)) {
-    char text[512];
+    char text[1024];
     int n = control_text(text, sizeof text);
     if (off >= n)
       return 0;
@@ -661,7 +857,7 @@ static int ff_read(const char *path, char *buf, size_t size, off_t off, struct f
   return (int)k;
 }
 
-static int ff_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
+static int do_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
   if (!strcmp(path, CONTROL))
     return control_write(buf, size);
   int i = fh_node(fi);
@@ -675,7 +871,7 @@ static int ff_write(const char *path, const char *buf, size_t size, off_t off, s
   return (int)size;
 }
 
-static int ff_truncate(const char *path, off_t size, struct fuse_file_info *fi) {
+static int do_truncate(const char *path, off_t size, struct fuse_file_info *fi) {
   if (!strcmp(path, CONTROL))
     return 0;
   int i = fi ? fh_node(fi) : lookup(path);
@@ -687,15 +883,27 @@ static int ff_truncate(const char *path, off_t size, struct fuse_file_info *fi) 
   return buf_resize(&g_nodes[i].cur, (size_t)size);
 }
 
-static int ff_fsync(const char *path, int datasync, struct fuse_file_info *fi) {
+static int do_fsync(const char *path, int datasync, struct fuse_file_info *fi) {
   (void)datasync;
   if (!strcmp(path, CONTROL))
     return 0;
   int i = fh_node(fi);
-  return i < 0 ? i : sync_file(i);
+  if (i < 0)
+    return i;
+  if (g_fail_armed && strstr(path, g_fail_pattern) && --g_fail_left == 0) {
+    /* the kernel could not write it, marks it clean, and says so this once */
+    g_fail_armed = 0;
+    g_fsync_failures++;
+    node_t *n = &g_nodes[i];
+    if (buf_set(&n->clean, &n->cur) != 0)
+      return -ENOMEM;
+    n->has_clean = 1;
+    return -EIO;
+  }
+  return sync_file(i);
 }
 
-static int ff_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi) {
+static int do_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi) {
   (void)datasync, (void)fi;
   int d = lookup(path);
   if (d < 0)
@@ -744,6 +952,62 @@ static int ff_statfs(const char *path, struct statvfs *st) {
 static int ff_link(const char *from, const char *to) {
   (void)from, (void)to;
   return -EPERM;
+}
+
+/* The operations a cut counts (op_done), each refused while the power is off. */
+static int ff_mkdir(const char *path, mode_t mode) {
+  int rc = powered(path) ? -EIO : do_mkdir(path, mode);
+  if (rc == 0)
+    op_done("mkdir", path, NULL);
+  return rc;
+}
+static int ff_rmdir(const char *path) {
+  int rc = powered(path) ? -EIO : do_rmdir(path);
+  if (rc == 0)
+    op_done("rmdir", path, NULL);
+  return rc;
+}
+static int ff_unlink(const char *path) {
+  int rc = powered(path) ? -EIO : do_unlink(path);
+  if (rc == 0)
+    op_done("unlink", path, NULL);
+  return rc;
+}
+static int ff_rename(const char *from, const char *to, unsigned int flags) {
+  int rc = powered(from) ? -EIO : do_rename(from, to, flags);
+  if (rc == 0)
+    op_done("rename", from, to);
+  return rc;
+}
+static int ff_create(const char *path, mode_t mode, struct fuse_file_info *fi) {
+  int rc = powered(path) ? -EIO : do_create(path, mode, fi);
+  if (rc == 0)
+    op_done("create", path, NULL);
+  return rc;
+}
+static int ff_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
+  int rc = powered(path) ? -EIO : do_write(path, buf, size, off, fi);
+  if (rc >= 0 && strcmp(path, CONTROL) != 0)
+    op_done("write", path, NULL);
+  return rc;
+}
+static int ff_truncate(const char *path, off_t size, struct fuse_file_info *fi) {
+  int rc = powered(path) ? -EIO : do_truncate(path, size, fi);
+  if (rc == 0 && strcmp(path, CONTROL) != 0)
+    op_done("truncate", path, NULL);
+  return rc;
+}
+static int ff_fsync(const char *path, int datasync, struct fuse_file_info *fi) {
+  int rc = powered(path) ? -EIO : do_fsync(path, datasync, fi);
+  if (rc == 0 && strcmp(path, CONTROL) != 0)
+    op_done("fsync", path, NULL);
+  return rc;
+}
+static int ff_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi) {
+  int rc = powered(path) ? -EIO : do_fsyncdir(path, datasync, fi);
+  if (rc == 0)
+    op_done("fsyncdir", path, NULL);
+  return rc;
 }
 
 static const struct fuse_operations k_ops = {

@@ -2,8 +2,11 @@
 # tests/forgetfs on its own: after a drop, an unsynced write is gone and a synced one
 # (fsync, fdatasync) stays; a create, a rename and an unlink without an fsync of their
 # directory are undone, and with one they stay; the drop is answered within 100 ms; the
-# backing directory holds exactly the synced state at every step. Plain buffered I/O
-# (no O_DIRECT) through python3's os module.
+# backing directory holds exactly the synced state at every step. Then its power-cut
+# tools: a partial drop keeps whole sectors, new ones as a prefix of each page; cut_after
+# cuts right after the chosen operation and fails everything after it until power_on; a
+# failed fsync loses what it should have written even after a later fsync succeeds.
+# Plain buffered I/O (no O_DIRECT) through python3's os module.
 # usage: forgetfs_test.sh FORGETFS_BIN
 set -u
 BIN=${1:?usage: forgetfs_test.sh FORGETFS_BIN}
@@ -76,5 +79,56 @@ else
   echo "FAIL: $(cat "$M/.forgetfs")"
   fails=$((fails + 1))
 fi
+# 7. partial: a drop keeps a random part of the unsynced writes, page by page (old, new, or
+#    a torn prefix of 512-byte sectors of the new over the old)
+ctl() { echo "$1" >"$M/.forgetfs"; }
+py 'fd=os.open(M+"/p",os.O_CREAT|os.O_WRONLY,0o644); os.write(fd,b"a"*16384); os.fsync(fd); os.close(fd)
+d=os.open(M,os.O_RDONLY); os.fsync(d); os.close(d)
+fd=os.open(M+"/p",os.O_WRONLY); os.pwrite(fd,b"b"*16384,0); os.close(fd)'
+ctl "seed 7"
+ctl "partial on"
+forgetfs_drop || fails=$((fails + 1))
+ctl "partial off"
+mix=$(python3 -c 'import sys
+d=open(sys.argv[1],"rb").read()
+ok=len(d)==16384
+kinds=set()
+for pg in range(0,len(d),4096):
+    secs=[d[k:k+512] for k in range(pg,pg+4096,512)]
+    new=[s==b"b"*512 for s in secs]; old=[s==b"a"*512 for s in secs]
+    ok=ok and all(n or o for n,o in zip(new,old)) and new==sorted(new,reverse=True)
+    kinds.add("new" if all(new) else "old" if all(old) else "torn")
+print("ok" if ok else "bad", " ".join(sorted(kinds)))' "$B/p")
+check "a partial drop keeps whole 512-byte sectors, new ones as a prefix of each page ($mix)" [ "${mix%% *}" = ok ]
+check "... and it kept some pages and not others (seed 7)" [ "$(wc -w <<<"$mix")" -ge 3 ]
+# 8. cut_after: the power goes right after the 2nd write to /c, then everything fails
+py 'fd=os.open(M+"/c",os.O_CREAT|os.O_WRONLY,0o644); os.fsync(fd); os.close(fd)
+d=os.open(M,os.O_RDONLY); os.fsync(d); os.close(d)'
+ctl "cut_after 2 0 write /c"
+out=$(py 'fd=os.open(M+"/c",os.O_WRONLY|os.O_APPEND)
+os.write(fd,b"one"); os.fsync(fd); os.write(fd,b"two")
+try:
+    os.write(fd,b"three"); print("written")
+except OSError as e:
+    print("refused", e.errno)' 2>&1)
+check "after the cut every operation fails with EIO ($out)" [ "$out" = "refused 5" ]
+check "the control file says the power is off" grep -q '^power off$' "$M/.forgetfs"
+check "... and which operation the cut followed" grep -q '^cut_op write /c$' "$M/.forgetfs"
+ctl power_on
+check "power on: what was synced before the cut is there, the rest is not" [ "$(content "$M/c")" = one ]
+# 9. fail_fsync: an fsync fails and what it should have written is lost for good: a later
+#    fsync succeeds without writing it (only what was written after the failure reaches the disk)
+py 'fd=os.open(M+"/f",os.O_CREAT|os.O_WRONLY,0o644); os.write(fd,b"old"); os.fsync(fd); os.close(fd)
+d=os.open(M,os.O_RDONLY); os.fsync(d); os.close(d)'
+ctl "fail_fsync 1 /f"
+out=$(py 'fd=os.open(M+"/f",os.O_WRONLY); os.pwrite(fd,b"NEW",0)
+try:
+    os.fsync(fd); print("synced")
+except OSError as e:
+    print("failed", e.errno)
+os.pwrite(fd,b"+later",3); os.fsync(fd); print("then synced")' 2>&1 | tr '\n' ' ')
+check "the armed fsync fails with EIO and the next one succeeds ($out)" [ "$out" = "failed 5 then synced " ]
+check "the failed fsync's write never reaches the disk; what came after it does" [ "$(content "$B/f")" = "old+later" ]
+
 ((fails == 0)) || { echo "FAIL: $fails checks failed"; exit 1; }
-echo "PASS: forgetfs forgets exactly what a power cut would"
+echo "PASS: forgetfs forgets exactly what a power cut would (all, or a random part, of the unsynced writes; right after a chosen operation; after a failed fsync)"
