@@ -1,7 +1,9 @@
 /* sac-actor: runs one actor (actor.h) against a learner's weights endpoint and the
  * replay shards' insert endpoints. SIGINT/SIGTERM stop it after the current step; then it
- * drains: the last batch sent and the acknowledgements awaited, up to --drain_timeout_ms. Exit codes: 0
- * stopped cleanly, 1 runtime failure, 2 bad config. */
+ * drains: the last batch sent and the acknowledgements awaited, up to --drain_timeout_ms; a second
+ * signal exits at once (common/sigstop.h). It also stops when the learner says its run is over.
+ * Exit codes: 0 stopped cleanly (SIGTERM, max_steps, the run over), 130 stopped by SIGINT,
+ * 1 runtime failure, 2 bad config. */
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/net.h"
+#include "common/sigstop.h"
 
 typedef struct {
   sac_actor_cfg_t a;
@@ -81,9 +84,14 @@ static const sac_cfg_opt_t k_opts[] = {
 };
 
 static atomic_int g_stop;
-static void on_signal(int sig) {
-  (void)sig;
-  atomic_store(&g_stop, 1);
+
+/* The first SIGINT/SIGTERM, on common/sigstop's thread: what the actor does now. */
+static void on_stop(int sig, void *ud) {
+  const sac_actor_cfg_t *a = ud;
+  SAC_INFO("actor",
+           "actor %u: %s: stopping after this step: sending the last batch and waiting up to %d ms for the "
+           "shards' acknowledgements (--drain_timeout_ms; a second Ctrl-C exits at once)",
+           a->actor_id, sac_sigstop_name(sig), a->drain_timeout_ms);
 }
 
 int main(int argc, char **argv) {
@@ -120,11 +128,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   c.a.ctx = ctx;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  sac_sigstop_install("sac-actor", &g_stop, on_stop, &c.a);
   sac_actor_stats_t st;
   memset(&st, 0, sizeof st);
   /* the metrics endpoint (docs/METRICS.md), stopped before st goes */
@@ -152,5 +156,5 @@ int main(int argc, char **argv) {
            (unsigned long long)atomic_load(&st.rows_unsent_at_exit));
   if (rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EPLUGIN)
     return 2;
-  return rc ? 1 : 0;
+  return rc ? 1 : sac_sigstop_exit_code(0);
 }

@@ -1002,8 +1002,8 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
   sh->prio_foreign = m[M_PRIO_FOREIGN];
   sh->acked_lost = m[M_LOST];
   sac_snap_reader_close(&r);
-  SAC_INFO("replay", "restored %llu transitions (%llu slots used) from %s", (unsigned long long)st->size,
-           (unsigned long long)filled, path);
+  SAC_DEBUG("replay", "restored %llu transitions (%llu slots used) from %s", (unsigned long long)st->size,
+            (unsigned long long)filled, path);
   return 0;
 bad:
   sac_snap_reader_close(&r);

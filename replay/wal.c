@@ -258,9 +258,10 @@ static int replay_existing(sac_replay_wal_t *w, uint32_t shard_id, uint64_t file
   /* replayed records may be only in the page cache of the process that died */
   if (sac_durable_fault("fsync", path) || fsync(w->fd) != 0 || sac_durable_sync_dir(path) != 0)
     return SAC_EIO;
-  SAC_INFO("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
-           (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes,
-           scan->dropped_bytes ? ": " : "", scan->dropped_bytes ? scan->why : "", path);
+  /* the shard's start line says what was restored (replay/server.c, restore_summary) */
+  SAC_DEBUG("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
+            (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes,
+            scan->dropped_bytes ? ": " : "", scan->dropped_bytes ? scan->why : "", path);
   return 0;
 }
 
@@ -295,7 +296,7 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, size_t max_payload,
       rc = SAC_EIO;
     scan->valid_bytes = sizeof h;
     if (!rc)
-      SAC_INFO("replay", "wal: applied 0 records, dropped 0 bytes (new log %s)", path);
+      SAC_DEBUG("replay", "wal: applied 0 records, dropped 0 bytes (new log %s)", path);
   } else {
     rc = replay_existing(w, shard_id, (uint64_t)sb.st_size, max_payload, flags, apply, user, scan);
   }
