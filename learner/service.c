@@ -436,6 +436,9 @@ static void read_shards(sac_replay_client_t *client, size_t n_shards, shard_view
       if (v[i].have && info.incarnation != v[i].info.incarnation) { /* restarted: its counts start over */
         v[i].ep_base += v[i].info.episodes_total;
         v[i].ret_base += v[i].info.episode_return_sum;
+        SAC_INFO("learner", "shard %u restarted: it holds %llu transitions (%llu stored in all; %llu before)",
+                 info.shard_id, (unsigned long long)info.size, (unsigned long long)info.inserted_total,
+                 (unsigned long long)v[i].info.inserted_total);
       }
       v[i].info = info;
       v[i].have = 1;

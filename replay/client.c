@@ -408,11 +408,11 @@ static const char *who(const sac_replay_client_t *c, int inserting, char *buf, s
 }
 
 /* Enters, repeats or ends a logged wait: `kind` is the wait going on now (WAIT_NONE:
- * none), since `since`. A wait is said once it has lasted WAIT_WARN_NS, again every
- * WAIT_REPEAT_NS, and its end is said when it had been. Returns 1 when a WARN is due
+ * none), since `since`. A wait is said once it has lasted `delay` (WAIT_WARN_NS; 0 for a
+ * connection lost), again every WAIT_REPEAT_NS, and its end is said when it had been. Returns 1 when a WARN is due
  * now (the caller writes it), and counts it. */
 static int wait_step(sac_replay_client_t *c, int *cur, uint64_t *began, uint64_t *next, int kind,
-                     uint64_t since, uint64_t now, const conn_t *k, int inserting) {
+                     uint64_t since, uint64_t delay, uint64_t now, const conn_t *k, int inserting) {
   char w[32];
   if (kind != *cur) {
     if (*cur != WAIT_NONE && *next > *began + WAIT_WARN_NS) /* it had been logged: its end too */
@@ -422,7 +422,7 @@ static int wait_step(sac_replay_client_t *c, int *cur, uint64_t *began, uint64_t
                (double)(now - *began) * 1e-9);
     *cur = kind;
     *began = since;
-    *next = since + WAIT_WARN_NS;
+    *next = since + delay;
   }
   if (kind == WAIT_NONE || now < *next)
     return 0;
@@ -442,17 +442,22 @@ static void watch_inserts(sac_replay_client_t *c, conn_t *k, uint64_t now) {
     if (!k->win[q % MAX_WINDOW].acked && k->win[q % MAX_WINDOW].first_sent_ns < oldest)
       oldest = k->win[q % MAX_WINDOW].first_sent_ns;
   uint64_t acked_or_sent = k->last_ack_ns > oldest ? k->last_ack_ns : oldest;
-  int kind = !k->ins_up && (unacked || !k->ins_connected_once) ? WAIT_UNREACHABLE
-             : k->ins_up && unacked                            ? WAIT_NO_ACKS
-                                                               : WAIT_NONE;
+  int kind = !k->ins_up ? WAIT_UNREACHABLE : unacked ? WAIT_NO_ACKS : WAIT_NONE;
   /* no acks: the wait runs from the later of the last ack and the oldest batch's send */
   uint64_t since = kind == WAIT_UNREACHABLE ? k->ins_down_ns : acked_or_sent;
   if (kind == WAIT_NO_ACKS && now - since < WAIT_WARN_NS)
     kind = WAIT_NONE; /* acks come: not a wait (or the end of one) */
-  if (!wait_step(c, &k->ins_wait, &k->ins_wait_ns, &k->ins_warn_next_ns, kind, since, now, k, 1))
+  /* a shard lost (it was connected) is said at once; one not reached yet after a while */
+  uint64_t delay = kind == WAIT_UNREACHABLE && k->ins_connected_once ? 0 : WAIT_WARN_NS;
+  if (!wait_step(c, &k->ins_wait, &k->ins_wait_ns, &k->ins_warn_next_ns, kind, since, delay, now, k, 1))
     return;
   double s = (double)(now - k->ins_wait_ns) * 1e-9;
-  if (kind == WAIT_UNREACHABLE)
+  if (kind == WAIT_UNREACHABLE && k->ins_connected_once && s < 1.0)
+    SAC_WARN("actor",
+             "actor %u: lost the connection to shard %s (%u batch(es) unacknowledged): reconnecting; they are "
+             "sent again once it is back",
+             c->cfg.actor_id, k->ep, unacked);
+  else if (kind == WAIT_UNREACHABLE)
     SAC_WARN("actor",
              "actor %u: cannot reach shard %s for %.0f s (%u batch(es) wait for it): is sac-replay running "
              "there, and does the actor's --shards list its insert endpoint? Retrying",
@@ -471,8 +476,15 @@ static void watch_samples(sac_replay_client_t *c, conn_t *k, uint64_t now) {
   if (!strncmp(k->ep, "inproc://", 9))
     return;
   int kind = k->smp_up ? WAIT_NONE : WAIT_UNREACHABLE;
-  if (!wait_step(c, &k->smp_wait, &k->smp_wait_ns, &k->smp_warn_next_ns, kind, k->smp_down_ns, now, k, 0))
+  uint64_t delay = k->smp_connected_once ? 0 : WAIT_WARN_NS;
+  if (!wait_step(c, &k->smp_wait, &k->smp_wait_ns, &k->smp_warn_next_ns, kind, k->smp_down_ns, delay, now, k,
+                 0))
     return;
+  if (k->smp_connected_once && now - k->smp_wait_ns < 1000000000ull) {
+    SAC_WARN("learner", "lost the connection to shard %s: reconnecting (the other shards serve meanwhile)",
+             k->ep);
+    return;
+  }
   SAC_WARN(
       "learner",
       "cannot reach shard %s for %.0f s: is sac-replay running there, and does the learner's --shards list "
