@@ -364,6 +364,8 @@ static void watch_weights(actor_run_t *r, int got, int waiting) {
     r->weights_warn_next = 0;
     return;
   }
+  if (r->run_over) /* no weights come after a run: not a wait to warn about */
+    return;
   int have = sac_weights_params(r->wsub) != NULL;
   int need = waiting || have || r->steps >= cfg->learning_starts;
   double due = r->weights_warn_next > 0 ? r->weights_warn_next : r->t_weights + WEIGHTS_WARN_S;
@@ -393,15 +395,21 @@ static void watch_weights(actor_run_t *r, int got, int waiting) {
  * actors that is at most the total: the run ends at its total_steps, give or take N - 1
  * for the rounding, and a share left unused (an actor that stopped) is handed out again by
  * the next broadcasts. A learner that says nothing sets no cap; one that says the run is
- * over stops the actor. */
+ * over stops the actor's steps until a learner runs again (a resumed run). */
 static void take_budget(actor_run_t *r) {
   uint32_t actors = 0;
   int over = sac_weights_run(r->wsub, &r->run_total, &r->run_done, &actors);
-  if (over && !r->run_over) {
-    r->run_over = 1;
-    SAC_INFO("actor", "actor %u: the learner's run is over (%llu of %llu steps): stopping after %lld steps",
-             r->cfg->actor_id, (unsigned long long)r->run_done, (unsigned long long)r->run_total,
-             (long long)r->steps);
+  if (over != r->run_over) {
+    r->run_over = over;
+    if (over)
+      SAC_INFO("actor",
+               "actor %u: the learner's run is over (%llu of %llu steps): stopped stepping after %lld steps; "
+               "waiting for a new run (SIGTERM or Ctrl-C stops the actor)",
+               r->cfg->actor_id, (unsigned long long)r->run_done, (unsigned long long)r->run_total,
+               (long long)r->steps);
+    else
+      SAC_INFO("actor", "actor %u: the learner runs again (%llu of %llu steps): stepping again",
+               r->cfg->actor_id, (unsigned long long)r->run_done, (unsigned long long)r->run_total);
   }
   int64_t acked = r->steps - (int64_t)sac_replay_client_unacked_rows(r->client) - r->b.n;
   int64_t had = r->acked_before;
@@ -531,8 +539,6 @@ static int send_batch(actor_run_t *r, uint64_t until_ns) {
     if (w < 0)
       return w;
     report(r); /* the progress line keeps coming while the actor waits, saying for what */
-    if (r->run_over && !until_ns)
-      return STOPPED_UNSENT; /* the drain sends it */
   }
   if (rc == SAC_ETIMEOUT)
     return STOPPED_UNSENT;
@@ -566,6 +572,11 @@ static int send_if_due(actor_run_t *r) {
 static const char *waiting_for(const actor_run_t *r, char *buf, size_t cap) {
   const sac_actor_cfg_t *cfg = r->cfg;
   buf[0] = '\0';
+  if (r->run_over) {
+    snprintf(buf, cap, "  waiting: the learner's run is over (%llu of %llu steps): waiting for a new run",
+             (unsigned long long)r->run_done, (unsigned long long)r->run_total);
+    return buf;
+  }
   for (size_t i = 0; i < cfg->n_shards; i++) {
     sac_replay_shard_state_t ss;
     if (sac_replay_client_shard_state(r->client, i, &ss) != 0)
@@ -580,7 +591,7 @@ static const char *waiting_for(const actor_run_t *r, char *buf, size_t cap) {
       return buf;
     }
   }
-  if (r->cap >= 0 && r->steps + r->E > r->cap && !r->run_over)
+  if (r->cap >= 0 && r->steps + r->E > r->cap)
     snprintf(buf, cap,
              "  waiting: its share of the run's %llu steps is stepped (%llu stored at the learner's "
              "last count): waiting for the learner's next count",
@@ -609,16 +620,16 @@ static void report(actor_run_t *r) {
            sac_replay_client_unacked(r->client), waiting_for(r, wait, sizeof wait));
 }
 
-/* At its share of the run's steps: the batch so far sent (the learner counts stored
- * steps), then a wait for the next broadcast (a new share, or the run over), the acks and
- * the progress line going on. 0 (go on), STOPPED_UNSENT or a negative code. */
+/* At its share of the run's steps, or the run over: the batch so far sent (the learner
+ * counts stored steps), then a wait for the next broadcast (a new share, a new run), the
+ * acks and the progress line going on. 0 (go on), STOPPED_UNSENT or a negative code. */
 static int wait_budget(actor_run_t *r) {
   if (r->b.n > 0) {
     int rc = send_batch(r, 0);
     if (rc)
       return rc;
   }
-  while (!stopping(r) && !r->run_over && r->steps + r->E > r->cap) {
+  while (!stopping(r) && (r->run_over || (r->cap >= 0 && r->steps + r->E > r->cap))) {
     sac_replay_client_poll(r->client, 5);
     client_stats_to(r->client, r->st);
     int rc = take_new_weights(r);
@@ -641,9 +652,7 @@ static int run_loop(actor_run_t *r) {
     if ((rc = take_new_weights(r)) != 0)
       return rc;
     lap(r, SAC_ACTOR_STAGE_WEIGHTS);
-    if (r->run_over)
-      break;
-    if (r->cap >= 0 && r->steps + r->E > r->cap) { /* its share of the run is stepped */
+    if (r->run_over || (r->cap >= 0 && r->steps + r->E > r->cap)) { /* its share of the run is stepped */
       rc = wait_budget(r);
       lap(r, SAC_ACTOR_STAGE_SEND);
       if (rc == STOPPED_UNSENT)

@@ -216,7 +216,7 @@ typedef struct {
   double bytes_per_transition;
   uint64_t rejected_total, duplicates_total;
   /* episodes ended in the batches this shard process stored, and their returns' sum
-   * (restart at 0 with a new incarnation); min_size; actors known */
+   * (restart at 0 with a new incarnation); min_size; actors that sent a batch in the last 10 s */
   uint64_t episodes_total;
   double episode_return_sum;
   uint64_t incarnation, min_size;

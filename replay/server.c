@@ -664,7 +664,7 @@ static void send_info(sac_replay_server_t *s, void *sock, const unsigned char *i
                                            .episode_return_sum = s->episode_return_sum,
                                            .incarnation = s->st.incarnation,
                                            .min_size = ss.limiter_min_size,
-                                           .actors = (uint32_t)ss.actors};
+                                           .actors = sac_replay_shard_active_actors(s->shard, 10.0)};
   s->st.info_requests_total++;
   reply(s, sock, id, id_len, &m);
 }

@@ -591,6 +591,14 @@ void sac_replay_shard_update_priorities(sac_replay_shard_t *sh, uint32_t n, cons
     *foreign = bad;
 }
 
+uint32_t sac_replay_shard_active_actors(const sac_replay_shard_t *sh, double within_s) {
+  uint64_t now = sac_clock_ns(), w = (uint64_t)(within_s * 1e9);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i <= sh->actors_mask; i++)
+    n += sh->actors[i].used && now - sh->actors[i].active_ns < w;
+  return n;
+}
+
 void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats_t *o) {
   memset(o, 0, sizeof *o);
   o->size = sh->st.size;

@@ -8,7 +8,8 @@
 #      with the reason, sac_learner_waits_total counts it, and on SIGINT it exits 130
 #      within 3 s leaving no run directory (it made no update).
 #   2. a remote run (2 shards, 2 actors) ends at its total_steps, give or take one actor
-#      batch per actor, reports the actors' episodes, and the actors stop by themselves;
+#      batch per actor, reports the actors' episodes, and the actors stop stepping when the
+#      learner says the run is over (they wait for a new run: SIGTERM ends them, exit 0);
 #      the shards print progress lines. Negative control: a run whose shards an actor
 #      filled past the total before the learner started (it was given no budget) fails the
 #      same check.
@@ -161,14 +162,13 @@ within_budget() { [ -n "$1" ] && (($1 >= TOTAL && $1 <= TOTAL + 2 * ROWS)); }
 within_budget "$steps" || fail "the remote run took ${steps:-?} steps for --total_steps $TOTAL (bound $((TOTAL + 2 * ROWS))): $result"
 [ "${eps:-0}" -ge 3 ] || fail "the remote run reports ${eps:-?} episodes (Pendulum ends one per 200 steps): $result"
 for i in 0 1; do
-  wait_for "! kill -0 \$RA$i 2>/dev/null" 100 || fail "actor $i did not stop when the run was over"
-  eval "wait \$RA$i" || fail "actor $i exited non-zero after the run"
-  grep -q "actor $i: the learner's run is over" "$DIR/ractor$i.log" || fail "actor $i did not say the run is over"
+  wait_for "grep -q 'actor $i: the learner.s run is over' $DIR/ractor$i.log" 100 || fail "actor $i was not told the run is over"
+  eval "stop_wait \$RA$i TERM 6" || fail "actor $i, idle after the run, exited non-zero on SIGTERM"
 done
 stepped=$(sed -n 's/.*actor [01] done: \([0-9]*\) steps.*/\1/p' "$DIR"/ractor[01].log | paste -sd+ | bc)
 within_budget "$stepped" || fail "the actors stepped $stepped in all for --total_steps $TOTAL"
 grep -q "replay: shard 0: stored [0-9]* (" "$DIR/s0.log" || fail "shard 0 printed no progress line"
-echo "ok   remote run: $steps steps stored, $stepped stepped for $TOTAL, $eps episodes; the actors stopped by themselves"
+echo "ok   remote run: $steps steps stored, $stepped stepped for $TOTAL, $eps episodes; the actors stopped stepping when told"
 # negative control: an actor given no budget (its --weights lead nowhere) fills a shard past
 # the total before the learner starts: the same check must fail
 start_shard s2 0 --durability=none
