@@ -224,7 +224,8 @@ typedef struct {
   /* waits for weights made visible: when the last weights came (or the run started),
    * and when a missing-weights WARN is due next (0: none said yet) */
   double t_weights, weights_warn_next;
-  int run_over; /* the learner said its run is over (sac_weights_run): stop stepping */
+  double t_stall; /* when watch_stall looked last */
+  int run_over;   /* the learner said its run is over (sac_weights_run): stop stepping */
   /* the run's step budget (sac_weights_run): this actor steps while steps + E <= cap
    * (-1: no budget said); its share of what the run has left at the learner's last count */
   int64_t cap;
@@ -604,12 +605,37 @@ static const char *waiting_for(const actor_run_t *r, char *buf, size_t cap) {
   return buf;
 }
 
-/* report: the stage profile into the stats, and a progress line every log_interval_s
- * (also while the actor waits: it says for what). */
+/* A stalled shard for /healthz (sac_actor_stats_t.stalled): one unreachable, or connected
+ * and acknowledging nothing, for STALL_S or more; looked at twice a second. */
+#define STALL_S 5.0
+static void watch_stall(actor_run_t *r) {
+  double now = sac_clock_s();
+  if (now - r->t_stall < 0.5)
+    return;
+  r->t_stall = now;
+  int kind = 0, shard = -1;
+  double secs = 0;
+  for (size_t i = 0; i < r->cfg->n_shards && !kind; i++) {
+    sac_replay_shard_state_t ss;
+    if (sac_replay_client_shard_state(r->client, i, &ss) != 0)
+      continue;
+    if (!ss.connected && ss.down_s >= STALL_S)
+      kind = SAC_ACTOR_STALL_UNREACHABLE, shard = (int)i, secs = ss.down_s;
+    else if (ss.connected && ss.unacked && ss.ack_wait_s >= STALL_S && !r->run_over)
+      kind = SAC_ACTOR_STALL_NO_ACKS, shard = (int)i, secs = ss.ack_wait_s;
+  }
+  atomic_store(&r->st->stall_shard, shard);
+  atomic_store(&r->st->stall_seconds, secs);
+  atomic_store(&r->st->stalled, kind);
+}
+
+/* report: the stage profile into the stats, a stalled shard for /healthz, and a progress
+ * line every log_interval_s (also while the actor waits: it says for what). */
 static void report(actor_run_t *r) {
   const sac_actor_cfg_t *cfg = r->cfg;
   for (int s = 0; s < SAC_ACTOR_STAGES; s++)
     atomic_store_explicit(&r->st->stage_ns[s], r->stage_ns[s], memory_order_relaxed);
+  watch_stall(r);
   if (cfg->log_interval_s <= 0 || sac_clock_s() - r->t_log < cfg->log_interval_s)
     return;
   r->t_log = sac_clock_s();

@@ -76,6 +76,10 @@ typedef struct {
   /* waits logged as WARN lines (each first after 5 s, then every 30 s while it lasts):
    * a shard unreachable, a shard acknowledging nothing, no weights */
   atomic_uint_fast64_t waits_unreachable, waits_no_acks, waits_weights;
+  /* a shard the actor has been stalled on for 5 s or more (its /healthz says so):
+   * SAC_ACTOR_STALL_* (0: none), the shard's index in cfg.shard_endpoints, for how long */
+  atomic_int stalled, stall_shard;
+  _Atomic double stall_seconds;
   /* at the end: batches still unacknowledged after the drain, and rows never sent */
   atomic_uint_fast64_t unacked_at_exit, rows_unsent_at_exit;
   atomic_uint_fast64_t stage_ns[SAC_ACTOR_STAGES]; /* nanoseconds in each stage, updated every step */
@@ -86,6 +90,8 @@ typedef struct {
   _Atomic(struct sac_metric *) insert_latency;
   atomic_int running;
 } sac_actor_stats_t;
+
+enum { SAC_ACTOR_STALL_NONE = 0, SAC_ACTOR_STALL_UNREACHABLE = 1, SAC_ACTOR_STALL_NO_ACKS = 2 };
 
 /* Runs the actor until *stop becomes non-zero (may be NULL), max_steps, or an error.
  * Returns 0, or a negative code (environment, network, memory), logged. */

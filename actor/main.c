@@ -85,6 +85,27 @@ static const sac_cfg_opt_t k_opts[] = {
 
 static atomic_int g_stop;
 
+/* /healthz: not ready while the actor is stalled on a shard (actor.h, stalled), saying
+ * which and why. */
+typedef struct {
+  const sac_actor_cfg_t *cfg;
+  const sac_actor_stats_t *st;
+} health_arg_t;
+static int health(void *ud, char *why, size_t cap) {
+  const health_arg_t *h = ud;
+  sac_actor_stats_t *st = (sac_actor_stats_t *)h->st; /* read only, through atomics */
+  int kind = atomic_load(&st->stalled), i = atomic_load(&st->stall_shard);
+  if (kind == SAC_ACTOR_STALL_NONE || i < 0 || (size_t)i >= h->cfg->n_shards) {
+    snprintf(why, cap, "ok");
+    return 1;
+  }
+  snprintf(why, cap, "not ready: shard %s %s for %.0f s", h->cfg->shard_endpoints[i],
+           kind == SAC_ACTOR_STALL_UNREACHABLE ? "unreachable"
+                                               : "acknowledges nothing (it holds the batches back)",
+           atomic_load(&st->stall_seconds));
+  return 0;
+}
+
 /* The first SIGINT/SIGTERM, on common/sigstop's thread: what the actor does now. */
 static void on_stop(int sig, void *ud) {
   const sac_actor_cfg_t *a = ud;
@@ -140,7 +161,9 @@ int main(int argc, char **argv) {
         sac_actor_metrics_register(metrics, &st, c.a.actor_id, NULL) != 0 ||
         sac_actor_metrics_add_insert_latency(metrics, &st, c.a.actor_id, NULL) != 0)
       SAC_WARN("actor", "some metrics series are missing (out of memory)");
-    http = sac_http_serve_metrics("actor", c.metrics_addr, c.metrics_port, metrics);
+    static health_arg_t ha;
+    ha = (health_arg_t){&c.a, &st};
+    http = sac_http_serve_metrics_health("actor", c.metrics_addr, c.metrics_port, metrics, health, &ha);
   }
   int rc = sac_actor_run(&c.a, &g_stop, &st);
   sac_http_stop(&http);

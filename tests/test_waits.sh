@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Never silent, and stops that behave (issue 36), with real processes on 127.0.0.1:
 #   1. a sac-actor whose shard is not there logs a WARN naming it within 10 s, keeps its
-#      progress line coming (saying what it waits for), says it has no weights, and logs
-#      the recovery once a shard starts there; an actor run with --log_level=error (its
+#      progress line coming (saying what it waits for), says it has no weights, answers
+#      /healthz with 503 and the reason, and logs the recovery once a shard starts there; an actor run with --log_level=error (its
 #      WARNs suppressed: silent on purpose) fails the same check (negative control). A
 #      remote sac-learner with no shard there logs it within 10 s, its /healthz answers 503
 #      with the reason, sac_learner_waits_total counts it, and on SIGINT it exits 130
@@ -81,7 +81,7 @@ ready() { sed -n "s/^$2=//p" "$DIR/$1.ready"; }
 P_INS=$(free_port) P_W=$(free_port) P_SMP=$(free_port) P_LW=$(free_port)
 T0=$(now_ms)
 "$ACTOR" --shards="tcp://127.0.0.1:$P_INS" --weights="tcp://127.0.0.1:$P_W" --weights_wait_ms=0 --learning_starts=64 \
-  --log_interval_s=1 --metrics_port=-1 >"$DIR/actor.log" 2>&1 &
+  --log_interval_s=1 --metrics_addr=127.0.0.1 --metrics_port=0 >"$DIR/actor.log" 2>&1 &
 A_PID=$!
 PIDS+=($A_PID)
 "$ACTOR" --actor_id=1 --shards="tcp://127.0.0.1:$P_INS" --weights="tcp://127.0.0.1:$P_W" --weights_wait_ms=0 \
@@ -109,10 +109,15 @@ wait_for "grep -q 'waiting [0-9]* s: no shard reachable' $DIR/learner.log" 100 |
   fail "the learner's progress line does not say what it waits for"
 LPORT=$(logged_port "$DIR/learner.log")
 [ -n "$LPORT" ] || fail "the learner's metrics port is not in its log"
-health_is() { health=$(curl -s -w ' %{http_code}' --max-time 5 "http://127.0.0.1:$LPORT/healthz"); [[ $health == $1 ]]; }
-wait_for "health_is 'not ready: no shard reachable (tcp://127.0.0.1:$P_SMP*503'" 100 ||
+APORT=$(logged_port "$DIR/actor.log")
+[ -n "$APORT" ] || fail "the actor's metrics port is not in its log"
+health_is() { health=$(curl -s -w ' %{http_code}' --max-time 5 "http://127.0.0.1:$1/healthz"); [[ $health == $2 ]]; }
+wait_for "health_is $LPORT 'not ready: no shard reachable (tcp://127.0.0.1:$P_SMP*503'" 100 ||
   fail "the learner's /healthz while it waits: '$health'"
 echo "ok   learner /healthz: ${health:0:60}..."
+wait_for "health_is $APORT 'not ready: shard tcp://127.0.0.1:$P_INS unreachable for*503'" 100 ||
+  fail "the actor's /healthz while it waits: '$health'"
+echo "ok   actor /healthz: ${health:0:60}..."
 w=$(metric "$LPORT" 'sac_learner_waits_total{reason="shard_unreachable"}')
 [ "${w:-0}" -ge 1 ] 2>/dev/null || fail "sac_learner_waits_total{reason=\"shard_unreachable\"} is '${w:-}'"
 T1=$(now_ms)
@@ -129,7 +134,10 @@ echo "ok   learner: SIGINT -> exit 130 in $(since "$T1") s, no run directory lef
 PIDS+=($!)
 wait_for "grep -q 'actor 0: shard tcp://127.0.0.1:$P_INS reachable again after' $DIR/actor.log" 150 ||
   fail "the actor did not log its recovery"
-echo "ok   actor: recovery line once the shard is there"
+wait_for "health_is $APORT 'ok*200'" 100 || fail "the actor's /healthz after its recovery: '$health'"
+w=$(metric "$APORT" 'sac_actor_waits_total{actor="0",reason="shard_unreachable"}')
+[ "${w:-0}" -ge 1 ] 2>/dev/null || fail "sac_actor_waits_total{reason=\"shard_unreachable\"} is '${w:-}'"
+echo "ok   actor: recovery line once the shard is there; /healthz ok again; the wait counted"
 stop_wait "$A_PID" INT 6
 rc=$?
 [ "$rc" = 130 ] || fail "the actor stopped by SIGINT exited $rc, not 130"
