@@ -372,8 +372,9 @@ static void watch_weights(actor_run_t *r, int got, int waiting) {
   double due = r->weights_warn_next > 0 ? r->weights_warn_next : r->t_weights + WEIGHTS_WARN_S;
   if (!need || now < due)
     return;
+  if (r->weights_warn_next == 0) /* its first line: one wait counted */
+    atomic_fetch_add(&r->st->waits_weights, 1);
   r->weights_warn_next = now + WEIGHTS_REPEAT_S;
-  atomic_fetch_add(&r->st->waits_weights, 1);
   if (have)
     SAC_WARN(
         "actor",

@@ -102,8 +102,8 @@ static inline int sac_actor_metrics_register(sac_metrics_t *r, const sac_actor_s
       const char *const LW[] = {"actor", id, "reason", reasons[k], NULL};
       ok &=
           sac_metrics_counter_read(r, "sac_actor_waits_total",
-                                   "Waits logged as a WARN (after 5 s, then every 30 s while one lasts), by "
-                                   "what the actor waited for.",
+                                   "Waits logged as a WARN (after 5 s, at once for a shard connection lost), "
+                                   "each counted once, by what the actor waited for.",
                                    LW, sac_metric_read_atomic_u64, counts[k], 1.0, owner) != NULL;
     }
   }

@@ -1196,9 +1196,10 @@ static void wait_round(run_t *r) {
   w->kind = classify_wait(r->client, r->n_shards, r->views, now - w->t0, w->why, sizeof w->why, &w->stalled);
   const int due = now >= w->next_log;
   sac_service_metrics_wait(&r->sm, w->kind, now - w->t0, due && !w->logged);
+  if (due || w->logged) /* from its first line on, /healthz follows the wait as it changes */
+    health_set(&r->health, w->stalled, w->why);
   if (!due)
     return;
-  health_set(&r->health, w->stalled, w->why);
   if (w->kind != SAC_LEARNER_WAIT_UNREACHABLE) /* the replay client says that one, per shard */
     sac_log(w->stalled ? SAC_LOG_WARN : SAC_LOG_INFO, "learner", "no batch for %.0f s (%lld/%lld steps): %s",
             now - w->t0, (long long)r->steps, (long long)r->cfg->total_steps, w->why);

@@ -90,9 +90,8 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
   for (int k = 1; k < SAC_LEARNER_WAIT_KINDS; k++)
     m->waits[k] = sac_metrics_counter(
         r, "sac_learner_waits_total",
-        "Waits for a sampled batch logged as a WARN (after 5 s without one, then every 30 s while it lasts), "
-        "by "
-        "what the learner waited for.",
+        "Waits of 5 s or more for a sampled batch (each counted once, when first logged: a WARN when nothing "
+        "moves, else an INFO), by what the learner waited for.",
         (const char *[]){"reason", sac_learner_wait_name((sac_learner_wait_t)k), NULL}, NULL);
   m->wait_s =
       sac_metrics_gauge(r, "sac_learner_wait_seconds",

@@ -409,8 +409,8 @@ static const char *who(const sac_replay_client_t *c, int inserting, char *buf, s
 
 /* Enters, repeats or ends a logged wait: `kind` is the wait going on now (WAIT_NONE:
  * none), since `since`. A wait is said once it has lasted `delay` (WAIT_WARN_NS; 0 for a
- * connection lost), again every WAIT_REPEAT_NS, and its end is said when it had been. Returns 1 when a WARN is due
- * now (the caller writes it), and counts it. */
+ * connection lost), again every WAIT_REPEAT_NS, and its end is said when it had been. Returns 1 when a WARN
+ * is due now (the caller writes it), and counts it. */
 static int wait_step(sac_replay_client_t *c, int *cur, uint64_t *began, uint64_t *next, int kind,
                      uint64_t since, uint64_t delay, uint64_t now, const conn_t *k, int inserting) {
   char w[32];
@@ -426,8 +426,9 @@ static int wait_step(sac_replay_client_t *c, int *cur, uint64_t *began, uint64_t
   }
   if (kind == WAIT_NONE || now < *next)
     return 0;
+  if (*next <= *began + WAIT_WARN_NS) /* its first line: one wait counted */
+    c->st.waits_logged[kind]++;
   *next = now + WAIT_REPEAT_NS;
-  c->st.waits_logged[kind]++;
   return 1;
 }
 
@@ -453,10 +454,11 @@ static void watch_inserts(sac_replay_client_t *c, conn_t *k, uint64_t now) {
     return;
   double s = (double)(now - k->ins_wait_ns) * 1e-9;
   if (kind == WAIT_UNREACHABLE && k->ins_connected_once && s < 1.0)
-    SAC_WARN("actor",
-             "actor %u: lost the connection to shard %s (%u batch(es) unacknowledged): reconnecting; they are "
-             "sent again once it is back",
-             c->cfg.actor_id, k->ep, unacked);
+    SAC_WARN(
+        "actor",
+        "actor %u: lost the connection to shard %s (%u batch(es) unacknowledged): reconnecting; they are "
+        "sent again once it is back",
+        c->cfg.actor_id, k->ep, unacked);
   else if (kind == WAIT_UNREACHABLE)
     SAC_WARN("actor",
              "actor %u: cannot reach shard %s for %.0f s (%u batch(es) wait for it): is sac-replay running "

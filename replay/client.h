@@ -204,8 +204,9 @@ typedef struct {
   /* error replies with request id 0: the shard refused a message of this client that it
    * could not read a request id from (logged: the first at once, then every 10 s) */
   uint64_t shard_refusals;
-  /* waits logged (a WARN, first after 5 s, then every 30 s while it lasts), by kind:
-   * [1] a shard unreachable, [2] a connected shard that acknowledges nothing */
+  /* waits logged (a WARN: after 5 s, at once for a connection lost; again every 30 s
+   * while it lasts), each counted once, by kind: [1] a shard unreachable, [2] a connected
+   * shard that acknowledges nothing */
   uint64_t waits_logged[3];
 } sac_replay_client_stats_t;
 void sac_replay_client_stats(const sac_replay_client_t *c, sac_replay_client_stats_t *out);
