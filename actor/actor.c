@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,8 @@ static void client_stats_to(sac_replay_client_t *client, sac_actor_stats_t *st) 
   sac_replay_client_stats(client, &cs);
   atomic_store(&st->batches_resent, cs.batches_resent);
   atomic_store(&st->not_durable_replies, cs.not_durable_replies);
+  atomic_store(&st->waits_unreachable, cs.waits_logged[1]);
+  atomic_store(&st->waits_no_acks, cs.waits_logged[2]);
   atomic_store(&st->unacked_batches, sac_replay_client_unacked(client));
 }
 
@@ -219,6 +222,16 @@ typedef struct {
   int64_t steps;
   double t_log;
   uint64_t lap, stage_ns[SAC_ACTOR_STAGES];
+  /* waits for weights made visible: when the last weights came (or the run started),
+   * and when a missing-weights WARN is due next (0: none said yet) */
+  double t_weights, weights_warn_next;
+  double t_stall; /* when watch_stall looked last */
+  int run_over;   /* the learner said its run is over (sac_weights_run): stop stepping */
+  /* the run's step budget (sac_weights_run): this actor steps while steps + E <= cap
+   * (-1: no budget said); its share of what the run has left at the learner's last count */
+  int64_t cap;
+  uint64_t run_total, run_done;
+  int64_t acked_before; /* its steps acknowledged when the previous weights came */
 } actor_run_t;
 
 /* What a stage returns besides 0 and a negative SAC_E* code: stopping with the batch
@@ -233,6 +246,10 @@ static void lap(actor_run_t *r, sac_actor_stage_t s) {
 }
 
 static int stopping(const actor_run_t *r) { return r->stop && atomic_load(r->stop); }
+
+static void watch_weights(actor_run_t *r, int got, int waiting);
+static void take_budget(actor_run_t *r);
+static void report(actor_run_t *r);
 
 /* ---- set-up ---- */
 
@@ -297,13 +314,21 @@ static int open_network(actor_run_t *r) {
 static int wait_first_weights(actor_run_t *r) {
   const sac_actor_cfg_t *cfg = r->cfg;
   uint64_t first_version = 0;
+  r->t_log = r->t_weights = sac_clock_s();
   for (uint64_t t_w = sac_clock_ns(); !stopping(r);) {
     int w = take_weights(r->wsub, r->E, r->A, &r->scratch, &r->scratch_cap, r->st);
     if (w < 0)
       return w;
     if (w == 1 || sac_clock_ns() - t_w >= (uint64_t)cfg->weights_wait_ms * 1000000ull)
       break;
+    watch_weights(r, 0, 1); /* a long --weights_wait_ms is a wait like the others */
+    report(r);
     sac_sleep_ns(5000000ull);
+  }
+  r->cap = -1;
+  if (sac_weights_params(r->wsub)) {
+    watch_weights(r, 1, 0);
+    take_budget(r);
   }
   if (sac_weights_params(r->wsub) && (first_version = sac_weights_version(r->wsub)) > 0) {
     r->joined_trained = 1;
@@ -315,6 +340,8 @@ static int wait_first_weights(actor_run_t *r) {
                SAC_STREAM_ACTOR(cfg->actor_id));
   r->pc = (sac_policy_cfg_t){cfg->log_std_min, cfg->log_std_max};
   r->t_log = sac_clock_s();
+  if (!sac_weights_params(r->wsub))
+    r->t_weights = r->t_log; /* the wait for weights runs from the first step */
   SAC_INFO("actor", "actor %u: %d x %s, %zu shard(s), weights from %s", cfg->actor_id, r->E, cfg->env,
            cfg->n_shards, cfg->weights_endpoint);
   return 0;
@@ -322,10 +349,91 @@ static int wait_first_weights(actor_run_t *r) {
 
 /* ---- the stages of one step ---- */
 
-/* weights: the newest, between steps. */
+/* The weights waited for, made visible: a WARN once the actor has gone WEIGHTS_WARN_S
+ * without weights where it needs them (past its random warm-up, or ever, once the
+ * learner published: then it has gone silent), repeated every WEIGHTS_REPEAT_S, and a line
+ * when they come again. */
+#define WEIGHTS_WARN_S 5.0
+#define WEIGHTS_REPEAT_S 30.0
+static void watch_weights(actor_run_t *r, int got, int waiting) {
+  const sac_actor_cfg_t *cfg = r->cfg;
+  double now = sac_clock_s();
+  if (got) {
+    if (r->weights_warn_next > 0)
+      SAC_INFO("actor", "actor %u: weights v%llu from %s after %.0f s without", cfg->actor_id,
+               (unsigned long long)sac_weights_version(r->wsub), cfg->weights_endpoint, now - r->t_weights);
+    r->t_weights = now;
+    r->weights_warn_next = 0;
+    return;
+  }
+  if (r->run_over) /* no weights come after a run: not a wait to warn about */
+    return;
+  int have = sac_weights_params(r->wsub) != NULL;
+  int need = waiting || have || r->steps >= cfg->learning_starts;
+  double due = r->weights_warn_next > 0 ? r->weights_warn_next : r->t_weights + WEIGHTS_WARN_S;
+  if (!need || now < due)
+    return;
+  if (r->weights_warn_next == 0) /* its first line: one wait counted */
+    atomic_fetch_add(&r->st->waits_weights, 1);
+  r->weights_warn_next = now + WEIGHTS_REPEAT_S;
+  if (have)
+    SAC_WARN(
+        "actor",
+        "actor %u: no weights from %s for %.0f s (the learner sends them at least once a second): acting "
+        "on v%llu; is the learner still running?",
+        cfg->actor_id, cfg->weights_endpoint, now - r->t_weights,
+        (unsigned long long)sac_weights_version(r->wsub));
+  else
+    SAC_WARN(
+        "actor",
+        "actor %u: no weights yet from %s after %.0f s: acting at random; is the learner running, and is "
+        "the actor's --weights its weights endpoint?",
+        cfg->actor_id, cfg->weights_endpoint, now - r->t_weights);
+}
+
+/* The run's step budget from the newest weights (the learner's count of the steps the
+ * shards hold, and of the actors they know): this actor's cap is what the shards had of
+ * it when the previous weights came (acknowledged then, so in the learner's count, which
+ * is taken later) plus its share of what the run has left, rounded up. Summed over the
+ * actors that is at most the total: the run ends at its total_steps, give or take N - 1
+ * for the rounding, and a share left unused (an actor that stopped) is handed out again by
+ * the next broadcasts. A learner that says nothing sets no cap; one that says the run is
+ * over stops the actor's steps until a learner runs again (a resumed run). */
+static void take_budget(actor_run_t *r) {
+  uint32_t actors = 0;
+  int over = sac_weights_run(r->wsub, &r->run_total, &r->run_done, &actors);
+  if (over != r->run_over) {
+    r->run_over = over;
+    if (over)
+      SAC_INFO("actor",
+               "actor %u: the learner's run is over (%llu of %llu steps): stopped stepping after %lld steps; "
+               "waiting for a new run (SIGTERM or Ctrl-C stops the actor)",
+               r->cfg->actor_id, (unsigned long long)r->run_done, (unsigned long long)r->run_total,
+               (long long)r->steps);
+    else
+      SAC_INFO("actor", "actor %u: the learner runs again (%llu of %llu steps): stepping again",
+               r->cfg->actor_id, (unsigned long long)r->run_done, (unsigned long long)r->run_total);
+  }
+  int64_t acked = r->steps - (int64_t)sac_replay_client_unacked_rows(r->client) - r->b.n;
+  int64_t had = r->acked_before;
+  r->acked_before = acked;
+  if (!r->run_total) {
+    r->cap = -1;
+    return;
+  }
+  int64_t left = (int64_t)r->run_total - (int64_t)r->run_done, n = actors ? (int64_t)actors : 1;
+  r->cap = had + (left > 0 ? (left + n - 1) / n : 0);
+}
+
+/* weights: the newest, between steps; with them the run's budget. */
 static int take_new_weights(actor_run_t *r) {
   int rc = take_weights(r->wsub, r->E, r->A, &r->scratch, &r->scratch_cap, r->st);
-  return rc < 0 ? rc : 0;
+  if (rc < 0)
+    return rc;
+  watch_weights(r, rc == 1, 0);
+  if (rc == 1)
+    take_budget(r);
+  return 0;
 }
 
 /* act: the policy's actions once past the warm-up and given weights, else uniform
@@ -430,9 +538,10 @@ static int send_batch(actor_run_t *r, uint64_t until_ns) {
     if (rc != SAC_ETIMEOUT || (until_ns ? sac_clock_ns() >= until_ns : stopping(r)))
       break;
     atomic_fetch_add(&st->insert_waits, 1);
-    int w = take_weights(r->wsub, r->E, r->A, &r->scratch, &r->scratch_cap, st);
+    int w = take_new_weights(r);
     if (w < 0)
       return w;
+    report(r); /* the progress line keeps coming while the actor waits, saying for what */
   }
   if (rc == SAC_ETIMEOUT)
     return STOPPED_UNSENT;
@@ -461,18 +570,102 @@ static int send_if_due(actor_run_t *r) {
   return 0;
 }
 
-/* report: the stage profile into the stats, and a progress line every log_interval_s. */
+/* What the actor waits for now, for its progress line ("" when nothing): a shard it
+ * cannot reach, a shard that holds its batches back (the rate limiter), no weights. */
+static const char *waiting_for(const actor_run_t *r, char *buf, size_t cap) {
+  const sac_actor_cfg_t *cfg = r->cfg;
+  buf[0] = '\0';
+  if (r->run_over) {
+    snprintf(buf, cap, "  waiting: the learner's run is over (%llu of %llu steps): waiting for a new run",
+             (unsigned long long)r->run_done, (unsigned long long)r->run_total);
+    return buf;
+  }
+  for (size_t i = 0; i < cfg->n_shards; i++) {
+    sac_replay_shard_state_t ss;
+    if (sac_replay_client_shard_state(r->client, i, &ss) != 0)
+      continue;
+    if (!ss.connected) {
+      snprintf(buf, cap, "  waiting: shard %s unreachable for %.0f s", ss.endpoint, ss.down_s);
+      return buf;
+    }
+    if (ss.unacked && ss.ack_wait_s >= 2.0) {
+      snprintf(buf, cap, "  waiting: shard %s holds %u batch(es) back for %.0f s (its rate limiter)",
+               ss.endpoint, ss.unacked, ss.ack_wait_s);
+      return buf;
+    }
+  }
+  if (r->cap >= 0 && r->steps + r->E > r->cap)
+    snprintf(buf, cap,
+             "  waiting: its share of the run's %llu steps is stepped (%llu stored at the learner's "
+             "last count): waiting for the learner's next count",
+             (unsigned long long)r->run_total, (unsigned long long)r->run_done);
+  else if (!sac_weights_params(r->wsub) && r->steps >= cfg->learning_starts)
+    snprintf(buf, cap, "  waiting: no weights yet from %s (acting at random)", cfg->weights_endpoint);
+  else if (sac_clock_s() - r->t_weights >= WEIGHTS_WARN_S && sac_weights_params(r->wsub))
+    snprintf(buf, cap, "  waiting: no weights from %s for %.0f s", cfg->weights_endpoint,
+             sac_clock_s() - r->t_weights);
+  return buf;
+}
+
+/* A stalled shard for /healthz (sac_actor_stats_t.stalled): one unreachable, or connected
+ * and acknowledging nothing, for STALL_S or more; looked at twice a second. */
+#define STALL_S 5.0
+static void watch_stall(actor_run_t *r) {
+  double now = sac_clock_s();
+  if (now - r->t_stall < 0.5)
+    return;
+  r->t_stall = now;
+  int kind = 0, shard = -1;
+  double secs = 0;
+  for (size_t i = 0; i < r->cfg->n_shards && !kind; i++) {
+    sac_replay_shard_state_t ss;
+    if (sac_replay_client_shard_state(r->client, i, &ss) != 0)
+      continue;
+    if (!ss.connected && ss.down_s >= STALL_S)
+      kind = SAC_ACTOR_STALL_UNREACHABLE, shard = (int)i, secs = ss.down_s;
+    else if (ss.connected && ss.unacked && ss.ack_wait_s >= STALL_S && !r->run_over)
+      kind = SAC_ACTOR_STALL_NO_ACKS, shard = (int)i, secs = ss.ack_wait_s;
+  }
+  atomic_store(&r->st->stall_shard, shard);
+  atomic_store(&r->st->stall_seconds, secs);
+  atomic_store(&r->st->stalled, kind);
+}
+
+/* report: the stage profile into the stats, a stalled shard for /healthz, and a progress
+ * line every log_interval_s (also while the actor waits: it says for what). */
 static void report(actor_run_t *r) {
   const sac_actor_cfg_t *cfg = r->cfg;
   for (int s = 0; s < SAC_ACTOR_STAGES; s++)
     atomic_store_explicit(&r->st->stage_ns[s], r->stage_ns[s], memory_order_relaxed);
+  watch_stall(r);
   if (cfg->log_interval_s <= 0 || sac_clock_s() - r->t_log < cfg->log_interval_s)
     return;
   r->t_log = sac_clock_s();
-  SAC_INFO("actor", "actor %u: steps %lld  episodes %llu  mean return %.1f  weights v%llu  unacked %u",
+  char wait[512];
+  SAC_INFO("actor", "actor %u: steps %lld  episodes %llu  mean return %.1f  weights v%llu  unacked %u%s",
            cfg->actor_id, (long long)r->steps, (unsigned long long)atomic_load(&r->st->episodes),
            atomic_load(&r->st->mean_return), (unsigned long long)atomic_load(&r->st->weights_version),
-           sac_replay_client_unacked(r->client));
+           sac_replay_client_unacked(r->client), waiting_for(r, wait, sizeof wait));
+}
+
+/* At its share of the run's steps, or the run over: the batch so far sent (the learner
+ * counts stored steps), then a wait for the next broadcast (a new share, a new run), the
+ * acks and the progress line going on. 0 (go on), STOPPED_UNSENT or a negative code. */
+static int wait_budget(actor_run_t *r) {
+  if (r->b.n > 0) {
+    int rc = send_batch(r, 0);
+    if (rc)
+      return rc;
+  }
+  while (!stopping(r) && (r->run_over || (r->cap >= 0 && r->steps + r->E > r->cap))) {
+    sac_replay_client_poll(r->client, 5);
+    client_stats_to(r->client, r->st);
+    int rc = take_new_weights(r);
+    if (rc)
+      return rc;
+    report(r);
+  }
+  return 0;
 }
 
 /* ---- the loop ---- */
@@ -487,6 +680,15 @@ static int run_loop(actor_run_t *r) {
     if ((rc = take_new_weights(r)) != 0)
       return rc;
     lap(r, SAC_ACTOR_STAGE_WEIGHTS);
+    if (r->run_over || (r->cap >= 0 && r->steps + r->E > r->cap)) { /* its share of the run is stepped */
+      rc = wait_budget(r);
+      lap(r, SAC_ACTOR_STAGE_SEND);
+      if (rc == STOPPED_UNSENT)
+        return 0;
+      if (rc)
+        return rc;
+      continue;
+    }
     act(r);
     lap(r, SAC_ACTOR_STAGE_ACT);
     if ((rc = step_envs(r)) != 0)
@@ -603,6 +805,11 @@ int sac_actor_start(const sac_actor_cfg_t *cfg, sac_actor_t **out) {
 }
 
 const sac_actor_stats_t *sac_actor_stats(const sac_actor_t *a) { return &a->stats; }
+
+void sac_actor_request_stop(sac_actor_t *a) {
+  if (a)
+    atomic_store(&a->stop, 1);
+}
 
 int sac_actor_stop(sac_actor_t **ap) {
   sac_actor_t *a = *ap;

@@ -74,6 +74,13 @@ typedef struct {
   atomic_uint_fast64_t batches_resent, unacked_batches;
   atomic_uint_fast64_t not_durable_replies; /* "not durable" answers: the shard could not keep a batch */
   atomic_uint_fast64_t ledger_lines, ledger_errors; /* --ledger appends and failed appends */
+  /* waits logged as WARN lines (each first after 5 s, then every 30 s while it lasts):
+   * a shard unreachable, a shard acknowledging nothing, no weights */
+  atomic_uint_fast64_t waits_unreachable, waits_no_acks, waits_weights;
+  /* a shard the actor has been stalled on for 5 s or more (its /healthz says so):
+   * SAC_ACTOR_STALL_* (0: none), the shard's index in cfg.shard_endpoints, for how long */
+  atomic_int stalled, stall_shard;
+  _Atomic double stall_seconds;
   /* at the end: batches still unacknowledged after the drain, and rows never sent */
   atomic_uint_fast64_t unacked_at_exit, rows_unsent_at_exit;
   atomic_uint_fast64_t stage_ns[SAC_ACTOR_STAGES]; /* nanoseconds in each stage, updated every step */
@@ -85,6 +92,8 @@ typedef struct {
   atomic_int running;
 } sac_actor_stats_t;
 
+enum { SAC_ACTOR_STALL_NONE = 0, SAC_ACTOR_STALL_UNREACHABLE = 1, SAC_ACTOR_STALL_NO_ACKS = 2 };
+
 /* Runs the actor until *stop becomes non-zero (may be NULL), max_steps, or an error.
  * Returns 0, or a negative code (environment, network, memory), logged. */
 int sac_actor_run(const sac_actor_cfg_t *cfg, atomic_int *stop, sac_actor_stats_t *stats);
@@ -93,6 +102,9 @@ typedef struct sac_actor sac_actor_t;
 /* Copies cfg and starts sac_actor_run on a thread. 0 or SAC_ENOMEM. */
 int sac_actor_start(const sac_actor_cfg_t *cfg, sac_actor_t **out);
 const sac_actor_stats_t *sac_actor_stats(const sac_actor_t *a);
+/* Asks the actor to stop (it drains on its own thread) without waiting: to stop several
+ * at once, ask each, then sac_actor_stop each. NULL: nothing. */
+void sac_actor_request_stop(sac_actor_t *a);
 /* Stops, joins and frees; returns what the run returned. Idempotent, nulls *a. */
 int sac_actor_stop(sac_actor_t **a);
 

@@ -99,6 +99,18 @@ static inline int sac_actor_metrics_register(sac_metrics_t *r, const sac_actor_s
   SAC__CU(ledger_errors, "sac_actor_ledger_errors_total",
           "Acknowledged batches the --ledger file could not take (write failed).", 1.0);
   SAC__GF(sac_actor_metrics__running, "sac_actor_running", "1 while the actor's loop runs.");
+  {
+    static const char *const reasons[] = {"shard_unreachable", "shard_no_acks", "no_weights"};
+    atomic_uint_fast64_t *const counts[] = {&s->waits_unreachable, &s->waits_no_acks, &s->waits_weights};
+    for (int k = 0; k < 3; k++) {
+      const char *const LW[] = {"actor", id, "reason", reasons[k], NULL};
+      ok &=
+          sac_metrics_counter_read(r, "sac_actor_waits_total",
+                                   "Waits logged as a WARN (after 5 s, at once for a shard connection lost), "
+                                   "each counted once, by what the actor waited for.",
+                                   LW, sac_metric_read_atomic_u64, counts[k], 1.0, owner) != NULL;
+    }
+  }
   for (int k = 0; k < SAC_ACTOR_STAGES; k++) {
     const char *const LS[] = {"actor", id, "stage", sac_actor_stage_name((sac_actor_stage_t)k), NULL};
     ok &= sac_metrics_counter_read(r, "sac_actor_stage_seconds_total",

@@ -1,7 +1,9 @@
 /* sac-actor: runs one actor (actor.h) against a learner's weights endpoint and the
  * replay shards' insert endpoints. SIGINT/SIGTERM stop it after the current step; then it
- * drains: the last batch sent and the acknowledgements awaited, up to --drain_timeout_ms. Exit codes: 0
- * stopped cleanly, 1 runtime failure, 2 bad config. */
+ * drains: the last batch sent and the acknowledgements awaited, up to --drain_timeout_ms; a second
+ * signal exits at once (common/sigstop.h). It also stops when the learner says its run is over.
+ * Exit codes: 0 stopped cleanly (SIGTERM, max_steps, the run over), 130 stopped by SIGINT,
+ * 1 runtime failure, 2 bad config. */
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/net.h"
+#include "common/sigstop.h"
 
 typedef struct {
   sac_actor_cfg_t a;
@@ -81,9 +84,35 @@ static const sac_cfg_opt_t k_opts[] = {
 };
 
 static atomic_int g_stop;
-static void on_signal(int sig) {
-  (void)sig;
-  atomic_store(&g_stop, 1);
+
+/* /healthz: not ready while the actor is stalled on a shard (actor.h, stalled), saying
+ * which and why. */
+typedef struct {
+  const sac_actor_cfg_t *cfg;
+  const sac_actor_stats_t *st;
+} health_arg_t;
+static int health(void *ud, char *why, size_t cap) {
+  const health_arg_t *h = ud;
+  sac_actor_stats_t *st = (sac_actor_stats_t *)h->st; /* read only, through atomics */
+  int kind = atomic_load(&st->stalled), i = atomic_load(&st->stall_shard);
+  if (kind == SAC_ACTOR_STALL_NONE || i < 0 || (size_t)i >= h->cfg->n_shards) {
+    snprintf(why, cap, "ok");
+    return 1;
+  }
+  snprintf(why, cap, "not ready: shard %s %s for %.0f s", h->cfg->shard_endpoints[i],
+           kind == SAC_ACTOR_STALL_UNREACHABLE ? "unreachable"
+                                               : "acknowledges nothing (it holds the batches back)",
+           atomic_load(&st->stall_seconds));
+  return 0;
+}
+
+/* The first SIGINT/SIGTERM, on common/sigstop's thread: what the actor does now. */
+static void on_stop(int sig, void *ud) {
+  const sac_actor_cfg_t *a = ud;
+  SAC_INFO("actor",
+           "actor %u: %s: stopping after this step: sending the last batch and waiting up to %d ms for the "
+           "shards' acknowledgements (--drain_timeout_ms; a second Ctrl-C exits at once)",
+           a->actor_id, sac_sigstop_name(sig), a->drain_timeout_ms);
 }
 
 int main(int argc, char **argv) {
@@ -120,11 +149,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   c.a.ctx = ctx;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  sac_sigstop_install("sac-actor", &g_stop, on_stop, &c.a);
   sac_actor_stats_t st;
   memset(&st, 0, sizeof st);
   /* the metrics endpoint (docs/METRICS.md), stopped before st goes */
@@ -136,7 +161,9 @@ int main(int argc, char **argv) {
         sac_actor_metrics_register(metrics, &st, c.a.actor_id, NULL) != 0 ||
         sac_actor_metrics_add_insert_latency(metrics, &st, c.a.actor_id, NULL) != 0)
       SAC_WARN("actor", "some metrics series are missing (out of memory)");
-    http = sac_http_serve_metrics("actor", c.metrics_addr, c.metrics_port, metrics);
+    static health_arg_t ha;
+    ha = (health_arg_t){&c.a, &st};
+    http = sac_http_serve_metrics_health("actor", c.metrics_addr, c.metrics_port, metrics, health, &ha);
   }
   int rc = sac_actor_run(&c.a, &g_stop, &st);
   sac_http_stop(&http);
@@ -152,5 +179,5 @@ int main(int argc, char **argv) {
            (unsigned long long)atomic_load(&st.rows_unsent_at_exit));
   if (rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EPLUGIN)
     return 2;
-  return rc ? 1 : 0;
+  return rc ? 1 : sac_sigstop_exit_code(0);
 }

@@ -40,6 +40,9 @@ struct sac_http {
   atomic_uint_fast64_t evicted, rejected, header_timeouts;
 
   _Atomic(struct route *) route; /* sac_http_add_route: set once, read by the loop thread */
+  /* the /healthz check (cfg.health, or sac_http_set_health later), called under health_mu:
+   * it may be replaced while the server runs */
+  pthread_mutex_t health_mu;
 };
 
 struct route {
@@ -271,7 +274,10 @@ static void handle(conn_t *c) {
   }
   if (is_health) {
     char why[512] = "ok";
-    if (c->h->cfg.health && !c->h->cfg.health(c->h->cfg.health_ud, why, sizeof why - 2)) {
+    pthread_mutex_lock(&c->h->health_mu);
+    int ok = !c->h->cfg.health || c->h->cfg.health(c->h->cfg.health_ud, why, sizeof why - 2);
+    pthread_mutex_unlock(&c->h->health_mu);
+    if (!ok) {
       strcat(why, "\n");
       respond_text(c, 503, "Service Unavailable", why, NULL, head);
       return;
@@ -487,6 +493,7 @@ int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_htt
     return SAC_ENOMEM;
   h->cfg = *cfg;
   h->metrics = metrics;
+  pthread_mutex_init(&h->health_mu, NULL);
   atomic_init(&h->evicted, 0);
   atomic_init(&h->rejected, 0);
   atomic_init(&h->header_timeouts, 0);
@@ -553,8 +560,16 @@ void sac_http_stop(sac_http_t **hp) {
   if (rc != 0)
     SAC_WARN("http", "uv_loop_close: %s", uv_strerror(rc));
   free(atomic_load(&h->route));
+  pthread_mutex_destroy(&h->health_mu);
   free(h);
   *hp = NULL;
+}
+
+void sac_http_set_health(sac_http_t *h, int (*health)(void *ud, char *why, size_t cap), void *ud) {
+  pthread_mutex_lock(&h->health_mu);
+  h->cfg.health = health;
+  h->cfg.health_ud = ud;
+  pthread_mutex_unlock(&h->health_mu);
 }
 
 int sac_http_add_route(sac_http_t *h, const char *path, sac_http_render_fn render, void *user) {

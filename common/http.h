@@ -54,6 +54,10 @@ int sac_http_port(const sac_http_t *h);
  * start; a second call is refused (SAC_ESTATE). 0 or SAC_ENOMEM / SAC_ESTATE. */
 typedef int (*sac_http_render_fn)(void *user, const char *query, size_t query_len, char **text, size_t *len);
 int sac_http_add_route(sac_http_t *h, const char *path, sac_http_render_fn render, void *user);
+/* Replaces the /healthz check (sac_http_config_t.health; NULL: "ok") while the server
+ * runs, e.g. a training run's for as long as it lasts. When it returns, the old check is
+ * no longer running and will not be called again. Thread-safe. */
+void sac_http_set_health(sac_http_t *h, int (*health)(void *ud, char *why, size_t cap), void *ud);
 /* Stops accepting, closes every connection, joins the thread and frees. Idempotent,
  * nulls *h. Cannot fail. */
 void sac_http_stop(sac_http_t **h);

@@ -37,8 +37,11 @@ struct sac_weights_pub {
   size_t n_params;
   void *buf;
   size_t cap;
-  sac_wire_dtype_t dtype; /* of the broadcasts */
-  uint16_t *half;         /* half: (n_params) the bf16/fp16 copy sent, when dtype is one of those */
+  sac_wire_dtype_t dtype;        /* of the broadcasts */
+  uint64_t run_total, run_steps; /* the run's budget, carried by every broadcast */
+  uint32_t run_actors;
+  int run_over;
+  uint16_t *half; /* half: (n_params) the bf16/fp16 copy sent, when dtype is one of those */
   uint64_t sent;
 };
 
@@ -68,7 +71,11 @@ sac_weights_pub_t *sac_weights_pub_new(sac_net_ctx_t *ctx, const char *endpoint,
                                      .n_layers = (uint32_t)desc->n_layers,
                                      .layers = p->layers,
                                      .data = zeros,
-                                     .data_len = p->n_params * sizeof(float)};
+                                     .data_len = p->n_params * sizeof(float),
+                                     .run_total_steps = UINT64_MAX,
+                                     .run_steps = UINT64_MAX,
+                                     .run_actors = UINT32_MAX,
+                                     .run_over = 1};
   p->cap = zeros ? sac_wire_encoded_size(&m) + 64 : 0;
   free(zeros);
   p->buf = p->cap ? malloc(p->cap) : NULL;
@@ -200,6 +207,10 @@ int sac_weights_pub_set_dtype(sac_weights_pub_t *p, sac_wire_dtype_t dtype) {
   return 0;
 }
 uint64_t sac_weights_pub_renewals(const sac_weights_pub_t *p) { return p->renewals; }
+void sac_weights_pub_set_run(sac_weights_pub_t *p, uint64_t total_steps, uint64_t steps, uint32_t actors,
+                             int over) {
+  p->run_total = total_steps, p->run_steps = steps, p->run_actors = actors, p->run_over = over != 0;
+}
 void sac_weights_pub_set_topic_budget(sac_weights_pub_t *p, long budget) { p->budget = budget; }
 
 int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *params) {
@@ -216,7 +227,11 @@ int sac_weights_publish(sac_weights_pub_t *p, uint64_t version, const float *par
                                      .n_layers = (uint32_t)p->desc.n_layers,
                                      .layers = p->layers,
                                      .data = data,
-                                     .data_len = p->n_params * es};
+                                     .data_len = p->n_params * es,
+                                     .run_total_steps = p->run_total,
+                                     .run_steps = p->run_steps,
+                                     .run_actors = p->run_actors,
+                                     .run_over = p->run_over};
   size_t len;
   int rc = pub_drain(p);
   if (rc == 0)
@@ -253,6 +268,9 @@ struct sac_weights_sub {
   int cur; /* index of the buffer in use, -1 before the first weights */
   sac_mlp_desc_t desc;
   uint64_t version, received, rejected;
+  uint64_t run_total, run_steps; /* the run's budget as the newest weights said */
+  uint32_t run_actors;
+  int run_over;
 };
 
 #define WEIGHTS_MAX_MSG (64u << 20)
@@ -374,6 +392,10 @@ int sac_weights_poll(sac_weights_sub_t *s) {
   s->cur = next;
   s->desc = d;
   s->version = m.u.weights.version;
+  s->run_total = m.u.weights.run_total_steps;
+  s->run_steps = m.u.weights.run_steps;
+  s->run_over = m.u.weights.run_over;
+  s->run_actors = m.u.weights.run_actors;
   return 1;
 }
 
@@ -390,6 +412,15 @@ const sac_mlp_desc_t *sac_weights_desc(const sac_weights_sub_t *s) { return s->c
 uint64_t sac_weights_version(const sac_weights_sub_t *s) { return s->version; }
 uint64_t sac_weights_rejected(const sac_weights_sub_t *s) { return s->rejected; }
 uint64_t sac_weights_received(const sac_weights_sub_t *s) { return s->received; }
+int sac_weights_run(const sac_weights_sub_t *s, uint64_t *total_steps, uint64_t *steps, uint32_t *actors) {
+  if (total_steps)
+    *total_steps = s->run_total;
+  if (steps)
+    *steps = s->run_steps;
+  if (actors)
+    *actors = s->run_actors;
+  return s->run_over;
+}
 
 void sac_weights_sub_destroy(sac_weights_sub_t **sp) {
   sac_weights_sub_t *s = *sp;

@@ -50,6 +50,13 @@ uint64_t sac_weights_pub_renewals(const sac_weights_pub_t *p);
 /* Distinct non-empty topics held before a renewal (default 256; <= 0: never renew,
  * which lets the topics grow: for tests that show the bound is needed). */
 void sac_weights_pub_set_topic_budget(sac_weights_pub_t *p, long budget);
+/* The run's step budget the later broadcasts carry (remote actors read it with
+ * sac_weights_run): the environment steps the run trains for (0: not said), the steps
+ * the shards hold by the learner's last count, the actors the shards know (each takes
+ * its share of the steps left), and over (non-zero) once the learner has stopped
+ * sampling: the actors then stop. */
+void sac_weights_pub_set_run(sac_weights_pub_t *p, uint64_t total_steps, uint64_t steps, uint32_t actors,
+                             int over);
 void sac_weights_pub_destroy(sac_weights_pub_t **p);
 
 /* Connects a conflating SUB socket to endpoint; expects a policy for obs_dim/act_dim,
@@ -70,6 +77,10 @@ const sac_mlp_desc_t *sac_weights_desc(const sac_weights_sub_t *s);
 uint64_t sac_weights_version(const sac_weights_sub_t *s);
 uint64_t sac_weights_rejected(const sac_weights_sub_t *s);
 uint64_t sac_weights_received(const sac_weights_sub_t *s);
+/* The run's budget as the newest weights taken said (sac_weights_pub_set_run; zeros
+ * before the first, or from a learner that says nothing; any pointer may be NULL):
+ * non-zero when the run is over. */
+int sac_weights_run(const sac_weights_sub_t *s, uint64_t *total_steps, uint64_t *steps, uint32_t *actors);
 void sac_weights_sub_destroy(sac_weights_sub_t **s);
 
 #endif

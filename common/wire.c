@@ -471,7 +471,7 @@ int sac_wire_validate(sac_wire_decoder_t *d, const sac_wire_msg_t *m, const sac_
     return 0;
   case SAC_WIRE_SHARD_INFO: {
     const sac_wire_shard_info_t *s = &m->u.shard_info;
-    if (!isfinite(s->bytes_per_transition))
+    if (!isfinite(s->bytes_per_transition) || !isfinite(s->episode_return_sum))
       REJECT(SAC_ENONFINITE, SAC_WIRE_R_NONFINITE);
     if (s->shard_id >= SAC_WIRE_MAX_SHARDS || s->size > s->capacity || s->bytes_per_transition < 0)
       REJECT(SAC_EINVAL, SAC_WIRE_R_VALUE);
@@ -635,6 +635,10 @@ static int decode_weights(sac_wire_decoder_t *d, const Sac__Weights *p, const sa
   w->data = p->data.data;
   w->data_len = p->data.len;
   w->scale = p->scale;
+  w->run_total_steps = p->run_total_steps;
+  w->run_steps = p->run_steps;
+  w->run_over = p->run_over != 0;
+  w->run_actors = p->run_actors;
   return 0;
 }
 
@@ -656,7 +660,12 @@ static int decode_shard_info(const Sac__ShardInfo *p, sac_wire_shard_info_t *s) 
                                .snapshots_total = p->snapshots_total,
                                .bytes_per_transition = p->bytes_per_transition,
                                .rejected_total = p->rejected_total,
-                               .duplicates_total = p->duplicates_total};
+                               .duplicates_total = p->duplicates_total,
+                               .episodes_total = p->episodes_total,
+                               .episode_return_sum = p->episode_return_sum,
+                               .incarnation = p->incarnation,
+                               .min_size = p->min_size,
+                               .actors = p->actors};
   return 0;
 }
 
@@ -898,6 +907,10 @@ static int build_weights(const sac_wire_weights_t *w, proto_build_t *pb) {
   p->dtype = (Sac__DType)w->dtype;
   p->data = bin(w->data, w->data_len);
   p->scale = w->scale;
+  p->run_total_steps = w->run_total_steps;
+  p->run_steps = w->run_steps;
+  p->run_over = w->run_over != 0;
+  p->run_actors = w->run_actors;
   if (w->n_layers) {
     Sac__Layer *ls = pb->layer_stack;
     Sac__Layer **ptrs = pb->layer_ptr_stack;
@@ -960,6 +973,11 @@ static int build_shard_info(const sac_wire_shard_info_t *s, proto_build_t *pb) {
   p->bytes_per_transition = s->bytes_per_transition;
   p->rejected_total = s->rejected_total;
   p->duplicates_total = s->duplicates_total;
+  p->episodes_total = s->episodes_total;
+  p->episode_return_sum = s->episode_return_sum;
+  p->incarnation = s->incarnation;
+  p->min_size = s->min_size;
+  p->actors = s->actors;
   pb->env.body_case = SAC__ENVELOPE__BODY_SHARD_INFO;
   pb->env.shard_info = p;
   return 0;

@@ -203,6 +203,11 @@ typedef struct {
   const void *data;
   size_t data_len;
   float scale; /* int8 only: finite and > 0 */
+  /* the run's budget (proto/sac.proto): total steps (0: not said), steps the shards held
+   * at the learner's last count, the actors they know, and run_over once the learner stopped */
+  uint64_t run_total_steps, run_steps;
+  uint32_t run_actors;
+  int run_over;
 } sac_wire_weights_t;
 
 typedef struct {
@@ -220,6 +225,12 @@ typedef struct {
   uint64_t snapshot_inserted_total, snapshots_total;
   double bytes_per_transition;
   uint64_t rejected_total, duplicates_total;
+  /* episodes ended in the batches this shard process stored, and their returns' sum
+   * (restart at 0 with a new incarnation); min_size; actors that sent a batch in the last 10 s */
+  uint64_t episodes_total;
+  double episode_return_sum;
+  uint64_t incarnation, min_size;
+  uint32_t actors;
 } sac_wire_shard_info_t;
 
 typedef struct {

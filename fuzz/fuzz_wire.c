@@ -72,7 +72,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   static const sac_wire_layer_t layers[2] = {{2, 2, 1}, {2, 1, 2}};
   static const float w[2 * 2 + 2 + 2 + 1] = {0};
   m = (sac_wire_msg_t){.type = SAC_WIRE_WEIGHTS};
-  m.u.weights = (sac_wire_weights_t){3, SAC_WIRE_F32, 2, layers, w, sizeof w, 0};
+  m.u.weights = (sac_wire_weights_t){3, SAC_WIRE_F32, 2, layers, w, sizeof w, 0, 0, 0, 0, 0};
   seed(dir, "weights", 0, &m);
   m = (sac_wire_msg_t){.type = SAC_WIRE_ACK};
   m.u.ack = (sac_wire_ack_t){.acked_seq = 3, .seq = 3, .credit = 16, .stored = 64, .error = ""};

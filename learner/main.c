@@ -3,8 +3,11 @@
  * on --weights for remote actors; without --shards it hosts the shards and actors itself
  * over inproc:// (the embedded default). --mode local runs the single-process trainer
  * (train_local.c) instead, the reference loop the service is measured against.
- * SIGINT/SIGTERM end the run early (with a final evaluation). Exit codes: 0 trained,
- * 1 runtime failure, 2 bad configuration. */
+ * SIGINT/SIGTERM end the run early: a line says at once what happens, the run stops within
+ * seconds (no final evaluation; a checkpoint saved) and the resume command is printed; a
+ * second signal exits at once (common/sigstop.h). A run stopped before its first update
+ * leaves no run directory. Exit codes: 0 trained (or stopped by SIGTERM), 130 stopped by
+ * SIGINT, 1 runtime failure, 2 bad configuration. */
 #include <math.h>
 #include <signal.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include "common/http.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/sigstop.h"
 #include "common/wire.h"
 #include "learner/backend.h"
 #include "learner/service.h"
@@ -197,9 +201,23 @@ static const sac_cfg_opt_t k_opts[] = {
 };
 
 static atomic_int g_stop;
-static void on_signal(int sig) {
-  (void)sig;
-  atomic_store(&g_stop, 1);
+
+/* What a stop does, said at once by on_stop (on common/sigstop's thread). */
+typedef struct {
+  const char *run_dir; /* NULL: none (data-parallel follower) */
+  int embedded_actors; /* 0: remote actors */
+} stop_note_t;
+
+static void on_stop(int sig, void *ud) {
+  const stop_note_t *n = ud;
+  char actors[160] = "";
+  if (n->embedded_actors)
+    snprintf(actors, sizeof actors,
+             ", stopping the %d embedded actor(s) (their drains in parallel, 1 s at most)",
+             n->embedded_actors);
+  SAC_INFO("learner",
+           "%s: stopping: finishing this update, saving a checkpoint%s%s%s (a second Ctrl-C exits at once)",
+           sac_sigstop_name(sig), n->run_dir ? " in " : "", n->run_dir ? n->run_dir : "", actors);
 }
 
 /* The metrics endpoint (docs/METRICS.md): started in main, stopped at exit. */
@@ -225,6 +243,8 @@ static double peak_rss_mib(void) {
   fclose(f);
   return kib < 0 ? -1 : kib / 1024.0;
 }
+
+static const char *g_argv0 = "sac-learner"; /* how the user started it: the resume line repeats it */
 
 static int run_service(const learner_cfg_t *c) {
   sac_learner_cfg_t lc;
@@ -310,17 +330,20 @@ static int run_service(const learner_cfg_t *c) {
   lc.dp.timeout_ms = c->dp_timeout_ms;
   lc.dp.connect_timeout_ms = c->dp_connect_timeout_ms;
   snprintf(lc.weights_endpoint, sizeof lc.weights_endpoint, "%s", w);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  static stop_note_t note;
+  note = (stop_note_t){dp_follower ? NULL : rd.path, lc.n_shards ? 0 : lc.embedded_actors};
+  sac_sigstop_install("sac-learner", &g_stop, on_stop, &note);
   SAC_INFO("learner", "training on %s for %lld steps (backend %s, seed %llu)", lc.env,
            (long long)lc.total_steps, lc.backend, (unsigned long long)lc.seed);
   sac_learner_result_t res;
   int rc = sac_learner_run(&lc, &g_stop, &res);
   sac_net_curve_clear(&curve);
   const int have_tb = rd.tb != NULL;
+  /* a run that made no update (stopped or failed before it began) leaves no directory */
+  const int kept = dp_follower || c->resume[0] || res.updates > 0 || (rc == 0 && !res.interrupted) ||
+                   sac_rundir_discard(&rd) != 0;
+  if (!kept)
+    SAC_INFO("learner", "no update was made: removed the run directory %s", rd.path);
   sac_rundir_close(&rd);
   if (rc) {
     fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
@@ -339,15 +362,27 @@ static int run_service(const learner_cfg_t *c) {
       lc.env, (long long)res.env_steps, (long long)res.updates, (long long)res.episodes,
       res.final_eval_return, res.best_eval_return, lc.eval_episodes, res.wall_seconds, res.updates_per_second,
       res.env_steps_per_second, (unsigned long long)res.policy_version, peak_rss_mib());
+  if (!kept) {
+    printf("interrupted before the first update (%lld of %lld steps): nothing to resume; start it again\n",
+           (long long)res.env_steps, (long long)lc.total_steps);
+    return sac_sigstop_exit_code(0);
+  }
   printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin, checkpoint.bin\n", rd.path);
   if (have_tb)
     printf("TensorBoard: tensorboard --logdir %s\n", rd.path);
+  if (res.interrupted) {
+    printf("interrupted at %lld of %lld steps (%lld updates); resume with: %s --resume %s\n",
+           (long long)res.env_steps, (long long)lc.total_steps, (long long)res.updates, g_argv0, rd.path);
+    return sac_sigstop_exit_code(0);
+  }
   return 0;
 }
 
 int main(int argc, char **argv) {
   learner_cfg_t c;
   memset(&c, 0, sizeof c);
+  if (argc > 0 && argv[0][0])
+    g_argv0 = argv[0];
   sac_train_cfg_default(&c.t);
   int action;
   if (sac_config_load(k_opts, sizeof k_opts / sizeof k_opts[0], &c, argc, argv,

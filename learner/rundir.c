@@ -2,6 +2,7 @@
  * rename(2): readers and a crash never see half a file. */
 #include "learner/rundir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -97,8 +99,10 @@ static int make_fresh(sac_rundir_t *rd, const char *base, const char *nm) {
       snprintf(rd->path, sizeof rd->path, "%s/%s", base, nm);
     else
       snprintf(rd->path, sizeof rd->path, "%s/%s-%d", base, nm, k);
-    if (mkdir(rd->path, 0755) == 0)
+    if (mkdir(rd->path, 0755) == 0) {
+      rd->created = 1;
       return 0;
+    }
     if (errno != EEXIST)
       break;
   }
@@ -132,6 +136,8 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
   snprintf(rd->title, sizeof rd->title, "%s", env);
   if (name && *name) { /* the user's name: an existing directory is theirs to reuse */
     snprintf(rd->path, sizeof rd->path, "%s/%s", base, nm);
+    struct stat sb;
+    rd->created = stat(rd->path, &sb) != 0;
     if (mkdirs(rd->path) != 0) {
       SAC_ERROR("rundir", "cannot create run directory %s: %s", rd->path, strerror(errno));
       return SAC_EIO;
@@ -279,6 +285,24 @@ static int policy_env_valid(const sac_policy_env_t *e, int act_dim) {
     if (!isfinite(e->act_low[i]) || !isfinite(e->act_high[i]) || !(e->act_low[i] < e->act_high[i]))
       return 0;
   return 1;
+}
+
+int sac_rundir_discard(sac_rundir_t *rd) {
+  sac_tb_close(&rd->tb);
+  if (!rd->created || !rd->path[0])
+    return SAC_ESTATE;
+  DIR *d = opendir(rd->path);
+  if (!d)
+    return SAC_EIO;
+  struct dirent *e;
+  char p[1400];
+  while ((e = readdir(d)) != NULL) /* a directory this run made: every file in it is the run's */
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      snprintf(p, sizeof p, "%s/%s", rd->path, e->d_name);
+      unlink(p);
+    }
+  closedir(d);
+  return rmdir(rd->path) == 0 ? 0 : SAC_EIO;
 }
 
 int sac_policy_save(const char *path, const sac_mlp_desc_t *d, const float *params, float log_std_min,

@@ -41,6 +41,7 @@ typedef struct {
    * limited) and counted here, and training goes on; the learner exports them as
    * sac_learner_rundir_write_errors_total{file=...} */
   uint64_t write_errors[SAC_RUNDIR_FILES];
+  int created; /* sac_rundir_open made the directory (it did not exist): sac_rundir_discard may remove it */
 } sac_rundir_t;
 
 /* What the learner reports to TensorBoard between evaluations. NaN: not known, left out. */
@@ -56,6 +57,11 @@ typedef struct {
  * NULL or empty) and writes config.txt from the option table. 0, SAC_EIO (logged). */
 int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const char *env,
                     const sac_cfg_opt_t *opts, size_t n_opts, const void *cfg);
+/* Removes the directory sac_rundir_open made, with every file in it, for a run that never
+ * made an update (interrupted or failed at start): no run directory is left for a run that
+ * did not start. Closes the event file. 0; SAC_ESTATE (the directory existed before this
+ * run, or was reopened: left alone); SAC_EIO. */
+int sac_rundir_discard(sac_rundir_t *rd);
 /* Continues an existing run directory: reads its metrics.csv so the curve goes on.
  * 0, SAC_ENOTFOUND (no such directory), SAC_EIO. */
 int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env);

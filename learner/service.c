@@ -187,6 +187,12 @@ static uint32_t batches_per_request(const sac_learner_cfg_t *c, size_t reply) {
   return reply * SMALL_REPLY_BATCHES <= SMALL_REPLY_BYTES ? SMALL_REPLY_BATCHES : 1u;
 }
 
+/* How long an embedded actor may drain when the run ends (its last batch sent, its
+ * acknowledgements awaited): the drains run in parallel, so a stop (Ctrl-C) takes about
+ * this long whatever the number of actors. What is left is counted (the shards hold it
+ * back once the learner no longer samples, and they stop with the run). */
+#define EMBEDDED_DRAIN_MS 1000
+
 /* The in-process shards and actors of the embedded default. */
 typedef struct {
   size_t n_shards, n_actors;
@@ -213,11 +219,19 @@ static int render_provenance(void *user, const char *query, size_t qlen, char **
   return rc;
 }
 
+/* Tells every embedded actor to stop (each then drains on its own thread, all at once,
+ * each within EMBEDDED_DRAIN_MS); embedded_stop joins them. */
+static void embedded_request_stop(embedded_t *em) {
+  for (size_t i = 0; em->actors && i < em->n_actors; i++)
+    sac_actor_request_stop(em->actors[i]);
+}
+
 static void embedded_stop(embedded_t *em) {
   pthread_mutex_lock(&g_prov_mu);
   if (g_prov_em == em)
     g_prov_em = NULL;
   pthread_mutex_unlock(&g_prov_mu);
+  embedded_request_stop(em); /* all at once: the drains run in parallel */
   for (size_t i = 0; em->actors && i < em->n_actors; i++)
     sac_actor_stop(&em->actors[i]);
   free(em->actors);
@@ -364,6 +378,7 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
   ac.log_std_max = c->hp.log_std_max;
   ac.log_interval_s = 0;
   ac.quiet_drain = 1; /* the run is over when they stop, and the shards stop with it */
+  ac.drain_timeout_ms = EMBEDDED_DRAIN_MS;
   em->actors = calloc((size_t)N, sizeof *em->actors);
   if (!em->actors) {
     embedded_stop(em);
@@ -388,20 +403,55 @@ static int embedded_start(const sac_learner_cfg_t *c, const sac_env_spec_t *sp, 
   return 0;
 }
 
-/* Environment steps stored so far: the sum of the shards' inserted totals. */
-/* Environment steps stored in the shards: the sum of their inserted_total, from the
- * newest ShardInfo each has sent (asked for every 200 ms, never waited for: a stopped
- * or unreachable shard must not slow the update loop; its last figure counts until it
- * answers again). Never goes down. */
-static int64_t stored_steps(sac_replay_client_t *client, size_t n_shards, int64_t last) {
+/* What the learner keeps of each shard's ShardInfo (asked for every INFO_REFRESH_MS,
+ * never waited for: a stopped or unreachable shard must not slow the update loop; its last
+ * figures count until it answers again): the newest reply, the episodes and returns of
+ * its earlier incarnations (a restarted shard counts its episodes from 0 again), and its
+ * inserted total when the current wait for batches began. */
+#define INFO_REFRESH_MS 20
+typedef struct {
+  int have;
+  sac_wire_shard_info_t info;
+  uint64_t ep_base;
+  double ret_base;
+  uint64_t inserted_at_wait;
+} shard_view_t;
+
+/* The run's progress from the shards: environment steps stored (the sum of their
+ * inserted totals, never going down; the last figure until every shard has answered),
+ * and the episodes that ended in the batches they stored, with the sum of their returns
+ * (each batch is stored by one shard once: no episode counted twice). */
+typedef struct {
+  int64_t steps;
+  uint64_t episodes;
+  double return_sum;
+} shard_totals_t;
+
+static void read_shards(sac_replay_client_t *client, size_t n_shards, shard_view_t *v, shard_totals_t *t) {
   int64_t sum = 0;
+  int all = 1;
+  t->episodes = 0;
+  t->return_sum = 0;
   for (size_t i = 0; i < n_shards; i++) {
     sac_wire_shard_info_t info;
-    if (sac_replay_client_info_cached(client, i, 200, &info, NULL) != 0)
-      return last; /* a shard has not answered yet: keep the last figure */
-    sum += (int64_t)info.inserted_total;
+    if (sac_replay_client_info_cached(client, i, INFO_REFRESH_MS, &info, NULL) == 0) {
+      if (v[i].have && info.incarnation != v[i].info.incarnation) { /* restarted: its counts start over */
+        v[i].ep_base += v[i].info.episodes_total;
+        v[i].ret_base += v[i].info.episode_return_sum;
+        SAC_INFO("learner", "shard %u restarted: it holds %llu transitions (%llu stored in all; %llu before)",
+                 info.shard_id, (unsigned long long)info.size, (unsigned long long)info.inserted_total,
+                 (unsigned long long)v[i].info.inserted_total);
+      }
+      v[i].info = info;
+      v[i].have = 1;
+    }
+    all &= v[i].have;
+    sum += (int64_t)v[i].info.inserted_total;
+    t->episodes += v[i].ep_base + v[i].info.episodes_total;
+    t->return_sum += v[i].ret_base + v[i].info.episode_return_sum;
   }
-  return sum > last ? sum : last;
+  if (all && sum > t->steps)
+    t->steps = sum;
 }
 
 /* Transitions held by the shards: the sum of their sizes from the newest ShardInfo each
@@ -410,7 +460,7 @@ static double replay_size(sac_replay_client_t *client, size_t n_shards) {
   double sum = 0;
   for (size_t i = 0; i < n_shards; i++) {
     sac_wire_shard_info_t info;
-    if (sac_replay_client_info_cached(client, i, 200, &info, NULL) != 0)
+    if (sac_replay_client_info_cached(client, i, INFO_REFRESH_MS, &info, NULL) != 0)
       return NAN;
     sum += (double)info.size;
   }
@@ -433,11 +483,11 @@ typedef struct {
   double t;
   int64_t steps, updates;
 } tb_mark_t;
-static void report_tensorboard(const sac_learner_cfg_t *cfg, sac_t *sac, const embedded_t *em,
+static void report_tensorboard(const sac_learner_cfg_t *cfg, sac_t *sac, double episode_return,
                                sac_replay_client_t *client, size_t n_shards, int64_t steps, int64_t updates,
                                tb_mark_t *last) {
   double now = sac_clock_s(), dt = now - last->t;
-  sac_rundir_train_t t = {.episode_return = actors_mean_return(em),
+  sac_rundir_train_t t = {.episode_return = episode_return,
                           .updates_per_s = (double)(updates - last->updates) / dt,
                           .env_steps_per_s = (double)(steps - last->steps) / dt,
                           .replay_size = replay_size(client, n_shards),
@@ -715,6 +765,121 @@ static int dp_check(sac_dp_t *dp, sac_t *sac, int64_t updates) {
   return 0;
 }
 
+/* ---- waits for batches, made visible ---- */
+
+const char *sac_learner_wait_name(sac_learner_wait_t w) {
+  static const char *const names[] = {"none", "shard_unreachable", "min_size", "rate_limiter", "no_reply"};
+  _Static_assert(sizeof names / sizeof names[0] == SAC_LEARNER_WAIT_KINDS, "wait names");
+  return (unsigned)w < SAC_LEARNER_WAIT_KINDS ? names[w] : "unknown";
+}
+
+/* A stretch of rounds without a batch: since when (0: the learner samples), what it
+ * waits for as last told apart, whether it was logged, and when it is said next. A wait
+ * is logged once it has lasted WAIT_LOG_S (a WARN when nothing moves: no shard
+ * reachable, or no insert since it began; an INFO while the shards fill up), again every
+ * WAIT_REPEAT_S while it lasts, and its end when it was logged. */
+#define WAIT_LOG_S 5.0
+#define WAIT_REPEAT_S 30.0
+typedef struct {
+  double t0, next_log;
+  int logged, stalled;
+  sac_learner_wait_t kind;
+  char why[640];
+} wait_t;
+
+/* What /healthz answers while a run goes on (learner_health): not ready, with the reason,
+ * while the learner is stalled (a WARN-level wait); the HTTP thread reads it. */
+typedef struct {
+  pthread_mutex_t mu;
+  int inited, stalled;
+  char why[640];
+} health_t;
+
+static int learner_health(void *ud, char *why, size_t cap) {
+  health_t *h = ud;
+  pthread_mutex_lock(&h->mu);
+  int ok = !h->stalled;
+  snprintf(why, cap, "%s", ok ? "ok" : h->why);
+  pthread_mutex_unlock(&h->mu);
+  return ok;
+}
+
+static void health_set(health_t *h, int stalled, const char *why) {
+  if (!h->inited)
+    return;
+  pthread_mutex_lock(&h->mu);
+  h->stalled = stalled;
+  snprintf(h->why, sizeof h->why, "not ready: %.600s", why);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* Tells what the learner waits for, from the replay client's view of each shard and the
+ * shards' last ShardInfo, into why (the endpoint, the figures and the likely fix);
+ * *stalled: nothing moves (no shard reachable, or no insert since the wait began). */
+static sac_learner_wait_t classify_wait(sac_replay_client_t *client, size_t n, const shard_view_t *v,
+                                        double waited, char *why, size_t cap, int *stalled) {
+  size_t unreachable = 0, first_down = n, silent = n, below = n, limited = n;
+  uint64_t moved = 0;
+  for (size_t i = 0; i < n; i++) {
+    sac_replay_shard_state_t ss;
+    if (sac_replay_client_shard_state(client, i, &ss) == 0 && !ss.connected) {
+      unreachable++;
+      first_down = first_down == n ? i : first_down;
+      continue;
+    }
+    if (!v[i].have) {
+      silent = silent == n ? i : silent;
+      continue;
+    }
+    moved += v[i].info.inserted_total - v[i].inserted_at_wait;
+    if (v[i].info.size < v[i].info.min_size)
+      below = below == n ? i : below;
+    else if (!v[i].info.can_sample)
+      limited = limited == n ? i : limited;
+  }
+  sac_replay_shard_state_t ss = {0};
+  *stalled = 1;
+  if (unreachable == n) {
+    sac_replay_client_shard_state(client, first_down, &ss);
+    snprintf(why, cap,
+             "no shard reachable (%s%s for %.0f s): is sac-replay running there, and does --shards list the "
+             "shards' sample endpoints?",
+             ss.endpoint, n > 1 ? " and the others" : "", ss.down_s);
+    return SAC_LEARNER_WAIT_UNREACHABLE;
+  }
+  if (silent < n && below == n && limited == n) {
+    sac_replay_client_shard_state(client, silent, &ss);
+    snprintf(
+        why, cap,
+        "shard %s is connected but has answered nothing for %.0f s: is it stopped, or overloaded (see its "
+        "log)?",
+        ss.endpoint, waited);
+    return SAC_LEARNER_WAIT_NO_REPLY;
+  }
+  *stalled = moved == 0;
+  const char *actors = moved ? ""
+                             : ": no transition arrived since; are the actors running, with these shards' "
+                               "insert endpoints in their --shards? (their logs say what they wait for)";
+  if (below < n) {
+    sac_replay_client_shard_state(client, below, &ss);
+    snprintf(why, cap,
+             "min_size: shard %s holds %llu of the %llu transitions it needs before serving samples "
+             "(%llu inserted in %.0f s)%s",
+             ss.endpoint, (unsigned long long)v[below].info.size, (unsigned long long)v[below].info.min_size,
+             (unsigned long long)moved, waited, actors);
+    return SAC_LEARNER_WAIT_MIN_SIZE;
+  }
+  size_t i = limited < n ? limited : 0;
+  sac_replay_client_shard_state(client, i, &ss);
+  snprintf(
+      why, cap,
+      "rate limiter: shard %s holds sampling back until more transitions arrive (its samples_per_insert; "
+      "%llu inserted in %.0f s)%s",
+      ss.endpoint, (unsigned long long)moved, waited,
+      moved ? ": the actors insert more slowly than the learner samples" : actors);
+  return SAC_LEARNER_WAIT_RATE_LIMIT;
+}
+
 /* ---- the run: its state, set-up steps, stages and tear-down ---- */
 
 const char *sac_learner_stage_name(sac_learner_stage_t s) {
@@ -769,6 +934,15 @@ typedef struct {
   int64_t stats_fetched;
   int pub_slot, pub_next_slot;
   uint64_t pub_version;
+  /* the shards as last read (read_shards), the run's totals from them, and the actors'
+   * episodes as of the last progress line (remote: the mean return since then) */
+  shard_view_t views[SAC_LEARNER_MAX_SHARDS];
+  shard_totals_t tot;
+  uint64_t log_episodes;
+  double log_return_sum, remote_return;
+  wait_t wait;
+  health_t health;
+  uint32_t budget_actors; /* the actors the last budget broadcast counted */
 } run_t;
 
 /* What a stage returns besides 0 (go on) and a negative SAC_E* code. */
@@ -917,6 +1091,11 @@ static int open_replay(run_t *r) {
     cc.prefetch = cc.batches_per_request > 1 ? SMALL_REPLY_PREFETCH / 2 : SMALL_REPLY_PREFETCH;
   if (!(r->client = sac_replay_client_new(&cc)))
     return SAC_ENET;
+  if (cfg->http) { /* /healthz says why the learner waits, for as long as the run lasts */
+    pthread_mutex_init(&r->health.mu, NULL);
+    r->health.inited = 1;
+    sac_http_set_health(cfg->http, learner_health, &r->health);
+  }
   SAC_INFO("learner", "%s on %s: %zu shard(s), weights on %s, backend %s, batch %d, %dx%d", cfg->env,
            cfg->n_shards ? "remote shards" : "the embedded default", r->n_shards, r->bound, cfg->backend,
            r->hp.batch, r->hp.depth, r->hp.hidden);
@@ -928,6 +1107,8 @@ static int open_replay(run_t *r) {
 static int publish_initial(run_t *r) {
   const sac_learner_cfg_t *cfg = r->cfg;
   int rc;
+  if (r->pub) /* the budget from the start: actors that start first must not run past it */
+    sac_weights_pub_set_run(r->pub, (uint64_t)cfg->total_steps, r->ck.env_steps, 0, 0);
   if ((rc = sac_get_actor(r->sac, r->actor)) != 0 ||
       (r->pub && (rc = sac_weights_publish(r->pub, 0, r->actor)) != 0))
     return rc;
@@ -950,7 +1131,8 @@ static void start_progress(run_t *r) {
   r->t_info = 0;
   r->t_pub = r->t_log;
   r->res->updates = (int64_t)r->ck.updates;
-  r->steps = (int64_t)r->ck.env_steps;
+  r->steps = r->tot.steps = (int64_t)r->ck.env_steps;
+  r->remote_return = NAN;
   r->last_log_updates = r->start_updates = r->res->updates;
   r->tb_last = (tb_mark_t){sac_clock_s(), r->steps, r->res->updates};
   r->version = r->ck.policy_version;
@@ -981,16 +1163,83 @@ static int sample_batch(run_t *r) {
   return sac_replay_client_sample_into(r->client, 200, &st, &r->b);
 }
 
-/* sample: the run's progress (the shards' stored steps, every 50 ms; END_RUN at
- * total_steps), then one batch from the shards, or NO_BATCH after 200 ms without one.
- * A data-parallel rank that holds a batch keeps it. */
+/* The run's step budget into the weight broadcasts (the actors' shares of what is left,
+ * sac_weights_pub_set_run): sent with the next broadcast, and at once when the shards
+ * know another number of actors (a new actor must not take everyone's share for long). */
+static int tell_budget(run_t *r) {
+  if (!r->pub)
+    return 0;
+  uint32_t actors = 0;
+  for (size_t i = 0; i < r->n_shards; i++)
+    if (r->views[i].have && r->views[i].info.actors > actors)
+      actors = r->views[i].info.actors;
+  sac_weights_pub_set_run(r->pub, (uint64_t)r->cfg->total_steps, (uint64_t)r->steps, actors, 0);
+  if (actors == r->budget_actors)
+    return 0;
+  r->budget_actors = actors;
+  int rc = publish(r->pub, r->actor, r->version, &r->sm);
+  if (rc == 0)
+    r->t_pub = sac_clock_s();
+  return rc;
+}
+
+/* A round without a batch: the wait goes on. Told apart and, once it has lasted
+ * WAIT_LOG_S, logged (WARN when stalled, INFO while the shards fill up), counted and
+ * put on /healthz; said again every WAIT_REPEAT_S. */
+static void wait_round(run_t *r) {
+  wait_t *w = &r->wait;
+  double now = sac_clock_s();
+  if (w->t0 == 0) {
+    w->t0 = now;
+    w->next_log = now + WAIT_LOG_S;
+    for (size_t i = 0; i < r->n_shards; i++)
+      r->views[i].inserted_at_wait = r->views[i].info.inserted_total;
+  }
+  w->kind = classify_wait(r->client, r->n_shards, r->views, now - w->t0, w->why, sizeof w->why, &w->stalled);
+  const int due = now >= w->next_log;
+  sac_service_metrics_wait(&r->sm, w->kind, now - w->t0, due && !w->logged);
+  if (due || w->logged) /* from its first line on, /healthz follows the wait as it changes */
+    health_set(&r->health, w->stalled, w->why);
+  if (!due)
+    return;
+  if (w->kind != SAC_LEARNER_WAIT_UNREACHABLE) /* the replay client says that one, per shard */
+    sac_log(w->stalled ? SAC_LOG_WARN : SAC_LOG_INFO, "learner", "no batch for %.0f s (%lld/%lld steps): %s",
+            now - w->t0, (long long)r->steps, (long long)r->cfg->total_steps, w->why);
+  w->logged = 1;
+  w->next_log = now + WAIT_REPEAT_S;
+}
+
+/* A batch came: the wait, if one was logged, is over (said), and /healthz is ok. */
+static void wait_over(run_t *r) {
+  wait_t *w = &r->wait;
+  if (w->t0 == 0)
+    return;
+  if (w->logged) {
+    SAC_INFO("learner", "sampling again after %.0f s without a batch (it waited for: %s)",
+             sac_clock_s() - w->t0, sac_learner_wait_name(w->kind));
+    health_set(&r->health, 0, "");
+  }
+  sac_service_metrics_wait(&r->sm, SAC_LEARNER_WAIT_NONE, 0, 0);
+  w->t0 = 0;
+  w->logged = 0;
+  w->kind = SAC_LEARNER_WAIT_NONE;
+}
+
+/* sample: the run's progress (the shards' stored steps and the actors' episodes, every
+ * 10 ms, carried by the weight broadcasts; END_RUN at total_steps), then one batch from
+ * the shards, or NO_BATCH after 200 ms without one. A data-parallel rank that holds a
+ * batch keeps it. */
 static int sample(run_t *r) {
   double now = sac_clock_s();
-  if (now - r->t_info >= 0.05) {
-    r->steps = stored_steps(r->client, r->n_shards, r->steps);
+  if (now - r->t_info >= 0.01) {
+    read_shards(r->client, r->n_shards, r->views, &r->tot);
+    r->steps = r->tot.steps;
     r->t_info = now;
     if (r->steps >= r->cfg->total_steps)
       return END_RUN;
+    int rc = tell_budget(r);
+    if (rc)
+      return rc;
   }
   r->b = (sac_replay_batch_t){0};
   double w0 = sac_clock_s();
@@ -998,8 +1247,12 @@ static int sample(run_t *r) {
   r->res->sample_wait_seconds += sac_clock_s() - w0;
   sac_service_metrics_sampled(&r->sm, sac_clock_s() - w0, r->steps);
   sac_service_metrics_rejections(&r->sm, r->client, 0);
-  if (rc == SAC_ETIMEOUT)
+  if (rc == SAC_ETIMEOUT) {
+    wait_round(r);
     return NO_BATCH;
+  }
+  if (rc == 0)
+    wait_over(r);
   return rc; /* SAC_ECONFIG: a shard of another environment, or one that refuses the batch size */
 }
 
@@ -1211,7 +1464,30 @@ static int evaluate(run_t *r) {
   return 0;
 }
 
-/* The progress line, every log_interval_s: on a terminal redrawn in place. */
+/* The actors' recent mean episode return: the embedded actors' own (each over its last
+ * 20 episodes); with remote actors, over the episodes the shards stored since the last
+ * call (kept when none ended since). NaN before the first episode. */
+static double recent_return(run_t *r) {
+  if (r->em.n_actors)
+    return actors_mean_return(&r->em);
+  if (r->tot.episodes > r->log_episodes) {
+    r->remote_return = (r->tot.return_sum - r->log_return_sum) / (double)(r->tot.episodes - r->log_episodes);
+    r->log_episodes = r->tot.episodes;
+    r->log_return_sum = r->tot.return_sum;
+  }
+  return r->remote_return;
+}
+
+/* Episodes the actors finished: the embedded actors' count, or the shards' (remote). */
+static int64_t episodes(const run_t *r) {
+  int64_t n = 0;
+  for (size_t i = 0; i < r->em.n_actors; i++)
+    n += (int64_t)atomic_load(&sac_actor_stats(r->em.actors[i])->episodes);
+  return r->em.n_actors ? n : (int64_t)r->tot.episodes;
+}
+
+/* The progress line, every log_interval_s (also while the learner waits: it says for
+ * what): on a terminal redrawn in place. */
 static void log_progress(run_t *r) {
   const sac_learner_cfg_t *cfg = r->cfg;
   double t = sac_clock_s();
@@ -1219,14 +1495,18 @@ static void log_progress(run_t *r) {
   double ups = (double)(r->res->updates - r->last_log_updates) / (t - r->t_log);
   double sps = (double)r->steps / (t - r->t0);
   double eta = sps > 0 ? (double)(cfg->total_steps - r->steps) / sps : 0;
-  double ret = actors_mean_return(&r->em);
-  char line[512];
+  double ret = recent_return(r);
+  char line[1024], wait[720] = "";
+  if (r->wait.t0 > 0 && t - r->wait.t0 >= 1.0)
+    snprintf(wait, sizeof wait, "  waiting %.0f s: %s", t - r->wait.t0,
+             r->wait.kind ? r->wait.why : "no batch yet");
   snprintf(
       line, sizeof line,
-      "steps %lld/%lld  updates %lld (%.0f/s)  actor return %.1f  alpha %.4f  q_loss %.4f  pi_loss %.4f  "
-      "entropy %.3f  version %llu  eta %.0fs",
-      (long long)r->steps, (long long)cfg->total_steps, (long long)r->res->updates, ups, ret, r->st.alpha,
-      r->st.critic_loss, r->st.actor_loss, r->st.entropy, (unsigned long long)r->version, eta);
+      "steps %lld/%lld  updates %lld (%.0f/s)  episodes %lld  actor return %.1f  alpha %.4f  q_loss %.4f  "
+      "pi_loss %.4f  entropy %.3f  version %llu  eta %.0fs%s",
+      (long long)r->steps, (long long)cfg->total_steps, (long long)r->res->updates, ups,
+      (long long)episodes(r), ret, r->st.alpha, r->st.critic_loss, r->st.actor_loss, r->st.entropy,
+      (unsigned long long)r->version, eta, wait);
   if (r->tty) { /* a status line redrawn in place; log lines go above it */
     fprintf(stderr, "\r\033[K%s", line);
     fflush(stderr);
@@ -1242,7 +1522,8 @@ static void log_progress(run_t *r) {
 static int report(run_t *r) {
   const sac_learner_cfg_t *cfg = r->cfg;
   if (cfg->rundir && sac_clock_s() - r->tb_last.t >= TB_PERIOD_S)
-    report_tensorboard(cfg, r->sac, &r->em, r->client, r->n_shards, r->steps, r->res->updates, &r->tb_last);
+    report_tensorboard(cfg, r->sac, recent_return(r), r->client, r->n_shards, r->steps, r->res->updates,
+                       &r->tb_last);
   if (!cfg->quiet && cfg->log_interval_s > 0 && sac_clock_s() - r->t_log >= cfg->log_interval_s)
     log_progress(r);
   return 0;
@@ -1256,6 +1537,8 @@ static int idle_round(run_t *r) {
   int rc = timed(r, SAC_LEARNER_STAGE_PUBLISH, publish_keepalive);
   if (rc == 0 && r->dp)
     rc = timed(r, SAC_LEARNER_STAGE_DP_ROUND, dp_round_idle);
+  if (rc == 0) /* the progress line keeps coming while the learner waits */
+    rc = timed(r, SAC_LEARNER_STAGE_REPORT, report);
   return rc ? rc : NEXT_ROUND;
 }
 
@@ -1278,17 +1561,34 @@ static int run_round(run_t *r) {
   return timed(r, SAC_LEARNER_STAGE_REPORT, report);
 }
 
-/* Rounds until total_steps were stored, *stop, the data-parallel ranks stop, or an error. */
+/* The run is over (total_steps stored): the actors are told at once, in a broadcast of
+ * the weights last published (and in every later one), so that remote actors stop
+ * stepping now rather than when they are killed. */
+static void announce_run_over(run_t *r) {
+  if (!r->pub)
+    return;
+  sac_weights_pub_set_run(r->pub, (uint64_t)r->cfg->total_steps, (uint64_t)r->steps, r->budget_actors, 1);
+  if (publish(r->pub, r->actor, r->version, &r->sm) == 0)
+    r->t_pub = sac_clock_s();
+}
+
+/* Rounds until total_steps were stored, *stop, the data-parallel ranks stop, or an error.
+ * Stopped by *stop before total_steps: the run is interrupted (no final evaluation). Either
+ * way the embedded actors are told to stop at once, so that their drains overlap the
+ * final stages. */
 static int run_loop(run_t *r) {
+  int rc = 0;
   while (!(r->stop && atomic_load(r->stop))) {
-    int rc = run_round(r);
+    rc = run_round(r);
     sac_service_metrics_stages(&r->sm, r->res, 0); /* the profile on /metrics, twice a second */
-    if (rc < 0)
-      return rc;
-    if (rc == END_RUN)
+    if (rc < 0 || rc == END_RUN)
       break;
   }
-  return 0;
+  if (rc == END_RUN && r->steps >= r->cfg->total_steps)
+    announce_run_over(r);
+  r->res->interrupted = rc >= 0 && rc != END_RUN && r->steps < r->cfg->total_steps;
+  embedded_request_stop(&r->em);
+  return rc < 0 ? rc : 0;
 }
 
 /* ---- tear-down ---- */
@@ -1329,8 +1629,8 @@ static void sum_up(run_t *r) {
   res->policy_version = r->version;
   res->updates_per_second = r->upd_time > 0 ? (double)(res->updates - r->start_updates) / r->upd_time : 0;
   res->env_steps_per_second = (double)r->steps / res->wall_seconds;
-  for (size_t i = 0; i < r->em.n_actors; i++)
-    res->episodes += (int64_t)atomic_load(&sac_actor_stats(r->em.actors[i])->episodes);
+  res->episodes = episodes(r);
+  res->start_updates = r->start_updates;
 }
 
 /* evaluate, at the end: the final policy (rank 0). */
@@ -1338,6 +1638,15 @@ static int evaluate_final(run_t *r) {
   double ret;
   if (dp_follower(r->dp))
     return 0;
+  if (r->res->interrupted) { /* Ctrl-C: the stop must be quick; the last evaluation stands */
+    char last[48] = "none yet";
+    if (isfinite(r->res->final_eval_return))
+      snprintf(last, sizeof last, "%.1f", r->res->final_eval_return);
+    SAC_INFO("learner",
+             "interrupted at %lld of %lld steps after %lld updates: no final evaluation (the last: %s)",
+             (long long)r->steps, (long long)r->cfg->total_steps, (long long)r->res->updates, last);
+    return 0;
+  }
   return evaluate_point(r->cfg, r->sac, &r->hp, r->actor, r->res->wall_seconds, r->steps, r->res, &r->st,
                         &ret);
 }
@@ -1384,6 +1693,10 @@ static int finish(run_t *r) {
 /* Releases everything the run holds, in the reverse order of set-up (also after a
  * failed one); a failed run first tells the other data-parallel ranks. */
 static void close_run(run_t *r, int rc) {
+  if (r->health.inited) {
+    sac_http_set_health(r->cfg->http, NULL, NULL);
+    pthread_mutex_destroy(&r->health.mu);
+  }
   sac_service_metrics_rejections(&r->sm, r->client, 1);
   sac_service_metrics_stages(&r->sm, r->res, 1);
   if (rc)

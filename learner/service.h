@@ -94,6 +94,19 @@ typedef enum {
   SAC_LEARNER_STAGES
 } sac_learner_stage_t;
 
+/* What a learner without batches waits for (its WARN lines, /healthz, and the reason label
+ * of sac_learner_waits_total). */
+typedef enum {
+  SAC_LEARNER_WAIT_NONE = 0,
+  SAC_LEARNER_WAIT_UNREACHABLE, /* no shard reachable */
+  SAC_LEARNER_WAIT_MIN_SIZE,    /* the shards hold less than their min_size */
+  SAC_LEARNER_WAIT_RATE_LIMIT,  /* the shards' rate limiter waits for inserts */
+  SAC_LEARNER_WAIT_NO_REPLY,    /* connected shards that answer nothing */
+  SAC_LEARNER_WAIT_KINDS
+} sac_learner_wait_t;
+/* "none", "shard_unreachable", "min_size", "rate_limiter", "no_reply". */
+const char *sac_learner_wait_name(sac_learner_wait_t w);
+
 /* "sample", "stage", ... "dp_round" (the metrics' stage label); "unknown" out of range. */
 const char *sac_learner_stage_name(sac_learner_stage_t s);
 
@@ -106,6 +119,10 @@ typedef struct {
   /* host seconds spent in each stage over the run (set-up excluded, the final
    * evaluation, broadcast and checkpoint included) */
   double stage_seconds[SAC_LEARNER_STAGES];
+  /* the run was stopped (*stop) before total_steps: no final evaluation was made
+   * (final_eval_return is the last evaluation's, -inf if none) */
+  int interrupted;
+  int64_t start_updates; /* updates the run started from (a resumed run's checkpoint) */
 } sac_learner_result_t;
 
 void sac_learner_cfg_default(sac_learner_cfg_t *c);

@@ -63,6 +63,8 @@ typedef struct {
   sac_backend_t *be;
   double next_tick;
   int shard_snapshots; /* embedded shards write snapshots (into the run directory) */
+  /* waits for batches (service.c's wait_*): WARNs by reason, and the current wait */
+  sac_metric_t *waits[SAC_LEARNER_WAIT_KINDS], *wait_s;
   /* the loop's per-stage seconds, mirrored from the result twice a second */
   sac_metric_t *stage_s[SAC_LEARNER_STAGES];
   double stage_seen[SAC_LEARNER_STAGES], next_stage_mirror;
@@ -85,6 +87,17 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
   m->sample_wait_s =
       sac_metrics_histogram(r, "sac_learner_sample_wait_seconds",
                             "Time waiting for a sampled batch from the replay shards.", NULL, b, nb, NULL);
+  for (int k = 1; k < SAC_LEARNER_WAIT_KINDS; k++)
+    m->waits[k] = sac_metrics_counter(
+        r, "sac_learner_waits_total",
+        "Waits of 5 s or more for a sampled batch (each counted once, when first logged: a WARN when nothing "
+        "moves, else an INFO), by what the learner waited for.",
+        (const char *[]){"reason", sac_learner_wait_name((sac_learner_wait_t)k), NULL}, NULL);
+  m->wait_s =
+      sac_metrics_gauge(r, "sac_learner_wait_seconds",
+                        "Seconds since the learner's last sampled batch while it waits for one (0 while "
+                        "it samples); /healthz says why.",
+                        NULL, NULL);
   m->env_steps =
       sac_metrics_counter(r, "sac_learner_env_steps_total",
                           "Environment steps stored in the replay shards (the run's progress).", NULL, NULL);
@@ -118,7 +131,8 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
       "Error replies without a request id: a shard refused a message of the learner outright.", NULL, NULL);
   m->sample_replies = sac_metrics_counter(
       r, "sac_learner_sample_replies_total",
-      "Sample replies taken from the shards, each carrying --batches_per_request batches (or one).", NULL, NULL);
+      "Sample replies taken from the shards, each carrying --batches_per_request batches (or one).", NULL,
+      NULL);
   m->single_batch_replies = sac_metrics_counter(
       r, "sac_learner_sample_single_batch_replies_total",
       "One-batch replies to requests for several: shards that predate --batches_per_request.", NULL, NULL);
@@ -344,6 +358,17 @@ static inline void sac_service_metrics_sampled(sac_service_metrics_t *m, double 
     return;
   sac_metric_observe(m->sample_wait_s, wait_s);
   sac_metric_set(m->env_steps, (double)steps);
+}
+
+/* A wait for batches, as it stands: counted when its WARN is written (warned), the
+ * gauge set to how long it has lasted (0: the learner samples). */
+static inline void sac_service_metrics_wait(sac_service_metrics_t *m, sac_learner_wait_t kind, double seconds,
+                                            int warned) {
+  if (!m->r)
+    return;
+  if (warned && kind > 0 && kind < SAC_LEARNER_WAIT_KINDS)
+    sac_metric_inc(m->waits[kind]);
+  sac_metric_set(m->wait_s, seconds);
 }
 
 /* The learner's readings of its backend, about once a second (sync + small downloads). */

@@ -20,6 +20,11 @@
 #define MAX_PEND 64u
 /* a rejection kind logs once at once, then at most one summary line per this interval */
 #define REJECT_LOG_NS 10000000000ull
+/* a wait (an unreachable shard, acknowledgements that stopped) is logged once it has
+ * lasted WAIT_WARN_NS, then again every WAIT_REPEAT_NS while it lasts */
+#define WAIT_WARN_NS 5000000000ull
+#define WAIT_REPEAT_NS 30000000000ull
+enum { WAIT_NONE = 0, WAIT_UNREACHABLE, WAIT_NO_ACKS };
 
 typedef struct {
   unsigned char *buf;
@@ -37,6 +42,15 @@ typedef struct {
   void *ins, *smp, *info;
   sac_net_monitor_t *ins_mon, *smp_mon;
   int ins_connected_once, smp_connected_once;
+  /* Waits made visible (watch_waits): whether each socket is connected now (inproc is
+   * always), since when it is not, and the wait being logged (WAIT_*, with when it
+   * began and when it is said again). last_ack_ns: the last ack of any kind (insert);
+   * last_batch_ns and last_error: the last batch and the last error reply (sample). */
+  int ins_up, smp_up;
+  uint64_t ins_down_ns, smp_down_ns, last_ack_ns, last_batch_ns;
+  char last_error[128];
+  int ins_wait, smp_wait;
+  uint64_t ins_wait_ns, smp_wait_ns, ins_warn_next_ns, smp_warn_next_ns;
   wslot_t win[MAX_WINDOW];
   uint64_t lo, next_seq; /* unacked seqs are [lo, next_seq) */
   uint32_t credit;
@@ -224,6 +238,10 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
     snprintf(k->ep, sizeof k->ep, "%s",
              cfg->sample_endpoints ? cfg->sample_endpoints[i] : cfg->insert_endpoints[i]);
     k->lo = k->next_seq = 1;
+    /* inproc:// peers are in this process and bound before anyone connects; ZeroMQ has
+     * no connect events for them */
+    k->ins_up = k->smp_up = strncmp(k->ep, "inproc://", 9) == 0;
+    k->ins_down_ns = k->smp_down_ns = k->last_ack_ns = k->last_batch_ns = sac_clock_ns();
     /* one batch in flight until the shard's first ack says how many it takes (its
      * credit): 64 actors starting with full windows queued ~130,000 transitions ahead
      * of the rate limiter */
@@ -335,6 +353,7 @@ static void not_durable(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t 
 }
 
 static void handle_ack(sac_replay_client_t *c, conn_t *k, const sac_wire_ack_t *a) {
+  k->last_ack_ns = sac_clock_ns();
   if (a->credit)
     k->credit = a->credit;
   if (a->status == SAC_WIRE_ACK_NOT_DURABLE || !strcmp(a->error, SAC_WIRE_NOT_DURABLE_ERROR)) {
@@ -390,6 +409,121 @@ static void resend_all(sac_replay_client_t *c, conn_t *k) {
   }
 }
 
+/* ------------------------------------------------------------------ waits made visible */
+
+/* A socket's connection state from its monitor's events (the last one wins). */
+static void track_up(int ev, int *up, uint64_t *down_ns, uint64_t now) {
+  if ((ev & SAC_NET_EV_DISCONNECTED) && !(ev & SAC_NET_EV_CONNECTED) && *up) {
+    *up = 0;
+    *down_ns = now;
+  } else if (ev & SAC_NET_EV_CONNECTED) {
+    *up = 1;
+  }
+}
+
+static uint32_t conn_unacked(const conn_t *k) {
+  uint32_t n = 0;
+  for (uint64_t q = k->lo; q < k->next_seq; q++)
+    n += !k->win[q % MAX_WINDOW].acked;
+  return n;
+}
+
+/* Who is waiting, for the log lines: "actor N" (inserting), "" (the learner, sampling). */
+static const char *who(const sac_replay_client_t *c, int inserting, char *buf, size_t cap) {
+  if (inserting)
+    snprintf(buf, cap, "actor %u", c->cfg.actor_id);
+  else
+    buf[0] = '\0'; /* the learner's lines say "learner:" already */
+  return buf;
+}
+
+/* Enters, repeats or ends a logged wait: `kind` is the wait going on now (WAIT_NONE:
+ * none), since `since`. A wait is said once it has lasted `delay` (WAIT_WARN_NS; 0 for a
+ * connection lost), again every WAIT_REPEAT_NS, and its end is said when it had been. Returns 1 when a WARN
+ * is due now (the caller writes it), and counts it. */
+static int wait_step(sac_replay_client_t *c, int *cur, uint64_t *began, uint64_t *next, int kind,
+                     uint64_t since, uint64_t delay, uint64_t now, const conn_t *k, int inserting) {
+  char w[32];
+  if (kind != *cur) {
+    if (*cur != WAIT_NONE && *next > *began + WAIT_WARN_NS) /* it had been logged: its end too */
+      SAC_INFO(inserting ? "actor" : "learner", "%s%sshard %s %s after %.0f s",
+               who(c, inserting, w, sizeof w), inserting ? ": " : "", k->ep,
+               *cur == WAIT_UNREACHABLE ? "reachable again" : "acknowledges again",
+               (double)(now - *began) * 1e-9);
+    *cur = kind;
+    *began = since;
+    *next = since + delay;
+  }
+  if (kind == WAIT_NONE || now < *next)
+    return 0;
+  if (*next <= *began + WAIT_WARN_NS) /* its first line: one wait counted */
+    c->st.waits_logged[kind]++;
+  *next = now + WAIT_REPEAT_NS;
+  return 1;
+}
+
+/* Insert side: a shard unreachable while batches wait for it, or one that is connected
+ * and acknowledges nothing (it holds the batches back). */
+static void watch_inserts(sac_replay_client_t *c, conn_t *k, uint64_t now) {
+  if (!strncmp(k->ep, "inproc://", 9))
+    return; /* an embedded actor: its learner, in the same process, says what the run waits for */
+  uint32_t unacked = conn_unacked(k);
+  uint64_t oldest = now;
+  for (uint64_t q = k->lo; q < k->next_seq; q++)
+    if (!k->win[q % MAX_WINDOW].acked && k->win[q % MAX_WINDOW].first_sent_ns < oldest)
+      oldest = k->win[q % MAX_WINDOW].first_sent_ns;
+  uint64_t acked_or_sent = k->last_ack_ns > oldest ? k->last_ack_ns : oldest;
+  int kind = !k->ins_up ? WAIT_UNREACHABLE : unacked ? WAIT_NO_ACKS : WAIT_NONE;
+  /* no acks: the wait runs from the later of the last ack and the oldest batch's send */
+  uint64_t since = kind == WAIT_UNREACHABLE ? k->ins_down_ns : acked_or_sent;
+  if (kind == WAIT_NO_ACKS && now - since < WAIT_WARN_NS)
+    kind = WAIT_NONE; /* acks come: not a wait (or the end of one) */
+  /* a shard lost (it was connected) is said at once; one not reached yet after a while */
+  uint64_t delay = kind == WAIT_UNREACHABLE && k->ins_connected_once ? 0 : WAIT_WARN_NS;
+  if (!wait_step(c, &k->ins_wait, &k->ins_wait_ns, &k->ins_warn_next_ns, kind, since, delay, now, k, 1))
+    return;
+  double s = (double)(now - k->ins_wait_ns) * 1e-9;
+  if (kind == WAIT_UNREACHABLE && k->ins_connected_once && s < 1.0)
+    SAC_WARN(
+        "actor",
+        "actor %u: lost the connection to shard %s (%u batch(es) unacknowledged): reconnecting; they are "
+        "sent again once it is back",
+        c->cfg.actor_id, k->ep, unacked);
+  else if (kind == WAIT_UNREACHABLE)
+    SAC_WARN("actor",
+             "actor %u: cannot reach shard %s for %.0f s (%u batch(es) wait for it): is sac-replay running "
+             "there, and does the actor's --shards list its insert endpoint? Retrying",
+             c->cfg.actor_id, k->ep, s, unacked);
+  else
+    SAC_WARN("actor",
+             "actor %u: shard %s is connected but acknowledged nothing for %.0f s (%u batch(es) wait): it "
+             "holds inserts back while its rate limiter waits for the learner to sample (is the learner "
+             "running, with this shard in its --shards?), or its disk is slow",
+             c->cfg.actor_id, k->ep, s, unacked);
+}
+
+/* Sample side: a shard unreachable (the batches' kinds of wait, min_size and the rate
+ * limiter, are the learner's to tell from the shards' info). */
+static void watch_samples(sac_replay_client_t *c, conn_t *k, uint64_t now) {
+  if (!strncmp(k->ep, "inproc://", 9))
+    return;
+  int kind = k->smp_up ? WAIT_NONE : WAIT_UNREACHABLE;
+  uint64_t delay = k->smp_connected_once ? 0 : WAIT_WARN_NS;
+  if (!wait_step(c, &k->smp_wait, &k->smp_wait_ns, &k->smp_warn_next_ns, kind, k->smp_down_ns, delay, now, k,
+                 0))
+    return;
+  if (k->smp_connected_once && now - k->smp_wait_ns < 1000000000ull) {
+    SAC_WARN("learner", "lost the connection to shard %s: reconnecting (the other shards serve meanwhile)",
+             k->ep);
+    return;
+  }
+  SAC_WARN(
+      "learner",
+      "cannot reach shard %s for %.0f s: is sac-replay running there, and does the learner's --shards list "
+      "its sample endpoint? Retrying",
+      k->ep, (double)(now - k->smp_wait_ns) * 1e-9);
+}
+
 /* Acks, reconnect resends, timed resends and retries of unsent slots, for every shard. */
 static void service_inserts(sac_replay_client_t *c) {
   uint64_t now = sac_clock_ns();
@@ -411,6 +545,7 @@ static void service_inserts(sac_replay_client_t *c) {
       handle_ack(c, k, &m.u.ack);
     }
     int ev = sac_net_monitor_poll(k->ins_mon);
+    track_up(ev, &k->ins_up, &k->ins_down_ns, now);
     if (ev & SAC_NET_EV_CONNECTED) {
       if (k->ins_connected_once) {
         c->st.reconnects++;
@@ -418,6 +553,7 @@ static void service_inserts(sac_replay_client_t *c) {
       }
       k->ins_connected_once = 1;
     }
+    watch_inserts(c, k, now);
     for (uint64_t q = k->lo; q < k->next_seq; q++) {
       wslot_t *s = &k->win[q % MAX_WINDOW];
       if (s->acked)
@@ -474,6 +610,16 @@ uint32_t sac_replay_client_unacked(const sac_replay_client_t *c) {
     const conn_t *k = &c->conns[i];
     for (uint64_t q = k->lo; q < k->next_seq; q++)
       n += !k->win[q % MAX_WINDOW].acked;
+  }
+  return n;
+}
+
+uint64_t sac_replay_client_unacked_rows(const sac_replay_client_t *c) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    const conn_t *k = &c->conns[i];
+    for (uint64_t q = k->lo; q < k->next_seq; q++)
+      n += k->win[q % MAX_WINDOW].acked ? 0 : k->win[q % MAX_WINDOW].rows;
   }
   return n;
 }
@@ -716,6 +862,7 @@ static int check_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_b
     /* the shard could not serve (rate limiter timeout, empty, busy): ask again after a
      * short pause rather than in a tight loop */
     c->st.sample_errors++;
+    snprintf(k->last_error, sizeof k->last_error, "%s", b->error);
     k->backoff_until_ns = k->last_reply_ns + 10000000ull;
     return 1;
   }
@@ -739,6 +886,8 @@ static int check_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_b
     refuse(c, k, SAC_REPLAY_REJECT_SHARD_ID, d);
     return 1;
   }
+  k->last_batch_ns = k->last_reply_ns;
+  k->last_error[0] = '\0';
   return 0;
 }
 
@@ -748,6 +897,8 @@ static void top_up(sac_replay_client_t *c, uint64_t now) {
   for (size_t i = 0; i < c->n; i++) {
     conn_t *k = &c->conns[i];
     int ev = sac_net_monitor_poll(k->smp_mon);
+    track_up(ev, &k->smp_up, &k->smp_down_ns, now);
+    watch_samples(c, k, now);
     if (ev & SAC_NET_EV_CONNECTED) {
       if (k->smp_connected_once && k->inflight) {
         c->st.sample_requests_reissued += k->inflight;
@@ -1190,4 +1341,26 @@ int sac_replay_client_info(sac_replay_client_t *c, size_t shard, int timeout_ms,
     long left = (long)((deadline - now) / 1000000ull);
     sac_net_poll(&it, 1, left > 100 ? 100 : (left < 1 ? 1 : left));
   }
+}
+
+int sac_replay_client_shard_state(const sac_replay_client_t *c, size_t shard, sac_replay_shard_state_t *out) {
+  if (shard >= c->n)
+    return SAC_EINVAL;
+  const conn_t *k = &c->conns[shard];
+  const int inserting = k->ins != NULL;
+  uint64_t now = sac_clock_ns();
+  memset(out, 0, sizeof *out);
+  out->endpoint = k->ep;
+  out->connected = inserting ? k->ins_up : k->smp_up;
+  uint64_t down = inserting ? k->ins_down_ns : k->smp_down_ns;
+  out->down_s = out->connected ? 0.0 : (double)(now - down) * 1e-9;
+  out->unacked = conn_unacked(k);
+  out->ack_wait_s = out->unacked ? (double)(now - (k->last_ack_ns > k->win[k->lo % MAX_WINDOW].first_sent_ns
+                                                       ? k->last_ack_ns
+                                                       : k->win[k->lo % MAX_WINDOW].first_sent_ns)) *
+                                       1e-9
+                                 : 0.0;
+  out->batch_wait_s = (double)(now - k->last_batch_ns) * 1e-9;
+  out->last_error = k->last_error;
+  return 0;
 }

@@ -94,6 +94,8 @@ int sac_replay_client_poll(sac_replay_client_t *c, int timeout_ms);
 int sac_replay_client_flush(sac_replay_client_t *c, int timeout_ms);
 /* Batches sent and not yet acknowledged, over all shards. */
 uint32_t sac_replay_client_unacked(const sac_replay_client_t *c);
+/* Their transitions (rows). */
+uint64_t sac_replay_client_unacked_rows(const sac_replay_client_t *c);
 
 /* ---- learner side ---- */
 
@@ -161,6 +163,26 @@ int sac_replay_client_info(sac_replay_client_t *c, size_t shard, int timeout_ms,
 int sac_replay_client_info_cached(sac_replay_client_t *c, size_t shard, int refresh_ms,
                                   sac_wire_shard_info_t *out, uint64_t *age_ns);
 
+/* Where one shard stands, for progress lines and the learner's account of its waits:
+ * its endpoint (valid while the client lives), whether its socket (the insert socket of an
+ * inserting client, else the sample socket) is connected now (inproc:// always is), the
+ * seconds since it went down (0 while connected), the batches unacknowledged and the
+ * seconds the oldest of them has waited since the later of its send and the last ack
+ * (insert side), the seconds since the last batch and the last error reply since then
+ * ("" none: sample side, e.g. the rate limiter's timeout). */
+typedef struct {
+  const char *endpoint;
+  int connected;
+  double down_s;
+  uint32_t unacked;
+  double ack_wait_s;
+  double batch_wait_s;
+  const char *last_error;
+} sac_replay_shard_state_t;
+/* 0, or SAC_EINVAL (no such shard). Reads the state the last insert, poll or sample
+ * call left. */
+int sac_replay_client_shard_state(const sac_replay_client_t *c, size_t shard, sac_replay_shard_state_t *out);
+
 enum { SAC_REPLAY_REJECT_REQUEST_ID = SAC_WIRE_R_COUNT, SAC_REPLAY_REJECT_SHARD_ID, SAC_REPLAY_REJECT_KINDS };
 
 typedef struct {
@@ -185,6 +207,10 @@ typedef struct {
   /* error replies with request id 0: the shard refused a message of this client that it
    * could not read a request id from (logged: the first at once, then every 10 s) */
   uint64_t shard_refusals;
+  /* waits logged (a WARN: after 5 s, at once for a connection lost; again every 30 s
+   * while it lasts), each counted once, by kind: [1] a shard unreachable, [2] a connected
+   * shard that acknowledges nothing */
+  uint64_t waits_logged[3];
 } sac_replay_client_stats_t;
 void sac_replay_client_stats(const sac_replay_client_t *c, sac_replay_client_stats_t *out);
 /* snake_case name of a rejection kind (a metric label), never NULL. */

@@ -6,8 +6,9 @@
  * --wal_path) and exits; a running shard serves the same on /provenance of its metrics
  * port (docs/REPLAY.md).
  *
- * Exit codes: 0 stopped cleanly (or --help/--version), 2 configuration error,
- * 3 unusable snapshot (refused), 4 cannot bind, 1 anything else (e.g. the final
+ * Exit codes: 0 stopped cleanly by SIGTERM (or --help/--version), 130 stopped cleanly
+ * by SIGINT (Ctrl-C; a second one exits at once, common/sigstop.h), 2 configuration
+ * error, 3 unusable snapshot (refused), 4 cannot bind, 1 anything else (e.g. the final
  * snapshot failed). */
 #include <malloc.h>
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/net.h"
+#include "common/sigstop.h"
 #include "replay/inspect.h"
 #include "replay/server.h"
 #include "replay/server_metrics.h"
@@ -49,6 +51,7 @@ typedef struct {
   int max_held_batches;
   int64_t max_held_bytes;
   int limiter_idle_ms;
+  int log_interval_s;
   char snapshot_path[1024];
   double snapshot_interval_s;
   int start_empty_on_bad_snapshot;
@@ -113,6 +116,9 @@ static const sac_cfg_opt_t k_opts[] = {
      "no sample request this long after one (the learner has ended): the rate limiter stops holding inserts "
      "back, so held batches are stored and acknowledged and stopping actors can drain, until the next "
      "request (0: never, the default: a learner away keeps the ratio and the shard's memory flat)"},
+    {"log_interval_s", SAC_CFG_INT, O(log_interval_s), 0, "10", 0, 86400,
+     "seconds between progress lines (stored, sampled, actors, write-ahead log, what the shard waits for; "
+     "0: none)"},
     {"max_pending_samples", SAC_CFG_INT, O(max_pending_samples), 0, "1024", 1, 1 << 20,
      "sample requests the rate limiter may hold"},
     {"max_sample_timeout_ms", SAC_CFG_INT, O(max_sample_timeout_ms), 0, "10000", 0, 600000,
@@ -173,8 +179,14 @@ static const sac_cfg_opt_t k_opts[] = {
 static sac_replay_server_t *volatile g_srv;
 static volatile sig_atomic_t g_stop_sizing; /* SIGINT/SIGTERM while waiting for sizes */
 
-static void on_stop(int sig) {
-  (void)sig;
+static atomic_int g_stopping;
+
+/* The first SIGINT/SIGTERM (on common/sigstop's thread): says what happens now, and
+ * stops the wait for sizes or the server. */
+static void on_stop(int sig, void *ud) {
+  const char *snap = ud;
+  SAC_INFO("replay", "%s: stopping: %s, then exit (a second Ctrl-C exits at once)", sac_sigstop_name(sig),
+           snap[0] ? "final snapshot" : "no snapshot to write");
   g_stop_sizing = 1;
   if (g_srv)
     sac_replay_server_stop(g_srv);
@@ -287,11 +299,7 @@ static int size_from_options(const opts_t *o, sac_replay_server_config_t *c) {
  * context of its own, made with the same CurveZMQ settings: destroying it closes the
  * listening socket before the shard binds the same endpoint (a socket closed in a live
  * context is closed later, by its I/O thread). 0, SAC_EINTR (stopped), or an error. */
-static int size_from_first_batch(sac_replay_server_config_t *c, const sac_net_curve_t *curve,
-                                 struct sigaction *sa) {
-  sa->sa_handler = on_stop;
-  sigaction(SIGINT, sa, NULL);
-  sigaction(SIGTERM, sa, NULL);
+static int size_from_first_batch(sac_replay_server_config_t *c, const sac_net_curve_t *curve) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   int err = ctx ? sac_net_ctx_set_curve(ctx, curve) : SAC_ENOMEM;
   if (!err)
@@ -355,6 +363,7 @@ int main(int argc, char **argv) {
   c.max_held_batches = (uint32_t)o.max_held_batches;
   c.max_held_bytes = (size_t)o.max_held_bytes;
   c.limiter_idle_ms = (uint32_t)o.limiter_idle_ms;
+  c.log_interval_s = o.log_interval_s;
   c.max_sample_timeout_ms = (uint32_t)o.max_sample_timeout_ms;
   c.max_env_id = (uint32_t)o.max_env_id;
   snprintf(c.snapshot_path, sizeof c.snapshot_path, "%s", o.snapshot_path);
@@ -389,6 +398,7 @@ int main(int argc, char **argv) {
   sigaction(SIGPIPE, &sa, NULL);
 
   /* CurveZMQ (docs/RELIABILITY.md): on the context both endpoints are made in */
+  sac_sigstop_install("sac-replay", &g_stopping, on_stop, c.snapshot_path);
   sac_net_curve_t curve;
   int err = sac_auth_configure(o.curve_key, "", o.curve_allow, SAC_AUTH_BINDS, &curve);
   if (err)
@@ -396,12 +406,12 @@ int main(int argc, char **argv) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
   err = ctx ? sac_net_ctx_set_curve(ctx, &curve) : SAC_ENOMEM;
   if (!err && sizes == 0) /* none given: the first actor's batch says */
-    err = size_from_first_batch(&c, &curve, &sa);
+    err = size_from_first_batch(&c, &curve);
   sac_net_curve_clear(&curve);
   if (err) {
     sac_net_ctx_destroy(&ctx);
     if (err == SAC_EINTR) /* stopped while waiting for the first batch */
-      return 0;
+      return sac_sigstop_exit_code(0);
     if (err == SAC_ENET)
       return exit_why(4, "cannot bind the insert endpoint", err);
     return exit_why(1, sizes ? "cannot create the ZeroMQ context" : "cannot wait for the first batch", err);
@@ -416,9 +426,8 @@ int main(int argc, char **argv) {
                     err == SAC_ENET ? "cannot bind an endpoint" : "cannot start the shard", err);
   }
   g_srv = srv;
-  sa.sa_handler = on_stop;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  if (sac_sigstop_signal()) /* stopped while it started */
+    sac_replay_server_stop(srv);
   sa.sa_handler = on_snapshot;
   sigaction(SIGUSR1, &sa, NULL);
   /* the metrics endpoint (docs/METRICS.md), stopped before the server goes */
@@ -446,5 +455,5 @@ int main(int argc, char **argv) {
   if (rc)
     return exit_why(1, "the final snapshot failed, or the write-ahead log failed an fsync", rc);
   SAC_INFO("replay", "stopped");
-  return 0;
+  return sac_sigstop_exit_code(0);
 }

@@ -149,6 +149,16 @@ struct sac_replay_server {
   char *prov_text;
   size_t prov_len;
   pthread_cond_t prov_cv;
+  /* episodes that ended in the batches this process stored (ShardInfo: the learner's
+   * count of the actors' episodes in remote mode), and their returns' sum */
+  uint64_t episodes_total;
+  double episode_return_sum;
+  /* what the start restored, for its one line (restore_summary) */
+  int snapshot_found;
+  uint64_t snapshot_rows, wal_rows_replayed;
+  char wal_why[128]; /* why the log's tail was cut off, if it was */
+  /* the periodic progress line (log_interval_s) */
+  uint64_t next_progress_ns, prog_ns, prog_inserted, prog_sampled;
   /* control */
   atomic_int stop, snap_req, running;
   pthread_t thread;
@@ -257,6 +267,35 @@ static int lock_files(sac_replay_server_t *s, const char *path);
 static int lock_wal(sac_replay_server_t *s);
 static int sync_restored(const char *path);
 
+/* One line for what the start restored, and from where: the snapshot's transitions and
+ * the log's batches (and rows) replayed on top of it, with a torn tail cut off; or that
+ * there was nothing to restore. */
+static void restore_summary(sac_replay_server_t *s, const char *path) {
+  char snap[1200], wal[1600] = "";
+  if (s->snapshot_found)
+    snprintf(snap, sizeof snap, "%llu transitions from the snapshot %s", (unsigned long long)s->snapshot_rows,
+             path);
+  else
+    snprintf(snap, sizeof snap, "no snapshot yet at %s", path);
+  if (s->wal) {
+    int n = snprintf(wal, sizeof wal, "%llu batches (%llu rows) from the write-ahead log %s",
+                     (unsigned long long)s->st.wal_replayed_records, (unsigned long long)s->wal_rows_replayed,
+                     s->cfg.wal_path);
+    if (s->st.wal_dropped_bytes && n > 0 && (size_t)n < sizeof wal)
+      snprintf(wal + n, sizeof wal - (size_t)n, " (its torn tail of %llu bytes cut off: %s)",
+               (unsigned long long)s->st.wal_dropped_bytes, s->wal_why);
+  }
+  if (!s->snapshot_found && (!s->wal || (s->st.wal_replayed_records == 0 && s->st.wal_dropped_bytes == 0)))
+    SAC_INFO("replay", "starting empty: %s%s%s", snap, s->wal ? ", nothing in the write-ahead log " : "",
+             s->wal ? s->cfg.wal_path : "");
+  else if (!s->snapshot_found)
+    SAC_INFO("replay", "restored %s; %s", wal, snap);
+  else if (s->wal)
+    SAC_INFO("replay", "restored %s and %s", snap, wal);
+  else
+    SAC_INFO("replay", "restored %s", snap);
+}
+
 static int restore(sac_replay_server_t *s) {
   const char *path = s->cfg.snapshot_path;
   if (!path[0])
@@ -274,7 +313,11 @@ static int restore(sac_replay_server_t *s) {
     return SAC_ECONFIG;
   }
   rc = restore_snapshot(s, path);
-  return rc ? rc : restore_wal(s);
+  if (rc == 0)
+    rc = restore_wal(s);
+  if (rc == 0)
+    restore_summary(s, path);
+  return rc;
 }
 
 /* path as the kernel resolves it (symlinks followed), or, for a file not there yet, its
@@ -371,12 +414,12 @@ static int restore_snapshot(sac_replay_server_t *s, const char *path) {
     sac_replay_shard_stats(s->shard, &ss);
     s->st.restored_transitions = ss.size;
     s->st.snapshot_inserted_total = ss.inserted_rows_total;
+    s->snapshot_found = 1;
+    s->snapshot_rows = ss.size;
     return sync_restored(path) ? SAC_ECONFIG : 0;
   }
-  if (rc == SAC_ENOTFOUND) {
-    SAC_INFO("replay", "no snapshot at %s: starting empty", path);
-    return 0;
-  }
+  if (rc == SAC_ENOTFOUND)
+    return 0; /* said in restore_summary's line, with what the log held */
   if (rc == SAC_EINVAL || rc == SAC_ESTATE) {
     /* not a regular file, or another shard's good snapshot: nothing to move aside (a
      * directory or another shard's data must not be renamed), whatever the flags say */
@@ -718,7 +761,12 @@ static void send_info(sac_replay_server_t *s, void *sock, const unsigned char *i
                                            .snapshots_total = s->st.snapshots_total,
                                            .bytes_per_transition = ss.bytes_per_transition,
                                            .rejected_total = rejected,
-                                           .duplicates_total = ss.duplicate_batches_total};
+                                           .duplicates_total = ss.duplicate_batches_total,
+                                           .episodes_total = s->episodes_total,
+                                           .episode_return_sum = s->episode_return_sum,
+                                           .incarnation = s->st.incarnation,
+                                           .min_size = ss.limiter_min_size,
+                                           .actors = sac_replay_shard_active_actors(s->shard, 10.0)};
   s->st.info_requests_total++;
   reply(s, sock, id, id_len, &m);
 }
@@ -777,6 +825,17 @@ static void send_not_durable(sac_replay_server_t *s, const unsigned char *id, si
 static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t id_len, uint32_t actor,
                        uint64_t seq, const sac_replay_insert_result_t *r);
 
+/* The episodes that ended in a stored batch, for ShardInfo: each batch is stored by
+ * one shard once (duplicates are not stored), so the learner's sum over its shards counts
+ * every actor's episode once. */
+static void count_episodes(sac_replay_server_t *s, const sac_wire_transitions_t *t) {
+  for (uint32_t i = 0; i < t->n_episodes; i++) {
+    s->episodes_total++;
+    if (isfinite(t->episodes[i].episode_return))
+      s->episode_return_sum += t->episodes[i].episode_return;
+  }
+}
+
 /* msg/len: the batch's wire message, which the write-ahead log records. */
 static void store_and_ack(sac_replay_server_t *s, const unsigned char *id, size_t id_len,
                           const sac_wire_transitions_t *t, const unsigned char *msg, size_t len) {
@@ -792,6 +851,8 @@ static void store_and_ack(sac_replay_server_t *s, const unsigned char *id, size_
     return;
   }
   s->batch_rows_avg = s->batch_rows_avg > 0.0 ? 0.9 * s->batch_rows_avg + 0.1 * t->n : (double)t->n;
+  if (r.kind == SAC_REPLAY_SEQ_NEW)
+    count_episodes(s, t);
   ack_stored(s, id, id_len, t->actor_id, t->seq, &r);
 }
 
@@ -1358,8 +1419,10 @@ static int wal_apply(void *user, const sac_replay_wal_rec_t *rec, const unsigned
     why = r.reason;
     rc = SAC_EINVAL;
   }
-  if (rc == 0)
+  if (rc == 0) {
+    s->wal_rows_replayed += r.stored;
     return 0;
+  }
   count_reject(s, why, "log", NULL, 0);
   SAC_ERROR(
       "replay",
@@ -1484,6 +1547,7 @@ static int restore_wal(sac_replay_server_t *s) {
   s->st.wal_enabled = 1;
   s->st.wal_replayed_records = scan.records;
   s->st.wal_dropped_bytes = scan.dropped_bytes;
+  snprintf(s->wal_why, sizeof s->wal_why, "%s", scan.why ? scan.why : "");
   s->st.wal_bytes = sac_replay_wal_bytes(s->wal);
   /* open synced what it replayed and (unless the disk is full) said so in a SYNC record */
   s->wal_data_end = s->wal_synced_data = sac_replay_wal_bytes(s->wal);
@@ -1924,6 +1988,59 @@ static void publish(sac_replay_server_t *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* What the shard waits for now, if anything, for its progress line. */
+static const char *progress_state(const sac_replay_server_t *s, const sac_replay_shard_stats_t *ss,
+                                  uint64_t inserted, char *buf, size_t cap) {
+  if (ss->size < ss->limiter_min_size)
+    snprintf(buf, cap,
+             "waiting for inserts: %llu of the %llu transitions (min_size) it holds before serving "
+             "samples%s",
+             (unsigned long long)ss->size, (unsigned long long)ss->limiter_min_size,
+             inserted ? "" : "; none arrived since the last line (are the actors' --shards pointing here?)");
+  else if (s->held_count)
+    snprintf(buf, cap,
+             "holding %u insert batch(es) back: the rate limiter waits for the learner to sample "
+             "(samples_per_insert %.0f)",
+             s->held_count, ss->limiter_spi);
+  else if (s->pend_count)
+    snprintf(buf, cap, "%u sample request(s) waiting for inserts (rate limiter, samples_per_insert %.0f)",
+             s->pend_count, ss->limiter_spi);
+  else if (!s->last_sample_ns)
+    snprintf(buf, cap, "no sample request yet (is the learner's --shards pointing at %s?)", s->smp_ep);
+  else
+    snprintf(buf, cap, "serving");
+  return buf;
+}
+
+/* The progress line, every log_interval_s: stored and sampled (with their rates), the
+ * actors it knows, the write-ahead log, and what it waits for. */
+static void log_progress(sac_replay_server_t *s, uint64_t now) {
+  sac_replay_shard_stats_t ss;
+  sac_replay_shard_stats(s->shard, &ss);
+  double dt = s->prog_ns && now > s->prog_ns ? (double)(now - s->prog_ns) * 1e-9 : 0;
+  uint64_t ins = ss.inserted_rows_total - s->prog_inserted, smp = ss.sampled_rows_total - s->prog_sampled;
+  char wal[160], state[320];
+  if (s->wal)
+    snprintf(wal, sizeof wal, "wal %.1f MiB, %llu rows since the last snapshot%s",
+             (double)sac_replay_wal_bytes(s->wal) / 1048576.0,
+             (unsigned long long)(ss.inserted_rows_total - s->st.snapshot_inserted_total),
+             s->wal_failed ? ", FAILED (not acknowledging)" : "");
+  else
+    snprintf(wal, sizeof wal, "durability %s", s->cfg.snapshot_path[0] ? "snapshot" : "none");
+  SAC_INFO("replay",
+           "shard %u: stored %llu (%.0f/s), holds %llu of %llu, sampled %llu rows (%.0f/s), actors %llu, "
+           "episodes %llu, %s; %s",
+           s->cfg.shard.shard_id, (unsigned long long)ss.inserted_rows_total, dt > 0 ? (double)ins / dt : 0.0,
+           (unsigned long long)ss.size, (unsigned long long)ss.capacity,
+           (unsigned long long)ss.sampled_rows_total, dt > 0 ? (double)smp / dt : 0.0,
+           (unsigned long long)ss.actors, (unsigned long long)s->episodes_total, wal,
+           progress_state(s, &ss, ins, state, sizeof state));
+  s->prog_ns = now;
+  s->prog_inserted = ss.inserted_rows_total;
+  s->prog_sampled = ss.sampled_rows_total;
+  s->next_progress_ns = now + (uint64_t)(s->cfg.log_interval_s * 1e9);
+}
+
 void sac_replay_server_stats(sac_replay_server_t *s, sac_replay_stats_t *out) {
   pthread_mutex_lock(&s->mu);
   *out = s->pub;
@@ -1936,6 +2053,14 @@ int sac_replay_server_run(sac_replay_server_t *s) {
   uint64_t next_snap = interval == UINT64_MAX ? UINT64_MAX : sac_clock_ns() + interval;
   uint64_t last_pub = 0;
   serving_set(s, 1);
+  if (s->cfg.log_interval_s > 0) { /* the first line's rates count from here */
+    sac_replay_shard_stats_t ss;
+    sac_replay_shard_stats(s->shard, &ss);
+    s->prog_ns = sac_clock_ns();
+    s->prog_inserted = ss.inserted_rows_total;
+    s->prog_sampled = ss.sampled_rows_total;
+    s->next_progress_ns = s->prog_ns + (uint64_t)(s->cfg.log_interval_s * 1e9);
+  }
   while (!atomic_load(&s->stop)) {
     uint64_t now = sac_clock_ns();
     uint64_t wake = now + 50000000ull; /* 50 ms: notice stop requests */
@@ -1998,6 +2123,8 @@ int sac_replay_server_run(sac_replay_server_t *s) {
       publish(s);
       last_pub = now;
     }
+    if (s->cfg.log_interval_s > 0 && now >= s->next_progress_ns)
+      log_progress(s, now);
   }
   /* Held batches were never acknowledged: the actors resend them. */
   int rc = 0;

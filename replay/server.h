@@ -81,6 +81,7 @@ typedef struct {
   size_t max_held_bytes;     /* and their bytes (>= max_msg_bytes); beyond: answered "busy" */
   uint32_t limiter_idle_ms;  /* no sample request this long, after one: the rate limiter stops
                                 holding inserts back until the next one (0: never, default) */
+  double log_interval_s;     /* a progress line (stored, sampled, actors, WAL) this often; 0: none */
   /* Hostile or broken peers (docs/REPLAY.md "Memory bounds"): */
   double max_abs_value;         /* |obs|, |action|, |reward| of inserted transitions (0: finite only) */
   size_t max_reply_queue_bytes; /* sample replies queued for one connection (ZMQ_SNDHWM sized from

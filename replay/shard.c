@@ -612,6 +612,14 @@ void sac_replay_shard_update_priorities(sac_replay_shard_t *sh, uint32_t n, cons
     *foreign = bad;
 }
 
+uint32_t sac_replay_shard_active_actors(const sac_replay_shard_t *sh, double within_s) {
+  uint64_t now = sac_clock_ns(), w = (uint64_t)(within_s * 1e9);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i <= sh->actors_mask; i++)
+    n += sh->actors[i].used && now - sh->actors[i].active_ns < w;
+  return n;
+}
+
 void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats_t *o) {
   memset(o, 0, sizeof *o);
   o->size = sh->st.size;
@@ -1024,8 +1032,8 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
   sh->prio_foreign = m[M_PRIO_FOREIGN];
   sh->acked_lost = m[M_LOST];
   sac_snap_reader_close(&r);
-  SAC_INFO("replay", "restored %llu transitions (%llu slots used) from %s", (unsigned long long)st->size,
-           (unsigned long long)filled, path);
+  SAC_DEBUG("replay", "restored %llu transitions (%llu slots used) from %s", (unsigned long long)st->size,
+            (unsigned long long)filled, path);
   return 0;
 bad:
   sac_snap_reader_close(&r);

@@ -163,6 +163,9 @@ typedef struct {
 } sac_replay_shard_stats_t;
 
 void sac_replay_shard_stats(const sac_replay_shard_t *sh, sac_replay_shard_stats_t *out);
+/* Actors that sent a batch within the last within_s seconds (the learner divides the
+ * run's remaining steps among them, proto/sac.proto's Weights.run_actors). */
+uint32_t sac_replay_shard_active_actors(const sac_replay_shard_t *sh, double within_s);
 
 /* Writes the whole shard to path atomically (see snapshot.h); *bytes gets the file's
  * payload size. 0 or SAC_EIO (the previous snapshot at path is kept). */

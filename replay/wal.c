@@ -448,8 +448,8 @@ static int replay_existing(sac_replay_wal_t *w, uint32_t shard_id, uint64_t file
         (unsigned long long)scan->valid_bytes, scan->detail,
         (unsigned long long)(scan->claim_after > scan->acked_bytes ? scan->claim_after : scan->acked_bytes),
         path);
-  else
-    SAC_INFO("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
+  else /* the shard's start line says what was restored (replay/server.c, restore_summary) */
+    SAC_DEBUG("replay", "wal: applied %llu records, dropped %llu bytes%s%s (%s)",
              (unsigned long long)scan->records, (unsigned long long)scan->dropped_bytes,
              scan->dropped_bytes ? ": " : "", scan->dropped_bytes ? scan->why : "", path);
   return 0;
@@ -486,7 +486,7 @@ int sac_replay_wal_open(const char *path, uint32_t shard_id, uint64_t capacity, 
     scan->version = 2;
     scan->valid_bytes = SAC_REPLAY_WAL_HEADER_BYTES;
     if (!rc)
-      SAC_INFO("replay", "wal: applied 0 records, dropped 0 bytes (new log %s)", path);
+      SAC_DEBUG("replay", "wal: applied 0 records, dropped 0 bytes (new log %s)", path);
   } else {
     rc = replay_existing(w, shard_id, (uint64_t)sb.st_size, max_payload, flags, apply, user, scan);
     w->bytes = scan->valid_bytes;

@@ -146,8 +146,11 @@ Test(wire, other_messages_round_trip) {
   for (size_t i = 0; i < sizeof wdata / 4; i++)
     wdata[i] = (float)i * 0.1f;
   m = (sac_wire_msg_t){.type = SAC_WIRE_WEIGHTS};
-  m.u.weights = (sac_wire_weights_t){9, SAC_WIRE_F32, 2, layers, wdata, sizeof wdata, 0};
+  m.u.weights = (sac_wire_weights_t){9, SAC_WIRE_F32, 2, layers, wdata, sizeof wdata, 0, 800, 640, 3, 1};
   cr_assert_eq(dec(enc(&m), NULL, &d, &why), 0, "%s", sac_wire_reason_name(why));
+  /* the run's budget travels with the weights (remote actors stop at total_steps) */
+  cr_assert(d.u.weights.run_total_steps == 800 && d.u.weights.run_steps == 640 && d.u.weights.run_actors == 3 &&
+            d.u.weights.run_over == 1);
   cr_assert_eq(d.u.weights.n_layers, 2);
   cr_assert_eq(d.u.weights.layers[1].n_in, 4);
   cr_assert_eq(d.u.weights.data_len, sizeof wdata);
@@ -163,9 +166,16 @@ Test(wire, other_messages_round_trip) {
 
   m = (sac_wire_msg_t){.type = SAC_WIRE_SHARD_INFO};
   m.u.shard_info =
-      (sac_wire_shard_info_t){.shard_id = 1, .size = 10, .capacity = 20, .bytes_per_transition = 101.5};
+      (sac_wire_shard_info_t){.shard_id = 1, .size = 10, .capacity = 20, .bytes_per_transition = 101.5,
+                              .episodes_total = 7, .episode_return_sum = -1234.5, .incarnation = 42,
+                              .min_size = 300, .actors = 2};
   cr_assert_eq(dec(enc(&m), NULL, &d, &why), 0);
   cr_assert_eq(d.u.shard_info.bytes_per_transition, 101.5);
+  /* the actors' episodes (remote mode's result line) and what a learner's wait is told by */
+  cr_assert(d.u.shard_info.episodes_total == 7 && d.u.shard_info.episode_return_sum == -1234.5 &&
+            d.u.shard_info.incarnation == 42 && d.u.shard_info.min_size == 300 && d.u.shard_info.actors == 2);
+  m.u.shard_info.episode_return_sum = NAN; /* a sum that is not finite is refused */
+  cr_assert_neq(dec(enc(&m), NULL, &d, &why), 0);
 
   m = (sac_wire_msg_t){.type = SAC_WIRE_LEARNER_INFO};
   m.u.learner_info = (sac_wire_learner_info_t){1, 2, 3, 4};
@@ -441,7 +451,7 @@ Test(wire, requests_priorities_weights_bad_fields) {
   sac_wire_layer_t layers[2] = {{3, 4, 1}, {5, 1, 0}};
   float wd[64] = {0};
   m = (sac_wire_msg_t){.type = SAC_WIRE_WEIGHTS};
-  m.u.weights = (sac_wire_weights_t){1, SAC_WIRE_F32, 2, layers, wd, (12 + 4 + 5 + 1) * 4, 0};
+  m.u.weights = (sac_wire_weights_t){1, SAC_WIRE_F32, 2, layers, wd, (12 + 4 + 5 + 1) * 4, 0, 0, 0, 0, 0};
   expect_reject(enc(&m), NULL, SAC_EINVAL, SAC_WIRE_R_DIMS, "layer shapes do not chain");
   layers[1].n_in = 4;
   m.u.weights.data_len = (12 + 4 + 4 + 1) * 4 + 4;

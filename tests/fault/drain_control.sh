@@ -11,7 +11,8 @@
 #      unacknowledged at exit, and the check MUST fail on it (the test passes only if it
 #      does); the shard is then continued;
 #   4. the rate limiter after the learner: a shard with samples_per_insert, a learner
-#      that runs to its end, an actor streaming on: once the learner has gone the shard
+#      that runs to its end, an actor streaming on (it takes no weights from that learner,
+#      so no step budget either): once the learner has gone the shard
 #      holds the actor's batches, until --limiter_idle_ms after its last sample request
 #      (here 2000) the limiter stops holding inserts back (the shard logs it, with the
 #      held batches it then stores, which must be > 0); the actor, stopped after that,
@@ -81,7 +82,9 @@ mkdir -p "$LEDGERS"
 start_local_shard shardL 1 0 --durability=wal --snapshot_path="$T/shardL.snap" \
   --samples_per_insert=$((BATCH * UTD)) --limiter_idle_ms="$IDLE_MS"
 start_local_learner learner "" --total_steps=1500 --hidden=32 --eval_episodes=2
-start_local_actor actorL 1 0 --ledger="$LEDGERS/actorL.ledger"
+# actorL takes no weights from this learner: an actor that follows the learner's step budget
+# stops stepping when the run is over (test_waits), and this step needs one streaming on
+start_local_actor actorL 1 0 --ledger="$LEDGERS/actorL.ledger" --weights="tcp://127.0.0.1:$(pick_port)" --weights_wait_ms=0
 # shellcheck disable=SC2034 # read by wait_result and wait_until (lib.sh)
 DIST_WATCH="shardL actorL"
 wait_result learner 60

@@ -291,8 +291,8 @@ ledger_require_clean shard-kill $SHARDS
 inc_after=$(incarnation_of "$T/ledger-shard-kill/shard0.prov")
 [[ -n "$inc_before" && -n "$inc_after" && "$inc_before" != "$inc_after" ]] ||
   fail "shard0's incarnation did not change across its restart ('$inc_before' -> '$inc_after'): was it restarted?"
-replayed=$(since_start shard0 | grep -a -m1 'wal: applied' | sed 's/^.*replay: //')
-applied=$(sed -n 's/^wal: applied \([0-9][0-9]*\) records.*/\1/p' <<<"$replayed")
+replayed=$(since_start shard0 | grep -a -m1 'batches ([0-9]* rows) from the write-ahead log' | sed 's/^.*replay: //')
+applied=$(sed -n 's/^restored \(.* and \)\{0,1\}\([0-9][0-9]*\) batches (.*/\2/p' <<<"$replayed")
 ge "$applied" 1 || fail "the restarted shard0 applied '${applied}' records of its write-ahead log ($replayed): the kill left nothing to the log, so it proved nothing about it"
 row "kill -9 shard0" "$at" "reaped with 137; incarnation $inc_before -> $inc_after" yes "$rt" \
   "last snapshot $snap_n transitions, ${ins_kill:-?} inserted at the kill; start-up: ${replayed%% (*}"
