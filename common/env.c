@@ -6,10 +6,12 @@
 #include "common/env.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/env_internal.h"
 #include "common/error.h"
@@ -59,6 +61,49 @@ void sac_env_known_ids(char *buf, size_t cap) {
   buf[0] = '\0';
   for (size_t i = 0; i < sizeof k_known / sizeof k_known[0] && n < cap; i++)
     n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", k_known[i].id);
+}
+
+/* Edit distance, ASCII case ignored, capped at 9 (IDs are short). */
+static int id_distance(const char *a, size_t n, const char *b) {
+  size_t m = strlen(b);
+  if (n > 63 || m > 63)
+    return 9;
+  int d[64][64];
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int x = tolower((unsigned char)a[i - 1]), y = tolower((unsigned char)b[j - 1]);
+      int best = d[i - 1][j - 1] + (x != y);
+      if (d[i - 1][j] + 1 < best)
+        best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best)
+        best = d[i][j - 1] + 1;
+      d[i][j] = best;
+    }
+  return d[n][m] > 9 ? 9 : d[n][m];
+}
+
+void sac_env_suggest(const char *name, char *out, size_t cap) {
+  assert(name && out && cap > 0);
+  out[0] = '\0';
+  size_t n = strcspn(name, ",");
+  const char *best = NULL;
+  int best_d = 4; /* "pendulum-v1" is 1 away once case is ignored; "HalfCheetah" is 3 from "-v5" */
+  for (size_t i = 0; i < sizeof k_known / sizeof k_known[0]; i++) {
+    int d = id_distance(name, n, k_known[i].id);
+    /* same letters in another case: the right one whatever the distance */
+    if (strlen(k_known[i].id) == n && strncasecmp(name, k_known[i].id, n) == 0)
+      d = 0;
+    if (d < best_d) {
+      best = k_known[i].id;
+      best_d = d;
+    }
+  }
+  if (best)
+    snprintf(out, cap, "%s", best);
 }
 
 int sac_env_apply_module(char *env, size_t cap, const char *module) {
@@ -114,6 +159,30 @@ int sac_env_resolve(const char *name, char *out, size_t cap) {
   return SAC_ENOTFOUND;
 }
 
+void sac_env_log_unknown(const char *name) {
+  char known[512], near[64], hint[128] = "";
+  sac_env_known_ids(known, sizeof known);
+  sac_env_suggest(name, near, sizeof near);
+  if (near[0])
+    snprintf(hint, sizeof hint, "did you mean %s%s? ", near,
+             name[strcspn(name, ",")] ? " (with your ,ARGS)" : "");
+  SAC_ERROR("env",
+            "unknown environment '%s' (%sknown: %s; gym:ID for any other Gymnasium ID through the Gymnasium "
+            "bridge; plugin:PATH.so[:ARGS] for your own plugin)",
+            name, hint, known);
+}
+
+int sac_env_check(const char *name) {
+  assert(name);
+  char resolved[2048];
+  int rc = sac_env_resolve(name, resolved, sizeof resolved);
+  if (rc == SAC_ENOTFOUND || rc == SAC_EINVAL) {
+    sac_env_log_unknown(name);
+    return SAC_ENOTFOUND;
+  }
+  return rc; /* SAC_EPLUGIN: sac__env_plugin_find said why */
+}
+
 int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **out) {
   assert(name && out);
   *out = NULL;
@@ -124,12 +193,7 @@ int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **ou
   if (rc == SAC_EPLUGIN)
     return rc; /* the plugin file was not found; sac__env_plugin_find said where it looked */
   if (rc < 0) {
-    char known[512];
-    sac_env_known_ids(known, sizeof known);
-    SAC_ERROR("env",
-              "unknown environment '%s' (known: %s; gym:ID for any other Gymnasium ID through the Gymnasium "
-              "bridge; plugin:PATH.so[:ARGS] for your own plugin)",
-              name, known);
+    sac_env_log_unknown(name);
     return SAC_ENOTFOUND;
   }
   if (strncmp(resolved, PLUGIN_PREFIX, strlen(PLUGIN_PREFIX)) == 0) {

@@ -129,8 +129,25 @@ int sac__env_plugin_find(const char *file, char *out, size_t cap) {
   if (try_dir(SAC_PLUGIN_INSTALL_DIR, strlen(SAC_PLUGIN_INSTALL_DIR), file, out, cap, seen, sizeof seen) ||
       try_list(SAC_PLUGIN_BUILD_DIRS, file, out, cap, seen, sizeof seen))
     return 0;
-  SAC_ERROR("env", "plugin %s not found (looked in: %s); set SAC_PLUGIN_PATH to the folder that holds it",
-            file, seen);
+#ifndef SAC_MUJOCO_BUILT
+  if (strcmp(file, "libsac_env_mujoco.so") == 0) {
+    /* the usual cause: the build found no libmujoco (CMake's status line said so) */
+    SAC_ERROR(
+        "env",
+        "the MuJoCo environments are not in this build: CMake did not find libmujoco when it configured, so "
+        "%s was not built. Install Debian's libmujoco-dev (sudo apt-get install libmujoco-dev, or "
+        "scripts/install-deps.sh --all) and pip install \"gymnasium[mujoco]\" for the models, then build "
+        "again: cmake -S . -B build && cmake --build build (docs/ENVIRONMENTS.md)",
+        file);
+    return SAC_EPLUGIN;
+  }
+#endif
+  SAC_ERROR("env", "plugin %s not found (looked in: %s); set SAC_PLUGIN_PATH to the folder that holds it%s",
+            file, seen,
+            strcmp(file, "libsac_env_gym.so") == 0
+                ? " (the Gymnasium bridge is built where CMake finds a Python 3 with its embedding library: "
+                  "python3-dev, then build again; docs/ENVIRONMENTS.md)"
+                : "");
   return SAC_EPLUGIN;
 }
 

@@ -104,7 +104,8 @@ static const sac_cfg_opt_t k_opts[] = {
     {"seed", SAC_CFG_INT64, O(seed), 0, "1", SAC_CFG_UNBOUNDED, "sampling seed"},
     {"max_msg_bytes", SAC_CFG_INT64, O(max_msg_bytes), 0, "4194304", 4096, 1073741824.0,
      "largest message accepted (ZMQ_MAXMSGSIZE is twice this)"},
-    {"insert_credit", SAC_CFG_INT, O(insert_credit), 0, "16", 1, 64, "unacknowledged batches per actor"},
+    {"inflight_batches", SAC_CFG_INT, O(insert_credit), 0, "16", 1, 64,
+     "batches of one actor stored and not yet acknowledged, at most (the credit each ack carries)"},
     {"max_held_batches", SAC_CFG_INT, O(max_held_batches), 0, "4096", 1, 1 << 20,
      "insert batches held while the rate limiter holds inserts back (more: answered busy, resent later)"},
     {"max_held_bytes", SAC_CFG_INT64, O(max_held_bytes), 0, "67108864", 4096, 68719476736.0,
@@ -159,7 +160,7 @@ static const sac_cfg_opt_t k_opts[] = {
      "write the bound endpoints and pid here once serving (for scripts and tests)"},
     {"metrics_addr", SAC_CFG_STRING, O(metrics_addr), 64, "0.0.0.0", SAC_CFG_UNBOUNDED,
      "address the /metrics and /healthz endpoint binds (numeric)"},
-    {"metrics_port", SAC_CFG_INT, O(metrics_port), 0, "9101", -1, 65535,
+    {"metrics_port", SAC_CFG_INT, O(metrics_port), 0, "5581", -1, 65535,
      "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"},
     {"curve_key", SAC_CFG_STRING, O(curve_key), 1024, "", SAC_CFG_UNBOUNDED,
      "CurveZMQ: this shard's key pair, a NAME.key file from sac-keygen (empty: no CURVE; "
