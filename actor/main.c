@@ -47,8 +47,9 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("envs_per_actor", SAC_CFG_INT, a.num_envs, "1", 1, 4096,
         "environments this actor steps together (batched inference)"),
     OPT("seed", SAC_CFG_INT64, a.seed, "1", 0, 9.2e18, "run seed (the same on every process of a run)"),
-    OPT("learning_starts", SAC_CFG_INT64, a.learning_starts, "1000", 0, 1e15,
-        "this actor's steps of uniform random actions (skipped when the first weights are already trained)"),
+    OPT("learning_starts", SAC_CFG_INT64, a.learning_starts, "500", 0, 1e15,
+        "this actor's steps of uniform random actions, skipped when the first weights are already trained "
+        "(500: an embedded default actor's, the learner's learning_starts 1000 over 2 actors)"),
     OPT("weights_wait_ms", SAC_CFG_INT, a.weights_wait_ms, "2000", 0, 600000,
         "at start, wait up to this long for the learner's weights before the first step"),
     OPT("max_steps", SAC_CFG_INT64, a.max_steps, "0", 0, 1e15,

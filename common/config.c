@@ -76,6 +76,8 @@ static const env_var_t k_env_other[] = {
     {"SAC_REPLAY0_PLACEMENT", "docker stack: shard 0's placement constraint", "launcher"},
     {"SAC_REPLAY1_PLACEMENT", "docker stack: shard 1's placement constraint", "launcher"},
     {"SAC_ACTORS", "docker compose and Slurm: how many sac-actor processes the run has", "launcher"},
+    {"SAC_CUDA_ARCHITECTURES", "deploy/Dockerfile.cuda: the build argument naming the GPU architectures",
+     "launcher"},
 };
 
 /* Prefixes of variables that only the launchers in deploy/ read (the Slurm script's knobs). */
@@ -488,6 +490,8 @@ static int set_alias(const sac_cfg_opt_t *opts, size_t n_opts, void *target, con
     if (a->if_true) {
       int b;
       if (parse_bool(value, &b) != 0) {
+        SAC_WARN("config", "%s: '%s' is deprecated and goes in the next release; use '%s'", source, key,
+                 o->key);
         SAC_ERROR("config", "%s: %s = '%s': not a boolean (true/false, 1/0, yes/no, on/off)", source, key,
                   value);
         return SAC_ECONFIG;
@@ -1093,7 +1097,9 @@ static void print_usage(const sac_cfg_opt_t *opts, size_t n_opts, const char *pr
       printf("\nOld names, accepted until the next release with a warning:\n");
     if (k_aliases[i].env_only) {
       env_name(k_aliases[i].old_key, env);
-      printf("  %s -> %s (environment only: docker compose's old name)\n", env, o->key);
+      printf("  %s -> ", env);
+      env_name(o->key, env);
+      printf("%s (environment only: docker compose's old name)\n", env);
     } else {
       printf("  --%s -> --%s\n", k_aliases[i].old_key, o->key);
     }
@@ -1154,9 +1160,11 @@ static void print_markdown(const sac_cfg_opt_t *opts, size_t n_opts, const char 
       printf("\nOld names, accepted until the next release with a warning:\n\n| old name | use |\n| --- | "
              "--- |\n");
     env_name(k_aliases[i].old_key, env);
-    if (k_aliases[i].env_only)
-      printf("| `%s` (docker compose's) | `--%s` |\n", env, o->key);
-    else
+    if (k_aliases[i].env_only) {
+      printf("| `%s` (docker compose's) | ", env);
+      env_name(o->key, env);
+      printf("`%s` |\n", env);
+    } else
       printf("| `--%s`, `%s` | `--%s` |\n", k_aliases[i].old_key, env, o->key);
   }
   printf("\n");

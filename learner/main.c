@@ -319,16 +319,17 @@ static int refuse_unused(const misplaced_t *list, size_t n) {
   return refused;
 }
 
-/* Whether value is one of the space-separated words of choices; logs the refusal. */
+/* Whether value is one of the ", "-separated words of choices; logs the refusal. */
 static int one_of(const char *key, const char *value, const char *choices) {
   size_t n = strlen(value);
   for (const char *p = choices; *p;) {
-    size_t len = strcspn(p, " ");
+    size_t len = strcspn(p, ",");
     if (len == n && strncmp(p, value, n) == 0)
       return 1;
-    p += len + (p[len] == ' ');
+    p += len;
+    p += strspn(p, ", ");
   }
-  SAC_ERROR("learner", "--%s %s: not one of %s", key, value, choices);
+  SAC_ERROR("learner", "%s \"%s\" is not one of %s", key, value, choices);
   return 0;
 }
 
@@ -338,13 +339,13 @@ static int one_of(const char *key, const char *value, const char *choices) {
 static int check_options(const learner_cfg_t *c) {
   int bad = 0;
   const int local = strcmp(c->mode, "local") == 0;
-  bad += !one_of("mode", c->mode, "service local");
-  bad += !one_of("backend", c->t.backend, "cpu cuda null");
-  bad += !one_of("sampler", c->sampler, "uniform prioritized");
-  bad += !one_of("sample_precision", c->sample_precision, "fp32 fp16");
-  bad += !one_of("weights_precision", c->weights_precision, "fp32 bf16 fp16");
-  bad += !one_of("durability", c->durability, "wal snapshot none");
-  bad += !one_of("dp_collective", c->dp_collective, "auto zmq nccl");
+  bad += !one_of("mode", c->mode, "service, local");
+  bad += !one_of("backend", c->t.backend, "cpu, cuda, null");
+  bad += !one_of("sampler", c->sampler, "uniform, prioritized");
+  bad += !one_of("sample_precision", c->sample_precision, "fp32, fp16");
+  bad += !one_of("weights_precision", c->weights_precision, "fp32, bf16, fp16");
+  bad += !one_of("durability", c->durability, "wal, snapshot, none");
+  bad += !one_of("dp_collective", c->dp_collective, "auto, zmq, nccl");
   if (strchr(c->run_name, '/') || strcmp(c->run_name, ".") == 0 || strcmp(c->run_name, "..") == 0) {
     SAC_ERROR("learner",
               "--run_name %s: a run name is one folder name inside --run_dir (no '/', not '.' or '..'); "
@@ -598,11 +599,10 @@ int main(int argc, char **argv) {
   {
     int64_t cap = c.t.buffer_capacity < c.t.total_steps ? c.t.buffer_capacity : c.t.total_steps;
     if ((int64_t)c.batch > cap) { /* the local trainer updates once its ring holds a batch */
-      SAC_ERROR(
-          "learner",
-          "--batch_size %d is more than the local replay ever holds (min(--capacity, --total_steps) "
-          "= %lld): no update would run",
-          c.batch, (long long)cap);
+      SAC_ERROR("learner",
+                "--batch_size %d is more than the local replay ever holds (min(--capacity, --total_steps) "
+                "= %lld): no update would run",
+                c.batch, (long long)cap);
       return 2;
     }
   }

@@ -91,8 +91,9 @@ static const sac_cfg_opt_t k_opts[] = {
     {"sampler", SAC_CFG_STRING, O(sampler), 32, "uniform", SAC_CFG_UNBOUNDED, "uniform | prioritized"},
     {"priority_alpha", SAC_CFG_DOUBLE, O(alpha), 0, "0.6", 0, 10, "prioritized: priority exponent"},
     {"priority_eps", SAC_CFG_DOUBLE, O(priority_eps), 0, "1e-6", 0, 1e6, "prioritized: added to priorities"},
-    {"min_size", SAC_CFG_INT64, O(min_size), 0, "1000", 1, 4294967294.0,
-     "transitions before sampling starts"},
+    {"min_size", SAC_CFG_INT64, O(min_size), 0, "500", 1, 4294967294.0,
+     "transitions before sampling starts (500: the embedded default's shards, its learning_starts 1000 over "
+     "2 shards)"},
     {"samples_per_insert", SAC_CFG_DOUBLE, O(samples_per_insert), 0, "0", 0, 1e9,
      "sampled transitions allowed per inserted one (0: no ratio limit); batch x updates per step"},
     {"error_buffer", SAC_CFG_DOUBLE, O(error_buffer), 0, "0", 0, 1e18,

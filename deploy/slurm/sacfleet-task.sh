@@ -17,7 +17,7 @@ bin=${2:?usage: sacfleet-task.sh ROLE BINARY [ARGS...]}
 shift 2
 # read before the filter below drops every SAC_* the binary does not list
 id_base=${SAC_SLURM_ACTOR_ID_BASE:-${SACFLEET_ACTOR_ID_BASE:-0}}
-metrics_base=${SAC_SLURM_ACTOR_METRICS_BASE:-${SACFLEET_ACTOR_METRICS_BASE:-9164}}
+metrics_base=${SAC_SLURM_ACTOR_METRICS_BASE:-${SACFLEET_ACTOR_METRICS_BASE:-5644}}
 
 own=$("$bin" --help 2>&1 | sed -n 's/.*\[env \(SAC_[A-Z0-9_]*\)\].*/\1/p')
 [ -n "$own" ] || { echo "sacfleet-task: $bin --help lists no SAC_* variables" >&2; exit 2; }
