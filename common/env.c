@@ -97,7 +97,7 @@ void sac_env_suggest(const char *name, char *out, size_t cap) {
     /* same letters in another case: the right one whatever the distance */
     if (strlen(k_known[i].id) == n && strncasecmp(name, k_known[i].id, n) == 0)
       d = 0;
-    if (d < best_d) {
+    if (d <= best_d && d < 4) { /* a tie goes to the later row: v5 before v4 */
       best = k_known[i].id;
       best_d = d;
     }

@@ -104,10 +104,24 @@ static int try_list(const char *list, const char *file, char *out, size_t cap, c
   return 0;
 }
 
+#ifdef SAC_MUJOCO_BUILT
+static int g_mujoco_built = 1;
+#else
+static int g_mujoco_built = 0;
+#endif
+static int g_only_plugin_path;
+
+void sac__env_plugin_test_search(int only_plugin_path, int mujoco_built) {
+  g_only_plugin_path = only_plugin_path;
+  g_mujoco_built = mujoco_built;
+}
+
 int sac__env_plugin_find(const char *file, char *out, size_t cap) {
   char seen[4096] = "";
   if (try_list(getenv("SAC_PLUGIN_PATH"), file, out, cap, seen, sizeof seen))
     return 0;
+  if (g_only_plugin_path)
+    goto not_found;
   /* next to the binary, then the installed layout relative to it (a moved prefix works) */
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -129,8 +143,8 @@ int sac__env_plugin_find(const char *file, char *out, size_t cap) {
   if (try_dir(SAC_PLUGIN_INSTALL_DIR, strlen(SAC_PLUGIN_INSTALL_DIR), file, out, cap, seen, sizeof seen) ||
       try_list(SAC_PLUGIN_BUILD_DIRS, file, out, cap, seen, sizeof seen))
     return 0;
-#ifndef SAC_MUJOCO_BUILT
-  if (strcmp(file, "libsac_env_mujoco.so") == 0) {
+not_found:
+  if (!g_mujoco_built && strcmp(file, "libsac_env_mujoco.so") == 0) {
     /* the usual cause: the build found no libmujoco (CMake's status line said so) */
     SAC_ERROR(
         "env",
@@ -141,7 +155,6 @@ int sac__env_plugin_find(const char *file, char *out, size_t cap) {
         file);
     return SAC_EPLUGIN;
   }
-#endif
   SAC_ERROR("env", "plugin %s not found (looked in: %s); set SAC_PLUGIN_PATH to the folder that holds it%s",
             file, seen,
             strcmp(file, "libsac_env_gym.so") == 0
