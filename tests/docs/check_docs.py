@@ -56,7 +56,7 @@ LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 # A figure said to be in another page must be there: a sentence that cites the README (or a
 # page's table or figure: "LEARNER.md's table") with a measured figure (a number with its
 # unit) or a quoted command, where the cited page has no such text.
-CITE_README = re.compile(r"\b(?:[Tt]he README(?:'s)?|README(?:\.md)?'s|README\.md (?:gives|shows|has|reports|lists)|"
+CITE_README = re.compile(r"(?<![/\w])(?:[Tt]he README(?:'s)?|README(?:\.md)?'s|README\.md (?:gives|shows|has|reports|lists)|"
                          r"\(README(?:\.md)?\)|see README(?:\.md)?)")
 CITE_PAGE = re.compile(r"\b([A-Z][A-Z_]+)\.md's (?:table|figure|figures|benchmark|timings?|results?)")
 FIGURE = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s?(updates/s|steps/s|transitions/s|GFLOP/s|GB/s|MiB|GiB|ms|s\b|%|x\b|\u00d7)")
