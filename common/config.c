@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/findfile.h"
 #include "common/log.h"
 
 #ifndef SAC_VERSION
@@ -221,37 +222,11 @@ static int is_program_key(const char *key) {
 
 /* ---- "did you mean" ------------------------------------------------------------------- */
 
-/* Edit distance with transpositions (optimal string alignment), '-' as '_', capped at 9. */
-static int edit_distance(const char *a, const char *b) {
-  size_t n = strlen(a), m = strlen(b);
-  if (n > 63 || m > 63)
-    return 9;
-  int d[64][64];
-  for (size_t i = 0; i <= n; i++)
-    d[i][0] = (int)i;
-  for (size_t j = 0; j <= m; j++)
-    d[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++)
-    for (size_t j = 1; j <= m; j++) {
-      char x = a[i - 1] == '-' ? '_' : a[i - 1], y = b[j - 1] == '-' ? '_' : b[j - 1];
-      int best = d[i - 1][j - 1] + (x != y);
-      if (d[i - 1][j] + 1 < best)
-        best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best)
-        best = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && x == (b[j - 2] == '-' ? '_' : b[j - 2]) &&
-          (a[i - 2] == '-' ? '_' : a[i - 2]) == y && d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  return d[n][m] > 9 ? 9 : d[n][m];
-}
-
 /* Keeps the closer of *best and cand: a typo within a third of the word, or the one name
  * that starts with what was typed (--total for --total_steps). */
 static void consider(const char *typed, const char *cand, const char **best, int *best_d) {
   size_t n = strlen(typed);
-  int d = edit_distance(typed, cand);
+  int d = sac_edit_distance(typed, n, cand, strlen(cand), SAC_DIST_DASH);
   int limit = n <= 4 ? 1 : n <= 9 ? 2 : 3;
   if (d > limit && n >= 3 && strncmp(cand, typed, n) == 0)
     d = limit; /* a prefix: as good as the worst typo */

@@ -15,6 +15,7 @@
 
 #include "common/env_internal.h"
 #include "common/error.h"
+#include "common/findfile.h"
 #include "common/log.h"
 
 #define PLUGIN_PREFIX "plugin:"
@@ -63,29 +64,6 @@ void sac_env_known_ids(char *buf, size_t cap) {
     n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", k_known[i].id);
 }
 
-/* Edit distance, ASCII case ignored, capped at 9 (IDs are short). */
-static int id_distance(const char *a, size_t n, const char *b) {
-  size_t m = strlen(b);
-  if (n > 63 || m > 63)
-    return 9;
-  int d[64][64];
-  for (size_t i = 0; i <= n; i++)
-    d[i][0] = (int)i;
-  for (size_t j = 0; j <= m; j++)
-    d[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++)
-    for (size_t j = 1; j <= m; j++) {
-      int x = tolower((unsigned char)a[i - 1]), y = tolower((unsigned char)b[j - 1]);
-      int best = d[i - 1][j - 1] + (x != y);
-      if (d[i - 1][j] + 1 < best)
-        best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best)
-        best = d[i][j - 1] + 1;
-      d[i][j] = best;
-    }
-  return d[n][m] > 9 ? 9 : d[n][m];
-}
-
 void sac_env_suggest(const char *name, char *out, size_t cap) {
   assert(name && out && cap > 0);
   out[0] = '\0';
@@ -93,7 +71,7 @@ void sac_env_suggest(const char *name, char *out, size_t cap) {
   const char *best = NULL;
   int best_d = 4; /* "pendulum-v1" is 1 away once case is ignored; "HalfCheetah" is 3 from "-v5" */
   for (size_t i = 0; i < sizeof k_known / sizeof k_known[0]; i++) {
-    int d = id_distance(name, n, k_known[i].id);
+    int d = sac_edit_distance(name, n, k_known[i].id, strlen(k_known[i].id), SAC_DIST_FOLD_CASE);
     /* same letters in another case: the right one whatever the distance */
     if (strlen(k_known[i].id) == n && strncasecmp(name, k_known[i].id, n) == 0)
       d = 0;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/findfile.h"
 #include "common/log.h"
 
 #ifndef SAC_PRESET_REL_DIR
@@ -45,47 +46,15 @@ void sac_preset_task(const char *env, char *out, size_t cap) {
   out[n] = '\0';
 }
 
-/* dir/task.conf, when it is readable. */
-static int try_dir(const char *dir, size_t len, const char *task, char *out, size_t cap) {
-  if (len == 0)
-    return 0;
-  char path[PATH_MAX];
-  if (snprintf(path, sizeof path, "%.*s/%s.conf", (int)len, dir, task) >= (int)sizeof path)
-    return 0;
-  if (access(path, R_OK) != 0)
-    return 0;
-  return snprintf(out, cap, "%s", path) < (int)cap;
-}
-
 int sac_preset_find(const char *task, char *out, size_t cap) {
   if (!task[0])
     return SAC_ENOTFOUND;
-  const char *list = getenv("SAC_PRESET_PATH");
-  for (const char *p = list; p && *p;) {
-    size_t len = strcspn(p, ":");
-    if (try_dir(p, len, task, out, cap))
-      return 0;
-    p += len + (p[len] == ':');
-  }
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-      *slash = '\0';
-      char rel[PATH_MAX], canon[PATH_MAX];
-      if (snprintf(rel, sizeof rel, "%s/%s", exe, SAC_PRESET_REL_DIR) < (int)sizeof rel) {
-        const char *d = realpath(rel, canon) ? canon : rel;
-        if (try_dir(d, strlen(d), task, out, cap))
-          return 0;
-      }
-    }
-  }
-  if (try_dir(SAC_PRESET_INSTALL_DIR, strlen(SAC_PRESET_INSTALL_DIR), task, out, cap) ||
-      try_dir(SAC_PRESET_SOURCE_DIR, strlen(SAC_PRESET_SOURCE_DIR), task, out, cap))
-    return 0;
-  return SAC_ENOTFOUND;
+  char file[300];
+  if (snprintf(file, sizeof file, "%s.conf", task) >= (int)sizeof file)
+    return SAC_ENOTFOUND;
+  const sac_find_t where = {"SAC_PRESET_PATH",     0, SAC_PRESET_REL_DIR, SAC_PRESET_INSTALL_DIR,
+                            SAC_PRESET_SOURCE_DIR, 0};
+  return sac_find_file(&where, file, out, cap, NULL, 0) == 0 ? 0 : SAC_ENOTFOUND;
 }
 
 int sac_preset_apply(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *choice,
