@@ -36,7 +36,7 @@ HISTORY = [
                 r"refactor|refactoring|patch|redesign)\b"), "before/after a change"),
     (re.compile(r"\b[Bb]efore (?:the|this|it) [\w-]+(?: [\w-]+)? (?:was|were) (?:rebuilt|reworked|rewritten|"
                 r"changed|fixed|redesigned|replaced)\b"), "before/after a change"),
-    (re.compile(r'\("(?:before|after)"|^\|(?:[^|]*\|)*\s*(?:before|after)\b[^|]*\|'), "a before/after comparison"),
+    (re.compile(r'\("(?:before|after)"|^\|(?:[^|]*\|)*\s*(?:before|after)(?:,[^|]*)?\s*\|'), "a before/after comparison"),
     (re.compile(r"\b(?:earlier|previous|prior|former) (?:run|runs|version|versions|measurement|measurements|"
                 r"attempt|attempts|session|code|build|builds)\b", re.I), "an earlier run or version"),
     (re.compile(r"\b[Rr]uns? [A-H](?:\s*(?:[\u2013\u2014-]|to|and|,|/)\s*[A-H])*\b(?![\w-])"), "runs named by letter (a run log)"),

@@ -53,6 +53,10 @@ A shard that no longer answers is dropped; the flag is used to print the sizes. 
 build, run the tests; before the first update the actors act at random. The previous batch
 is kept. The sum tree's branch factor is 2. Run a test with `ctest -R x`. The README's
 first command runs at 161.6 updates/s (`sac-learner --env Pendulum-v1`).
+
+| field | when |
+| --- | --- |
+| activation | after every layer but the last |
 CLEAN
   out=$(python3 "$check" lint "$work" "$work/docs/clean.md" || true)
   echo "$out" | grep -q "^docs/clean.md" && { echo "FAIL: the lint flags current facts:"; echo "$out"; exit 1; }
