@@ -445,6 +445,39 @@ static int value_fits(const sac_cfg_opt_t *o, void *target, const char *value) {
   return ok;
 }
 
+int sac_config_is_default(const sac_cfg_opt_t *o, const void *target) {
+  assert(o && target);
+  const char *field = (const char *)target + o->offset;
+  if (!o->def) /* no default: zero */
+    return o->type == SAC_CFG_STRING   ? field[0] == '\0'
+           : o->type == SAC_CFG_INT64  ? *(const int64_t *)field == 0
+           : o->type == SAC_CFG_DOUBLE ? *(const double *)field == 0.0
+                                       : *(const int *)field == 0;
+  char scratch[4096];
+  sac_cfg_opt_t t = *o;
+  t.offset = 0;
+  if (o->type == SAC_CFG_STRING && o->size > sizeof scratch)
+    return 0;
+  unsigned char *src = t_track_src;
+  t_track_src = NULL;
+  t_quiet = 1;
+  int ok = set_value(&t, scratch, o->def, "") == 0;
+  t_quiet = 0;
+  t_track_src = src;
+  if (!ok)
+    return 0;
+  switch (o->type) {
+  case SAC_CFG_STRING:
+    return strcmp(scratch, field) == 0;
+  case SAC_CFG_INT64:
+    return memcmp(scratch, field, sizeof(int64_t)) == 0;
+  case SAC_CFG_DOUBLE:
+    return memcmp(scratch, field, sizeof(double)) == 0;
+  default:
+    return memcmp(scratch, field, sizeof(int)) == 0;
+  }
+}
+
 /* Sets every successor of the old name key (is_alias() is true) from value, after one
  * deprecation warning naming them. An old name with two successors in different units
  * (sac-learner's log_interval: steps or seconds) sets the ones the value is valid for and

@@ -87,6 +87,9 @@ int sac_config_load_ext(const sac_cfg_opt_t *opts, size_t n_opts, void *target, 
  * as for a config file. 0 or SAC_ECONFIG. */
 int sac_config_apply_preset(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *path,
                             const char *section, unsigned char *sources);
+/* Whether the option o of target holds its default value (a string equal to it, a number
+ * bit for bit). */
+int sac_config_is_default(const sac_cfg_opt_t *o, const void *target);
 /* Sets one key from text (as a command-line override would). 0, or SAC_ECONFIG. */
 int sac_config_set(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key, const char *value,
                    const char *source);

@@ -291,12 +291,13 @@ static const char *src_name(int src, const char *key, char *buf, size_t cap) {
   }
 }
 
-/* Refuses each option of list[0, n) that the user set (a config file or a flag); one from the
- * environment is logged, not refused: one environment is shared by every program of a
- * deployment (docker compose, Slurm), and the variable may well be for the others. Values a
- * preset or an old name with several meanings (log_interval) set are not the user's choice
+/* Refuses each option of list[0, n) that the user set on the command line. One from a config
+ * file or the environment, where it differs from the default, is logged, not refused: one
+ * file and one environment serve every program of a deployment (docker compose, Slurm),
+ * and a run's config.txt, given back with --config to resume it, holds every option. Values
+ * a preset or an old name with several meanings (log_interval) set are not the user's choice
  * of this option. Returns the number refused. */
-static int refuse_unused(const misplaced_t *list, size_t n) {
+static int refuse_unused(const learner_cfg_t *c, const misplaced_t *list, size_t n) {
   int refused = 0;
   for (size_t i = 0; i < n; i++) {
     size_t k = 0;
@@ -307,10 +308,12 @@ static int refuse_unused(const misplaced_t *list, size_t n) {
       continue;
     char buf[96];
     const char *from = src_name(src, list[i].key, buf, sizeof buf);
-    if (src == SAC_CFG_SRC_ENV) {
-      SAC_WARN("learner",
-               "%s: --%s is not used here (%s); a variable shared with other programs is not an error", from,
-               list[i].key, list[i].where);
+    if (src != SAC_CFG_SRC_CLI) {
+      if (!sac_config_is_default(&k_opts[k], c))
+        SAC_WARN("learner",
+                 "%s: --%s is not used here (%s); a file or a variable shared with other programs is "
+                 "not an error",
+                 from, list[i].key, list[i].where);
       continue;
     }
     SAC_ERROR("learner", "%s: --%s has no effect here: %s", from, list[i].key, list[i].where);
@@ -354,16 +357,16 @@ static int check_options(const learner_cfg_t *c) {
     bad++;
   }
   if (local) {
-    bad += refuse_unused(k_not_local, sizeof k_not_local / sizeof k_not_local[0]);
+    bad += refuse_unused(c, k_not_local, sizeof k_not_local / sizeof k_not_local[0]);
   } else {
-    bad += refuse_unused(k_not_service, sizeof k_not_service / sizeof k_not_service[0]);
+    bad += refuse_unused(c, k_not_service, sizeof k_not_service / sizeof k_not_service[0]);
     if (c->shards[0])
-      bad += refuse_unused(k_not_remote, sizeof k_not_remote / sizeof k_not_remote[0]);
+      bad += refuse_unused(c, k_not_remote, sizeof k_not_remote / sizeof k_not_remote[0]);
   }
   if (c->dp_size <= 1)
-    bad += refuse_unused(k_not_single, sizeof k_not_single / sizeof k_not_single[0]);
+    bad += refuse_unused(c, k_not_single, sizeof k_not_single / sizeof k_not_single[0]);
   if (strcmp(c->t.backend, "cuda") != 0)
-    bad += refuse_unused(k_not_cpu, sizeof k_not_cpu / sizeof k_not_cpu[0]);
+    bad += refuse_unused(c, k_not_cpu, sizeof k_not_cpu / sizeof k_not_cpu[0]);
   return bad;
 }
 

@@ -2,8 +2,9 @@
 # The command line as people type it, through the real programs: -h; --total-steps and 6e5;
 # a typo named with the closest option and no second error about a positional argument; an
 # unknown --env named with the closest ID, exit 2, and no line that reads like a missing
-# binary; options the chosen mode ignores refused with where they belong (from SAC_*: a
-# warning), with the controls that they pass in their own mode; --run_name leaving --run_dir
+# binary; options the chosen mode ignores refused with where they belong (from a config file
+# or SAC_*: a warning, none where the value is the default), with the controls that they pass
+# in their own mode; --run_name leaving --run_dir
 # and a value no program takes (--dp_collective=bogus) refused.
 # A refused --run_name ("stop/here") ends a run after every other check and before anything
 # starts: the controls use it to show that nothing else was refused.
@@ -56,6 +57,13 @@ expect 2 '--graphs has no effect here' '' -- "$L" --graphs false "${stop[@]}"
 # from the environment: a warning (one environment serves a whole deployment), not a refusal
 SAC_LEARNING_STARTS=300 expect 2 'environment variable SAC_LEARNING_STARTS: --learning_starts is not used here' \
   'has no effect' -- "$L" --shards tcp://127.0.0.1:9 "${stop[@]}"
+# from a config file too (one file may serve every program; a run's config.txt holds every
+# option), and not at all where the file holds the default (the control)
+printf 'learning_starts = 300\n' >"$T/ls.conf"
+expect 2 'the config file: --learning_starts is not used here' 'has no effect' -- \
+  "$L" --shards tcp://127.0.0.1:9 --config "$T/ls.conf" "${stop[@]}"
+printf 'actor_lag = 1\neval_every_steps = 5000\n' >"$T/defaults.conf"
+expect 2 'run name is one folder' 'not used here|has no effect' -- "$L" --config "$T/defaults.conf" "${stop[@]}"
 # the old name with two meanings is not refused in either mode
 expect 2 'run name is one folder' 'has no effect' -- "$L" --log_interval 5 "${stop[@]}"
 
