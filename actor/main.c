@@ -47,18 +47,20 @@ static const sac_cfg_opt_t k_opts[] = {
         "for your own plugin"),
     STR("env_module", env_module, "",
         "with --env gym:ID: the Python module that registers ID, imported first (your own package)"),
-    OPT("num_envs", SAC_CFG_INT, a.num_envs, "1", 1, 4096,
-        "environments stepped together (batched inference)"),
+    OPT("envs_per_actor", SAC_CFG_INT, a.num_envs, "1", 1, 4096,
+        "environments this actor steps together (batched inference)"),
     OPT("seed", SAC_CFG_INT64, a.seed, "1", 0, 9.2e18, "run seed (the same on every process of a run)"),
-    OPT("learning_starts", SAC_CFG_INT64, a.learning_starts, "1000", 0, 1e15,
-        "this actor's steps of uniform random actions (skipped when the first weights are already trained)"),
+    OPT("learning_starts", SAC_CFG_INT64, a.learning_starts, "500", 0, 1e15,
+        "this actor's steps of uniform random actions, skipped when the first weights are already trained "
+        "(500: an embedded default actor's, the learner's learning_starts 1000 over 2 actors)"),
     OPT("weights_wait_ms", SAC_CFG_INT, a.weights_wait_ms, "2000", 0, 600000,
         "at start, wait up to this long for the learner's weights before the first step"),
     OPT("max_steps", SAC_CFG_INT64, a.max_steps, "0", 0, 1e15,
         "stop after this many steps (0: run until stopped)"),
     OPT("send_rows", SAC_CFG_INT, a.send_rows, "64", 1, 65536, "rows per transition batch"),
     OPT("send_ms", SAC_CFG_INT, a.send_ms, "20", 1, 60000, "send a partial batch when it is this old (ms)"),
-    OPT("window", SAC_CFG_INT, a.window, "16", 1, 64, "unacknowledged batches per shard"),
+    OPT("inflight_batches", SAC_CFG_INT, a.window, "16", 1, 64,
+        "batches sent to a shard and not yet acknowledged, at most (the shard's --inflight_batches caps it)"),
     STR("weights", a.weights_endpoint, "tcp://127.0.0.1:5570", "the learner's weights endpoint (PUB)"),
     STR("shards", shards, "tcp://127.0.0.1:5560", "comma-separated insert endpoints of the replay shards"),
     OPT("drain_timeout_ms", SAC_CFG_INT, a.drain_timeout_ms, "5000", 0, 600000,
@@ -73,7 +75,7 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
     STR("metrics_addr", metrics_addr, "0.0.0.0",
         "address the /metrics and /healthz endpoint binds (numeric)"),
-    OPT("metrics_port", SAC_CFG_INT, metrics_port, "9102", -1, 65535,
+    OPT("metrics_port", SAC_CFG_INT, metrics_port, "5582", -1, 65535,
         "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"),
     STR("curve_key", curve_key, "",
         "CurveZMQ: this actor's key pair, a NAME.key file from sac-keygen (empty: no CURVE; "
@@ -129,6 +131,8 @@ int main(int argc, char **argv) {
   if (sac_log_configure(c.log_level, c.log_json, "actor"))
     return 2;
   if (sac_env_apply_module(c.a.env, sizeof c.a.env, c.env_module))
+    return 2;
+  if (sac_env_check(c.a.env) != 0) /* a typo or a plugin this build lacks: said before anything starts */
     return 2;
   c.a.actor_id = (uint32_t)c.actor_id;
   if (sac_actor_set_shards(&c.a, c.shards))

@@ -85,7 +85,7 @@ static int start_shard(const char *bin, const char *dir, shard_proc_t *s, const 
     snprintf(snap, sizeof snap, "--snapshot_path=%s/bench.snap", dir);
     execl(bin, bin, ready_arg, "--insert_endpoint=tcp://127.0.0.1:*", "--sample_endpoint=tcp://127.0.0.1:*",
           "--capacity=2000000", "--obs_dim=17", "--act_dim=6", "--min_size=1000", "--samples_per_insert=0",
-          "--snapshot_interval_s=0", "--max_msg_bytes=4194304", "--insert_credit=32", "--metrics_port=-1",
+          "--snapshot_interval_s=0", "--max_msg_bytes=4194304", "--inflight_batches=32", "--metrics_port=-1",
           dur, sync, durability ? snap : "--snapshot_path=", (char *)NULL);
     _exit(127);
   }

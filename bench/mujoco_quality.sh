@@ -33,15 +33,15 @@ log_of() { # env mode seed
   [ "$2" = local ] && echo "$out/${1}_s$3.log" || echo "$out/${1}_${2}_s$3.log"
 }
 run_one() { # env mode seed
-  local mode_args=(--mode local)
+  local mode_args=(--mode local --eval_every_steps "$interval" --log_every_steps 10000)
   case "$2" in
     local) ;;
     embedded) mode_args=(--mode service --run_dir "$out/run_${1}_s$3") ;;
     *) echo "unknown mode '$2' in MODES (local | embedded)" >&2; return 2 ;;
   esac
   "$bin" "${mode_args[@]}" --env "plugin:$so:$1" --total_steps "$steps" --seed "$3" --threads 1 \
-    --learning_starts 5000 --eval_every_steps "$interval" --eval_episodes "${SAC_EVAL_EPISODES:-5}" \
-    --log_every_steps 10000 --metrics_port 0 "${extra[@]}" >"$(log_of "$1" "$2" "$3")" 2>&1
+    --learning_starts 5000 --eval_episodes "${SAC_EVAL_EPISODES:-5}" \
+    --metrics_port 0 "${extra[@]}" >"$(log_of "$1" "$2" "$3")" 2>&1
 }
 # The evaluation return at environment step S: local mode evaluates at exactly every
 # STEPS/10 steps; the service evaluates every --eval_every_updates updates (default 2000),

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/findfile.h"
 #include "common/log.h"
 
 #ifndef SAC_VERSION
@@ -61,7 +62,27 @@ static const env_var_t k_env_other[] = {
      "<prefix>/lib/sacfleet",
      "sac-learner sac-bench-learner sac-bench-dp"},
     {"SAC_FUZZ_SEED_DIR", "fuzz targets only: folder of seed inputs (scripts/fuzz.sh)", "fuzz"},
+    {"SAC_PRESET_PATH",
+     "':'-separated folders searched first for the per-environment presets (then <prefix>/share/sacfleet/"
+     "presets relative to the binary, the install prefix, the source tree's presets/)",
+     "sac-learner sac-actor sac-replay"},
+    /* read by the launchers in deploy/ (docker compose, Slurm), never by a binary: accepted so that
+     * a shell that exported them for a launcher can still run the binaries (deploy/README.md) */
+    {"SAC_IMAGE", "docker compose: the image of the shards and actors", "launcher"},
+    {"SAC_LEARNER_IMAGE", "docker compose: the learner's image", "launcher"},
+    {"SAC_BASE_IMAGE", "docker compose: the Debian 12 image the images are built on", "launcher"},
+    {"SAC_PROMETHEUS_IMAGE", "docker compose: the Prometheus image", "launcher"},
+    {"SAC_PROMETHEUS_PORT", "docker compose: Prometheus' port on the host", "launcher"},
+    {"SAC_LEARNER_PLACEMENT", "docker stack: the learner's placement constraint", "launcher"},
+    {"SAC_REPLAY0_PLACEMENT", "docker stack: shard 0's placement constraint", "launcher"},
+    {"SAC_REPLAY1_PLACEMENT", "docker stack: shard 1's placement constraint", "launcher"},
+    {"SAC_ACTORS", "docker compose and Slurm: how many sac-actor processes the run has", "launcher"},
+    {"SAC_CUDA_ARCHITECTURES", "deploy/Dockerfile.cuda: the build argument naming the GPU architectures",
+     "launcher"},
 };
+
+/* Prefixes of variables that only the launchers in deploy/ read (the Slurm script's knobs). */
+static const char *const k_env_launcher_prefixes[] = {"SAC_SLURM_"};
 
 /* Names renamed so that one concept has one name (with its unit) in every program. An old
  * name still works for one release, with a one-line warning: on the command line, in a config
@@ -69,24 +90,38 @@ static const env_var_t k_env_other[] = {
  * so sac-learner's `log_interval` (steps in local mode, seconds in service mode) sets both
  * of its successors. A row with if_true/if_false renames a boolean into a choice; a row with
  * `requires` applies only to a table that also has that key (the program the old name was
- * an option of: the learner has embedded_shards, a shard has shard_id). */
+ * an option of: the learner has embedded_shards, a shard has shard_id, an actor actor_id).
+ * A row with env_only is a variable name the launchers in deploy/ used (docker compose's
+ * SAC_REPLAY_CAPACITY): it works as SAC_<OLD> only. */
 typedef struct {
   const char *old_key, *new_key;
   const char *if_true, *if_false;
   const char *requires;
+  int env_only;
 } alias_t;
 #define LEARNER_KEY "embedded_shards"
+#define SHARD_KEY "shard_id"
+#define ACTOR_KEY "actor_id"
 static const alias_t k_aliases[] = {
-    {"buffer_capacity", "capacity", NULL, NULL, LEARNER_KEY},
-    {"prioritized", "sampler", "prioritized", "uniform", LEARNER_KEY},
-    {"per_alpha", "priority_alpha", NULL, NULL, LEARNER_KEY},
-    {"per_beta", "priority_beta", NULL, NULL, LEARNER_KEY},
-    {"alpha", "priority_alpha", NULL, NULL, "shard_id"},
-    {"eval_every", "eval_every_updates", NULL, NULL, NULL},
-    {"eval_interval", "eval_every_steps", NULL, NULL, NULL},
-    {"log_interval", "log_every_steps", NULL, NULL, NULL},
-    {"log_interval", "log_interval_s", NULL, NULL, NULL},
-    {"actors", "embedded_actors", NULL, NULL, NULL},
+    {"buffer_capacity", "capacity", NULL, NULL, LEARNER_KEY, 0},
+    {"prioritized", "sampler", "prioritized", "uniform", LEARNER_KEY, 0},
+    {"per_alpha", "priority_alpha", NULL, NULL, LEARNER_KEY, 0},
+    {"per_beta", "priority_beta", NULL, NULL, LEARNER_KEY, 0},
+    {"alpha", "priority_alpha", NULL, NULL, SHARD_KEY, 0},
+    {"eval_every", "eval_every_updates", NULL, NULL, NULL, 0},
+    {"eval_interval", "eval_every_steps", NULL, NULL, NULL, 0},
+    {"log_interval", "log_every_steps", NULL, NULL, NULL, 0},
+    {"log_interval", "log_interval_s", NULL, NULL, NULL, 0},
+    {"actors", "embedded_actors", NULL, NULL, NULL, 0},
+    /* one name per concept across the programs */
+    {"num_envs", "envs_per_actor", NULL, NULL, ACTOR_KEY, 0},
+    {"window", "inflight_batches", NULL, NULL, ACTOR_KEY, 0},
+    {"insert_credit", "inflight_batches", NULL, NULL, SHARD_KEY, 0},
+    /* docker compose's own variable names (deploy/docker-compose.yml) */
+    {"replay_capacity", "capacity", NULL, NULL, NULL, 1},
+    {"learner_threads", "threads", NULL, NULL, LEARNER_KEY, 1},
+    {"learner_log_interval_s", "log_interval_s", NULL, NULL, LEARNER_KEY, 1},
+    {"actor_learning_starts", "learning_starts", NULL, NULL, ACTOR_KEY, 1},
 };
 #define N_ALIASES (sizeof k_aliases / sizeof k_aliases[0])
 
@@ -126,16 +161,31 @@ static void check_table(const sac_cfg_opt_t *opts, size_t n_opts) {
 #endif
 }
 
+/* Whether a key as typed names the table's key k: '-' and '_' are the same letter, so
+ * --total-steps (as CleanRL's users type it) is --total_steps. check_table makes sure no two
+ * keys of a table differ only there (they would share an environment variable). */
+static int key_eq(const char *k, const char *typed) {
+  for (; *k && *typed; k++, typed++) {
+    char a = *k == '-' ? '_' : *k, b = *typed == '-' ? '_' : *typed;
+    if (a != b)
+      return 0;
+  }
+  return *k == *typed;
+}
+
 static const sac_cfg_opt_t *find_opt(const sac_cfg_opt_t *opts, size_t n_opts, const char *key) {
   for (size_t i = 0; i < n_opts; i++)
-    if (strcmp(opts[i].key, key) == 0)
+    if (key_eq(opts[i].key, key))
       return &opts[i];
   return NULL;
 }
 
-/* The option an alias row sets in this table, or NULL where the row does not apply. */
-static const sac_cfg_opt_t *alias_target(const sac_cfg_opt_t *opts, size_t n_opts, const alias_t *a) {
-  if (find_opt(opts, n_opts, a->old_key) || (a->requires && !find_opt(opts, n_opts, a->requires)))
+/* The option an alias row sets in this table, or NULL where the row does not apply (from_env:
+ * the name comes from the environment, where the launchers' old variable names apply too). */
+static const sac_cfg_opt_t *alias_target(const sac_cfg_opt_t *opts, size_t n_opts, const alias_t *a,
+                                         int from_env) {
+  if ((a->env_only && !from_env) || find_opt(opts, n_opts, a->old_key) ||
+      (a->requires && !find_opt(opts, n_opts, a->requires)))
     return NULL;
   return find_opt(opts, n_opts, a->new_key);
 }
@@ -143,16 +193,68 @@ static const sac_cfg_opt_t *alias_target(const sac_cfg_opt_t *opts, size_t n_opt
 /* The table's own copy of the old name key (key may be a temporary buffer), or NULL. */
 static const char *find_alias_key(const char *key) {
   for (size_t i = 0; i < N_ALIASES; i++)
-    if (strcmp(k_aliases[i].old_key, key) == 0)
+    if (key_eq(k_aliases[i].old_key, key))
       return k_aliases[i].old_key;
   return NULL;
 }
 
-static int is_alias(const sac_cfg_opt_t *opts, size_t n_opts, const char *key) {
+static int is_alias(const sac_cfg_opt_t *opts, size_t n_opts, const char *key, int from_env) {
   for (size_t i = 0; i < N_ALIASES; i++)
-    if (strcmp(k_aliases[i].old_key, key) == 0 && alias_target(opts, n_opts, &k_aliases[i]))
+    if (key_eq(k_aliases[i].old_key, key) && alias_target(opts, n_opts, &k_aliases[i], from_env))
       return 1;
   return 0;
+}
+
+/* The option keys of sac-learner, sac-actor and sac-replay, and their old names: one config
+ * file or one environment serves every program of a run, so a key that is another program's
+ * option is skipped by this one (tests/test_config_aliases.sh checks this list against the
+ * programs' --help). Anything that is no program's key stays an error. */
+static const char *const k_program_keys[] = {
+#include "common/config_keys.inc"
+};
+
+static int is_program_key(const char *key) {
+  for (size_t i = 0; i < sizeof k_program_keys / sizeof k_program_keys[0]; i++)
+    if (key_eq(k_program_keys[i], key))
+      return 1;
+  return find_alias_key(key) != NULL;
+}
+
+/* ---- "did you mean" ------------------------------------------------------------------- */
+
+/* Keeps the closer of *best and cand: a typo within a third of the word, or the one name
+ * that starts with what was typed (--total for --total_steps). */
+static void consider(const char *typed, const char *cand, const char **best, int *best_d) {
+  size_t n = strlen(typed);
+  int d = sac_edit_distance(typed, n, cand, strlen(cand), SAC_DIST_DASH);
+  int limit = n <= 4 ? 1 : n <= 9 ? 2 : 3;
+  if (d > limit && n >= 3 && strncmp(cand, typed, n) == 0)
+    d = limit; /* a prefix: as good as the worst typo */
+  if (d <= limit && d < *best_d) {
+    *best = cand;
+    *best_d = d;
+  }
+}
+
+/* Writes " (did you mean PREFIXkey?)" for the option or old name closest to typed into out,
+ * or "" when nothing is close. prefix is "--" on the command line, "" elsewhere. */
+static void did_you_mean(const sac_cfg_opt_t *opts, size_t n_opts, const char *typed, const char *prefix,
+                         char *out, size_t cap) {
+  const char *best = NULL;
+  int best_d = 99;
+  for (size_t i = 0; i < n_opts; i++)
+    consider(typed, opts[i].key, &best, &best_d);
+  for (size_t i = 0; i < N_ALIASES; i++) {
+    const sac_cfg_opt_t *o = alias_target(opts, n_opts, &k_aliases[i], 0);
+    if (o)
+      consider(typed, o->key, &best, &best_d); /* suggest the new name, never the old one */
+  }
+  consider(typed, "config", &best, &best_d);
+  consider(typed, "help", &best, &best_d);
+  if (best)
+    snprintf(out, cap, " (did you mean %s%s?)", prefix, best);
+  else if (cap)
+    out[0] = '\0';
 }
 
 static const char *type_name(sac_cfg_type_t t) {
@@ -169,6 +271,26 @@ static const char *type_name(sac_cfg_type_t t) {
     return "string";
   }
   return "?";
+}
+
+/* ---- where values came from ------------------------------------------------------- */
+
+/* While sac_config_load_ext runs with sources: the table, the caller's array and the level of
+ * the source being read. Every successful store marks its option (set_value). Nothing of it
+ * outlives the call. */
+static _Thread_local const sac_cfg_opt_t *t_track_opts;
+static _Thread_local unsigned char *t_track_src;
+static _Thread_local unsigned char t_track_level;
+static _Thread_local int t_quiet; /* value_fits: try a value without logging */
+/* sac_config_apply_preset: a value is stored only where the option still holds its default */
+static _Thread_local int t_defaults_only;
+
+static _Thread_local int t_track_shared; /* set_alias: an old name with several successors */
+
+static void track_mark(const sac_cfg_opt_t *o) {
+  if (t_track_src && o >= t_track_opts)
+    t_track_src[o - t_track_opts] =
+        (unsigned char)(t_track_level | (t_track_shared ? SAC_CFG_SRC_SHARED : 0));
 }
 
 /* ---- values ------------------------------------------------------------------------- */
@@ -192,10 +314,31 @@ static int out_of_range(const sac_cfg_opt_t *o, double v) {
   return o->min <= o->max && (v < o->min || v > o->max);
 }
 
+/* An integer written as a decimal or in exponent form ("1e6", "6e5", "2.5e3") where that
+ * is exactly an integer: what users of Python tools type for step counts. Values beyond 2^53
+ * are refused (a double no longer holds every integer there), as is a fraction ("1.5").
+ * 0 and *out, or -1. */
+static int exact_integer(const char *s, long *out) {
+  if (!strpbrk(s, ".eE") || strpbrk(s, "xXpPnN")) /* no hex floats, inf or nan */
+    return -1;
+  char *end;
+  errno = 0;
+  double d = strtod(s, &end);
+  if (*end != '\0' || errno == ERANGE || !isfinite(d) || d != floor(d) || fabs(d) > 9007199254740992.0 ||
+      d > (double)LONG_MAX || d < (double)LONG_MIN)
+    return -1;
+  *out = (long)d;
+  errno = 0; /* the caller reads errno for the integer's overflow */
+  return 0;
+}
+
 /* Parses value for o and stores it in target; target is untouched on error. strtol and
  * friends skip leading blanks, so a leading blank is refused here to make "the whole
  * text is the number" true at both ends. */
 static int set_value(const sac_cfg_opt_t *o, void *target, const char *value, const char *source) {
+  if (t_defaults_only && t_track_src && o >= t_track_opts &&
+      (t_track_src[o - t_track_opts] & ~SAC_CFG_SRC_SHARED) != SAC_CFG_SRC_DEFAULT)
+    return 0; /* a preset never overrides what a file, a variable or a flag set */
   char *field = (char *)target + o->offset;
   const char *why = NULL;
   char *end = NULL;
@@ -208,7 +351,7 @@ static int set_value(const sac_cfg_opt_t *o, void *target, const char *value, co
   switch (o->type) {
   case SAC_CFG_INT: {
     long v = strtol(value, &end, 10);
-    if (*end != '\0')
+    if (*end != '\0' && exact_integer(value, &v) != 0)
       why = "not an integer";
     else if (errno == ERANGE || v < INT_MIN || v > INT_MAX)
       why = "integer overflow";
@@ -220,6 +363,9 @@ static int set_value(const sac_cfg_opt_t *o, void *target, const char *value, co
   }
   case SAC_CFG_INT64: {
     long long v = strtoll(value, &end, 10);
+    long lv;
+    if (*end != '\0' && exact_integer(value, &lv) == 0)
+      v = lv, end = (char *)"";
     if (*end != '\0')
       why = "not an integer";
     else if (errno == ERANGE) /* long long is int64_t on every platform we build for */
@@ -261,9 +407,13 @@ static int set_value(const sac_cfg_opt_t *o, void *target, const char *value, co
     break;
   }
   }
-  if (!why)
+  if (!why) {
+    track_mark(o);
     return 0;
+  }
 bad:
+  if (t_quiet)
+    return SAC_ECONFIG;
   if (strcmp(why, "out of range") == 0)
     SAC_ERROR("config", "%s: %s = '%s' is out of range [%g, %g]", source, o->key, value, o->min, o->max);
   else if (strcmp(why, "too long") == 0)
@@ -274,32 +424,130 @@ bad:
   return SAC_ECONFIG;
 }
 
-/* Sets every successor of the old name key (is_alias() is true) from value, after a
- * one-line deprecation warning. A renamed boolean takes any boolean word. 0 or SAC_ECONFIG. */
+/* Whether value is valid for o, tested on o's own field and put back: nothing is logged,
+ * tracked or changed. */
+static int value_fits(const sac_cfg_opt_t *o, void *target, const char *value) {
+  size_t n = o->type == SAC_CFG_STRING   ? o->size
+             : o->type == SAC_CFG_INT64  ? sizeof(int64_t)
+             : o->type == SAC_CFG_DOUBLE ? sizeof(double)
+                                         : sizeof(int);
+  char *field = (char *)target + o->offset, saved[4096];
+  if (n > sizeof saved)
+    return 1; /* a string that long: set_value says what is wrong with it */
+  memcpy(saved, field, n);
+  unsigned char *src = t_track_src;
+  t_track_src = NULL;
+  t_quiet = 1;
+  int ok = set_value(o, target, value, "") == 0;
+  t_quiet = 0;
+  t_track_src = src;
+  memcpy(field, saved, n);
+  return ok;
+}
+
+int sac_config_is_default(const sac_cfg_opt_t *o, const void *target) {
+  assert(o && target);
+  const char *field = (const char *)target + o->offset;
+  if (!o->def) /* no default: zero */
+    return o->type == SAC_CFG_STRING   ? field[0] == '\0'
+           : o->type == SAC_CFG_INT64  ? *(const int64_t *)field == 0
+           : o->type == SAC_CFG_DOUBLE ? *(const double *)field == 0.0
+                                       : *(const int *)field == 0;
+  char scratch[4096];
+  sac_cfg_opt_t t = *o;
+  t.offset = 0;
+  if (o->type == SAC_CFG_STRING && o->size > sizeof scratch)
+    return 0;
+  unsigned char *src = t_track_src;
+  t_track_src = NULL;
+  t_quiet = 1;
+  int ok = set_value(&t, scratch, o->def, "") == 0;
+  t_quiet = 0;
+  t_track_src = src;
+  if (!ok)
+    return 0;
+  switch (o->type) {
+  case SAC_CFG_STRING:
+    return strcmp(scratch, field) == 0;
+  case SAC_CFG_INT64:
+    return memcmp(scratch, field, sizeof(int64_t)) == 0;
+  case SAC_CFG_DOUBLE:
+    return memcmp(scratch, field, sizeof(double)) == 0;
+  default:
+    return memcmp(scratch, field, sizeof(int)) == 0;
+  }
+}
+
+/* Sets every successor of the old name key (is_alias() is true) from value, after one
+ * deprecation warning naming them. An old name with two successors in different units
+ * (sac-learner's log_interval: steps or seconds) sets the ones the value is valid for and
+ * says which it left alone; a value valid for none is an error. A renamed boolean takes
+ * any boolean word. 0 or SAC_ECONFIG. */
 static int set_alias(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key,
-                     const char *value, const char *source) {
-  int rc = 0;
-  for (size_t i = 0; i < N_ALIASES; i++) {
+                     const char *value, const char *source, int from_env) {
+  const alias_t *rows[4];
+  const sac_cfg_opt_t *succ[4];
+  const char *vals[4];
+  int fits[4], n = 0, n_fit = 0;
+  for (size_t i = 0; i < N_ALIASES && n < 4; i++) {
     const alias_t *a = &k_aliases[i];
-    const sac_cfg_opt_t *o = strcmp(a->old_key, key) == 0 ? alias_target(opts, n_opts, a) : NULL;
+    const sac_cfg_opt_t *o = key_eq(a->old_key, key) ? alias_target(opts, n_opts, a, from_env) : NULL;
     if (!o)
       continue;
-    SAC_WARN("config", "%s: '%s' is deprecated and goes in the next release; use '%s'", source, key, o->key);
     const char *v = value;
     if (a->if_true) {
       int b;
       if (parse_bool(value, &b) != 0) {
+        SAC_WARN("config", "%s: '%s' is deprecated and goes in the next release; use '%s'", source, key,
+                 o->key);
         SAC_ERROR("config", "%s: %s = '%s': not a boolean (true/false, 1/0, yes/no, on/off)", source, key,
                   value);
-        rc = SAC_ECONFIG;
-        continue;
+        return SAC_ECONFIG;
       }
       v = b ? a->if_true : a->if_false;
     }
-    if (set_value(o, target, v, source) != 0)
-      rc = SAC_ECONFIG;
+    rows[n] = a;
+    succ[n] = o;
+    vals[n] = v;
+    fits[n] = value_fits(o, target, v);
+    n_fit += fits[n];
+    n++;
   }
+  (void)rows;
+  char use[256] = "", left[256] = "";
+  for (int i = 0; i < n; i++) {
+    char *buf = fits[i] || n_fit == 0 ? use : left;
+    size_t len = strlen(buf);
+    snprintf(buf + len, sizeof use - len, "%s'%s'", len ? " and " : "", succ[i]->key);
+  }
+  if (n_fit == 0 || !left[0])
+    SAC_WARN("config", "%s: '%s' is deprecated and goes in the next release; use %s", source, key, use);
+  else
+    SAC_WARN("config",
+             "%s: '%s' is deprecated and goes in the next release; use %s (set from it; %s is left alone: "
+             "'%s' is outside its range)",
+             source, key, use, left, value);
+  int rc = 0;
+  t_track_shared = n > 1;
+  for (int i = 0; i < n; i++)
+    if ((fits[i] || n_fit == 0) && set_value(succ[i], target, vals[i], source) != 0)
+      rc = SAC_ECONFIG;
+  t_track_shared = 0;
   return rc;
+}
+
+/* The error for a key no option and no old name of this table matches: with the closest
+ * name, or saying that it is another program's option. */
+static void unknown_key(const sac_cfg_opt_t *opts, size_t n_opts, const char *source, const char *key,
+                        const char *prefix, const char *shown) {
+  char hint[160];
+  did_you_mean(opts, n_opts, key, prefix, hint, sizeof hint);
+  if (!hint[0] && is_program_key(key))
+    snprintf(hint, sizeof hint,
+             " (an option of another sacfleet program: in a shared config file it goes in that program's "
+             "[learner], [actor] or [replay] section)");
+  SAC_ERROR("config", "%s: unknown key '%s'%s%s%s%s", source, key, shown ? " (in '" : "", shown ? shown : "",
+            shown ? "')" : "", hint);
 }
 
 int sac_config_set(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *key, const char *value,
@@ -310,9 +558,9 @@ int sac_config_set(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const
   const sac_cfg_opt_t *o = find_opt(opts, n_opts, key);
   if (o)
     return set_value(o, target, value, source);
-  if (is_alias(opts, n_opts, key))
-    return set_alias(opts, n_opts, target, key, value, source);
-  SAC_ERROR("config", "%s: unknown key '%s'", source, key);
+  if (is_alias(opts, n_opts, key, 0))
+    return set_alias(opts, n_opts, target, key, value, source, 0);
+  unknown_key(opts, n_opts, source, key, "", NULL);
   return SAC_ECONFIG;
 }
 
@@ -463,6 +711,28 @@ static int read_capped(const char *path, char **out, size_t *len) {
   return 0;
 }
 
+/* The sections of a config file that belong to a program (sac-learner reads [learner], and
+ * skips [actor] and [replay]); t_own_section is this program's, set by sac_config_load_ext. */
+static const char *const k_program_sections[] = {"learner", "actor", "replay"};
+static _Thread_local const char *t_own_section;
+
+/* Whether the table has "name.key" options: then [name] prefixes its keys, as any other
+ * section does (no program's table has such keys; a tool's may). */
+static int has_section_keys(const sac_cfg_opt_t *opts, size_t n_opts, const char *name) {
+  size_t n = strlen(name);
+  for (size_t i = 0; i < n_opts; i++)
+    if (strncmp(opts[i].key, name, n) == 0 && opts[i].key[n] == '.')
+      return 1;
+  return 0;
+}
+
+static int is_program_section(const char *name) {
+  for (size_t i = 0; i < sizeof k_program_sections / sizeof k_program_sections[0]; i++)
+    if (strcmp(k_program_sections[i], name) == 0)
+      return 1;
+  return 0;
+}
+
 /* Parses one "key = value" or "[section]" line (NUL-terminated, no newline) of a config
  * file. src names the line for error messages; *section is the current section (may be
  * replaced). Returns 0, SAC_ECONFIG (bad line, logged) or SAC_ENOMEM (logged). */
@@ -510,7 +780,13 @@ static int parse_line(const sac_cfg_opt_t *opts, size_t n_opts, void *target, ch
     strip_comment(v);
     v = trim(v);
   }
-  /* "[replay]" + "capacity" names the option "replay.capacity". */
+  /* [learner], [actor], [replay]: this program's own keys, or another program's (skipped:
+   * one file serves every program of a run) */
+  if (*section && is_program_section(*section) && !has_section_keys(opts, n_opts, *section))
+    return t_own_section && strcmp(*section, t_own_section) == 0
+               ? sac_config_set(opts, n_opts, target, k, v, src) != 0 ? SAC_ECONFIG : 0
+               : 0;
+  /* "[replay]" + "capacity" names the option "replay.capacity" elsewhere. */
   size_t need = (*section ? strlen(*section) + 1 : 0) + strlen(k) + 1;
   char *key = malloc(need);
   if (!key) {
@@ -564,11 +840,23 @@ static int env_allowed(const char *name, size_t len) {
   for (size_t i = 0; i < sizeof k_env_other / sizeof k_env_other[0]; i++)
     if (strlen(k_env_other[i].name) == len && strncmp(k_env_other[i].name, name, len) == 0)
       return 1;
+  for (size_t i = 0; i < sizeof k_env_launcher_prefixes / sizeof k_env_launcher_prefixes[0]; i++)
+    if (strncmp(name, k_env_launcher_prefixes[i], strlen(k_env_launcher_prefixes[i])) == 0)
+      return 1;
   return 0;
 }
 
+/* Whether the variable name[0, len) is SAC_<KEY>. */
+static int env_is_key(const char *name, size_t len, const char *key) {
+  char e[ENV_NAME_MAX];
+  env_name(key, e);
+  return strlen(e) == len && strncmp(e, name, len) == 0;
+}
+
 /* Applies SAC_<KEY> for every option (in table order, so the result does not depend on
- * the order of environ), then rejects every other SAC_* variable not on the allow-list. */
+ * the order of environ), then looks at every other SAC_* variable: a launcher's own or
+ * another program's option is skipped (one environment serves every program of a run),
+ * anything else is an error with the closest variable name. */
 static int load_env(const sac_cfg_opt_t *opts, size_t n_opts, void *target) {
   int rc = 0;
   char name[ENV_NAME_MAX], src[ENV_NAME_MAX + 32];
@@ -580,10 +868,10 @@ static int load_env(const sac_cfg_opt_t *opts, size_t n_opts, void *target) {
       seen = strcmp(k_aliases[j].old_key, old) == 0;
     env_name(old, name);
     const char *v = getenv(name);
-    if (seen || !v || !is_alias(opts, n_opts, old))
+    if (seen || !v || !is_alias(opts, n_opts, old, 1))
       continue;
     snprintf(src, sizeof src, "environment variable %s", name);
-    if (set_alias(opts, n_opts, target, old, v, src) != 0)
+    if (set_alias(opts, n_opts, target, old, v, src, 1) != 0)
       rc = SAC_ECONFIG;
   }
   for (size_t i = 0; i < n_opts; i++) {
@@ -603,19 +891,35 @@ static int load_env(const sac_cfg_opt_t *opts, size_t n_opts, void *target) {
     if (env_allowed(*e, len))
       continue;
     int known = 0;
-    for (size_t i = 0; i < n_opts && !known; i++) {
-      env_name(opts[i].key, name);
-      known = strlen(name) == len && strncmp(name, *e, len) == 0;
+    for (size_t i = 0; i < n_opts && !known; i++)
+      known = env_is_key(*e, len, opts[i].key);
+    for (size_t i = 0; i < N_ALIASES && !known; i++)
+      known = env_is_key(*e, len, k_aliases[i].old_key) && is_alias(opts, n_opts, k_aliases[i].old_key, 1);
+    if (known)
+      continue;
+    /* the variable as a key: SAC_MIN_SIZE -> min_size */
+    char key[ENV_NAME_MAX];
+    size_t k = 0;
+    for (size_t i = 4; i < len && k + 1 < sizeof key; i++)
+      key[k++] = (char)tolower((unsigned char)(*e)[i]);
+    key[k] = '\0';
+    if (is_program_key(key)) {
+      SAC_DEBUG("config", "environment variable %.*s: another sacfleet program's option, not read here",
+                (int)len, *e);
+      continue;
     }
-    for (size_t i = 0; i < N_ALIASES && !known; i++) {
-      env_name(k_aliases[i].old_key, name);
-      known =
-          strlen(name) == len && strncmp(name, *e, len) == 0 && is_alias(opts, n_opts, k_aliases[i].old_key);
+    char hint[ENV_NAME_MAX + 32] = "";
+    did_you_mean(opts, n_opts, key, "", hint, sizeof hint);
+    if (hint[0]) { /* " (did you mean key?)" -> " (did you mean SAC_KEY?)" */
+      const char *best = hint + strlen(" (did you mean ");
+      env_name(best, name);
+      name[strcspn(name, "?")] = '\0';
+      snprintf(hint, sizeof hint, " (did you mean %.*s?)", ENV_NAME_MAX - 1, name);
     }
-    if (!known) {
-      SAC_ERROR("config", "environment variable %.*s: unknown key (no option maps to it)", (int)len, *e);
-      rc = SAC_ECONFIG;
-    }
+    SAC_ERROR("config",
+              "environment variable %.*s: unknown key (no option of any sacfleet program maps to it)%s",
+              (int)len, *e, hint);
+    rc = SAC_ECONFIG;
   }
   return rc;
 }
@@ -633,7 +937,7 @@ typedef struct {
 static int alias_is_bool(const sac_cfg_opt_t *opts, size_t n_opts, const char *key) {
   for (size_t i = 0; i < N_ALIASES; i++) {
     const sac_cfg_opt_t *o =
-        strcmp(k_aliases[i].old_key, key) == 0 ? alias_target(opts, n_opts, &k_aliases[i]) : NULL;
+        key_eq(k_aliases[i].old_key, key) ? alias_target(opts, n_opts, &k_aliases[i], 0) : NULL;
     if (o && (k_aliases[i].if_true || o->type == SAC_CFG_BOOL))
       return 1;
   }
@@ -653,6 +957,15 @@ static int parse_argv(const sac_cfg_opt_t *opts, size_t n_opts, int argc, char *
   *n_sets = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    if (!only_positional && a[0] == '-' && a[1] && a[1] != '-') {
+      SAC_ERROR(
+          "config",
+          "command line argument %d: unexpected positional argument '%s' (options are written --KEY, two "
+          "dashes; -h is --help)",
+          i, a);
+      errors++;
+      continue;
+    }
     if (only_positional || !is_option(a)) {
       SAC_ERROR("config", "command line argument %d: unexpected positional argument '%s'", i, a);
       errors++;
@@ -672,8 +985,8 @@ static int parse_argv(const sac_cfg_opt_t *opts, size_t n_opts, int argc, char *
     memcpy(key, name, klen);
     key[klen] = '\0';
     const sac_cfg_opt_t *o = find_opt(opts, n_opts, key);
-    int is_config = strcmp(key, "config") == 0;
-    if (!o && !is_config && strncmp(key, "no-", 3) == 0) {
+    int is_config = key_eq("config", key);
+    if (!o && !is_config && (strncmp(key, "no-", 3) == 0 || strncmp(key, "no_", 3) == 0)) {
       const sac_cfg_opt_t *b = find_opt(opts, n_opts, key + 3);
       int old_bool = !b && alias_is_bool(opts, n_opts, key + 3);
       if ((b && b->type == SAC_CFG_BOOL) || old_bool) {
@@ -687,10 +1000,15 @@ static int parse_argv(const sac_cfg_opt_t *opts, size_t n_opts, int argc, char *
         continue;
       }
     }
-    const char *alias = !o && !is_config && is_alias(opts, n_opts, key) ? find_alias_key(key) : NULL;
+    const char *alias = !o && !is_config && is_alias(opts, n_opts, key, 0) ? find_alias_key(key) : NULL;
     if (!o && !is_config && !alias) {
-      SAC_ERROR("config", "command line argument %d: unknown key '%s' (in '%s')", i, key, a);
+      char src[48];
+      snprintf(src, sizeof src, "command line argument %d", i);
+      unknown_key(opts, n_opts, src, key, "--", a);
       errors++;
+      /* "--typo VALUE": VALUE is the unknown option's, not a positional argument to report too */
+      if (!value && i + 1 < argc && !is_option(argv[i + 1]))
+        i++;
       continue;
     }
     if (!value) {
@@ -747,10 +1065,13 @@ static void print_usage(const sac_cfg_opt_t *opts, size_t n_opts, const char *pr
   printf("Usage: %s [--config FILE] [--KEY=VALUE | --KEY VALUE]...\n", prog);
   if (summary && summary[0])
     printf("%s\n", summary);
-  printf("\nSources, later ones win: defaults < config file (--config FILE, or SAC_CONFIG)\n"
-         "  < environment SAC_<KEY> ('.' and '-' as '_') < command line.\n"
-         "Config file: 'key = value' lines, '#' comments, optional \"quotes\", [section] headers\n"
-         "  that prefix keys as section.key. Booleans: --KEY, --no-KEY, true/false, 1/0, yes/no, on/off.\n"
+  printf("\nSources, later ones win: defaults < the environment's preset (sac-learner: --preset)\n"
+         "  < config file (--config FILE, or SAC_CONFIG) < environment SAC_<KEY> ('.' and '-' as '_')\n"
+         "  < command line (--KEY VALUE, --KEY=VALUE; --key-name is --key_name; -h is --help).\n"
+         "Config file: 'key = value' lines, '#' comments, optional \"quotes\"; [learner], [actor] and\n"
+         "  [replay] sections hold one program's keys (the others skip them), so one file serves a run.\n"
+         "Another program's SAC_<KEY> is not read here; a SAC_* variable of no program is an error.\n"
+         "Integers also as 1e6. Booleans: --KEY, --no-KEY, true/false, 1/0, yes/no, on/off.\n"
          "\nOptions:\n");
   for (size_t i = 0; i < n_opts; i++) {
     const sac_cfg_opt_t *o = &opts[i];
@@ -777,12 +1098,19 @@ static void print_usage(const sac_cfg_opt_t *opts, size_t n_opts, const char *pr
       printf("  %s\n      %s\n", k_env_other[i].name, k_env_other[i].help);
   int any = 0;
   for (size_t i = 0; i < N_ALIASES; i++) {
-    const sac_cfg_opt_t *o = alias_target(opts, n_opts, &k_aliases[i]);
+    const sac_cfg_opt_t *o = alias_target(opts, n_opts, &k_aliases[i], 1);
     if (!o)
       continue;
     if (!any++)
       printf("\nOld names, accepted until the next release with a warning:\n");
-    printf("  --%s -> --%s\n", k_aliases[i].old_key, o->key);
+    if (k_aliases[i].env_only) {
+      env_name(k_aliases[i].old_key, env);
+      printf("  %s -> ", env);
+      env_name(o->key, env);
+      printf("%s (environment only: docker compose's old name)\n", env);
+    } else {
+      printf("  --%s -> --%s\n", k_aliases[i].old_key, o->key);
+    }
   }
 }
 
@@ -833,20 +1161,40 @@ static void print_markdown(const sac_cfg_opt_t *opts, size_t n_opts, const char 
   }
   int any = 0;
   for (size_t i = 0; i < N_ALIASES; i++) {
-    const sac_cfg_opt_t *o = alias_target(opts, n_opts, &k_aliases[i]);
+    const sac_cfg_opt_t *o = alias_target(opts, n_opts, &k_aliases[i], 1);
     if (!o)
       continue;
     if (!any++)
       printf("\nOld names, accepted until the next release with a warning:\n\n| old name | use |\n| --- | "
              "--- |\n");
     env_name(k_aliases[i].old_key, env);
-    printf("| `--%s`, `%s` | `--%s` |\n", k_aliases[i].old_key, env, o->key);
+    if (k_aliases[i].env_only) {
+      printf("| `%s` (docker compose's) | ", env);
+      env_name(o->key, env);
+      printf("`%s` |\n", env);
+    } else
+      printf("| `--%s`, `%s` | `--%s` |\n", k_aliases[i].old_key, env, o->key);
   }
   printf("\n");
 }
 
-int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int argc, char **argv,
-                    const char *summary, int *action) {
+/* This program's section of a shared config file: "sac-learner" reads [learner]. */
+static const char *own_section(const char *prog) {
+  const char *p = strncmp(prog, "sac-", 4) == 0 ? prog + 4 : prog;
+  for (size_t i = 0; i < sizeof k_program_sections / sizeof k_program_sections[0]; i++)
+    if (strcmp(k_program_sections[i], p) == 0)
+      return k_program_sections[i];
+  return NULL;
+}
+
+static void track_begin(const sac_cfg_opt_t *opts, unsigned char *sources, int level) {
+  t_track_opts = opts;
+  t_track_src = sources;
+  t_track_level = (unsigned char)level;
+}
+
+int sac_config_load_ext(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int argc, char **argv,
+                        const char *summary, int *action, unsigned char *sources) {
   assert(opts || n_opts == 0);
   assert(target && action && argc >= 0 && (argc == 0 || argv));
   check_table(opts, n_opts);
@@ -863,7 +1211,7 @@ int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int 
       *action = SAC_CFG_EXIT_OK;
       return 0;
     }
-    if (strcmp(argv[i], "--help") == 0) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       print_usage(opts, n_opts, prog_name(argc, argv), summary);
       fflush(stdout);
       *action = SAC_CFG_EXIT_OK;
@@ -885,6 +1233,9 @@ int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int 
       return SAC_ECONFIG;
     }
   }
+  if (sources)
+    memset(sources, SAC_CFG_SRC_DEFAULT, n_opts);
+  t_own_section = own_section(prog_name(argc, argv));
   int n_sets = 0, rc = 0;
   const char *config_path = NULL;
   if (parse_argv(opts, n_opts, argc, argv, sets, &n_sets, &config_path) != 0)
@@ -896,19 +1247,42 @@ int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int 
     if (e && e[0])
       config_path = e;
   }
+  track_begin(opts, sources, SAC_CFG_SRC_FILE);
   if (config_path && load_file(opts, n_opts, target, config_path) != 0)
     rc = SAC_ECONFIG;
+  track_begin(opts, sources, SAC_CFG_SRC_ENV);
   if (load_env(opts, n_opts, target) != 0)
     rc = SAC_ECONFIG;
+  track_begin(opts, sources, SAC_CFG_SRC_CLI);
   for (int i = 0; i < n_sets; i++) {
     char src[64];
     snprintf(src, sizeof src, "command line argument %d", sets[i].argi);
-    int r = sets[i].alias ? set_alias(opts, n_opts, target, sets[i].alias, sets[i].value, src)
+    int r = sets[i].alias ? set_alias(opts, n_opts, target, sets[i].alias, sets[i].value, src, 0)
                           : set_value(sets[i].opt, target, sets[i].value, src);
     if (r != 0)
       rc = SAC_ECONFIG;
   }
+  track_begin(NULL, NULL, 0);
+  t_own_section = NULL;
   free(sets);
+  return rc;
+}
+
+int sac_config_load(const sac_cfg_opt_t *opts, size_t n_opts, void *target, int argc, char **argv,
+                    const char *summary, int *action) {
+  return sac_config_load_ext(opts, n_opts, target, argc, argv, summary, action, NULL);
+}
+
+int sac_config_apply_preset(const sac_cfg_opt_t *opts, size_t n_opts, void *target, const char *path,
+                            const char *section, unsigned char *sources) {
+  assert(opts && target && path && sources);
+  t_own_section = section;
+  track_begin(opts, sources, SAC_CFG_SRC_PRESET);
+  t_defaults_only = 1;
+  int rc = load_file(opts, n_opts, target, path);
+  t_defaults_only = 0;
+  track_begin(NULL, NULL, 0);
+  t_own_section = NULL;
   return rc;
 }
 

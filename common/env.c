@@ -6,13 +6,16 @@
 #include "common/env.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/env_internal.h"
 #include "common/error.h"
+#include "common/findfile.h"
 #include "common/log.h"
 
 #define PLUGIN_PREFIX "plugin:"
@@ -59,6 +62,26 @@ void sac_env_known_ids(char *buf, size_t cap) {
   buf[0] = '\0';
   for (size_t i = 0; i < sizeof k_known / sizeof k_known[0] && n < cap; i++)
     n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", k_known[i].id);
+}
+
+void sac_env_suggest(const char *name, char *out, size_t cap) {
+  assert(name && out && cap > 0);
+  out[0] = '\0';
+  size_t n = strcspn(name, ",");
+  const char *best = NULL;
+  int best_d = 4; /* "pendulum-v1" is 1 away once case is ignored; "HalfCheetah" is 3 from "-v5" */
+  for (size_t i = 0; i < sizeof k_known / sizeof k_known[0]; i++) {
+    int d = sac_edit_distance(name, n, k_known[i].id, strlen(k_known[i].id), SAC_DIST_FOLD_CASE);
+    /* same letters in another case: the right one whatever the distance */
+    if (strlen(k_known[i].id) == n && strncasecmp(name, k_known[i].id, n) == 0)
+      d = 0;
+    if (d <= best_d && d < 4) { /* a tie goes to the later row: v5 before v4 */
+      best = k_known[i].id;
+      best_d = d;
+    }
+  }
+  if (best)
+    snprintf(out, cap, "%s", best);
 }
 
 int sac_env_apply_module(char *env, size_t cap, const char *module) {
@@ -114,6 +137,30 @@ int sac_env_resolve(const char *name, char *out, size_t cap) {
   return SAC_ENOTFOUND;
 }
 
+void sac_env_log_unknown(const char *name) {
+  char known[512], near[64], hint[128] = "";
+  sac_env_known_ids(known, sizeof known);
+  sac_env_suggest(name, near, sizeof near);
+  if (near[0])
+    snprintf(hint, sizeof hint, "did you mean %s%s? ", near,
+             name[strcspn(name, ",")] ? " (with your ,ARGS)" : "");
+  SAC_ERROR("env",
+            "unknown environment '%s' (%sknown: %s; gym:ID for any other Gymnasium ID through the Gymnasium "
+            "bridge; plugin:PATH.so[:ARGS] for your own plugin)",
+            name, hint, known);
+}
+
+int sac_env_check(const char *name) {
+  assert(name);
+  char resolved[2048];
+  int rc = sac_env_resolve(name, resolved, sizeof resolved);
+  if (rc == SAC_ENOTFOUND || rc == SAC_EINVAL) {
+    sac_env_log_unknown(name);
+    return SAC_ENOTFOUND;
+  }
+  return rc; /* SAC_EPLUGIN: sac__env_plugin_find said why */
+}
+
 int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **out) {
   assert(name && out);
   *out = NULL;
@@ -124,12 +171,7 @@ int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **ou
   if (rc == SAC_EPLUGIN)
     return rc; /* the plugin file was not found; sac__env_plugin_find said where it looked */
   if (rc < 0) {
-    char known[512];
-    sac_env_known_ids(known, sizeof known);
-    SAC_ERROR("env",
-              "unknown environment '%s' (known: %s; gym:ID for any other Gymnasium ID through the Gymnasium "
-              "bridge; plugin:PATH.so[:ARGS] for your own plugin)",
-              name, known);
+    sac_env_log_unknown(name);
     return SAC_ENOTFOUND;
   }
   if (strncmp(resolved, PLUGIN_PREFIX, strlen(PLUGIN_PREFIX)) == 0) {

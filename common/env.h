@@ -44,6 +44,15 @@ int sac_env_new(const char *name, uint64_t seed, uint64_t stream, sac_env_t **ou
 int sac_env_resolve(const char *name, char *out, size_t cap);
 /* The shipped IDs, comma-separated, into buf (truncated to cap). */
 void sac_env_known_ids(char *buf, size_t cap);
+/* The shipped ID closest to name (its case ignored, a few letters off: "pendulum-v1" ->
+ * "Pendulum-v1", "HalfCheetah" -> "HalfCheetah-v4"), or "" in out when none is close. */
+void sac_env_suggest(const char *name, char *out, size_t cap);
+/* Logs "unknown environment" for name, with the closest ID and the known ones. */
+void sac_env_log_unknown(const char *name);
+/* What the programs run before anything starts: whether name can be made (as
+ * sac_env_resolve, without loading the plugin). 0; SAC_ENOTFOUND (logged with the closest
+ * ID); SAC_EPLUGIN (its plugin is not there: logged with the cause and the fix). */
+int sac_env_check(const char *name);
 /* --env_module: where env is "gym:ID[,ARGS]" and module is not empty, rewrites env (of cap
  * bytes) in place to "gym:MODULE:ID[,ARGS]", Gymnasium's spelling for "import MODULE, then
  * make ID" (a user's package that registers its environments on import). 0, or SAC_ECONFIG

@@ -34,5 +34,9 @@ extern const sac__env_ops_t sac__env_plugin_ops;
  * configured install folder, and the build tree's plugin folders. Writes the path to out.
  * 0, or SAC_EPLUGIN with a log line listing every folder looked at. */
 int sac__env_plugin_find(const char *file, char *out, size_t cap);
+/* Tests only: search SAC_PLUGIN_PATH alone (not the binary's folders, the install prefix or
+ * the build tree), and take the MuJoCo plugin as built or not, whatever this build did; so
+ * the message of a build without libmujoco can be checked on one that has it. */
+void sac__env_plugin_test_search(int only_plugin_path, int mujoco_built);
 
 #endif

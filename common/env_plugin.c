@@ -16,6 +16,7 @@
 #include "common/env_internal.h"
 #include "common/env_plugin.h"
 #include "common/error.h"
+#include "common/findfile.h"
 #include "common/log.h"
 
 _Static_assert(SAC_ENV_PLUGIN_MAX_OBS == SAC_ENV_MAX_OBS, "plugin ABI and env.h disagree on obs_dim limit");
@@ -77,60 +78,42 @@ static const char *check_spec(const sac_env_plugin_spec_t *spec, int *index) {
 #define SAC_PLUGIN_BUILD_DIRS "" /* ':'-separated */
 #endif
 
-/* Tries dir/file; on success writes it to out and returns 1. Notes the folder in seen. */
-static int try_dir(const char *dir, size_t dir_len, const char *file, char *out, size_t cap, char *seen,
-                   size_t seen_cap) {
-  if (dir_len == 0)
-    return 0;
-  char path[PATH_MAX];
-  if (snprintf(path, sizeof path, "%.*s/%s", (int)dir_len, dir, file) >= (int)sizeof path)
-    return 0;
-  size_t n = strlen(seen);
-  if (n < seen_cap)
-    snprintf(seen + n, seen_cap - n, "%s%.*s", n ? ", " : "", (int)dir_len, dir);
-  if (access(path, R_OK) != 0)
-    return 0;
-  return snprintf(out, cap, "%s", path) < (int)cap;
-}
+#ifdef SAC_MUJOCO_BUILT
+static int g_mujoco_built = 1;
+#else
+static int g_mujoco_built = 0;
+#endif
+static int g_only_plugin_path;
 
-/* Tries every folder of a ':'-separated list. */
-static int try_list(const char *list, const char *file, char *out, size_t cap, char *seen, size_t seen_cap) {
-  for (const char *p = list; p && *p;) {
-    size_t len = strcspn(p, ":");
-    if (try_dir(p, len, file, out, cap, seen, seen_cap))
-      return 1;
-    p += len + (p[len] == ':');
-  }
-  return 0;
+void sac__env_plugin_test_search(int only_plugin_path, int mujoco_built) {
+  g_only_plugin_path = only_plugin_path;
+  g_mujoco_built = mujoco_built;
 }
 
 int sac__env_plugin_find(const char *file, char *out, size_t cap) {
-  char seen[4096] = "";
-  if (try_list(getenv("SAC_PLUGIN_PATH"), file, out, cap, seen, sizeof seen))
+  char seen[4096];
+  const sac_find_t where = {"SAC_PLUGIN_PATH",     1,
+                            SAC_PLUGIN_REL_DIR,    SAC_PLUGIN_INSTALL_DIR,
+                            SAC_PLUGIN_BUILD_DIRS, g_only_plugin_path};
+  if (sac_find_file(&where, file, out, cap, seen, sizeof seen) == 0)
     return 0;
-  /* next to the binary, then the installed layout relative to it (a moved prefix works) */
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-      *slash = '\0';
-      if (try_dir(exe, strlen(exe), file, out, cap, seen, sizeof seen))
-        return 0;
-      char rel[PATH_MAX], canon[PATH_MAX];
-      if (snprintf(rel, sizeof rel, "%s/%s", exe, SAC_PLUGIN_REL_DIR) < (int)sizeof rel) {
-        const char *d = realpath(rel, canon) ? canon : rel; /* log lines without "bin/../" */
-        if (try_dir(d, strlen(d), file, out, cap, seen, sizeof seen))
-          return 0;
-      }
-    }
+  if (!g_mujoco_built && strcmp(file, "libsac_env_mujoco.so") == 0) {
+    /* the usual cause: the build found no libmujoco (CMake's status line said so) */
+    SAC_ERROR(
+        "env",
+        "the MuJoCo environments are not in this build: CMake did not find libmujoco when it configured, so "
+        "%s was not built. Install Debian's libmujoco-dev (sudo apt-get install libmujoco-dev, or "
+        "scripts/install-deps.sh --all) and pip install \"gymnasium[mujoco]\" for the models, then build "
+        "again: cmake -S . -B build && cmake --build build (docs/ENVIRONMENTS.md)",
+        file);
+    return SAC_EPLUGIN;
   }
-  if (try_dir(SAC_PLUGIN_INSTALL_DIR, strlen(SAC_PLUGIN_INSTALL_DIR), file, out, cap, seen, sizeof seen) ||
-      try_list(SAC_PLUGIN_BUILD_DIRS, file, out, cap, seen, sizeof seen))
-    return 0;
-  SAC_ERROR("env", "plugin %s not found (looked in: %s); set SAC_PLUGIN_PATH to the folder that holds it",
-            file, seen);
+  SAC_ERROR("env", "plugin %s not found (looked in: %s); set SAC_PLUGIN_PATH to the folder that holds it%s",
+            file, seen,
+            strcmp(file, "libsac_env_gym.so") == 0
+                ? " (the Gymnasium bridge is built where CMake finds a Python 3 with its embedding library: "
+                  "python3-dev, then build again; docs/ENVIRONMENTS.md)"
+                : "");
   return SAC_EPLUGIN;
 }
 

@@ -611,8 +611,10 @@ sac_http_t *sac_http_serve_metrics_health(const char *component, const char *add
   sac_http_t *h = NULL;
   int rc = sac_http_start(&c, metrics, &h);
   if (rc != 0) {
-    SAC_ERROR(component, "no metrics endpoint: cannot serve on %s port %d (%s)", addr, port,
-              sac_strerror(rc));
+    SAC_ERROR(component,
+              "no metrics endpoint: cannot serve on %s port %d (%s); if another process has the port: "
+              "--metrics_port 0 picks a free one (logged), --metrics_port -1 turns the endpoint off",
+              addr, port, sac_strerror(rc));
     return NULL;
   }
   SAC_INFO(component, "metrics on http://%s%s%s:%d/metrics", strchr(addr, ':') ? "[" : "", addr,

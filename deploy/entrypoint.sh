@@ -24,6 +24,10 @@
 #
 #   sac-entrypoint CMD [ARGS...]
 #       exec CMD ARGS.
+#
+# Before it runs a program it drops every SAC_* variable that is set but empty: compose passes
+# a variable the user left unset as an empty one (${SAC_LR:-} in docker-compose.yml), and an
+# empty value must mean "the program's default", not an empty setting.
 set -euo pipefail
 
 log() { printf 'sac-entrypoint: %s\n' "$*" >&2; }
@@ -79,6 +83,9 @@ derive_actor_id() {
 if [ $# -eq 0 ]; then
   set -- sac-learner --help
 fi
+while read -r v; do
+  [ -n "${!v}" ] || unset "$v"
+done < <(compgen -e | grep '^SAC_' || true)
 case $1 in
   healthcheck)
     shift

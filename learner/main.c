@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/sigstop.h"
+#include "common/preset.h"
 #include "common/wire.h"
 #include "learner/backend.h"
 #include "learner/service.h"
@@ -53,6 +54,7 @@ typedef struct {
   int wal_sync_ms;
   char device[16];
   char env_module[256];
+  char preset[1024];
 } learner_cfg_t;
 
 #define OPT(k, t, f, d, lo, hi, h)                                                                           \
@@ -105,6 +107,9 @@ static const sac_cfg_opt_t k_opts[] = {
         "for your own plugin"),
     STR("env_module", env_module, "",
         "with --env gym:ID: the Python module that registers ID, imported first (your own package)"),
+    STR("preset", preset, "auto",
+        "hyper-parameters for the task: auto (the environment's own presets/<ID>.conf, where there is one), "
+        "none, or a file; applied under --config, SAC_* and flags (presets/README.md)"),
     STR("backend", t.backend, "cpu",
         "compute backend: cpu or cuda; null is a measuring tool that does no math (it reads each batch, "
         "returns priorities and keeps the initial weights: the service's ceiling, docs/LEARNER.md)"),
@@ -172,7 +177,7 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("metrics_addr", metrics_addr, "",
         "address the /metrics and /healthz endpoint binds (numeric; empty: 127.0.0.1 in the embedded default "
         "and --mode local, 0.0.0.0 with --shards)"),
-    OPT("metrics_port", SAC_CFG_INT, metrics_port, "9100", -1, 65535,
+    OPT("metrics_port", SAC_CFG_INT, metrics_port, "5580", -1, 65535,
         "port of the /metrics and /healthz endpoint (0: a free port, logged; -1: no endpoint)"),
     STR("curve_key", curve_key, "",
         "CurveZMQ: the learner's key pair, a NAME.key file from sac-keygen (empty: no CURVE; "
@@ -199,6 +204,175 @@ static const sac_cfg_opt_t k_opts[] = {
     OPT("dp_connect_timeout_ms", SAC_CFG_INT, dp_connect_timeout_ms, "120000", 100, 86400000,
         "data-parallel: how long rank 0 waits at start for every rank (and the ranks for rank 0)"),
 };
+
+#define N_OPTS (sizeof k_opts / sizeof k_opts[0])
+
+/* ---- options the chosen mode has no use for, and values no program takes ---------------- */
+
+/* Where each option's value came from (sac_config_load_ext), for check_options. */
+static unsigned char g_src[N_OPTS];
+
+/* An option and where its setting lives in a mode that does not use it. */
+typedef struct {
+  const char *key, *where;
+} misplaced_t;
+
+/* With --shards the shards and actors are other processes: what the learner hosted itself in
+ * the embedded default is theirs to set. */
+static const misplaced_t k_not_remote[] = {
+    {"learning_starts",
+     "with --shards, the shards' --min_size sets when sampling starts and each sac-actor's "
+     "--learning_starts its random steps"},
+    {"capacity", "with --shards, each sac-replay's --capacity sets its size"},
+    {"updates_per_step",
+     "with --shards, the shards' --samples_per_insert sets the replay ratio (batch_size x "
+     "updates per step)"},
+    {"embedded_shards", "with --shards, the shards are the sac-replay processes it names"},
+    {"embedded_actors", "with --shards, the actors are sac-actor processes (compose and Slurm: SAC_ACTORS)"},
+    {"envs_per_actor", "with --shards, each sac-actor's --envs_per_actor"},
+    {"durability", "with --shards, each sac-replay's --durability"},
+    {"wal_sync_ms", "with --shards, each sac-replay's --wal_sync_ms"},
+    {"priority_alpha", "with --shards, each sac-replay's --priority_alpha"},
+};
+/* --mode local is one loop in one process: no shards, no actors, no sockets. */
+static const misplaced_t k_not_local[] = {
+    {"shards", "--mode local runs in one process (the service mode, the default, takes --shards)"},
+    {"weights", "--mode local publishes no weights"},
+    {"embedded_shards", "--mode local keeps one replay ring of --capacity"},
+    {"embedded_actors", "--mode local steps one environment in its own loop"},
+    {"envs_per_actor", "--mode local steps one environment in its own loop"},
+    {"publish_every", "--mode local publishes no weights"},
+    {"publish_interval_ms", "--mode local publishes no weights"},
+    {"weights_precision", "--mode local publishes no weights"},
+    {"max_nonfinite_updates", "the service mode's guard; --mode local stops at the first NaN/Inf loss"},
+    {"loss_guard", "the service mode's guard; --mode local stops at the first NaN/Inf loss"},
+    {"eval_every_updates", "--mode local evaluates every --eval_every_steps"},
+    {"log_interval_s", "--mode local prints progress every --log_every_steps"},
+    {"sampler", "--mode local samples uniformly from its own ring"},
+    {"priority_alpha", "--mode local samples uniformly from its own ring"},
+    {"priority_beta", "--mode local samples uniformly from its own ring"},
+    {"batches_per_request", "--mode local asks no shard for batches"},
+    {"sample_precision", "--mode local asks no shard for batches"},
+    {"durability", "--mode local keeps its replay in memory"},
+    {"wal_sync_ms", "--mode local keeps its replay in memory"},
+    {"curve_key", "--mode local opens no ZeroMQ socket"},
+    {"curve_server_key", "--mode local opens no ZeroMQ socket"},
+    {"curve_allow", "--mode local opens no ZeroMQ socket"},
+};
+/* The service (embedded default or --shards) does not run the local loop. */
+static const misplaced_t k_not_service[] = {
+    {"actor_lag", "--mode local only: the service's actors act with the newest weights they received"},
+    {"eval_every_steps", "the service evaluates every --eval_every_updates updates"},
+    {"log_every_steps", "the service prints progress every --log_interval_s seconds"},
+};
+/* Data-parallel settings without data-parallel training. */
+static const misplaced_t k_not_single[] = {
+    {"dp_rank", "without --dp_size 2 or more there is one learner"},
+    {"dp_coord", "without --dp_size 2 or more there is one learner"},
+    {"dp_collective", "without --dp_size 2 or more there is one learner"},
+    {"dp_timeout_ms", "without --dp_size 2 or more there is one learner"},
+    {"dp_connect_timeout_ms", "without --dp_size 2 or more there is one learner"},
+};
+/* Settings of the cuda backend. */
+static const misplaced_t k_not_cpu[] = {
+    {"graphs", "CUDA graphs are the cuda backend's (--backend cuda)"},
+    {"device", "the GPU is the cuda backend's (--backend cuda)"},
+};
+
+static const char *src_name(int src, const char *key, char *buf, size_t cap) {
+  switch (src) {
+  case SAC_CFG_SRC_FILE:
+    return "the config file";
+  case SAC_CFG_SRC_ENV: {
+    size_t n = (size_t)snprintf(buf, cap, "environment variable SAC_");
+    for (const char *p = key; *p && n + 1 < cap; p++)
+      buf[n++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+    buf[n] = '\0';
+    return buf;
+  }
+  default:
+    return "the command line";
+  }
+}
+
+/* Refuses each option of list[0, n) that the user set on the command line. One from a config
+ * file or the environment, where it differs from the default, is logged, not refused: one
+ * file and one environment serve every program of a deployment (docker compose, Slurm),
+ * and a run's config.txt, given back with --config to resume it, holds every option. Values
+ * a preset or an old name with several meanings (log_interval) set are not the user's choice
+ * of this option. Returns the number refused. */
+static int refuse_unused(const learner_cfg_t *c, const misplaced_t *list, size_t n) {
+  int refused = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = 0;
+    while (k < N_OPTS && strcmp(k_opts[k].key, list[i].key) != 0)
+      k++;
+    int src = k < N_OPTS ? g_src[k] : SAC_CFG_SRC_DEFAULT;
+    if (src & SAC_CFG_SRC_SHARED || src < SAC_CFG_SRC_FILE)
+      continue;
+    char buf[96];
+    const char *from = src_name(src, list[i].key, buf, sizeof buf);
+    if (src != SAC_CFG_SRC_CLI) {
+      if (!sac_config_is_default(&k_opts[k], c))
+        SAC_WARN("learner",
+                 "%s: --%s is not used here (%s); a file or a variable shared with other programs is "
+                 "not an error",
+                 from, list[i].key, list[i].where);
+      continue;
+    }
+    SAC_ERROR("learner", "%s: --%s has no effect here: %s", from, list[i].key, list[i].where);
+    refused++;
+  }
+  return refused;
+}
+
+/* Whether value is one of the ", "-separated words of choices; logs the refusal. */
+static int one_of(const char *key, const char *value, const char *choices) {
+  size_t n = strlen(value);
+  for (const char *p = choices; *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == n && strncmp(p, value, n) == 0)
+      return 1;
+    p += len;
+    p += strspn(p, ", ");
+  }
+  SAC_ERROR("learner", "%s \"%s\" is not one of %s", key, value, choices);
+  return 0;
+}
+
+/* Everything about the options that can be refused before anything starts: values no
+ * program takes, a run name that would leave --run_dir, and options the chosen mode has no
+ * use for. 0, or the number of problems (each logged). */
+static int check_options(const learner_cfg_t *c) {
+  int bad = 0;
+  const int local = strcmp(c->mode, "local") == 0;
+  bad += !one_of("mode", c->mode, "service, local");
+  bad += !one_of("backend", c->t.backend, "cpu, cuda, null");
+  bad += !one_of("sampler", c->sampler, "uniform, prioritized");
+  bad += !one_of("sample_precision", c->sample_precision, "fp32, fp16");
+  bad += !one_of("weights_precision", c->weights_precision, "fp32, bf16, fp16");
+  bad += !one_of("durability", c->durability, "wal, snapshot, none");
+  bad += !one_of("dp_collective", c->dp_collective, "auto, zmq, nccl");
+  if (strchr(c->run_name, '/') || strcmp(c->run_name, ".") == 0 || strcmp(c->run_name, "..") == 0) {
+    SAC_ERROR("learner",
+              "--run_name %s: a run name is one folder name inside --run_dir (no '/', not '.' or '..'); "
+              "to put runs elsewhere, set --run_dir",
+              c->run_name);
+    bad++;
+  }
+  if (local) {
+    bad += refuse_unused(c, k_not_local, sizeof k_not_local / sizeof k_not_local[0]);
+  } else {
+    bad += refuse_unused(c, k_not_service, sizeof k_not_service / sizeof k_not_service[0]);
+    if (c->shards[0])
+      bad += refuse_unused(c, k_not_remote, sizeof k_not_remote / sizeof k_not_remote[0]);
+  }
+  if (c->dp_size <= 1)
+    bad += refuse_unused(c, k_not_single, sizeof k_not_single / sizeof k_not_single[0]);
+  if (strcmp(c->t.backend, "cuda") != 0)
+    bad += refuse_unused(c, k_not_cpu, sizeof k_not_cpu / sizeof k_not_cpu[0]);
+  return bad;
+}
 
 static atomic_int g_stop;
 
@@ -385,15 +559,29 @@ int main(int argc, char **argv) {
     g_argv0 = argv[0];
   sac_train_cfg_default(&c.t);
   int action;
-  if (sac_config_load(k_opts, sizeof k_opts / sizeof k_opts[0], &c, argc, argv,
-                      "sac-learner: trains a Soft Actor-Critic agent and reports its evaluation return",
-                      &action))
+  if (sac_config_load_ext(k_opts, N_OPTS, &c, argc, argv,
+                          "sac-learner: trains a Soft Actor-Critic agent and reports its evaluation return",
+                          &action, g_src))
     return 2;
   if (action == SAC_CFG_EXIT_OK)
     return 0;
   if (sac_log_configure(c.log_level, c.log_json, "learner"))
     return 2;
   if (sac_env_apply_module(c.t.env, sizeof c.t.env, c.env_module))
+    return 2;
+  if (sac_env_check(c.t.env) != 0) /* a typo or a plugin this build lacks: said before anything starts */
+    return 2;
+  {
+    size_t k = 0;
+    while (strcmp(k_opts[k].key, "preset") != 0)
+      k++;
+    char chosen[sizeof c.preset];
+    if (sac_preset_apply(k_opts, N_OPTS, &c, c.preset, c.t.env, "learner", g_src,
+                         (g_src[k] & ~SAC_CFG_SRC_SHARED) == SAC_CFG_SRC_FILE, chosen, sizeof chosen) != 0)
+      return 2;
+    snprintf(c.preset, sizeof c.preset, "%s", chosen); /* the run's config.txt records the file */
+  }
+  if (check_options(&c) != 0)
     return 2;
   /* metrics on loopback unless the learner is part of a cluster (--shards) or told otherwise */
   if (!c.metrics_addr[0])
@@ -446,16 +634,13 @@ int main(int argc, char **argv) {
     SAC_ERROR("learner", "mode \"%s\" is not one of service, local", c.mode);
     return 2;
   }
-  if (c.curve_key[0] || c.curve_server_key[0] || c.curve_allow[0])
-    SAC_WARN("learner", "the curve_* options are not used by --mode local (it opens no ZeroMQ socket)");
   {
     int64_t cap = c.t.buffer_capacity < c.t.total_steps ? c.t.buffer_capacity : c.t.total_steps;
     if ((int64_t)c.batch > cap) { /* the local trainer updates once its ring holds a batch */
-      SAC_ERROR(
-          "learner",
-          "--batch_size %d is more than the local replay ever holds (min(--buffer_capacity, --total_steps) "
-          "= %lld): no update would run",
-          c.batch, (long long)cap);
+      SAC_ERROR("learner",
+                "--batch_size %d is more than the local replay ever holds (min(--capacity, --total_steps) "
+                "= %lld): no update would run",
+                c.batch, (long long)cap);
       return 2;
     }
   }

@@ -404,7 +404,7 @@ ins_restored=$(sed -E 's/.*restored ([0-9]+) transitions.*/\1/' <<<"$restore_lin
 shard_growing() { awk -v v="$(prom_value 'sac_replay_inserted_transitions_total{shard="0"}')" -v r="$ins_restored" \
   'BEGIN { exit !(v > r + 1000) }'; }
 learner_growing() { awk -v v="$(prom_value 'sac_learner_updates_total')" -v b="$upd_before" 'BEGIN { exit !(v > b + 1000) }'; }
-ACTOR_INSTANCE="$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$KILLED_ACTOR"):9102"
+ACTOR_INSTANCE="$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$KILLED_ACTOR"):5582"
 actor_stepping() { awk -v v="$(prom_value "sac_actor_env_steps_total{instance=\"$ACTOR_INSTANCE\"}")" \
   'BEGIN { exit !(v > 1000) }'; }
 wait_until 180 "shard 0 inserting again after its restart" shard_growing

@@ -7,7 +7,8 @@
 # (scripts/lib_debian_image.sh: nothing preinstalled, no CUDA toolkit, no compiler), and
 # runs there the first command of README.md's "The two commands" section, taken from the
 # README as it stands, verbatim. Then it checks:
-#   1. the command exits 0 and its `result:` line has a final eval return >= -200;
+#   1. the command exits 0, applies presets/Pendulum-v1.conf (its log says so) and its
+#      `result:` line has a final eval return >= -200;
 #   2. it installed nothing the main job does not use: none of the test and benchmark
 #      extras (Criterion, Prometheus, curl, MuJoCo, Python headers, PyTorch, clang,
 #      valgrind) is in the container, and there is no nvcc; the checker is first shown a
@@ -170,6 +171,10 @@ result=$(grep -E '^result:' "$WORK/run.log" | tail -n 1)
 echo "    $result"
 grep -E '^results in' "$WORK/run.log" | sed 's/^/    /' || true
 return_check "$result" -200 || fail "$RETURN_WHY"
+# the command names the environment and nothing else: its hyper-parameters are the preset's
+preset=$(grep -o 'preset [^ ]*/presets/Pendulum-v1.conf: sets [a-z_, ]*' "$WORK/run.log" | head -n 1)
+[ -n "$preset" ] || fail "the first command did not apply presets/Pendulum-v1.conf (no 'preset ...' line)"
+echo "    $preset"
 ret=$RETURN
 
 docker exec "$CTR" dpkg-query -W -f='${Package}\n' >"$WORK/ctr-pkgs"

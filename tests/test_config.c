@@ -912,7 +912,11 @@ Test(config, old_names_on_the_command_line) {
   cr_assert_not_null(strstr(err, "use 'capacity'"), "%s", err);
   cr_assert_not_null(strstr(err, "use 'sampler'"), "%s", err);
   cr_assert_not_null(strstr(err, "use 'priority_alpha'"), "%s", err);
-  cr_assert_eq(count(err, "deprecated"), 5, "one line per old name and successor:\n%s", err);
+  cr_assert_not_null(
+      strstr(err, "'log_interval' is deprecated and goes in the next release; use 'log_every_steps' "
+                  "and 'log_interval_s'"),
+      "one warning names both successors:\n%s", err);
+  cr_assert_eq(count(err, "deprecated"), 4, "one line per old name:\n%s", err);
   free(err);
 
   cr_assert_eq(load_renamed(&r, &err, ARGS("--no-prioritized")), 0, "%s", err);
@@ -954,11 +958,18 @@ Test(config, old_names_in_file_and_environment) {
 }
 
 /* An old name is only accepted by a program that has its successor: the test table of the
- * other tests has none, so there it is the unknown key it always was. */
+ * other tests has none, so on the command line it is the unknown key it always was. In the
+ * environment it is another program's variable (the learner's), which this one leaves alone:
+ * not applied, and not an error; a near miss of it is still an error (the control). */
 Test(config, old_name_without_successor_is_unknown) {
   expect_error(ARGS("--buffer_capacity=10"), ARGS("unknown key 'buffer_capacity'"));
   setenv("SAC_PER_ALPHA", "0.3", 1);
-  expect_error(NOARGS, ARGS("SAC_PER_ALPHA", "unknown key"));
+  cfg_t c;
+  expect_ok(&c, NOARGS);
+  cr_assert_float_eq(c.alpha, 0.2, 1e-12, "another program's old name sets nothing here");
+  unsetenv("SAC_PER_ALPHA");
+  setenv("SAC_PER_ALPHAS", "0.3", 1);
+  expect_error(NOARGS, ARGS("SAC_PER_ALPHAS", "unknown key"));
 }
 
 /* --help lists the old names; each program lists only the variables it reads. */
@@ -987,4 +998,295 @@ Test(config, help_lists_old_names_and_own_variables) {
   cr_assert_null(strstr(out, "SAC_FUZZ_SEED_DIR"), "%s", out);
   cr_assert_not_null(strstr(out, "| `--buffer_capacity`, `SAC_BUFFER_CAPACITY` | `--capacity` |"), "%s", out);
   free(out);
+}
+
+/* ---- the command line people type (issue 36) ----------------------------------------- */
+
+/* '-' and '_' are one letter in a key, in every source; -h is --help. */
+Test(config, dashes_and_underscores) {
+  cfg_t c;
+  expect_ok(&c, ARGS("--batch-size", "7", "--log_every=3", "--no_verbose"));
+  cr_assert_eq(c.batch, 7);
+  cr_assert_eq(c.log_every, 3, "the table's own 'log-every' typed with '_'");
+  cr_assert_eq(c.verbose, 0);
+  const char *p = tmp_file("batch-size = 9\n");
+  expect_ok(&c, ARGS("--config", p));
+  cr_assert_eq(c.batch, 9);
+  /* the control: case is not folded, and a different word stays unknown */
+  expect_error(ARGS("--Batch-size=1"), ARGS("unknown key 'Batch-size'"));
+  int action = -1;
+  capture_t cap;
+  cap_begin(&cap, STDOUT_FILENO);
+  cr_assert_eq(load_v(&c, &action, NULL, ARGS("-h")), 0);
+  char *out = cap_end(&cap);
+  cr_assert_eq(action, SAC_CFG_EXIT_OK);
+  cr_assert_not_null(strstr(out, "--batch_size=int"), "-h prints the usage:\n%s", out);
+  free(out);
+  expect_error(ARGS("-v"), ARGS("positional", "two dashes"));
+}
+
+/* 1e6 where it is exactly an integer; a fraction or beyond 2^53 is not. */
+Test(config, integers_in_exponent_form) {
+  cfg_t c;
+  expect_ok(&c, ARGS("--batch_size", "1e3", "--replay.capacity=6e5"));
+  cr_assert_eq(c.batch, 1000);
+  cr_assert_eq(c.capacity, 600000);
+  expect_ok(&c, ARGS("--batch_size", "2.5e3", "--replay.capacity=1E6"));
+  cr_assert_eq(c.batch, 2500);
+  cr_assert_eq(c.capacity, 1000000);
+  setenv("SAC_BATCH_SIZE", "2e2", 1);
+  expect_ok(&c, NOARGS);
+  cr_assert_eq(c.batch, 200);
+  unsetenv("SAC_BATCH_SIZE");
+  expect_error(ARGS("--batch_size=1.5"), ARGS("batch_size", "not an integer"));
+  expect_error(ARGS("--batch_size=1e-3"), ARGS("batch_size", "not an integer"));
+  expect_error(ARGS("--batch_size=1e6"), ARGS("batch_size", "out of range"));
+  expect_error(ARGS("--batch_size=1e10"), ARGS("batch_size", "overflow"));
+  expect_error(ARGS("--replay.capacity=1e17"), ARGS("replay.capacity", "not an integer"));
+  expect_error(ARGS("--batch_size=0x10"), ARGS("batch_size", "not an integer"));
+  expect_error(ARGS("--batch_size=inf"), ARGS("batch_size", "not an integer"));
+}
+
+/* A typo names the closest option, in every source; the typo's value is not reported as a
+ * positional argument too. Something close to nothing gets no suggestion (the control). */
+Test(config, did_you_mean) {
+  cfg_t c;
+  char *err = NULL;
+  cr_assert_eq(load_v(&c, NULL, &err, ARGS("--batch_sise", "3")), SAC_ECONFIG);
+  cr_assert_not_null(strstr(err, "unknown key 'batch_sise'"), "%s", err);
+  cr_assert_not_null(strstr(err, "did you mean --batch_size?"), "%s", err);
+  cr_assert_null(strstr(err, "positional"), "the typo's value is its own, not a positional argument:\n%s",
+                 err);
+  free(err);
+  expect_error(ARGS("--verbos"), ARGS("did you mean --verbose?"));
+  expect_error(ARGS("--batch=3"), ARGS("did you mean --batch_size?"));
+  const char *p = tmp_file("lrr = 0.1\n");
+  expect_error(ARGS("--config", p), ARGS("unknown key 'lrr'", "did you mean lr?"));
+  setenv("SAC_BATCH_SIZ", "3", 1);
+  expect_error(NOARGS, ARGS("SAC_BATCH_SIZ", "did you mean SAC_BATCH_SIZE?"));
+  unsetenv("SAC_BATCH_SIZ");
+  cr_assert_eq(load_v(&c, NULL, &err, ARGS("--zzzzzzzz=1")), SAC_ECONFIG);
+  cr_assert_null(strstr(err, "did you mean"), "nothing is close to zzzzzzzz:\n%s", err);
+  free(err);
+}
+
+/* A table like a program's: no dotted keys, loaded as sac-learner or sac-replay. */
+typedef struct {
+  int64_t capacity;
+  double lr;
+  int batch, shards;
+} prog_t;
+static const sac_cfg_opt_t k_prog[] = {
+    {"capacity", SAC_CFG_INT64, offsetof(prog_t, capacity), 0, "1000", 1, 1e12, "transitions"},
+    {"lr", SAC_CFG_DOUBLE, offsetof(prog_t, lr), 0, "3e-4", 0, 1, "learning rate"},
+    {"batch_size", SAC_CFG_INT, offsetof(prog_t, batch), 0, "256", 1, 65536, "batch"},
+    {"embedded_shards", SAC_CFG_INT, offsetof(prog_t, shards), 0, "2", 1, 64, "the learner's key"},
+};
+#define N_PROG (sizeof k_prog / sizeof k_prog[0])
+
+static int load_prog(const char *prog, prog_t *p, unsigned char *src, char **err, const char *const *args) {
+  char *argv[32];
+  int argc = 0, action;
+  argv[argc++] = (char *)prog;
+  for (; *args; args++)
+    argv[argc++] = (char *)*args;
+  argv[argc] = NULL;
+  capture_t cap;
+  cap_begin(&cap, STDERR_FILENO);
+  int rc = sac_config_load_ext(k_prog, N_PROG, p, argc, argv, "prog", &action, src);
+  *err = cap_end(&cap);
+  return rc;
+}
+
+/* One file for every program: [learner] is sac-learner's, [replay] sac-replay's; each skips
+ * the others' sections. A top-level key of another program is an error that says where it
+ * goes; so is a typo inside the program's own section (the controls). */
+Test(config, one_file_for_every_program) {
+  const char *f = tmp_file("capacity = 5000\n"
+                           "[learner]\nlr = 1e-3\nbatch_size = 64\n"
+                           "[replay]\nmin_size = 500\nlr = 0.5\nnot_a_key_anywhere = 1\n"
+                           "[actor]\nenvs_per_actor = 4\n");
+  prog_t p;
+  char *err;
+  cr_assert_eq(load_prog("/usr/bin/sac-learner", &p, NULL, &err, ARGS("--config", f)), 0, "%s", err);
+  cr_assert_eq(p.capacity, 5000);
+  cr_assert_float_eq(p.lr, 1e-3, 1e-15, "[learner] is the learner's");
+  cr_assert_eq(p.batch, 64);
+  free(err);
+  cr_assert_eq(load_prog("sac-replay", &p, NULL, &err, ARGS("--config", f)), SAC_ECONFIG);
+  cr_assert_not_null(strstr(err, "unknown key 'not_a_key_anywhere'"), "[replay] is read by sac-replay:\n%s",
+                     err);
+  free(err);
+  const char *g = tmp_file("[learner]\nbatch_sise = 3\n");
+  cr_assert_eq(load_prog("sac-learner", &p, NULL, &err, ARGS("--config", g)), SAC_ECONFIG);
+  cr_assert_not_null(strstr(err, "did you mean batch_size?"), "%s", err);
+  free(err);
+  const char *h = tmp_file("min_size = 3\n");
+  cr_assert_eq(load_prog("sac-learner", &p, NULL, &err, ARGS("--config", h)), SAC_ECONFIG);
+  cr_assert_not_null(strstr(err, "another sacfleet program"), "%s", err);
+  free(err);
+}
+
+/* One environment for every program: another program's SAC_<KEY> (SAC_MIN_SIZE is the
+ * shards') and the launchers' own variables are left alone; a variable of no program is
+ * still an error (the control). */
+Test(config, one_environment_for_every_program) {
+  prog_t p;
+  char *err;
+  setenv("SAC_MIN_SIZE", "500", 1);
+  setenv("SAC_ENVS_PER_ACTOR", "4", 1);
+  setenv("SAC_IMAGE", "sacfleet:latest", 1);
+  setenv("SAC_SLURM_ACTORS", "8", 1);
+  setenv("SAC_ACTORS", "4", 1);
+  setenv("SAC_LR", "1e-3", 1);
+  cr_assert_eq(load_prog("sac-replay", &p, NULL, &err, NOARGS), 0, "%s", err);
+  cr_assert_float_eq(p.lr, 1e-3, 1e-15);
+  free(err);
+  setenv("SAC_MIN_SIZ", "500", 1);
+  cr_assert_eq(load_prog("sac-replay", &p, NULL, &err, NOARGS), SAC_ECONFIG);
+  cr_assert_not_null(strstr(err, "SAC_MIN_SIZ: unknown key"), "%s", err);
+  free(err);
+}
+
+/* sac_config_load_ext says where each value came from; a preset fills only what no other
+ * source set: defaults < preset < file < environment < command line. */
+Test(config, sources_and_presets) {
+  prog_t p;
+  unsigned char src[N_PROG];
+  char *err;
+  const char *f = tmp_file("capacity = 7000\n");
+  setenv("SAC_EMBEDDED_SHARDS", "3", 1);
+  cr_assert_eq(load_prog("sac-learner", &p, src, &err, ARGS("--config", f, "--batch_size", "32")), 0, "%s",
+               err);
+  free(err);
+  cr_assert_eq(src[0], SAC_CFG_SRC_FILE);
+  cr_assert_eq(src[1], SAC_CFG_SRC_DEFAULT);
+  cr_assert_eq(src[2], SAC_CFG_SRC_CLI);
+  cr_assert_eq(src[3], SAC_CFG_SRC_ENV);
+  const char *preset = tmp_file("[learner]\nlr = 1e-3\nbatch_size = 512\ncapacity = 1\nembedded_shards = 9\n"
+                                "[replay]\nmin_size = 5\n");
+  capture_t cap;
+  cap_begin(&cap, STDERR_FILENO);
+  int rc = sac_config_apply_preset(k_prog, N_PROG, &p, preset, "learner", src);
+  err = cap_end(&cap);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  cr_assert_float_eq(p.lr, 1e-3, 1e-15, "the preset fills a default");
+  cr_assert_eq(src[1], SAC_CFG_SRC_PRESET);
+  cr_assert_eq(p.batch, 32, "a flag wins over the preset");
+  cr_assert_eq(p.capacity, 7000, "a config file wins over the preset");
+  cr_assert_eq(p.shards, 3, "a variable wins over the preset");
+  cr_assert_eq(src[2], SAC_CFG_SRC_CLI);
+  const char *bad = tmp_file("[learner]\nlr = 2\n");
+  cr_assert_eq(load_prog("sac-learner", &p, src, &err, NOARGS), 0);
+  free(err);
+  cap_begin(&cap, STDERR_FILENO);
+  rc = sac_config_apply_preset(k_prog, N_PROG, &p, bad, "learner", src);
+  err = cap_end(&cap);
+  cr_assert_eq(rc, SAC_ECONFIG, "a bad preset value is an error, naming the file:\n%s", err);
+  cr_assert_not_null(strstr(err, bad), "%s", err);
+  free(err);
+}
+
+/* The renamed options of this release, on tables like the programs': each old name sets its
+ * successor with one warning; docker compose's variable names work as variables only. */
+typedef struct {
+  int64_t actor_id, learning_starts, capacity;
+  int envs, inflight, shard_id, embedded_shards, threads, log_s;
+  int64_t log_steps;
+} renamed2_t;
+static const sac_cfg_opt_t k_actor_like[] = {
+    {"actor_id", SAC_CFG_INT64, offsetof(renamed2_t, actor_id), 0, "0", 0, 4095, "id"},
+    {"envs_per_actor", SAC_CFG_INT, offsetof(renamed2_t, envs), 0, "1", 1, 4096, "envs"},
+    {"inflight_batches", SAC_CFG_INT, offsetof(renamed2_t, inflight), 0, "16", 1, 64, "window"},
+    {"learning_starts", SAC_CFG_INT64, offsetof(renamed2_t, learning_starts), 0, "1000", 0, 1e15, "random"},
+};
+static const sac_cfg_opt_t k_shard_like[] = {
+    {"shard_id", SAC_CFG_INT, offsetof(renamed2_t, shard_id), 0, "0", 0, 4095, "id"},
+    {"inflight_batches", SAC_CFG_INT, offsetof(renamed2_t, inflight), 0, "16", 1, 64, "credit"},
+    {"capacity", SAC_CFG_INT64, offsetof(renamed2_t, capacity), 0, "1000000", 1024, 4294967294.0, "ring"},
+};
+static const sac_cfg_opt_t k_learner_like[] = {
+    {"embedded_shards", SAC_CFG_INT, offsetof(renamed2_t, embedded_shards), 0, "2", 1, 64, "shards"},
+    {"threads", SAC_CFG_INT, offsetof(renamed2_t, threads), 0, "0", 0, 1024, "threads"},
+    {"log_interval_s", SAC_CFG_INT, offsetof(renamed2_t, log_s), 0, "10", 0, 86400, "seconds"},
+    {"log_every_steps", SAC_CFG_INT64, offsetof(renamed2_t, log_steps), 0, "1000", 0, 1e15, "steps"},
+};
+
+static int load_table(const sac_cfg_opt_t *t, size_t n, renamed2_t *r, char **err, const char *const *args) {
+  char *argv[16];
+  int argc = 0, action;
+  argv[argc++] = "prog";
+  for (; *args; args++)
+    argv[argc++] = (char *)*args;
+  argv[argc] = NULL;
+  memset(r, 0, sizeof *r);
+  capture_t cap;
+  cap_begin(&cap, STDERR_FILENO);
+  int rc = sac_config_load(t, n, r, argc, argv, "x", &action);
+  *err = cap_end(&cap);
+  return rc;
+}
+#define LOAD(t, r, err, args) load_table(t, sizeof t / sizeof t[0], r, err, args)
+
+Test(config, one_name_per_concept_old_names) {
+  renamed2_t r;
+  char *err;
+  cr_assert_eq(LOAD(k_actor_like, &r, &err, ARGS("--num_envs", "4", "--window=8")), 0, "%s", err);
+  cr_assert_eq(r.envs, 4);
+  cr_assert_eq(r.inflight, 8);
+  cr_assert_not_null(
+      strstr(err, "'num_envs' is deprecated and goes in the next release; use 'envs_per_actor'"), "%s", err);
+  cr_assert_not_null(strstr(err, "use 'inflight_batches'"), "%s", err);
+  cr_assert_eq(count(err, "deprecated"), 2, "%s", err);
+  free(err);
+  cr_assert_eq(LOAD(k_shard_like, &r, &err, ARGS("--insert_credit", "5")), 0, "%s", err);
+  cr_assert_eq(r.inflight, 5);
+  cr_assert_eq(count(err, "deprecated"), 1, "%s", err);
+  free(err);
+  /* compose's names: variables only */
+  setenv("SAC_REPLAY_CAPACITY", "4096", 1);
+  cr_assert_eq(LOAD(k_shard_like, &r, &err, NOARGS), 0, "%s", err);
+  cr_assert_eq(r.capacity, 4096);
+  cr_assert_not_null(strstr(err, "SAC_REPLAY_CAPACITY: 'replay_capacity' is deprecated"), "%s", err);
+  free(err);
+  unsetenv("SAC_REPLAY_CAPACITY");
+  cr_assert_eq(LOAD(k_shard_like, &r, &err, ARGS("--replay_capacity=4096")), SAC_ECONFIG,
+               "compose's variable name is no option:\n%s", err);
+  free(err);
+  setenv("SAC_LEARNER_THREADS", "3", 1);
+  setenv("SAC_LEARNER_LOG_INTERVAL_S", "7", 1);
+  cr_assert_eq(LOAD(k_learner_like, &r, &err, NOARGS), 0, "%s", err);
+  cr_assert_eq(r.threads, 3);
+  cr_assert_eq(r.log_s, 7);
+  cr_assert_eq(count(err, "deprecated"), 2, "%s", err);
+  free(err);
+  cr_assert_eq(LOAD(k_actor_like, &r, &err, NOARGS), 0, "the learner's variables are not the actor's:\n%s",
+               err);
+  cr_assert_eq(count(err, "deprecated"), 0, "%s", err);
+  free(err);
+  unsetenv("SAC_LEARNER_THREADS");
+  unsetenv("SAC_LEARNER_LOG_INTERVAL_S");
+  setenv("SAC_ACTOR_LEARNING_STARTS", "500", 1);
+  cr_assert_eq(LOAD(k_actor_like, &r, &err, NOARGS), 0, "%s", err);
+  cr_assert_eq(r.learning_starts, 500);
+  free(err);
+  unsetenv("SAC_ACTOR_LEARNING_STARTS");
+}
+
+/* sac-learner's log_interval meant steps (--mode local) or seconds: a value beyond the
+ * seconds' range sets the steps and says so, in one warning, instead of failing. A value
+ * valid for neither is an error (the control). */
+Test(config, log_interval_beyond_one_unit) {
+  renamed2_t r;
+  char *err;
+  cr_assert_eq(LOAD(k_learner_like, &r, &err, ARGS("--log_interval", "100000")), 0, "%s", err);
+  cr_assert_eq(r.log_steps, 100000);
+  cr_assert_eq(r.log_s, 10, "the seconds are left alone");
+  cr_assert_eq(count(err, "deprecated"), 1, "%s", err);
+  cr_assert_not_null(strstr(err, "'log_interval_s' is left alone"), "%s", err);
+  cr_assert_null(strstr(err, "ERROR"), "%s", err);
+  free(err);
+  cr_assert_eq(LOAD(k_learner_like, &r, &err, ARGS("--log_interval", "-3")), SAC_ECONFIG);
+  free(err);
 }

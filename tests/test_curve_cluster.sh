@@ -64,7 +64,7 @@ REPLAY_PORT=$(sed -n 's/^metrics_port=//p' "$DIR/replay.ready")
 
 # metrics_addr left at its default: 0.0.0.0 for a learner with --shards
 "$LEARNER" --shards="$SAMPLE_EP" --weights='tcp://127.0.0.1:*' "${SRV[@]}" --curve_server_key="$K/server.pub" \
-  --hidden=32 --batch_size=32 --threads=1 --total_steps=2500 --learning_starts=256 --eval_every=0 \
+  --hidden=32 --batch_size=32 --threads=1 --total_steps=2500 --eval_every=0 \
   --eval_episodes=1 --log_interval=1 --run_dir="$DIR/runs" --metrics_port=0 >"$DIR/learner.log" 2>&1 &
 LEARNER_PID=$!
 PIDS+=("$LEARNER_PID")

@@ -65,6 +65,7 @@ log "package $(basename "$deb"): Depends: $depends"
 mkdir "$WORK/deb" && cp "$deb" "$WORK/deb/"
 contents=$(dpkg-deb -c "$deb")
 grep -q '/usr/lib/sacfleet/libsac_env_mujoco.so$' <<<"$contents" || fail "the package has no MuJoCo plugin (libmujoco-dev missing at build?)"
+grep -q '/usr/share/sacfleet/presets/Pendulum-v1.conf$' <<<"$contents" || fail "the package has no presets"
 
 # ---- in the container ------------------------------------------------------------------------
 cat >"$WORK/deb/run.sh" <<'IN'
@@ -79,6 +80,7 @@ run=(--total_steps 2000 --metrics_port -1 --log_interval 0 --eval_episodes 2)
 step "sac-learner --env Pendulum-v1"
 sac-learner --env Pendulum-v1 "${run[@]}" >/tmp/pend.log 2>&1 || { tail -20 /tmp/pend.log; exit 1; }
 grep '^result:' /tmp/pend.log
+grep -m1 -o 'preset /usr/share/sacfleet/presets/Pendulum-v1.conf: sets lr' /tmp/pend.log
 step "sac-learner --env Hopper-v5 without Gymnasium (must fail, saying what to do)"
 if sac-learner --env Hopper-v5 "${run[@]}" >/tmp/nogym.log 2>&1; then echo "it did not fail"; exit 1; fi
 grep -m1 'no model file' /tmp/nogym.log

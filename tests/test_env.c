@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/env.h"
+#include "common/env_internal.h"
 #include "common/error.h"
 #include "common/rng.h"
 
@@ -543,6 +544,59 @@ Test(env_ids, plugin_is_found_in_SAC_PLUGIN_PATH) {
   int rc = sac_env_resolve("Hopper-v5", out, sizeof out);
   cr_expect(rc == SAC_EPLUGIN || (rc == 0 && strstr(out, dir) == NULL), "rc %d out %s", rc, out);
   unlink(link);
+  rmdir(dir);
+}
+
+/* A typo'd ID names the closest shipped one (its case ignored; the newest version on a tie);
+ * an ID close to none gets no suggestion (the control). */
+Test(env_ids, env_id_suggestions) {
+  const char *cases[][2] = {{"pendulum-v1", "Pendulum-v1"},
+                            {"Pendulum-v0", "Pendulum-v1"},
+                            {"PENDULUM-V1", "Pendulum-v1"},
+                            {"halfcheetah-v5", "HalfCheetah-v5"},
+                            {"HalfCheetah", "HalfCheetah-v5"},
+                            {"Walker2D-v4", "Walker2d-v4"},
+                            {"CartPole-v1", ""},
+                            {"Hopper-v5,max_steps=9", "Hopper-v5"}};
+  char out[64];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    sac_env_suggest(cases[i][0], out, sizeof out);
+    cr_expect_str_eq(out, cases[i][1], "'%s'", cases[i][0]);
+  }
+  capture_t c;
+  capture_begin(&c);
+  int rc = sac_env_check("pendulum-v1");
+  const char *log = capture_end(&c);
+  cr_expect_eq(rc, SAC_ENOTFOUND);
+  cr_expect_not_null(strstr(log, "unknown environment 'pendulum-v1' (did you mean Pendulum-v1?"), "log: %s",
+                     log);
+}
+
+/* A MuJoCo ID where the plugin was never built names the cause (no libmujoco at configure
+ * time) and the fix; where it was built but is not found, the folders looked in (the
+ * control). */
+Test(env_ids, mujoco_missing_says_how_to_build) {
+  char dir[] = "/tmp/sac_test_no_plugin_XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  setenv("SAC_PLUGIN_PATH", dir, 1);
+  sac__env_plugin_test_search(1, 0);
+  capture_t c;
+  capture_begin(&c);
+  int rc = sac_env_check("HalfCheetah-v5");
+  const char *log = capture_end(&c);
+  cr_expect_eq(rc, SAC_EPLUGIN);
+  cr_expect_not_null(strstr(log, "the MuJoCo environments are not in this build"), "log: %s", log);
+  cr_expect_not_null(strstr(log, "libmujoco-dev"), "log: %s", log);
+  cr_expect_not_null(strstr(log, "cmake --build build"), "log: %s", log);
+  sac__env_plugin_test_search(1, 1);
+  capture_begin(&c);
+  rc = sac_env_check("HalfCheetah-v5");
+  log = capture_end(&c);
+  cr_expect_eq(rc, SAC_EPLUGIN);
+  cr_expect_null(strstr(log, "libmujoco-dev"), "log: %s", log);
+  cr_expect_not_null(strstr(log, "not found (looked in"), "log: %s", log);
+  sac__env_plugin_test_search(0, 1);
+  unsetenv("SAC_PLUGIN_PATH");
   rmdir(dir);
 }
 

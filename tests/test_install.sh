@@ -37,13 +37,19 @@ fi
 for d in README.md docs/ENVIRONMENTS.md docs/METRICS.md; do
   [ -f "$dir/p/share/doc/sacfleet/$d" ] || fail "doc $d not installed"
 done
-echo "layout: 5 programs, 5 man pages, plugin header, docs"
+for t in Pendulum-v1 MountainCarContinuous-v0 HalfCheetah-v5 Hopper-v5 Humanoid-v5; do
+  [ -f "$dir/p/share/sacfleet/presets/$t.conf" ] || fail "preset $t.conf not installed"
+done
+echo "layout: 5 programs, 5 man pages, plugin header, docs, presets"
 
 common=(--total_steps 600 --eval_episodes 1 --metrics_port -1 --log_interval 0 --run_dir "$dir/runs")
 if [ "$PART" != hopper ]; then
   "$dir/p/bin/sac-learner" --env Pendulum-v1 "${common[@]}" > "$dir/pend.log" 2>&1 ||
     { cat "$dir/pend.log"; fail "installed sac-learner --env Pendulum-v1"; }
   grep -q '^result: env Pendulum-v1 .* steps 600 ' "$dir/pend.log" || { cat "$dir/pend.log"; fail "no Pendulum result"; }
+  # the installed preset, not the source tree's (which the build also knows)
+  grep -qF "preset $dir/p/share/sacfleet/presets/Pendulum-v1.conf: sets lr" "$dir/pend.log" ||
+    { grep preset "$dir/pend.log"; fail "the installed sac-learner did not apply the installed preset"; }
   echo "installed sac-learner --env Pendulum-v1: $(grep '^result:' "$dir/pend.log" | cut -c1-80)"
   [ "$PART" = base ] && { echo "1 passed, 0 failed (layout, Pendulum-v1)"; exit 0; }
 fi

@@ -352,10 +352,12 @@ actor_args() {
 }
 
 # learner_args NAME: the sac-learner options shared by every test (shards and weights
-# excluded); its run directory goes to the test's temp dir.
+# excluded); its run directory goes to the test's temp dir. A learner with --shards refuses
+# what the shards and actors set (learning_starts, capacity, updates per step: shard_args and
+# actor_args carry them).
 learner_args() {
-  printf -- '--seed=%s --learning_starts=%s --batch_size=%s --updates_per_step=%s --buffer_capacity=%s %s --run_dir=%s --run_name=%s' \
-    "$SEED" "$LEARNING_STARTS" "$BATCH" "$UTD" "$BUFFER" "$METRICS_OPTS" "$T/runs" "$1"
+  printf -- '--seed=%s --batch_size=%s %s --run_dir=%s --run_name=%s' \
+    "$SEED" "$BATCH" "$METRICS_OPTS" "$T/runs" "$1"
 }
 
 # wait_ready NAME PID TIMEOUT: waits for $T/NAME.ready (written by sac-replay once bound).

@@ -37,7 +37,7 @@ DIST_WATCH="shard0 shard1 learner"
 for ((i = 0; i < N; i++)); do
   # a window of 2 batches per shard: with shard0 down an actor soon has nothing but
   # unacknowledged batches for it and waits; it can only go on once those are acknowledged
-  start_local_actor "actor$i" "$N" "$i" --window=$WINDOW --send_rows=$SEND_ROWS
+  start_local_actor "actor$i" "$N" "$i" --inflight_batches=$WINDOW --send_rows=$SEND_ROWS
   DIST_WATCH+=" actor$i"
 done
 log "cluster up: weights on tcp://127.0.0.1:$WEIGHTS_PORT"
