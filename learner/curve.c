@@ -46,7 +46,7 @@ void sac_curve_label(double v, double step, int si, char *buf, size_t cap) {
   if (fabs(v) < 1e-9 * step)
     v = 0.0; /* no "-0" */
   const char *suffix = "";
-  if (si && step >= 1e6) {
+  if (si && step >= 1e5) {
     v /= 1e6, step /= 1e6, suffix = "M";
   } else if (si && step >= 1e3) {
     v /= 1e3, step /= 1e3, suffix = "k";

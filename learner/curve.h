@@ -18,8 +18,8 @@
  * Cannot fail. */
 void sac_curve_ticks(double lo, double hi, int max_ticks, double *first, double *step, int *n);
 /* The label of tick value v on an axis of the given step into buf: as many decimals as
- * the step needs ("-1500", "0.25"); with si, thousands as "k" and millions as "M"
- * ("15k", "2.5M"). */
+ * the step needs ("-1500", "0.25"); with si, steps of 1000 and more in thousands ("15k")
+ * and of 100000 and more in millions ("0.5M", "2.5M"). */
 void sac_curve_label(double v, double step, int si, char *buf, size_t cap);
 /* Writes the SVG of the points (in step order) to f; title is escaped for XML. 0, or
  * SAC_EIO when f reports a write error. */

@@ -335,6 +335,7 @@ static int update(local_t *L) {
       return rc;
     L->res->updates++;
     sac_metric_inc(L->ts.updates);
+    sac_metric_set(L->ts.version, (double)L->res->updates); /* the policy acted with: the current one */
     sac_metric_observe(L->ts.update_s, sac_clock_s() - u0);
   }
   if (!L->cfg->actor_lag)
