@@ -46,6 +46,10 @@ void sac_curve_label(double v, double step, int si, char *buf, size_t cap) {
   if (fabs(v) < 1e-9 * step)
     v = 0.0; /* no "-0" */
   const char *suffix = "";
+  if (v == 0.0) { /* "0", not "0k" or "0.0M" */
+    snprintf(buf, cap, "0");
+    return;
+  }
   if (si && step >= 1e5) {
     v /= 1e6, step /= 1e6, suffix = "M";
   } else if (si && step >= 1e3) {
