@@ -475,12 +475,16 @@ int sac_rundir_resume_argv(int *argcp, char ***argvp) {
   static char path[1100]; /* lives as long as the argv that points at it */
   snprintf(path, sizeof path, "%s/config.txt", dir);
   struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    SAC_ERROR("rundir", "--resume %s: no run directory %s to resume", dir, dir);
+    return SAC_ECONFIG;
+  }
   if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     SAC_ERROR(
         "rundir",
-        "--resume %s: no %s (a run directory holds config.txt, metrics.csv, checkpoint.bin, ...; give the "
-        "directory a run printed in its 'results in' line)",
-        dir, path);
+        "--resume %s: not a run directory: no config.txt (a run directory holds config.txt, metrics.csv, "
+        "checkpoint.bin, ...: the folder a run printed in its 'results in' line)",
+        dir);
     return SAC_ECONFIG;
   }
   char **v = malloc(sizeof *v * (size_t)(argc + 3));
