@@ -4,10 +4,11 @@
  * before the loop.
  *
  * replay-local.snap (a common/snapshot.h file of kind REPLAY), little-endian:
- *   "SACLRPL\0" | u32 version (1) | i32 obs_dim, act_dim | i64 env_steps | i64 rows
+ *   "SACLRPL\0" | u32 version (1) | i32 obs_dim, act_dim | u32 0 | i64 env_steps | i64 rows
  *   | u32 resumes | u32 0 | f64 recent_return | rng (u32 key[2], u64 counter, u32 buf[4],
- *   i32 nbuf, i32 has_spare, f32 spare) | rows x (obs, next_obs, action, reward,
- *   terminated) as f32, oldest first.
+ *   i32 nbuf, i32 has_spare, f32 spare, f32 0) | then f32 arrays of the rows, oldest
+ *   first: obs (rows x obs_dim) | next_obs (rows x obs_dim) | action (rows x act_dim)
+ *   | reward (rows) | terminated (rows).
  * It is written beside checkpoint.bin, before it, at every checkpoint. */
 #include "learner/train_local.h"
 
@@ -177,6 +178,7 @@ typedef struct {
   char magic[8];
   uint32_t version;
   int32_t obs_dim, act_dim;
+  uint32_t zero0;
   int64_t env_steps, rows;
   uint32_t resumes, zero;
   double recent_return;
@@ -207,13 +209,15 @@ static int save_replay(const local_t *L) {
   int rc = sac_snap_writer_open(&w, L->replay_path, SAC_SNAP_KIND_REPLAY);
   if (rc == 0)
     rc = sac_snap_write(&w, &h, sizeof h);
-  for (int64_t k = 0; rc == 0 && k < r->size; k++) {
-    const int64_t i = ring_at(r, k);
-    if ((rc = sac_snap_write(&w, r->obs + i * r->O, sizeof(float) * r->O)) == 0 &&
-        (rc = sac_snap_write(&w, r->nobs + i * r->O, sizeof(float) * r->O)) == 0 &&
-        (rc = sac_snap_write(&w, r->act + i * r->A, sizeof(float) * r->A)) == 0 &&
-        (rc = sac_snap_write(&w, &r->rew[i], sizeof(float))) == 0)
-      rc = sac_snap_write(&w, &r->term[i], sizeof(float));
+  /* each array oldest row first: the ring's two spans, [head - size, cap) then [0, head) */
+  float *const arrays[] = {r->obs, r->nobs, r->act, r->rew, r->term};
+  const int width[] = {r->O, r->O, r->A, 1, 1};
+  const int64_t first = ring_at(r, 0), n1 = r->size < r->cap - first ? r->size : r->cap - first;
+  for (int k = 0; rc == 0 && k < 5; k++) {
+    const size_t row = sizeof(float) * (size_t)width[k];
+    rc = sac_snap_write(&w, arrays[k] + first * width[k], row * (size_t)n1);
+    if (rc == 0 && r->size > n1)
+      rc = sac_snap_write(&w, arrays[k], row * (size_t)(r->size - n1));
   }
   if (rc == 0)
     return sac_snap_writer_commit(&w);
@@ -241,11 +245,17 @@ static int load_replay(local_t *L, int64_t ckpt_steps) {
     SAC_ERROR("train", "%s: not a version-1 local replay of obs %d / act %d", L->replay_path, r->O, r->A);
     rc = SAC_EVERSION;
   }
-  float row[2 * SAC_ENV_MAX_OBS + SAC_ENV_MAX_ACT + 2];
-  const size_t n = (size_t)(2 * r->O + r->A + 2);
-  for (int64_t k = 0; rc == 0 && k < h.rows; k++)
-    if ((rc = sac_snap_read(&rd, row, sizeof(float) * n)) == 0)
-      ring_add(r, row, row + 2 * r->O, row[2 * r->O + r->A], row[2 * r->O + r->A + 1], row + r->O);
+  const int O = r->O, A = r->A;
+  float *buf = rc == 0 ? malloc(sizeof(float) * (size_t)h.rows * (size_t)(2 * O + A + 2)) : NULL;
+  if (rc == 0 && h.rows > 0 && !buf)
+    rc = SAC_ENOMEM;
+  if (rc == 0 && h.rows > 0)
+    rc = sac_snap_read(&rd, buf, sizeof(float) * (size_t)h.rows * (size_t)(2 * O + A + 2));
+  const float *obs = buf, *nobs = obs + h.rows * O, *act = nobs + h.rows * O, *rew = act + h.rows * A,
+              *term = rew + h.rows;
+  for (int64_t k = 0; rc == 0 && k < h.rows; k++) /* oldest first: a smaller ring keeps the newest */
+    ring_add(r, obs + k * O, act + k * A, rew[k], term[k], nobs + k * O);
+  free(buf);
   sac_snap_reader_close(&rd);
   if (rc)
     return rc;
