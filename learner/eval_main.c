@@ -7,7 +7,8 @@
  *
  * Given a run directory (or a policy.bin inside one), the environment, the seed and the
  * number of episodes default to the run's own (config.txt), so `sac-eval RUN_DIR`
- * reproduces the learner's final evaluation bit for bit. Exit codes: 0 evaluated, 1
+ * reproduces the learner's final evaluation bit for bit; a policy.bin elsewhere brings the
+ * environment ID it records. Exit codes: 0 evaluated, 1
  * runtime failure (environment, recording), 2 bad arguments or files. */
 #include <math.h>
 #include <stddef.h>
@@ -42,7 +43,8 @@ typedef struct {
 static const sac_cfg_opt_t k_opts[] = {
     STR("policy", policy, "",
         "a run directory, or a policy.bin (also the first argument: sac-eval RUN_DIR|POLICY.bin)"),
-    STR("env", env, "", "environment ID (default: the run's, from its config.txt)"),
+    STR("env", env, "",
+        "environment ID (default: the run's, from its config.txt; else the one policy.bin records)"),
     STR("env_module", env_module, "",
         "with --env gym:ID: the Python module that registers ID, imported first"),
     OPT("episodes", SAC_CFG_INT, episodes, "0", 0, 1000000,
@@ -93,17 +95,18 @@ static int resolve_target(const char *t, target_t *out) {
   return 0;
 }
 
-/* The defaults a run directory gives: env, seed, episodes. 0 or 2. */
-static int apply_run_defaults(eval_cfg_t *c, const target_t *t) {
+/* The defaults a run directory gives: env (else the one policy.bin records), seed,
+ * episodes. 0 or 2. */
+static int apply_run_defaults(eval_cfg_t *c, const target_t *t, const sac_policy_env_t *pe) {
   char v[512];
-  if (!c->env[0]) {
-    if (!t->config[0] || sac_rundir_config_get(t->config, "env", c->env, sizeof c->env) != 0) {
-      SAC_ERROR("eval", "%s is not in a run directory: give --env ID (the environment it was trained on)",
-                t->policy);
-      return 2;
-    }
+  if (!c->env[0] && t->config[0] && sac_rundir_config_get(t->config, "env", c->env, sizeof c->env) == 0) {
     if (!c->env_module[0])
       sac_rundir_config_get(t->config, "env_module", c->env_module, sizeof c->env_module);
+  } else if (!c->env[0] && pe->env[0]) {
+    snprintf(c->env, sizeof c->env, "%s", pe->env);
+  } else if (!c->env[0]) {
+    SAC_ERROR("eval", "%s records no environment and is not in a run directory: give --env ID", t->policy);
+    return 2;
   }
   if (c->seed < 0)
     c->seed = t->config[0] && sac_rundir_config_get(t->config, "seed", v, sizeof v) == 0 ? atoll(v) : 1;
@@ -206,12 +209,17 @@ int main(int argc, char **argv) {
   }
   target_t t;
   int rc = resolve_target(c.policy, &t);
-  if (rc || (rc = apply_run_defaults(&c, &t)) != 0)
+  if (rc)
     return rc;
   sac_mlp_desc_t d;
+  sac_policy_env_t pe;
   float *params = NULL, lo, hi;
-  if (sac_policy_load(t.policy, &d, &params, &lo, &hi) != 0)
+  if (sac_policy_load_env(t.policy, &d, &params, &lo, &hi, &pe) != 0)
     return 2;
+  if ((rc = apply_run_defaults(&c, &t, &pe)) != 0) {
+    free(params);
+    return rc;
+  }
   char eval_env[600];
   snprintf(eval_env, sizeof eval_env, "%s", c.env);
   sac_recorder_t *rec = NULL;

@@ -508,7 +508,9 @@ static int finish(local_t *L) {
   checkpoint(L);
   char path[1100];
   snprintf(path, sizeof path, "%s/policy.bin", cfg->rundir->path);
-  return sac_policy_save(path, sac_actor_desc(L->sac), L->actor, L->hp.log_std_min, L->hp.log_std_max);
+  sac_policy_env_t pe; /* the env ID and action bounds, for sac-export and sac-eval */
+  sac_policy_env_from_spec(&pe, cfg->env, L->sp);
+  return sac_policy_save(path, sac_actor_desc(L->sac), L->actor, L->hp.log_std_min, L->hp.log_std_max, &pe);
 }
 
 static void close_run(local_t *L) {
