@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Draws evaluation curves as a dependency-free SVG: one line per seed (from sac-learner
-# logs, "eval at step S: mean return R" lines) and their mean, with axes and labels.
+# logs, "eval at step S: mean return R" lines) and their mean, with axes and labels. The
+# ticks are those of a run directory's curve.svg (learner/curve.c): 1, 2, 2.5 or 5 times a
+# power of ten, covering the data.
 #
 # usage: bench/curve_svg.sh TITLE OUT.svg LOG...
 #   e.g. bench/curve_svg.sh "HalfCheetah-v4" docs/img/halfcheetah.svg bench/out/mujoco_quality/HalfCheetah-v4_s*.log
@@ -17,6 +19,28 @@ done)
 [ -n "$rows" ] || { echo "no 'eval at step' lines in the logs" >&2; exit 1; }
 names=$(for f in "$@"; do basename "$f" .log; done | tr '\n' ' ')
 awk -v title="$title" -v names="$names" '
+  function floor_(x) { return (x == int(x) || x >= 0) ? int(x) : int(x) - 1 }
+  function nicenum(x,   e, p, f) { # the nice step at or above x
+    e = floor_(log(x) / log(10)); p = 10 ^ e; f = x / p
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * p
+  }
+  function ticks(lo, hi, maxt,   d, a, b, k, tries) { # sets T0, TD, TN
+    if (hi <= lo) { lo -= 0.5; hi += 0.5 }
+    d = nicenum((hi - lo) / (maxt - 1))
+    for (tries = 0; tries < 8; tries++) {
+      a = floor_(lo / d) * d; b = -floor_(-hi / d) * d; k = int((b - a) / d + 0.5) + 1
+      if (k <= maxt) break
+      d = nicenum(d * 1.01)
+    }
+    T0 = a; TD = d; TN = k
+  }
+  function label(v, step, si,   dec, suffix) {
+    if ((v < 0 ? -v : v) < 1e-9 * step) return "0"
+    suffix = ""
+    if (si && step >= 1e5) { v /= 1e6; step /= 1e6; suffix = "M" } else if (si && step >= 1e3) { v /= 1e3; step /= 1e3; suffix = "k" }
+    for (dec = 0; dec < 9 && (step * 10 ^ dec - int(step * 10 ^ dec + 0.5))^2 > 1e-12; dec++) ;
+    return sprintf("%." dec "f%s", v, suffix)
+  }
   { s[NR] = $1; x[NR] = $2; y[NR] = $3; n = NR
     if ($1 + 1 > ns) ns = $1 + 1
     if (!(($2) in cnt)) steps[++nst] = $2
@@ -28,19 +52,20 @@ awk -v title="$title" -v names="$names" '
     split(names, nm, " ")
     W = 720; H = 420; L = 70; R = 170; T = 40; B = 50
     pw = W - L - R; ph = H - T - B
-    if (ymin > 0) ymin = 0
-    span = ymax - ymin; if (span <= 0) span = 1
-    ymax += 0.05 * span; ymin -= 0.05 * span
+    ticks(ymin, ymax, 7); ymin = T0; ymax = T0 + TD * (TN - 1); y0 = T0; dy = TD; ny = TN
+    ticks(0, xmax, 7); xmax = T0 + TD * (TN - 1); dx = TD; nx = TN
     printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H
     printf "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
     printf "<text x=\"%d\" y=\"22\" font-size=\"15\">%s: deterministic evaluation return</text>\n", L, title
     # grid and ticks
-    for (k = 0; k <= 5; k++) {
-      v = ymin + (ymax - ymin) * k / 5; py = T + ph - ph * k / 5
+    for (k = 0; k < ny; k++) {
+      v = y0 + k * dy; py = T + ph - ph * (v - ymin) / (ymax - ymin)
       printf "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, py, L + pw, py
-      printf "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, py + 4, v
-      vx = xmax * k / 5; px = L + pw * k / 5
-      printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%dk</text>\n", px, T + ph + 18, vx / 1000
+      printf "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", L - 6, py + 4, label(v, dy, 0)
+    }
+    for (k = 0; k < nx; k++) {
+      vx = k * dx; px = L + pw * vx / xmax
+      printf "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", px, T + ph + 18, label(vx, dx, 1)
     }
     printf "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", L, T, pw, ph
     printf "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">environment steps</text>\n", L + pw / 2, H - 10

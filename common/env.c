@@ -248,29 +248,52 @@ int sac_env_elapsed(const sac_env_t *env) {
   return env->elapsed;
 }
 
+int sac_env_state_size(sac_env_t *env) {
+  assert(env);
+  if (env->ops->set_state)
+    return env->ops->state_dim;
+  return env->ops->state_size ? env->ops->state_size(env->impl) : SAC_EUNSUPPORTED;
+}
+
 int sac_env_set_state(sac_env_t *env, const double *state, int n, float *obs) {
   assert(env && state && obs);
-  if (!env->ops->set_state)
+  if (!env->ops->set_state && !env->ops->plugin_set_state)
     return SAC_EUNSUPPORTED;
   if (!env->started)
     return SAC_ESTATE;
-  if (n != env->ops->state_dim)
-    return SAC_EINVAL;
   for (int i = 0; i < n; i++)
     if (!isfinite(state[i]))
       return SAC_EINVAL;
+  if (!env->ops->set_state) /* a plugin checks the size itself (its state may not be readable) */
+    return env->ops->plugin_set_state(env->impl, state, n, obs);
+  if (n != env->ops->state_dim)
+    return SAC_EINVAL;
   env->ops->set_state(env->impl, state, obs);
   return 0;
 }
 
 int sac_env_get_state(const sac_env_t *env, double *state, int n) {
   assert(env && state);
-  if (!env->ops->get_state)
+  if (!env->ops->get_state && !env->ops->plugin_get_state)
     return SAC_EUNSUPPORTED;
   if (!env->started)
     return SAC_ESTATE;
+  if (!env->ops->get_state) {
+    int size = env->ops->state_size(env->impl);
+    return size < 0 ? size : n != size ? SAC_EINVAL : env->ops->plugin_get_state(env->impl, state, n);
+  }
   if (n != env->ops->state_dim)
     return SAC_EINVAL;
   env->ops->get_state(env->impl, state);
   return 0;
+}
+
+int sac_env_render(sac_env_t *env, unsigned char *rgb, size_t cap, int *width, int *height, int *fps) {
+  assert(env && width && height && fps);
+  if (!env->ops->render)
+    return SAC_EUNSUPPORTED;
+  if (!env->started)
+    return SAC_ESTATE;
+  *fps = 0;
+  return env->ops->render(env->impl, rgb, cap, width, height, fps);
 }

@@ -78,5 +78,18 @@ int sac_env_elapsed(const sac_env_t *env);
  * for a wrong n or a non-finite state, SAC_ESTATE before the first reset. */
 int sac_env_set_state(sac_env_t *env, const double *state, int n, float *obs);
 int sac_env_get_state(const sac_env_t *env, double *state, int n);
+/* How many doubles the state of set_state/get_state has: 2 for the built-ins, what a
+ * plugin's optional sac_env_plugin_get_state says (MuJoCo: nq + nv); SAC_EUNSUPPORTED for
+ * a plugin without it. Plugins that export sac_env_plugin_get_state/_set_state (the
+ * MuJoCo environments, the Gymnasium bridge for set_state) work with the two calls above
+ * with that n: a renderer mirrors an environment it cannot draw this way. */
+int sac_env_state_size(sac_env_t *env);
+/* The current frame, for recording: width x height RGB24 pixels (rows top to bottom) into
+ * rgb (cap bytes), and the frame rate the environment is meant to be watched at in *fps
+ * (0: unknown). 0; SAC_ETOOBIG when cap is too small (*width and *height are set);
+ * SAC_ESTATE before the first reset; SAC_EUNSUPPORTED where the environment cannot render
+ * (the built-ins, a plugin without sac_env_plugin_render, a gym: environment made without
+ * render=1). */
+int sac_env_render(sac_env_t *env, unsigned char *rgb, size_t cap, int *width, int *height, int *fps);
 
 #endif

@@ -22,6 +22,14 @@ typedef struct {
   int state_dim;
   void (*set_state)(void *impl, const double *state, float *obs);
   void (*get_state)(const void *impl, double *state);
+  /* Plugins' optional extensions (env_plugin.h): each returns SAC_EUNSUPPORTED where the
+   * plugin does not export it. state_size: doubles in the state; plugin_get_state and
+   * plugin_set_state take exactly that many (checked by the caller); render as
+   * sac_env_render. */
+  int (*state_size)(void *impl);
+  int (*plugin_get_state)(void *impl, double *state, int n);
+  int (*plugin_set_state)(void *impl, const double *state, int n, float *obs);
+  int (*render)(void *impl, unsigned char *rgb, size_t cap, int *width, int *height, int *fps);
 } sac__env_ops_t;
 
 extern const sac__env_ops_t sac__env_pendulum_ops;

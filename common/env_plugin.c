@@ -29,6 +29,10 @@ typedef struct {
   sac_env_plugin_destroy_fn destroy;
   sac_env_plugin_reset_fn reset;
   sac_env_plugin_step_fn step;
+  /* optional extensions (NULL: not exported) */
+  sac_env_plugin_render_fn render;
+  sac_env_plugin_get_state_fn get_state;
+  sac_env_plugin_set_state_fn set_state;
   int obs_dim;
   char path[]; /* for log lines */
 } plugin_t;
@@ -160,6 +164,9 @@ static int plugin_create(const char *name, sac_env_spec_t *spec, void **impl) {
   p->destroy = (sac_env_plugin_destroy_fn)sym_destroy;
   p->reset = (sac_env_plugin_reset_fn)sym_reset;
   p->step = (sac_env_plugin_step_fn)sym_step;
+  p->render = (sac_env_plugin_render_fn)dlsym(p->dl, "sac_env_plugin_render");
+  p->get_state = (sac_env_plugin_get_state_fn)dlsym(p->dl, "sac_env_plugin_get_state");
+  p->set_state = (sac_env_plugin_set_state_fn)dlsym(p->dl, "sac_env_plugin_set_state");
 
   int version = abi_version();
   if (version != SAC_ENV_PLUGIN_ABI_VERSION) {
@@ -251,6 +258,43 @@ static int plugin_step(void *impl, const float *action, float *obs, float *rewar
   return 0;
 }
 
+/* ---- the optional extensions ---- */
+
+static int plugin_state_size(void *impl) {
+  plugin_t *p = impl;
+  double probe;
+  int n = p->get_state ? p->get_state(p->handle, &probe, 0) : -1;
+  return n > 0 ? n : SAC_EUNSUPPORTED;
+}
+
+static int plugin_get_state(void *impl, double *state, int n) {
+  plugin_t *p = impl;
+  if (!p->get_state)
+    return SAC_EUNSUPPORTED;
+  return p->get_state(p->handle, state, n) == n ? 0 : SAC_EPLUGIN;
+}
+
+static int plugin_set_state(void *impl, const double *state, int n, float *obs) {
+  plugin_t *p = impl;
+  if (!p->set_state)
+    return SAC_EUNSUPPORTED;
+  if (p->set_state(p->handle, state, n, obs) != 0) {
+    SAC_ERROR("env", "plugin %s: sac_env_plugin_set_state of %d numbers failed", p->path, n);
+    return SAC_EPLUGIN;
+  }
+  return 0;
+}
+
+static int plugin_render(void *impl, unsigned char *rgb, size_t cap, int *width, int *height, int *fps) {
+  plugin_t *p = impl;
+  if (!p->render)
+    return SAC_EUNSUPPORTED;
+  int rc = p->render(p->handle, rgb, cap, width, height, fps);
+  if (rc == 1)
+    return SAC_ETOOBIG;
+  return rc == 0 ? 0 : SAC_EUNSUPPORTED;
+}
+
 const sac__env_ops_t sac__env_plugin_ops = {
     .create = plugin_create,
     .destroy = plugin_destroy,
@@ -259,4 +303,8 @@ const sac__env_ops_t sac__env_plugin_ops = {
     .state_dim = 0,
     .set_state = NULL,
     .get_state = NULL,
+    .state_size = plugin_state_size,
+    .plugin_get_state = plugin_get_state,
+    .plugin_set_state = plugin_set_state,
+    .render = plugin_render,
 };

@@ -29,6 +29,11 @@
  * library may be used from different threads at once, so keep no mutable global state
  * (or guard it). A library is dlopen'ed once per environment instance.
  *
+ * Optional extensions: a plugin may also export the three functions declared after the
+ * five (rendering, and its physical state for a renderer that mirrors it, as sac-eval
+ * --record does). The loader looks them up with dlsym and does without them, so they
+ * need no new ABI version; a plugin without them cannot be recorded.
+ *
  * Versioning: any change to a signature or to sac_env_plugin_spec_t increments
  * SAC_ENV_PLUGIN_ABI_VERSION; the loader accepts exactly its own version. */
 #ifndef SAC_ENV_PLUGIN_H
@@ -71,6 +76,19 @@ SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_reset(void *handle, uint64_t seed, floa
 SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_step(void *handle, const float *action, float *obs, float *reward,
                                               int *terminated);
 
+/* Optional. The current frame as width x height RGB24 pixels, rows top to bottom, into rgb
+ * (cap bytes); *fps is the rate the environment is meant to be watched at (0: unknown).
+ * Returns 0; 1 when cap is too small (width and height are set: call again with
+ * width * height * 3 bytes); any other value when it cannot render. */
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_render(void *handle, unsigned char *rgb, size_t cap, int *width,
+                                                int *height, int *fps);
+/* Optional. The physical state (MuJoCo: qpos then qvel) into state (cap doubles). Returns
+ * the number of doubles of the state (nothing is written when it exceeds cap), or < 0. */
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_get_state(void *handle, double *state, int cap);
+/* Optional. Sets the physical state (n doubles, as get_state writes them) and writes the
+ * observation it gives. 0, or non-zero for a state of the wrong size. */
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_set_state(void *handle, const double *state, int n, float *obs);
+
 /* Pointer types of the same functions, for the loader. */
 typedef int (*sac_env_plugin_abi_version_fn)(void);
 typedef void *(*sac_env_plugin_create_fn)(const char *args, sac_env_plugin_spec_t *spec, char *err,
@@ -79,6 +97,10 @@ typedef void (*sac_env_plugin_destroy_fn)(void *handle);
 typedef int (*sac_env_plugin_reset_fn)(void *handle, uint64_t seed, float *obs);
 typedef int (*sac_env_plugin_step_fn)(void *handle, const float *action, float *obs, float *reward,
                                       int *terminated);
+typedef int (*sac_env_plugin_render_fn)(void *handle, unsigned char *rgb, size_t cap, int *width, int *height,
+                                        int *fps);
+typedef int (*sac_env_plugin_get_state_fn)(void *handle, double *state, int cap);
+typedef int (*sac_env_plugin_set_state_fn)(void *handle, const double *state, int n, float *obs);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,7 @@
 #include "common/preset.h"
 #include "common/wire.h"
 #include "learner/backend.h"
+#include "learner/checkpoint.h"
 #include "learner/service.h"
 #include "learner/train_local.h"
 
@@ -171,7 +172,9 @@ static const sac_cfg_opt_t k_opts[] = {
     STR("run_name", run_name, "", "this run's directory name (empty: time and environment)"),
     OPT("checkpoint_every", SAC_CFG_INT64, checkpoint_every, "5000", 0, 1e15,
         "updates between checkpoints in the run directory (0: at the end only)"),
-    STR("resume", resume, "", "a run directory to continue (use with --config DIR/config.txt)"),
+    STR("resume", resume, "",
+        "a run directory to continue, with its own config.txt (options given beside it override it and are "
+        "recorded there); a finished run says so and exits 0"),
     STR("log_level", log_level, "info", "error, warn, info or debug"),
     OPT("log_json", SAC_CFG_BOOL, log_json, "false", 1, 0, "log lines as JSON objects"),
     STR("metrics_addr", metrics_addr, "",
@@ -420,6 +423,53 @@ static double peak_rss_mib(void) {
 
 static const char *g_argv0 = "sac-learner"; /* how the user started it: the resume line repeats it */
 
+/* The run directory of every mode: a new one, or with --resume the run's own, its
+ * metrics.csv kept up to the checkpoint. 0, or the exit code. */
+static int open_rundir(const learner_cfg_t *c, sac_rundir_t *rd) {
+  if (!c->resume[0])
+    return sac_rundir_open(rd, c->run_dir, c->run_name, c->t.env, k_opts, sizeof k_opts / sizeof k_opts[0], c)
+               ? 1
+               : 0;
+  char ck[1100];
+  sac_ckpt_counters_t cnt = {0};
+  snprintf(ck, sizeof ck, "%s/checkpoint.bin", c->resume);
+  sac_checkpoint_peek(ck, &cnt, NULL);
+  return sac_rundir_reopen(rd, c->resume, c->t.env, (int64_t)cnt.env_steps) ? 2 : 0;
+}
+
+/* --resume DIR, before anything starts: 1 when the run already reached total_steps (said
+ * so on stdout), 2 when there is nothing to resume from, 0 to go on, with the
+ * configuration the resumed run uses written back into DIR/config.txt. */
+static int check_resume(const learner_cfg_t *c) {
+  char ck[1100];
+  sac_ckpt_counters_t cnt;
+  snprintf(ck, sizeof ck, "%s/checkpoint.bin", c->resume);
+  int rc = sac_checkpoint_peek(ck, &cnt, NULL);
+  if (rc == SAC_ENOTFOUND)
+    SAC_ERROR("learner",
+              "--resume %s: no checkpoint.bin there: the run stopped before its first checkpoint (every "
+              "--checkpoint_every updates, and at the end); start it again",
+              c->resume);
+  if (rc)
+    return 2;
+  if ((int64_t)cnt.env_steps >= c->t.total_steps) {
+    printf(
+        "run %s is finished: %llu of %lld environment steps, %llu updates, %llu episodes, best evaluation "
+        "return %.1f; nothing to resume (to train it further: sac-learner --resume %s --total_steps N, N > "
+        "%llu)\n",
+        c->resume, (unsigned long long)cnt.env_steps, (long long)c->t.total_steps,
+        (unsigned long long)cnt.updates, (unsigned long long)cnt.episodes, cnt.best_eval_return, c->resume,
+        (unsigned long long)cnt.env_steps);
+    return 1;
+  }
+  static learner_cfg_t saved; /* as a new run would load it: without --resume */
+  saved = *c;
+  saved.resume[0] = '\0';
+  return sac_rundir_rewrite_config(c->resume, k_opts, sizeof k_opts / sizeof k_opts[0], &saved, NULL) ? 2 : 0;
+}
+
+static int run_local(learner_cfg_t *c);
+
 static int run_service(const learner_cfg_t *c) {
   sac_learner_cfg_t lc;
   sac_learner_cfg_default(&lc);
@@ -485,13 +535,12 @@ static int run_service(const learner_cfg_t *c) {
     if (c->resume[0])
       SAC_INFO("learner", "data-parallel rank %d: --resume is rank 0's; this rank takes rank 0's state",
                c->dp_rank);
-  } else if (c->resume[0]) {
-    if (sac_rundir_reopen(&rd, c->resume, c->t.env) != 0)
-      return 2;
-    snprintf(lc.resume, sizeof lc.resume, "%s/checkpoint.bin", c->resume);
-  } else if (sac_rundir_open(&rd, c->run_dir, c->run_name, c->t.env, k_opts, sizeof k_opts / sizeof k_opts[0],
-                             c) != 0) {
-    return 1;
+  } else {
+    int orc = open_rundir(c, &rd);
+    if (orc)
+      return orc;
+    if (c->resume[0])
+      snprintf(lc.resume, sizeof lc.resume, "%s/checkpoint.bin", c->resume);
   }
   lc.rundir = dp_follower ? NULL : &rd;
   lc.metrics = g_metrics;
@@ -559,6 +608,8 @@ int main(int argc, char **argv) {
     g_argv0 = argv[0];
   sac_train_cfg_default(&c.t);
   int action;
+  if (sac_rundir_resume_argv(&argc, &argv) != 0) /* --resume DIR alone: DIR/config.txt first */
+    return 2;
   if (sac_config_load_ext(k_opts, N_OPTS, &c, argc, argv,
                           "sac-learner: trains a Soft Actor-Critic agent and reports its evaluation return",
                           &action, g_src))
@@ -628,30 +679,58 @@ int main(int argc, char **argv) {
               c.dp_rank, c.dp_size);
     return 2;
   }
-  if (strcmp(c.mode, "service") == 0)
-    return run_service(&c);
-  if (strcmp(c.mode, "local") != 0) {
+  if (strcmp(c.mode, "service") != 0 && strcmp(c.mode, "local") != 0) {
     SAC_ERROR("learner", "mode \"%s\" is not one of service, local", c.mode);
     return 2;
   }
+  if (c.resume[0] && !(c.dp_size > 1 && c.dp_rank > 0)) {
+    int rc = check_resume(&c);
+    if (rc)
+      return rc == 1 ? 0 : rc;
+  }
+  if (strcmp(c.mode, "service") == 0)
+    return run_service(&c);
+  return run_local(&c);
+}
+
+/* --mode local: the single-process trainer (train_local.h), with the same run directory. */
+static int run_local(learner_cfg_t *c) {
+  if (c->curve_key[0] || c->curve_server_key[0] || c->curve_allow[0])
+    SAC_WARN("learner", "the curve_* options are not used by --mode local (it opens no ZeroMQ socket)");
   {
-    int64_t cap = c.t.buffer_capacity < c.t.total_steps ? c.t.buffer_capacity : c.t.total_steps;
-    if ((int64_t)c.batch > cap) { /* the local trainer updates once its ring holds a batch */
-      SAC_ERROR("learner",
-                "--batch_size %d is more than the local replay ever holds (min(--capacity, --total_steps) "
-                "= %lld): no update would run",
-                c.batch, (long long)cap);
+    int64_t cap = c->t.buffer_capacity < c->t.total_steps ? c->t.buffer_capacity : c->t.total_steps;
+    if ((int64_t)c->batch > cap) { /* the local trainer updates once its ring holds a batch */
+      SAC_ERROR(
+          "learner",
+          "--batch_size %d is more than the local replay ever holds (min(--capacity, --total_steps) "
+          "= %lld): no update would run",
+          c->batch, (long long)cap);
       return 2;
     }
   }
-  if (c.t.learning_starts >= c.t.total_steps)
+  if (c->t.learning_starts >= c->t.total_steps)
     SAC_WARN("learner", "learning_starts (%lld) >= total_steps (%lld): no update will run",
-             (long long)c.t.learning_starts, (long long)c.t.total_steps);
+             (long long)c->t.learning_starts, (long long)c->t.total_steps);
 
-  SAC_INFO("learner", "training on %s for %lld steps (backend %s, seed %llu)", c.t.env,
-           (long long)c.t.total_steps, c.t.backend, (unsigned long long)c.t.seed);
+  static sac_rundir_t rd; /* large: keep it off the stack */
+  int rc = open_rundir(c, &rd);
+  if (rc)
+    return rc;
+  c->t.rundir = &rd;
+  c->t.metrics = g_metrics;
+  c->t.checkpoint_every = c->checkpoint_every;
+  if (c->resume[0])
+    snprintf(c->t.resume, sizeof c->t.resume, "%s/checkpoint.bin", c->resume);
+  c->t.stop = &g_stop;
+  static stop_note_t note;
+  note = (stop_note_t){rd.path, 0};
+  sac_sigstop_install("sac-learner", &g_stop, on_stop, &note);
+  SAC_INFO("learner", "training on %s for %lld steps (backend %s, seed %llu)", c->t.env,
+           (long long)c->t.total_steps, c->t.backend, (unsigned long long)c->t.seed);
   sac_train_result_t res;
-  int rc = sac_train_local(&c.t, NULL, NULL, &res);
+  rc = sac_train_local(&c->t, NULL, NULL, &res);
+  const int have_tb = rd.tb != NULL;
+  sac_rundir_close(&rd);
   if (rc) {
     fprintf(stderr, "sac-learner: %s\n", sac_strerror(rc));
     return rc == SAC_ECONFIG || rc == SAC_ENOTFOUND || rc == SAC_EINVAL || rc == SAC_EPLUGIN ? 2 : 1;
@@ -659,7 +738,15 @@ int main(int argc, char **argv) {
   printf(
       "result: env %s  steps %lld  updates %lld  episodes %lld  final eval return %.1f (best %.1f) over %d "
       "episodes  wall %.1f s  %.0f updates/s  peak RSS %.1f MiB\n",
-      c.t.env, (long long)res.steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
-      res.best_eval_return, c.t.eval_episodes, res.wall_seconds, res.updates_per_second, peak_rss_mib());
+      c->t.env, (long long)res.steps, (long long)res.updates, (long long)res.episodes, res.final_eval_return,
+      res.best_eval_return, c->t.eval_episodes, res.wall_seconds, res.updates_per_second, peak_rss_mib());
+  printf("results in %s: config.txt, metrics.csv, curve.svg, policy.bin, checkpoint.bin\n", rd.path);
+  if (have_tb)
+    printf("TensorBoard: tensorboard --logdir %s\n", rd.path);
+  if (res.interrupted) {
+    printf("interrupted at %lld of %lld steps (%lld updates); resume with: %s --resume %s\n",
+           (long long)res.steps, (long long)c->t.total_steps, (long long)res.updates, g_argv0, rd.path);
+    return sac_sigstop_exit_code(0);
+  }
   return 0;
 }

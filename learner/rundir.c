@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "learner/curve.h"
 
 static int mkdirs(const char *path) {
   char tmp[1024];
@@ -82,8 +83,6 @@ static void tb_write(sac_rundir_t *rd, int64_t step, size_t n, const char *const
   if (sac_tb_scalars(rd->tb, step, n, tags, v) != 0)
     write_failed(rd, SAC_RUNDIR_FILE_TENSORBOARD, sac_tb_path(rd->tb));
 }
-static int write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
-                           size_t n, int quiet);
 
 /* A directory of its own for a run named by the clock: base/nm, or base/nm-2, -3, ... when
  * another run started in the same second (two learners of a seed sweep launched together
@@ -153,7 +152,8 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
   FILE *f = open_tmp(path, tmp, sizeof tmp);
   if (!f)
     return SAC_EIO;
-  fprintf(f, "# resolved configuration of this run; rerun with --config %s\n", path);
+  fprintf(f, "# resolved configuration of this run; rerun with --config %s, continue with --resume %s\n",
+          path, rd->path);
   if (sac_config_dump(opts, n_opts, cfg, f) != 0) {
     fclose(f);
     remove(tmp);
@@ -162,7 +162,29 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
   return commit(f, tmp, path);
 }
 
-int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env) {
+/* One metrics.csv row into p: the ten columns every version has, then the evaluation's
+ * spread and the training return and episodes where the row has them. 1 when parsed. */
+static int parse_row(const char *line, sac_rundir_point_t *p) {
+  long long st, up, eps = -1;
+  sac_stats_t *x = &p->st;
+  int used = 0;
+  memset(p, 0, sizeof *p);
+  if (sscanf(line, "%lf,%lld,%lld,%lf,%f,%f,%f,%f,%f,%f%n", &p->wall_s, &st, &up, &p->eval.mean,
+             &x->critic_loss, &x->actor_loss, &x->alpha_loss, &x->alpha, &x->entropy, &x->mean_q,
+             &used) != 10)
+    return 0;
+  p->steps = st, p->updates = up;
+  p->eval.std = 0, p->eval.min = p->eval.max = p->eval.mean, p->eval.episodes = 0;
+  p->train_return = NAN;
+  char tr[32] = "";
+  if (sscanf(line + used, ",%lf,%lf,%lf,%d,%31[^,],%lld", &p->eval.std, &p->eval.min, &p->eval.max,
+             &p->eval.episodes, tr, &eps) == 6)
+    p->train_return = strtod(tr, NULL); /* "nan" where no episode had finished */
+  p->episodes = eps;
+  return 1;
+}
+
+int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env, int64_t upto_steps) {
   memset(rd, 0, sizeof *rd);
   snprintf(rd->path, sizeof rd->path, "%s", path);
   snprintf(rd->title, sizeof rd->title, "%s", env);
@@ -179,36 +201,34 @@ int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env) {
   FILE *f = fopen(csv, "r");
   if (!f)
     return 0; /* no evaluation yet */
-  char line[512];
+  char line[1024];
+  size_t dropped = 0;
   while (fgets(line, sizeof line, f) && rd->n < SAC_RUNDIR_MAX_POINTS) {
-    size_t i = rd->n;
-    long long st, up;
-    sac_stats_t *x = &rd->st[i];
-    if (sscanf(line, "%lf,%lld,%lld,%lf,%f,%f,%f,%f,%f,%f", &rd->wall_s[i], &st, &up, &rd->ret[i],
-               &x->critic_loss, &x->actor_loss, &x->alpha_loss, &x->alpha, &x->entropy, &x->mean_q) == 10) {
-      rd->steps[i] = st, rd->updates[i] = up;
-      rd->n++;
-    }
+    sac_rundir_point_t p;
+    if (!parse_row(line, &p))
+      continue;
+    if (p.steps > upto_steps)
+      dropped++;
+    else
+      rd->pt[rd->n++] = p;
   }
   fclose(f);
+  if (dropped)
+    SAC_INFO("rundir",
+             "%s: %zu evaluation row(s) after the checkpoint's %lld steps are dropped (the run redoes them)",
+             csv, dropped, (long long)upto_steps);
   return 0;
 }
 
-int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t updates, double eval_return,
-                        const sac_stats_t *st) {
-  if (rd->n < SAC_RUNDIR_MAX_POINTS) {
-    size_t i = rd->n++;
-    rd->wall_s[i] = wall_s, rd->steps[i] = steps, rd->updates[i] = updates, rd->ret[i] = eval_return;
-    rd->st[i] = *st;
-  }
-  if (rd->tb) {
-    /* float32, as TensorBoard stores them; the CSV row has the same numbers */
-    const char *tags[] = {"eval/return", "train/critic_loss", "train/actor_loss",
-                          "train/alpha", "train/entropy",     "train/mean_q"};
-    float v[] = {(float)eval_return, st->critic_loss, st->actor_loss, st->alpha, st->entropy, st->mean_q};
-    tb_write(rd, steps, updates > 0 ? 6 : 1, tags, v);
-    rd->tb_step = steps > rd->tb_step ? steps : rd->tb_step;
-  }
+double sac_rundir_best(const sac_rundir_t *rd) {
+  double best = NAN;
+  for (size_t i = 0; i < rd->n; i++)
+    if (isnan(best) || rd->pt[i].eval.mean > best)
+      best = rd->pt[i].eval.mean;
+  return best;
+}
+
+static int write_csv(sac_rundir_t *rd) {
   char path[1100], tmp[1110];
   snprintf(path, sizeof path, "%s/metrics.csv", rd->path);
   FILE *f = open_tmp_q(path, tmp, sizeof tmp, 1);
@@ -216,21 +236,54 @@ int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t 
     write_failed(rd, SAC_RUNDIR_FILE_METRICS_CSV, path);
     return SAC_EIO;
   }
-  fprintf(
-      f,
-      "wall_seconds,env_steps,updates,eval_return,critic_loss,actor_loss,alpha_loss,alpha,entropy,mean_q\n");
-  for (size_t i = 0; i < rd->n; i++)
-    fprintf(f, "%.3f,%lld,%lld,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n", rd->wall_s[i], (long long)rd->steps[i],
-            (long long)rd->updates[i], rd->ret[i], rd->st[i].critic_loss, rd->st[i].actor_loss,
-            rd->st[i].alpha_loss, rd->st[i].alpha, rd->st[i].entropy, rd->st[i].mean_q);
-  int rc = commit_q(f, tmp, path, 1);
-  if (rc) {
-    write_failed(rd, SAC_RUNDIR_FILE_METRICS_CSV, path);
-    return rc;
+  fprintf(f,
+          "wall_seconds,env_steps,updates,eval_return,critic_loss,actor_loss,alpha_loss,alpha,entropy,mean_q,"
+          "eval_return_std,eval_return_min,eval_return_max,eval_episodes,train_return,episodes\n");
+  for (size_t i = 0; i < rd->n; i++) {
+    const sac_rundir_point_t *p = &rd->pt[i];
+    fprintf(f, "%.3f,%lld,%lld,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.4f,%.4f,%.4f,%d,%.4f,%lld\n", p->wall_s,
+            (long long)p->steps, (long long)p->updates, p->eval.mean, p->st.critic_loss, p->st.actor_loss,
+            p->st.alpha_loss, p->st.alpha, p->st.entropy, p->st.mean_q, p->eval.std, p->eval.min, p->eval.max,
+            p->eval.episodes, p->train_return, (long long)p->episodes);
   }
+  int rc = commit_q(f, tmp, path, 1);
+  if (rc)
+    write_failed(rd, SAC_RUNDIR_FILE_METRICS_CSV, path);
+  return rc;
+}
+
+static int write_curve(sac_rundir_t *rd) {
+  char path[1100], tmp[1110];
   snprintf(path, sizeof path, "%s/curve.svg", rd->path);
-  if ((rc = write_curve_svg(path, rd->title, rd->steps, rd->ret, rd->n, 1)) != 0)
+  FILE *f = open_tmp_q(path, tmp, sizeof tmp, 1);
+  int rc = f ? sac_curve_svg(f, rd->title, rd->pt, rd->n) : SAC_EIO;
+  if (f && rc)
+    fclose(f), remove(tmp);
+  else if (f)
+    rc = commit_q(f, tmp, path, 1);
+  if (rc)
     write_failed(rd, SAC_RUNDIR_FILE_CURVE_SVG, path);
+  return rc;
+}
+
+int sac_rundir_add_eval(sac_rundir_t *rd, const sac_rundir_point_t *p) {
+  if (rd->n < SAC_RUNDIR_MAX_POINTS)
+    rd->pt[rd->n++] = *p;
+  if (rd->tb) {
+    /* float32, as TensorBoard stores them; the CSV row has the same numbers */
+    const sac_stats_t *st = &p->st;
+    const char *tags[] = {"eval/return",     "eval/return_std",   "eval/return_min",
+                          "eval/return_max", "train/critic_loss", "train/actor_loss",
+                          "train/alpha",     "train/entropy",     "train/mean_q"};
+    float v[] = {(float)p->eval.mean, (float)p->eval.std, (float)p->eval.min,
+                 (float)p->eval.max,  st->critic_loss,    st->actor_loss,
+                 st->alpha,           st->entropy,        st->mean_q};
+    tb_write(rd, p->steps, p->updates > 0 ? 9 : 4, tags, v);
+    rd->tb_step = p->steps > rd->tb_step ? p->steps : rd->tb_step;
+  }
+  int rc = write_csv(rd);
+  if (rc == 0)
+    rc = write_curve(rd);
   return rc;
 }
 
@@ -425,69 +478,154 @@ out:
   return rc;
 }
 
-int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
-                        size_t n) {
-  return write_curve_svg(path, title, steps, returns, n, 0);
+/* ---- config.txt ---- */
+
+int sac_rundir_resume_argv(int *argcp, char ***argvp) {
+  const int argc = *argcp;
+  char **argv = *argvp;
+  const char *dir = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0)
+      break;
+    if (strcmp(argv[i], "--config") == 0 || strncmp(argv[i], "--config=", 9) == 0)
+      return 0; /* the user's own file: it is read instead */
+    if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+      dir = argv[i + 1];
+    else if (strncmp(argv[i], "--resume=", 9) == 0)
+      dir = argv[i] + 9;
+  }
+  if (!dir || !dir[0])
+    return 0;
+  static char path[1100]; /* lives as long as the argv that points at it */
+  snprintf(path, sizeof path, "%s/config.txt", dir);
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    SAC_ERROR("rundir", "--resume %s: no run directory %s to resume", dir, dir);
+    return SAC_ECONFIG;
+  }
+  if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    SAC_ERROR(
+        "rundir",
+        "--resume %s: not a run directory: no config.txt (a run directory holds config.txt, metrics.csv, "
+        "checkpoint.bin, ...: the folder a run printed in its 'results in' line)",
+        dir);
+    return SAC_ECONFIG;
+  }
+  char **v = malloc(sizeof *v * (size_t)(argc + 3));
+  if (!v)
+    return SAC_ECONFIG;
+  v[0] = argv[0];
+  v[1] = "--config";
+  v[2] = path;
+  for (int i = 1; i < argc; i++)
+    v[i + 2] = argv[i];
+  v[argc + 2] = NULL;
+  *argvp = v;
+  *argcp = argc + 2;
+  SAC_INFO("rundir",
+           "resuming with the run's own configuration %s (options given beside --resume override it)", path);
+  return 0;
 }
 
-static int write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
-                           size_t n, int quiet) {
-  char tmp[1200];
-  FILE *f = open_tmp_q(path, tmp, sizeof tmp, quiet);
+/* The "key = value" lines of a file (or of a dump) held in memory. */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
   if (!f)
-    return SAC_EIO;
-  const double W = 720, H = 420, L = 80, R = 20, T = 40, Bm = 60;
-  double xmax = 1, ymin = INFINITY, ymax = -INFINITY;
-  for (size_t i = 0; i < n; i++) {
-    if (steps[i] > xmax)
-      xmax = (double)steps[i];
-    if (returns[i] < ymin)
-      ymin = returns[i];
-    if (returns[i] > ymax)
-      ymax = returns[i];
+    return NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&buf, &len);
+  int c;
+  while (m && (c = fgetc(f)) != EOF)
+    fputc(c, m);
+  fclose(f);
+  if (m)
+    fclose(m);
+  return buf;
+}
+
+/* The line of key in text ("key = ..."), its length in *len; NULL when absent. */
+static const char *find_key(const char *text, const char *key, size_t *len) {
+  const size_t k = strlen(key);
+  for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    if (strncmp(l, key, k) == 0 && strncmp(l + k, " = ", 3) == 0) {
+      *len = strcspn(l, "\n");
+      return l;
+    }
   }
-  if (n == 0)
-    ymin = -1, ymax = 0;
-  if (ymax - ymin < 1e-9)
-    ymin -= 1, ymax += 1;
-  double pad = 0.05 * (ymax - ymin);
-  ymin -= pad, ymax += pad;
-#define X(v) (L + (v) / xmax * (W - L - R))
-#define Y(v) (T + (ymax - (v)) / (ymax - ymin) * (H - T - Bm))
-  fprintf(
-      f,
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
-      "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-      W, H);
-  fprintf(f,
-          "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">%s: deterministic evaluation "
-          "return</text>\n",
-          W / 2, title);
-  for (int k = 0; k <= 5; k++) { /* grid and tick labels */
-    double yv = ymin + (ymax - ymin) * k / 5, xv = xmax * k / 5;
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, Y(yv), W - R,
-            Y(yv));
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, Y(yv) + 4, yv);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", X(xv), T, X(xv),
-            H - Bm);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", X(xv), H - Bm + 18, xv);
+  return NULL;
+}
+
+int sac_rundir_rewrite_config(const char *dir, const sac_cfg_opt_t *opts, size_t n_opts, const void *cfg,
+                              int *changed) {
+  char path[1100], tmp[1110];
+  snprintf(path, sizeof path, "%s/config.txt", dir);
+  char *old = slurp(path), *now = NULL, *notes = NULL;
+  size_t now_len = 0, notes_len = 0;
+  FILE *m = open_memstream(&now, &now_len), *nm = open_memstream(&notes, &notes_len);
+  int rc = m && nm ? sac_config_dump(opts, n_opts, cfg, m) : SAC_ENOMEM, n = 0;
+  if (m)
+    fclose(m);
+  /* every key whose line differs from the file's: an override given beside --resume */
+  for (size_t i = 0; rc == 0 && i < n_opts; i++) {
+    size_t ln = 0, lo = 0;
+    const char *a = find_key(now, opts[i].key, &ln), *b = old ? find_key(old, opts[i].key, &lo) : NULL;
+    if (!a || (b && ln == lo && memcmp(a, b, ln) == 0))
+      continue;
+    n++;
+    SAC_INFO("rundir", "resume: %.*s (the run had %.*s)", (int)ln, a,
+             b ? (int)(lo - (strlen(opts[i].key) + 3)) : 3, b ? b + strlen(opts[i].key) + 3 : "n/a");
+    fprintf(nm, "%s%.*s", n > 1 ? "; " : "", (int)ln, a);
   }
-  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">environment steps</text>\n", (L + W - R) / 2,
-          H - 15);
-  fprintf(
-      f, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">return</text>\n",
-      (T + H - Bm) / 2, (T + H - Bm) / 2);
-  fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
-  for (size_t i = 0; i < n; i++)
-    fprintf(f, "%.1f,%.1f ", X((double)steps[i]), Y(returns[i]));
-  fprintf(f, "\"/>\n");
-  for (size_t i = 0; i < n; i++)
-    fprintf(
-        f,
-        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#1f77b4\"><title>%lld steps: %.1f</title></circle>\n",
-        X((double)steps[i]), Y(returns[i]), (long long)steps[i], returns[i]);
-  fprintf(f, "</svg>\n");
-#undef X
-#undef Y
-  return commit_q(f, tmp, path, quiet);
+  if (nm)
+    fclose(nm);
+  FILE *f = rc == 0 ? open_tmp(path, tmp, sizeof tmp) : NULL;
+  if (f) {
+    fprintf(f, "# resolved configuration of this run; rerun with --config %s, continue with --resume %s\n",
+            path, dir);
+    if (n)
+      fprintf(f, "# resumed with: %s\n", notes);
+    fputs(now, f);
+    rc = commit(f, tmp, path);
+  } else if (rc == 0) {
+    rc = SAC_EIO;
+  }
+  free(old), free(now), free(notes);
+  if (changed)
+    *changed = n;
+  return rc;
+}
+
+int sac_rundir_config_get(const char *config_path, const char *key, char *out, size_t cap) {
+  char *text = slurp(config_path);
+  size_t len = 0;
+  const char *l = text ? find_key(text, key, &len) : NULL;
+  if (!l) {
+    free(text);
+    return SAC_ENOTFOUND;
+  }
+  const char *v = l + strlen(key) + 3, *end = l + len;
+  size_t j = 0;
+  int rc = 0;
+  if (*v == '"') { /* sac_config_dump's quoting: \" \\ \n \t */
+    for (v++; v < end && *v != '"' && rc == 0; v++) {
+      char c = *v;
+      if (c == '\\' && v + 1 < end)
+        c = *++v == 'n' ? '\n' : *v == 't' ? '\t' : *v;
+      if (j + 1 >= cap)
+        rc = SAC_EINVAL;
+      else
+        out[j++] = c;
+    }
+  } else {
+    j = (size_t)(end - v);
+    if (j >= cap)
+      rc = SAC_EINVAL;
+    else
+      memcpy(out, v, j);
+  }
+  if (rc == 0)
+    out[j] = '\0';
+  free(text);
+  return rc;
 }

@@ -1,11 +1,13 @@
-/* The run directory a training run leaves behind: the resolved configuration
- * (config.txt, loadable with --config), a metrics CSV with one row per evaluation,
- * the final policy (policy.bin, see sac_policy_save) and a learning-curve picture
- * (curve.svg: evaluation return against environment steps) a person can open, and a
- * TensorBoard event file (events.out.tfevents.*, learner/tbevents.h) with the evaluation
- * points and the training scalars under the environment step. Files other than the event
- * file (appended, flushed per event) are written whole to a temporary name and renamed, so
- * a reader never sees half a file. */
+/* The run directory a training run leaves behind, the same in every mode (--mode local,
+ * the embedded default, a learner with --shards): the resolved configuration (config.txt,
+ * loadable with --config; `--resume DIR` reads it), a metrics CSV with one row per
+ * evaluation (metrics.csv), the final policy (policy.bin, see sac_policy_save), the
+ * learner's checkpoint (checkpoint.bin, learner/checkpoint.h), a learning-curve picture
+ * (curve.svg, learner/curve.h) a person can open, and a TensorBoard event file
+ * (events.out.tfevents.*, learner/tbevents.h) with the evaluation points and the
+ * training scalars under the environment step. Files other than the event file
+ * (appended, flushed per event) are written whole to a temporary name and renamed, so a
+ * reader never sees half a file. */
 #ifndef SAC_LEARNER_RUNDIR_H
 #define SAC_LEARNER_RUNDIR_H
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include "common/config.h"
 #include "common/env.h"
 #include "common/mlp.h"
+#include "learner/evaluate.h"
 #include "learner/sac.h"
 #include "learner/tbevents.h"
 
@@ -27,13 +30,20 @@ typedef enum {
   SAC_RUNDIR_FILES
 } sac_rundir_file_t;
 
+/* One evaluation of the run, as a metrics.csv row holds it. */
+typedef struct {
+  double wall_s;
+  int64_t steps, updates;
+  sac_eval_stats_t eval; /* over the evaluation's episodes */
+  double train_return;   /* mean return of recent training episodes (NaN: none finished yet) */
+  int64_t episodes;      /* training episodes finished so far (-1: not known) */
+  sac_stats_t st;        /* the last update's statistics */
+} sac_rundir_point_t;
+
 typedef struct {
   char path[1024];
   size_t n;
-  double wall_s[SAC_RUNDIR_MAX_POINTS];
-  int64_t steps[SAC_RUNDIR_MAX_POINTS], updates[SAC_RUNDIR_MAX_POINTS];
-  double ret[SAC_RUNDIR_MAX_POINTS];
-  sac_stats_t st[SAC_RUNDIR_MAX_POINTS];
+  sac_rundir_point_t pt[SAC_RUNDIR_MAX_POINTS];
   char title[256];
   sac_tb_t *tb;    /* NULL when the event file could not be made (logged; the run goes on) */
   int64_t tb_step; /* the last step written: periodic scalars wait for a new one */
@@ -62,15 +72,19 @@ int sac_rundir_open(sac_rundir_t *rd, const char *base, const char *name, const 
  * did not start. Closes the event file. 0; SAC_ESTATE (the directory existed before this
  * run, or was reopened: left alone); SAC_EIO. */
 int sac_rundir_discard(sac_rundir_t *rd);
-/* Continues an existing run directory: reads its metrics.csv so the curve goes on.
- * 0, SAC_ENOTFOUND (no such directory), SAC_EIO. */
-int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env);
-/* Appends an evaluation point and rewrites metrics.csv and curve.svg; adds eval/return and,
- * once there were updates, the train/ scalars of st to the event file at step `steps`
- * (the same numbers as the metrics.csv row). 0 or SAC_EIO (a write failed: counted in
- * write_errors and logged, rate limited; the point stays in memory for the next rewrite). */
-int sac_rundir_add_eval(sac_rundir_t *rd, double wall_s, int64_t steps, int64_t updates, double eval_return,
-                        const sac_stats_t *st);
+/* Continues an existing run directory: reads its metrics.csv so the curve goes on,
+ * keeping the rows up to `upto_steps` environment steps (where the resumed checkpoint
+ * stands: rows a run wrote after its last checkpoint are written again as it goes on;
+ * INT64_MAX keeps all). 0, SAC_ENOTFOUND (no such directory), SAC_EIO. */
+int sac_rundir_reopen(sac_rundir_t *rd, const char *path, const char *env, int64_t upto_steps);
+/* The best mean evaluation return of the points held (NaN: none). */
+double sac_rundir_best(const sac_rundir_t *rd);
+/* Appends an evaluation point and rewrites metrics.csv and curve.svg; adds eval/return
+ * (with eval/return_std, _min, _max) and, once there were updates (p->updates > 0), the
+ * train/ scalars of p->st to the event file at step p->steps (the same numbers as the
+ * metrics.csv row). 0 or SAC_EIO (a write failed: counted in write_errors and logged,
+ * rate limited; the point stays in memory for the next rewrite). */
+int sac_rundir_add_eval(sac_rundir_t *rd, const sac_rundir_point_t *p);
 /* Adds the training scalars of t at environment step `steps` to the event file (tags in
  * docs/METRICS.md: train/episode_return, train/critic_loss, train/actor_loss, train/alpha,
  * train/entropy, train/mean_q, perf/updates_per_s, perf/env_steps_per_s, replay/size). A
@@ -109,8 +123,23 @@ int sac_policy_load(const char *path, sac_mlp_desc_t *d, float **params, float *
  * format-1 file: env "" and act_dim 0). */
 int sac_policy_load_env(const char *path, sac_mlp_desc_t *d, float **params, float *log_std_min,
                         float *log_std_max, sac_policy_env_t *env);
-/* Writes the SVG learning curve of (steps, returns) to path. 0 or SAC_EIO. */
-int sac_write_curve_svg(const char *path, const char *title, const int64_t *steps, const double *returns,
-                        size_t n);
+
+/* ---- config.txt: --resume DIR alone, and what a resume changed ---- */
+
+/* `--resume DIR` with no --config: replaces *argv (and *argc) with a copy that has
+ * `--config DIR/config.txt` first, so the run's own configuration is read and every other
+ * option given overrides it (config file < SAC_* < command line); otherwise leaves them.
+ * The copy is malloc'ed and lives until exit. 0, or SAC_ECONFIG (logged: DIR has no
+ * config.txt). */
+int sac_rundir_resume_argv(int *argc, char ***argv);
+/* Rewrites DIR/config.txt with the configuration a resumed run uses (resume = "": the
+ * file still loads as --config of a new run), and logs each key whose value differs from
+ * the file's (an override given beside --resume), listing them in a comment line of the
+ * new file. *changed (may be NULL) gets their count. 0 or SAC_EIO (logged). */
+int sac_rundir_rewrite_config(const char *dir, const sac_cfg_opt_t *opts, size_t n_opts, const void *cfg,
+                              int *changed);
+/* The value of key in a config file written by sac_config_dump (quotes and escapes
+ * undone) into out. 0, SAC_ENOTFOUND (no such key or no file), SAC_EINVAL (too long). */
+int sac_rundir_config_get(const char *config_path, const char *key, char *out, size_t cap);
 
 #endif

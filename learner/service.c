@@ -499,22 +499,27 @@ static void report_tensorboard(const sac_learner_cfg_t *cfg, sac_t *sac, double 
 }
 
 /* Evaluates the current policy (copied into `actor`), keeps the final and best return
- * and adds the point to the run directory. 0 or a negative code. */
+ * and adds the point (with the training return and episodes so far) to the run
+ * directory. 0 or a negative code. */
 static int evaluate_point(const sac_learner_cfg_t *cfg, sac_t *sac, const sac_hparams_t *hp, float *actor,
-                          double wall_s, int64_t steps, sac_learner_result_t *res, sac_stats_t *st,
-                          double *ret) {
+                          double wall_s, int64_t steps, double train_return, int64_t episodes,
+                          sac_learner_result_t *res, sac_stats_t *st, double *ret) {
+  sac_eval_stats_t ev;
   int rc = sac_get_actor(sac, actor);
   if (rc == 0)
-    rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(sac), actor, hp, cfg->eval_episodes, ret);
+    rc = sac_evaluate_policy(cfg->env, cfg->seed, sac_actor_desc(sac), actor, hp->log_std_min,
+                             hp->log_std_max, cfg->eval_episodes, NULL, &ev);
   if (rc)
     return rc;
+  *ret = ev.mean;
   res->final_eval_return = *ret;
   if (*ret > res->best_eval_return)
     res->best_eval_return = *ret;
   if (res->updates > 0)
     sac_stats(sac, st);
+  sac_rundir_point_t p = {wall_s, steps, res->updates, ev, train_return, episodes, *st};
   if (cfg->rundir)
-    sac_rundir_add_eval(cfg->rundir, wall_s, steps, res->updates, *ret, st);
+    sac_rundir_add_eval(cfg->rundir, &p);
   return 0;
 }
 
@@ -1114,12 +1119,12 @@ static int publish_initial(run_t *r) {
     return rc;
   if (!cfg->rundir || cfg->resume[0])
     return 0;
-  double ret0;
-  if ((rc = sac_evaluate(cfg->env, cfg->seed, sac_actor_desc(r->sac), r->actor, &r->hp, cfg->eval_episodes,
-                         &ret0)) != 0)
+  sac_eval_stats_t ev;
+  if ((rc = sac_evaluate_policy(cfg->env, cfg->seed, sac_actor_desc(r->sac), r->actor, r->hp.log_std_min,
+                                r->hp.log_std_max, cfg->eval_episodes, NULL, &ev)) != 0)
     return rc;
-  sac_stats_t st0 = {.alpha = r->hp.init_alpha};
-  sac_rundir_add_eval(cfg->rundir, 0.0, 0, 0, ret0, &st0);
+  sac_rundir_point_t p = {.eval = ev, .train_return = NAN, .st = {.alpha = r->hp.init_alpha}};
+  sac_rundir_add_eval(cfg->rundir, &p);
   return 0;
 }
 
@@ -1136,6 +1141,12 @@ static void start_progress(run_t *r) {
   r->last_log_updates = r->start_updates = r->res->updates;
   r->tb_last = (tb_mark_t){sac_clock_s(), r->steps, r->res->updates};
   r->version = r->ck.policy_version;
+  if (cfg->resume[0]) /* the best so far: the checkpoint's, or (an older one) the run's metrics.csv */
+    r->res->best_eval_return = !isnan(r->ck.best_eval_return) ? r->ck.best_eval_return
+                               : cfg->rundir                  ? sac_rundir_best(cfg->rundir)
+                                                              : NAN;
+  if (isnan(r->res->best_eval_return))
+    r->res->best_eval_return = -INFINITY;
   r->next_eval = cfg->eval_every > 0 ? (r->res->updates / cfg->eval_every + 1) * cfg->eval_every : INT64_MAX;
   r->next_ckpt = cfg->checkpoint_every > 0
                      ? (r->res->updates / cfg->checkpoint_every + 1) * cfg->checkpoint_every
@@ -1427,6 +1438,24 @@ static int count_update(run_t *r) {
   return 0;
 }
 
+/* Training episodes so far: with embedded actors, a resumed run's earlier ones and the
+ * actors' own; with remote actors, the shards' count (as the steps are the shards'). */
+static int64_t run_episodes(const run_t *r) {
+  if (!r->em.n_actors)
+    return (int64_t)r->tot.episodes;
+  int64_t n = (int64_t)r->ck.episodes;
+  for (size_t i = 0; i < r->em.n_actors; i++)
+    n += (int64_t)atomic_load(&sac_actor_stats(r->em.actors[i])->episodes);
+  return n;
+}
+
+/* The counters a checkpoint keeps. */
+static sac_ckpt_counters_t run_counters(const run_t *r, uint64_t version, double wall_s) {
+  const double best = r->res->best_eval_return;
+  return (sac_ckpt_counters_t){(uint64_t)r->res->updates, (uint64_t)r->steps,         version, wall_s,
+                               (uint64_t)run_episodes(r), isfinite(best) ? best : NAN};
+}
+
 /* checkpoint: every checkpoint_every updates into the run directory (a failed one is
  * logged; training goes on); data-parallel ranks compare their state at the same
  * points. */
@@ -1435,7 +1464,7 @@ static int checkpoint(run_t *r) {
   const int64_t n = r->res->updates;
   if (r->ckpt_path[0] && n >= r->next_ckpt) {
     r->next_ckpt += cfg->checkpoint_every;
-    sac_ckpt_counters_t c = {(uint64_t)n, (uint64_t)r->steps, r->version, sac_clock_s() - r->t0};
+    sac_ckpt_counters_t c = run_counters(r, r->version, sac_clock_s() - r->t0);
     sac_checkpoint_save(r->sac, r->ckpt_path, &c);
   }
   if (r->dp && cfg->checkpoint_every > 0 && n % cfg->checkpoint_every == 0)
@@ -1450,8 +1479,8 @@ static int evaluate(run_t *r) {
     return 0;
   r->next_eval += cfg->eval_every;
   double ret;
-  int rc =
-      evaluate_point(cfg, r->sac, &r->hp, r->actor, sac_clock_s() - r->t0, r->steps, r->res, &r->st, &ret);
+  int rc = evaluate_point(cfg, r->sac, &r->hp, r->actor, sac_clock_s() - r->t0, r->steps,
+                          actors_mean_return(&r->em), run_episodes(r), r->res, &r->st, &ret);
   if (rc)
     return rc;
   if (r->tty_dirty) {
@@ -1478,14 +1507,6 @@ static double recent_return(run_t *r) {
   return r->remote_return;
 }
 
-/* Episodes the actors finished: the embedded actors' count, or the shards' (remote). */
-static int64_t episodes(const run_t *r) {
-  int64_t n = 0;
-  for (size_t i = 0; i < r->em.n_actors; i++)
-    n += (int64_t)atomic_load(&sac_actor_stats(r->em.actors[i])->episodes);
-  return r->em.n_actors ? n : (int64_t)r->tot.episodes;
-}
-
 /* The progress line, every log_interval_s (also while the learner waits: it says for
  * what): on a terminal redrawn in place. */
 static void log_progress(run_t *r) {
@@ -1505,7 +1526,7 @@ static void log_progress(run_t *r) {
       "steps %lld/%lld  updates %lld (%.0f/s)  episodes %lld  actor return %.1f  alpha %.4f  q_loss %.4f  "
       "pi_loss %.4f  entropy %.3f  version %llu  eta %.0fs%s",
       (long long)r->steps, (long long)cfg->total_steps, (long long)r->res->updates, ups,
-      (long long)episodes(r), ret, r->st.alpha, r->st.critic_loss, r->st.actor_loss, r->st.entropy,
+      (long long)run_episodes(r), ret, r->st.alpha, r->st.critic_loss, r->st.actor_loss, r->st.entropy,
       (unsigned long long)r->version, eta, wait);
   if (r->tty) { /* a status line redrawn in place; log lines go above it */
     fprintf(stderr, "\r\033[K%s", line);
@@ -1629,7 +1650,7 @@ static void sum_up(run_t *r) {
   res->policy_version = r->version;
   res->updates_per_second = r->upd_time > 0 ? (double)(res->updates - r->start_updates) / r->upd_time : 0;
   res->env_steps_per_second = (double)r->steps / res->wall_seconds;
-  res->episodes = episodes(r);
+  res->episodes = run_episodes(r);
   res->start_updates = r->start_updates;
 }
 
@@ -1647,8 +1668,8 @@ static int evaluate_final(run_t *r) {
              (long long)r->steps, (long long)r->cfg->total_steps, (long long)r->res->updates, last);
     return 0;
   }
-  return evaluate_point(r->cfg, r->sac, &r->hp, r->actor, r->res->wall_seconds, r->steps, r->res, &r->st,
-                        &ret);
+  return evaluate_point(r->cfg, r->sac, &r->hp, r->actor, r->res->wall_seconds, r->steps,
+                        actors_mean_return(&r->em), r->res->episodes, r->res, &r->st, &ret);
 }
 
 /* publish, at the end: the final policy as version = updates. */
@@ -1663,8 +1684,7 @@ static int save_final(run_t *r) {
     return 0;
   int rc = 0;
   char path[1100];
-  sac_ckpt_counters_t c = {(uint64_t)r->res->updates, (uint64_t)r->steps, (uint64_t)r->res->updates,
-                           r->res->wall_seconds};
+  sac_ckpt_counters_t c = run_counters(r, (uint64_t)r->res->updates, r->res->wall_seconds);
   if (sac_checkpoint_save(r->sac, r->ckpt_path, &c) != 0)
     rc = SAC_EIO;
   snprintf(path, sizeof path, "%s/policy.bin", cfg->rundir->path);

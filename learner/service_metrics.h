@@ -34,6 +34,7 @@
 #include "learner/cuda_module.h"
 #include "learner/sac.h"
 #include "learner/service.h"
+#include "learner/train_series.h"
 #include "replay/client.h"
 #include "replay/server.h"
 #include "replay/server_metrics.h"
@@ -80,10 +81,13 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
     return;
   size_t nb;
   const double *b = sac_metrics_latency_buckets(&nb);
-  m->updates = sac_metrics_counter(r, "sac_learner_updates_total", "SAC updates done.", NULL, NULL);
-  m->update_s = sac_metrics_histogram(r, "sac_learner_update_duration_seconds",
-                                      "Host time of one update: batch upload, update, priorities, publish.",
-                                      NULL, b, nb, NULL);
+  sac_train_series_t ts; /* the series every mode exports (learner/train_series.h) */
+  sac_train_series_register(r, cfg->total_steps, cfg->rundir != NULL, &ts);
+  m->updates = ts.updates, m->update_s = ts.update_s, m->env_steps = ts.env_steps;
+  m->target_steps = ts.target_steps, m->version = ts.version, m->critic_loss = ts.critic_loss;
+  m->actor_loss = ts.actor_loss, m->alpha_loss = ts.alpha_loss, m->alpha = ts.alpha, m->entropy = ts.entropy;
+  m->mean_q = ts.mean_q, m->eval_return = ts.eval_return;
+  memcpy(m->rundir_errors, ts.rundir_errors, sizeof m->rundir_errors);
   m->sample_wait_s =
       sac_metrics_histogram(r, "sac_learner_sample_wait_seconds",
                             "Time waiting for a sampled batch from the replay shards.", NULL, b, nb, NULL);
@@ -98,25 +102,6 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
                         "Seconds since the learner's last sampled batch while it waits for one (0 while "
                         "it samples); /healthz says why.",
                         NULL, NULL);
-  m->env_steps =
-      sac_metrics_counter(r, "sac_learner_env_steps_total",
-                          "Environment steps stored in the replay shards (the run's progress).", NULL, NULL);
-  m->target_steps = sac_metrics_gauge(r, "sac_learner_target_env_steps",
-                                      "Environment steps the run trains for.", NULL, NULL);
-  m->version = sac_metrics_gauge(r, "sac_learner_policy_version",
-                                 "Version of the last published policy (the update count at publication).",
-                                 NULL, NULL);
-  m->critic_loss =
-      sac_metrics_gauge(r, "sac_learner_critic_loss", "Critic loss of the last update.", NULL, NULL);
-  m->actor_loss =
-      sac_metrics_gauge(r, "sac_learner_actor_loss", "Actor (policy) loss of the last update.", NULL, NULL);
-  m->alpha_loss =
-      sac_metrics_gauge(r, "sac_learner_alpha_loss", "Temperature loss of the last update.", NULL, NULL);
-  m->alpha = sac_metrics_gauge(r, "sac_learner_alpha", "Entropy temperature alpha.", NULL, NULL);
-  m->entropy = sac_metrics_gauge(r, "sac_learner_policy_entropy", "Policy entropy estimate (-mean log pi).",
-                                 NULL, NULL);
-  m->mean_q =
-      sac_metrics_gauge(r, "sac_learner_mean_q", "Mean Q value of the last critic update.", NULL, NULL);
   for (int k = 0; k < SAC_REPLAY_REJECT_KINDS; k++)
     m->rejected[k] = sac_metrics_counter(
         r, "sac_learner_sample_replies_rejected_total",
@@ -156,27 +141,12 @@ static inline void sac_service_metrics_init(sac_service_metrics_t *m, sac_metric
                                         "resends while no batch comes).",
                                         NULL, NULL);
   m->rd = cfg->rundir;
-  for (int k = 0; m->rd && k < SAC_RUNDIR_FILES; k++)
-    m->rundir_errors[k] = sac_metrics_counter(
-        r, "sac_learner_rundir_write_errors_total",
-        "Failed writes of the run directory's periodic files (disk full, I/O error); training goes on.",
-        (const char *[]){"file", sac_rundir_file_name((sac_rundir_file_t)k), NULL}, NULL);
-  m->eval_return = sac_metrics_gauge(
-      r, "sac_learner_eval_return",
-      "Mean return of the last deterministic evaluation (NaN before the first).", NULL, NULL);
   for (int k = 0; k < SAC_LEARNER_STAGES; k++)
     m->stage_s[k] = sac_metrics_counter(
         r, "sac_learner_stage_seconds_total",
         "Host seconds the learner's loop spent in each stage (sample, stage, update, priorities, publish, "
         "evaluate, checkpoint, report, dp_round).",
         (const char *[]){"stage", sac_learner_stage_name((sac_learner_stage_t)k), NULL}, NULL);
-  sac_metric_set(m->target_steps, (double)cfg->total_steps);
-  if (sac_metric_value(m->updates) == 0) { /* a first run: no statistics yet */
-    sac_metric_t *nan_until_first[] = {m->critic_loss, m->actor_loss, m->alpha_loss, m->alpha,
-                                       m->entropy,     m->mean_q,     m->eval_return};
-    for (size_t i = 0; i < sizeof nan_until_first / sizeof nan_until_first[0]; i++)
-      sac_metric_set(nan_until_first[i], NAN);
-  }
 }
 
 /* ---- NVML, loaded at run time --------------------------------------------------------- */

@@ -1,11 +1,21 @@
 /* A single-process SAC training loop: one environment, an in-memory buffer, updates on
  * the selected backend, deterministic evaluation. It validates the SAC core end to end
  * (Pendulum-v1 within 20k steps) and is what `sac-learner --mode local` runs; the
- * distributed service uses the same sac_t. Not thread-safe; one call per thread. */
+ * distributed service uses the same sac_t. With a run directory it keeps the same run
+ * contract as the service (learner/rundir.h): evaluations with their spread in
+ * metrics.csv, curve.svg and TensorBoard, checkpoint.bin every checkpoint_every updates
+ * and at the end (with its replay in replay-local.snap, so a resumed run goes on with the
+ * transitions it had), policy.bin at the end; and it resumes from one. With a fixed seed
+ * and thread count a run is bit-reproducible: one thread of control decides every random
+ * draw and every update's batch. Not thread-safe; one call per thread. */
 #ifndef SAC_LEARNER_TRAIN_LOCAL_H
 #define SAC_LEARNER_TRAIN_LOCAL_H
+#include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/metrics.h"
+#include "learner/evaluate.h"
+#include "learner/rundir.h"
 #include "learner/sac.h"
 
 typedef struct {
@@ -29,12 +39,20 @@ typedef struct {
    * enqueued); 0 downloaded after every step's updates (a blocking sync per step). */
   int actor_lag;
   sac_hparams_t hp; /* obs_dim / act_dim are taken from the environment */
+  /* the run contract (all optional) */
+  sac_rundir_t *rundir;     /* evaluations, TensorBoard, checkpoints, policy.bin go here (NULL: nowhere) */
+  int64_t checkpoint_every; /* updates between checkpoints in the run directory (0: at the end only) */
+  char resume[1024];        /* a checkpoint.bin to continue from ("": a new run); its replay beside it */
+  sac_metrics_t *metrics;   /* the training series go here (learner/train_series.h; NULL: none) */
+  atomic_int *stop;         /* set: stop after this step, then evaluate and save as at the end */
 } sac_train_cfg_t;
 
 typedef struct {
   double final_eval_return; /* mean over eval_episodes at the end */
-  double best_eval_return;
-  int64_t steps, updates, episodes;
+  double best_eval_return;  /* over the whole run, a resumed one's earlier part included */
+  sac_eval_stats_t final_eval;
+  int64_t steps, updates, episodes; /* a resumed run's counts include its earlier part */
+  int interrupted;                  /* stopped by *stop before total_steps */
   double wall_seconds;
   double updates_per_second; /* of update time only */
   /* The backend's counts (sac_backend_counts) over the steady-state steps: those after
@@ -47,11 +65,9 @@ typedef struct {
 typedef void (*sac_train_eval_cb)(void *user, int64_t step, double mean_return, const sac_stats_t *st);
 
 void sac_train_cfg_default(sac_train_cfg_t *cfg);
-/* Mean return of `episodes` deterministic episodes of the policy `actor` (the actor's
- * parameter layout) on a fresh environment of the given name. 0 or a negative code. */
-int sac_evaluate(const char *env_name, uint64_t seed, const sac_mlp_desc_t *ad, const float *actor,
-                 const sac_hparams_t *hp, int episodes, double *mean_return);
-/* Trains; fills *res. Returns 0, or a negative code (environment, backend, memory). */
+/* Trains; fills *res. Returns 0, or a negative code (environment, backend, memory; a
+ * checkpoint that does not fit this configuration: SAC_ECONFIG, the field named in the
+ * log). */
 int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user, sac_train_result_t *res);
 
 #endif

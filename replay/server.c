@@ -156,7 +156,7 @@ struct sac_replay_server {
   /* what the start restored, for its one line (restore_summary) */
   int snapshot_found;
   uint64_t snapshot_rows, wal_rows_replayed;
-  char wal_why[128]; /* why the log's tail was cut off, if it was */
+  char tail_why[128]; /* why the log's tail was cut off, if it was */
   /* the periodic progress line (log_interval_s) */
   uint64_t next_progress_ns, prog_ns, prog_inserted, prog_sampled;
   /* control */
@@ -283,7 +283,7 @@ static void restore_summary(sac_replay_server_t *s, const char *path) {
                      s->cfg.wal_path);
     if (s->st.wal_dropped_bytes && n > 0 && (size_t)n < sizeof wal)
       snprintf(wal + n, sizeof wal - (size_t)n, " (its torn tail of %llu bytes cut off: %s)",
-               (unsigned long long)s->st.wal_dropped_bytes, s->wal_why);
+               (unsigned long long)s->st.wal_dropped_bytes, s->tail_why);
   }
   if (!s->snapshot_found && (!s->wal || (s->st.wal_replayed_records == 0 && s->st.wal_dropped_bytes == 0)))
     SAC_INFO("replay", "starting empty: %s%s%s", snap, s->wal ? ", nothing in the write-ahead log " : "",
@@ -1547,7 +1547,7 @@ static int restore_wal(sac_replay_server_t *s) {
   s->st.wal_enabled = 1;
   s->st.wal_replayed_records = scan.records;
   s->st.wal_dropped_bytes = scan.dropped_bytes;
-  snprintf(s->wal_why, sizeof s->wal_why, "%s", scan.why ? scan.why : "");
+  snprintf(s->tail_why, sizeof s->tail_why, "%s", scan.why ? scan.why : "");
   s->st.wal_bytes = sac_replay_wal_bytes(s->wal);
   /* open synced what it replayed and (unless the disk is full) said so in a SYNC record */
   s->wal_data_end = s->wal_synced_data = sac_replay_wal_bytes(s->wal);
@@ -2024,7 +2024,9 @@ static void log_progress(sac_replay_server_t *s, uint64_t now) {
     snprintf(wal, sizeof wal, "wal %.1f MiB, %llu rows since the last snapshot%s",
              (double)sac_replay_wal_bytes(s->wal) / 1048576.0,
              (unsigned long long)(ss.inserted_rows_total - s->st.snapshot_inserted_total),
-             s->wal_failed ? ", FAILED (not acknowledging)" : "");
+             s->wal_state == WAL_FSYNC_FAILED ? ", FSYNC FAILED (not acknowledging)"
+             : s->wal_state == WAL_WRITES_FAIL ? ", WRITES FAIL (answering not durable)"
+                                                : "");
   else
     snprintf(wal, sizeof wal, "durability %s", s->cfg.snapshot_path[0] ? "snapshot" : "none");
   SAC_INFO("replay",

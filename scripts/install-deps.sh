@@ -8,7 +8,7 @@
 #                                    scripts/first_command_test.sh checks that it stays lean)
 #   scripts/install-deps.sh --test   that, plus what the test suite, the benchmarks and the
 #                                    optional environments need (scripts/test.sh runs this):
-#                                    Criterion, Prometheus and curl, MuJoCo and the Python
+#                                    Criterion, Prometheus and curl, ffmpeg, MuJoCo and the Python
 #                                    headers, clang (fuzzing), valgrind, iproute2, procps, bc,
 #                                    pip, and python3-torch (the PyTorch peer of the learner
 #                                    benchmark; SAC_WITH_PEER=0 leaves it out)
@@ -35,6 +35,7 @@ if ((extras)); then
   pkgs+=(iproute2 procps bc)                # the distributed/fault test scripts (netns, ps, sums)
   pkgs+=(git)                               # the docker tests' build context (git ls-files)
   pkgs+=(prometheus curl)                   # promtool and a Prometheus server for tests/test_metrics*
+  pkgs+=(ffmpeg)                            # sac-eval --record's video encoder, ffprobe (tests/test_eval_record.sh)
   pkgs+=(libmujoco-dev python3-dev)         # envs/mujoco (MuJoCo 2.2.2) and envs/gym_bridge (embedded CPython)
   pkgs+=(python3-pip)                       # scripts/test.sh pip-installs gymnasium[mujoco], the tests' reference
   pkgs+=(time binutils)                    # /usr/bin/time -v and readelf: tests/footprint (peak RSS, NEEDED)

@@ -11,10 +11,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
-if ! python3 -c "import gymnasium, mujoco, tensorboard, onnxruntime, onnx" 2>/dev/null; then
+if ! python3 -c "import gymnasium, mujoco, tensorboard, onnxruntime, onnx, pygame" 2>/dev/null; then
   # tensorboard: its reader checks the event files the learner writes (tests/test_tensorboard.sh);
-  # onnxruntime and onnx: they run and check the models sac-export writes (tests/test_export_onnx.py)
-  pyreq=("gymnasium[mujoco]==1.4.0" "mujoco==4.0.0" "tensorboard==2.21.0" "onnxruntime==1.32.0" "onnx==1.23.2")
+  # onnxruntime and onnx: they run and check the models sac-export writes (tests/test_export_onnx.py);
+  # pygame: Gymnasium's classic-control models draw the frames of sac-eval --record (tests/test_eval_record.sh)
+  pyreq=("gymnasium[mujoco]==1.4.0" "mujoco==4.0.0" "tensorboard==2.21.0" "onnxruntime==1.32.0" "onnx==1.23.2"
+         "pygame==2.6.1")
   echo "test.sh: installing ${pyreq[*]} (test-time reference only)"
   ok=0
   for attempt in 1 2 3; do

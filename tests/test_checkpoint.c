@@ -1,7 +1,9 @@
 /* Checkpoints: a run interrupted by save/load continues bit for bit as the uninterrupted
  * run does (cpu backend, fixed seed, the same data); damaged or mismatched files are
- * refused with the right error; the policy file round-trips. */
+ * refused with the right error; the run's counters (episodes, best return) carry, an older
+ * format version loads and a newer one is refused; the policy file round-trips. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "common/snapshot.h"
 #include "learner/checkpoint.h"
 #include "learner/rundir.h"
 
@@ -184,5 +187,58 @@ Test(checkpoint, policy_file_round_trips_and_rejects_garbage) {
   cr_expect_eq(sac_policy_load(path, &d, &q, &lo, &hi), SAC_EPROTO);
   cr_expect_null(q);
   free(p);
+  sac_destroy(&s);
+}
+
+/* Rewrites the checkpoint at path as format `version`, without its last `drop` payload
+ * bytes (an older version is a shorter file: version 2 has no run counters at the end). */
+static void rewrite_as(const char *path, uint32_t version, size_t drop) {
+  sac_snap_reader_t r;
+  cr_assert_eq(sac_snap_reader_open(&r, path, SAC_SNAP_KIND_CHECKPOINT), 0);
+  size_t n = (size_t)r.payload_bytes;
+  unsigned char *buf = malloc(n);
+  cr_assert_eq(sac_snap_read(&r, buf, n), 0);
+  sac_snap_reader_close(&r);
+  memcpy(buf + 8, &version, sizeof version); /* after the magic "SACCKPT\0" */
+  sac_snap_writer_t w;
+  cr_assert_eq(sac_snap_writer_open(&w, path, SAC_SNAP_KIND_CHECKPOINT), 0);
+  cr_assert_eq(sac_snap_write(&w, buf, n - drop), 0);
+  cr_assert_eq(sac_snap_writer_commit(&w), 0);
+  free(buf);
+}
+
+Test(checkpoint, run_counters_carry_and_older_versions_load_newer_are_refused) {
+  sac_t *s = make(2, 16);
+  run(s, 0, 3);
+  char path[128];
+  snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+  sac_ckpt_counters_t cnt = {.updates = 3,
+                             .env_steps = 900,
+                             .policy_version = 3,
+                             .wall_seconds = 1.5,
+                             .episodes = 12,
+                             .best_eval_return = -150.5},
+                      got, peeked;
+  sac_ckpt_shape_t shape;
+  cr_assert_eq(sac_checkpoint_save(s, path, &cnt), 0);
+  cr_assert_eq(sac_checkpoint_peek(path, &peeked, &shape), 0);
+  cr_expect(shape.version == 3 && shape.obs_dim == 3 && shape.act_dim == 2 && shape.hidden == 16,
+            "shape: version %u, obs %d, act %d, hidden %d", shape.version, shape.obs_dim, shape.act_dim,
+            shape.hidden);
+  cr_expect(peeked.episodes == 12 && peeked.best_eval_return == -150.5 && peeked.env_steps == 900,
+            "peek: %llu episodes, best %g, %llu steps", (unsigned long long)peeked.episodes,
+            peeked.best_eval_return, (unsigned long long)peeked.env_steps);
+  cr_assert_eq(sac_checkpoint_load(s, path, &got), 0);
+  cr_expect(got.episodes == 12 && got.best_eval_return == -150.5, "episodes and best carried");
+  /* version 2 (no run counters): loads, with episodes 0 and the best unknown (NaN) */
+  rewrite_as(path, 2, 16);
+  cr_assert_eq(sac_checkpoint_load(s, path, &got), 0, "a version-2 checkpoint loads");
+  cr_expect(got.episodes == 0 && isnan(got.best_eval_return) && got.updates == 3 && got.env_steps == 900);
+  cr_assert_eq(sac_checkpoint_peek(path, &peeked, &shape), 0);
+  cr_expect(shape.version == 2 && isnan(peeked.best_eval_return) && peeked.env_steps == 900);
+  /* a newer version than this build reads is refused, by load and peek */
+  rewrite_as(path, 4, 0);
+  cr_expect_eq(sac_checkpoint_load(s, path, &got), SAC_EVERSION);
+  cr_expect_eq(sac_checkpoint_peek(path, &peeked, NULL), SAC_EVERSION);
   sac_destroy(&s);
 }

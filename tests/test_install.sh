@@ -20,7 +20,7 @@ trap 'rm -rf "$dir"' EXIT
 cmake --install "$build" --prefix "$dir/p" > "$dir/install.log"
 fail() { echo "FAIL: $*"; exit 1; }
 skip() { echo "SKIP: $*"; exit 77; }
-for p in sac-learner sac-actor sac-replay sac-export sac-keygen; do
+for p in sac-learner sac-actor sac-replay sac-export sac-eval sac-keygen; do
   [ -x "$dir/p/bin/$p" ] || fail "bin/$p not installed"
   man=$dir/p/share/man/man1/$p.1
   [ -s "$man" ] || fail "man page $p.1 not installed"
@@ -40,7 +40,7 @@ done
 for t in Pendulum-v1 MountainCarContinuous-v0 HalfCheetah-v5 Hopper-v5 Humanoid-v5; do
   [ -f "$dir/p/share/sacfleet/presets/$t.conf" ] || fail "preset $t.conf not installed"
 done
-echo "layout: 5 programs, 5 man pages, plugin header, docs, presets"
+echo "layout: 6 programs, 6 man pages, plugin header, docs, presets"
 
 common=(--total_steps 600 --eval_episodes 1 --metrics_port -1 --log_interval 0 --run_dir "$dir/runs")
 if [ "$PART" != hopper ]; then

@@ -13,6 +13,7 @@
  * must count each failed periodic write by file, and the same writes without the limit
  * (the control) must succeed and count nothing. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <errno.h>
 #include <glob.h>
 #include <signal.h>
@@ -208,7 +209,8 @@ static int run_dir_period(rlim_t limit, uint64_t errs[SAC_RUNDIR_FILES], char *d
   cr_assert_not_null(rd.tb);
   limit_file_size(limit);
   sac_stats_t st = {.critic_loss = 1, .actor_loss = 2, .alpha = 0.5f, .entropy = 1, .mean_q = 3};
-  int rc = sac_rundir_add_eval(&rd, 1.0, 1000, 10, -100.0, &st);
+  sac_rundir_point_t pt = {1.0, 1000, 10, {1, -100.0, 0, -100.0, -100.0}, NAN, 0, st};
+  int rc = sac_rundir_add_eval(&rd, &pt);
   sac_rundir_train_t t = {.episode_return = -50,
                           .updates_per_s = 10,
                           .env_steps_per_s = 100,

@@ -2,9 +2,16 @@
  * CPython and runs any Gymnasium environment by id, so an environment a user already has in
  * Python trains unchanged:  "plugin:PATH/libsac_env_gym.so:Pendulum-v1".
  *
- * ARGS: ENV_ID[,max_steps=N]. The time limit defaults to the id's registered
+ * ARGS: ENV_ID[,max_steps=N][,render=1]. The time limit defaults to the id's registered
  * max_episode_steps (0: none); sacfleet's loader enforces it and reports truncation, so
- * the Python env's own truncated flag is not passed on (the ABI has none).
+ * the Python env's own truncated flag is not passed on (the ABI has none). render=1 makes
+ * the environment with render_mode="rgb_array" for the ABI's optional
+ * sac_env_plugin_render (sac-eval --record); on a machine without a display MuJoCo then
+ * renders through EGL and pygame (classic control) without a video device (MUJOCO_GL=egl,
+ * SDL_VIDEODRIVER=dummy, unless set). The optional sac_env_plugin_set_state
+ * puts the environment in a given physical state (MuJoCo models: qpos then qvel;
+ * classic-control models: their `state`), so a built-in C environment or the MuJoCo
+ * plugin can be drawn by its Gymnasium model.
  *
  * Only continuous Box observation and action spaces with a floating dtype, finite action
  * bounds and sizes within the ABI limits are accepted; anything else fails create() with
@@ -46,8 +53,15 @@ static const char k_helpers[] =
     "import gymnasium as _gym\n"
     "def _box_ok(sp):\n"
     "    return isinstance(sp, _gym.spaces.Box) and _np.issubdtype(sp.dtype, _np.floating)\n"
-    "def make(env_id):\n"
-    "    env = _gym.make(env_id)\n"
+    "def make(env_id, render):\n"
+    "    if render:\n"
+    "        import os\n"
+    "        if not os.environ.get('DISPLAY') and not os.environ.get('WAYLAND_DISPLAY'):\n"
+    "            os.environ.setdefault('MUJOCO_GL', 'egl')\n"
+    "            os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')\n"
+    "        env = _gym.make(env_id, render_mode='rgb_array')\n"
+    "    else:\n"
+    "        env = _gym.make(env_id)\n"
     "    o, a = env.observation_space, env.action_space\n"
     "    if not _box_ok(a):\n"
     "        env.close()\n"
@@ -83,7 +97,33 @@ static const char k_helpers[] =
     "    r = float(r)\n"
     "    if not math.isfinite(r):\n"
     "        raise ValueError('%s returned a non-finite reward %r' % (env.spec.id if env.spec else env, r))\n"
-    "    return _obs(env, o), r, bool(term)\n";
+    "    return _obs(env, o), r, bool(term)\n"
+    "def render(env):\n"
+    "    f = env.render()\n"
+    "    if f is None:\n"
+    "        raise RuntimeError('render() returned no frame')\n"
+    "    f = _np.ascontiguousarray(_np.asarray(f, dtype=_np.uint8))\n"
+    "    if f.ndim != 3 or f.shape[2] != 3:\n"
+    "        raise ValueError('render() returned a frame of shape %r, not height x width x 3' % (f.shape,))\n"
+    "    fps = (env.metadata or {}).get('render_fps') or 0\n"
+    "    return f.tobytes(), int(f.shape[0]), int(f.shape[1]), int(fps)\n"
+    "def set_state(env, state_bytes):\n"
+    "    s = _np.frombuffer(state_bytes, dtype=_np.float64)\n"
+    "    u = env.unwrapped\n"
+    "    if hasattr(u, 'set_state') and hasattr(u, 'model'):\n"
+    "        nq, nv = u.model.nq, u.model.nv\n"
+    "        if s.size != nq + nv:\n"
+    "            raise ValueError('a state of %d numbers, the model has nq %d + nv %d' % (s.size, nq, nv))\n"
+    "        u.set_state(s[:nq].copy(), s[nq:].copy())\n"
+    "    elif getattr(u, 'state', None) is not None:\n"
+    "        cur = _np.asarray(u.state)\n"
+    "        if s.size != cur.size:\n"
+    "            raise ValueError('a state of %d numbers, the environment has %d' % (s.size, cur.size))\n"
+    "        u.state = s.astype(cur.dtype).reshape(cur.shape)\n"
+    "    else:\n"
+    "        raise TypeError('no settable state (neither a MuJoCo model nor a state attribute)')\n"
+    "    o = u._get_obs() if hasattr(u, '_get_obs') else u.state\n"
+    "    return _obs(env, o)\n";
 
 typedef struct {
   PyObject *env;       /* the gymnasium env (gym.make(...)) */
@@ -91,6 +131,7 @@ typedef struct {
   PyObject *fn_reset;  /* helpers.reset */
   PyObject *fn_step;   /* helpers.step */
   int obs_dim, act_dim;
+  int render; /* made with render_mode="rgb_array" */
   char id[SAC_ENV_PLUGIN_NAME_LEN];
 } gym_env_t;
 
@@ -182,8 +223,9 @@ out:
   return rc;
 }
 
-/* Parses "ENV_ID[,max_steps=N]". Returns 0, or -1 with a reason in err. */
-static int parse_args(const char *args, char *id, size_t id_len, int *max_steps, char *err, size_t err_len) {
+/* Parses "ENV_ID[,max_steps=N][,render=1]". Returns 0, or -1 with a reason in err. */
+static int parse_args(const char *args, char *id, size_t id_len, int *max_steps, int *render, char *err,
+                      size_t err_len) {
   size_t n = strcspn(args, ",");
   if (n == 0 || n >= id_len) {
     snprintf(err, err_len, "expected a Gymnasium id as ARGS (e.g. 'Pendulum-v1'), got '%s'", args);
@@ -192,13 +234,19 @@ static int parse_args(const char *args, char *id, size_t id_len, int *max_steps,
   memcpy(id, args, n);
   id[n] = '\0';
   *max_steps = -1;
+  *render = 0;
   const char *s = args + n;
   while (*s == ',') {
     s++;
     size_t len = strcspn(s, ",");
     char buf[32], *rest = NULL;
+    if (len == 8 && (strncmp(s, "render=1", 8) == 0 || strncmp(s, "render=0", 8) == 0)) {
+      *render = s[7] == '1';
+      s += len;
+      continue;
+    }
     if (strncmp(s, "max_steps=", 10) != 0 || len - 10 >= sizeof buf) {
-      snprintf(err, err_len, "unknown argument '%.*s' (known: max_steps=N)", (int)len, s);
+      snprintf(err, err_len, "unknown argument '%.*s' (known: max_steps=N, render=1)", (int)len, s);
       return -1;
     }
     snprintf(buf, sizeof buf, "%.*s", (int)(len - 10), s + 10);
@@ -237,8 +285,8 @@ SAC_ENV_PLUGIN_EXPORT void sac_env_plugin_destroy(void *handle) {
 SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plugin_spec_t *spec, char *err,
                                                   size_t err_len) {
   char id[SAC_ENV_PLUGIN_NAME_LEN];
-  int max_steps;
-  if (parse_args(args, id, sizeof id, &max_steps, err, err_len) != 0)
+  int max_steps, render;
+  if (parse_args(args, id, sizeof id, &max_steps, &render, err, err_len) != 0)
     return NULL;
   if (python_init(err, err_len) != 0)
     return NULL;
@@ -250,12 +298,13 @@ SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plug
     goto fail;
   }
   snprintf(e->id, sizeof e->id, "%s", id);
+  e->render = render;
   PyObject *make = PyDict_GetItemString(g_helpers, "make"); /* borrowed */
   e->fn_reset = PyDict_GetItemString(g_helpers, "reset");
   e->fn_step = PyDict_GetItemString(g_helpers, "step");
   Py_XINCREF(e->fn_reset);
   Py_XINCREF(e->fn_step);
-  made = make ? PyObject_CallFunction(make, "s", id) : NULL;
+  made = make ? PyObject_CallFunction(make, "si", id, render) : NULL;
   if (!made) {
     char text[768];
     exception_text(text, sizeof text);
@@ -366,6 +415,59 @@ SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_step(void *handle, const float *action,
     rc = 0;
   }
   Py_XDECREF(res);
+  PyGILState_Release(gil);
+  return rc;
+}
+
+/* The optional extensions (common/env_plugin.h): a frame of an environment made with
+ * render=1, and its physical state set from outside (a mirror of another environment). */
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_render(void *handle, unsigned char *rgb, size_t cap, int *width,
+                                                int *height, int *fps) {
+  gym_env_t *e = handle;
+  if (!e->render) {
+    fprintf(stderr, "gym bridge: %s: made without render=1: no frames\n", e->id);
+    return -1;
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();
+  int rc = -1, h = 0, w = 0, f = 0;
+  PyObject *fn = PyDict_GetItemString(g_helpers, "render"); /* borrowed */
+  PyObject *res = fn ? PyObject_CallFunction(fn, "O", e->env) : NULL;
+  PyObject *bytes = NULL;
+  if (!res || !PyArg_ParseTuple(res, "Siii", &bytes, &h, &w, &f)) {
+    report(e, "render");
+  } else {
+    *width = w, *height = h, *fps = f;
+    const size_t need = (size_t)w * (size_t)h * 3;
+    if ((size_t)PyBytes_GET_SIZE(bytes) != need) {
+      fprintf(stderr, "gym bridge: %s: a frame of %zd bytes for %d x %d\n", e->id,
+              (ssize_t)PyBytes_GET_SIZE(bytes), w, h);
+    } else if (need > cap) {
+      rc = 1;
+    } else {
+      memcpy(rgb, PyBytes_AS_STRING(bytes), need);
+      rc = 0;
+    }
+  }
+  Py_XDECREF(res);
+  PyGILState_Release(gil);
+  return rc;
+}
+
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_set_state(void *handle, const double *state, int n, float *obs) {
+  gym_env_t *e = handle;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  int rc = -1;
+  PyObject *fn = PyDict_GetItemString(g_helpers, "set_state"); /* borrowed */
+  PyObject *r = fn ? PyObject_CallFunction(fn, "Oy#", e->env, (const char *)state,
+                                           (Py_ssize_t)(sizeof(double) * (size_t)n))
+                   : NULL;
+  if (!r)
+    report(e, "set_state");
+  else if (copy_obs(e, r, obs) == 0)
+    rc = 0;
+  else if (PyErr_Occurred())
+    report(e, "set_state");
+  Py_XDECREF(r);
   PyGILState_Release(gil);
   return rc;
 }

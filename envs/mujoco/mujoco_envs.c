@@ -503,3 +503,23 @@ SAC_ENV_PLUGIN_EXPORT void sac_env_mujoco_reward_terms(void *handle, double term
   const mj_env_t *e = handle;
   memcpy(terms, e->terms, sizeof e->terms);
 }
+
+/* The optional state extension of the plugin ABI (common/env_plugin.h): qpos then qvel,
+ * the state Gymnasium's env.unwrapped.set_state takes, so a Gymnasium model of the same
+ * task can be put in it and rendered (sac-eval --record). */
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_get_state(void *handle, double *state, int cap) {
+  const mj_env_t *e = handle;
+  const int nq = e->m->nq, nv = e->m->nv;
+  if (nq + nv <= cap) {
+    memcpy(state, e->d->qpos, sizeof(double) * (size_t)nq);
+    memcpy(state + nq, e->d->qvel, sizeof(double) * (size_t)nv);
+  }
+  return nq + nv;
+}
+
+SAC_ENV_PLUGIN_EXPORT int sac_env_plugin_set_state(void *handle, const double *state, int n, float *obs) {
+  mj_env_t *e = handle;
+  return n == e->m->nq + e->m->nv
+             ? sac_env_mujoco_set_state(handle, state, e->m->nq, state + e->m->nq, e->m->nv, obs)
+             : -1;
+}
