@@ -1674,7 +1674,12 @@ static int evaluate_final(run_t *r) {
 
 /* publish, at the end: the final policy as version = updates. */
 static int publish_final(run_t *r) {
-  return r->pub ? publish_checked(r->pub, r->sac, r->actor, (uint64_t)r->res->updates, &r->sm) : 0;
+  if (!r->pub)
+    return 0;
+  int rc = publish_checked(r->pub, r->sac, r->actor, (uint64_t)r->res->updates, &r->sm);
+  if (rc == 0) /* the result line's policy version is the one the actors got last */
+    r->res->policy_version = r->version = (uint64_t)r->res->updates;
+  return rc;
 }
 
 /* checkpoint, at the end: the checkpoint and the final policy into the run directory. */

@@ -94,6 +94,9 @@ def run_block(blk, build, name):
     with tempfile.TemporaryDirectory(prefix="sac-doctest.") as d:
         os.symlink(os.path.abspath(build), os.path.join(d, "build"))
         try:
+            # the block's background jobs die with it (a failing line under -e would leave
+            # them holding the output pipe open until the timeout)
+            body = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + body
             p = subprocess.run(["bash", "-e", "-c", body], cwd=d, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, timeout=300)
         except subprocess.TimeoutExpired as e:
