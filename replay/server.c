@@ -139,6 +139,7 @@ struct sac_replay_server {
   pthread_t sync_thread;
   int sync_inited, sync_running, sync_quit, sync_err, sync_errno;
   uint64_t sync_target, sync_done, sync_count;
+  double sync_seconds; /* time spent in fsyncs of the log (sync_count of them) */
   uint64_t sync_target_data, sync_done_data; /* the data end of sync_target / sync_done */
   pthread_mutex_t sync_mu;
   pthread_cond_t sync_cv;
@@ -1451,9 +1452,12 @@ static void *sync_main(void *arg) {
       break; /* quit with nothing left, or a failed fsync */
     uint64_t target = s->sync_target, data = s->sync_target_data;
     pthread_mutex_unlock(&s->sync_mu);
+    const uint64_t t0 = sac_clock_ns();
     int rc = sac_replay_wal_sync(s->wal);
     int e = errno;
+    const uint64_t t1 = sac_clock_ns();
     pthread_mutex_lock(&s->sync_mu);
+    s->sync_seconds += (double)(t1 - t0) * 1e-9;
     if (rc) {
       s->sync_err = 1;
       s->sync_errno = e;
@@ -1739,9 +1743,11 @@ static void ack_stored(sac_replay_server_t *s, const unsigned char *id, size_t i
 static void wal_release(sac_replay_server_t *s) {
   pthread_mutex_lock(&s->sync_mu);
   uint64_t done = s->sync_done, done_data = s->sync_done_data, count = s->sync_count;
+  const double seconds = s->sync_seconds;
   int err = s->sync_err, e = s->sync_errno;
   pthread_mutex_unlock(&s->sync_mu);
   s->st.wal_syncs_total = count;
+  s->st.wal_sync_seconds_total = seconds;
   if (err) {
     wal_fsync_failed(s, e);
     return;
@@ -1787,9 +1793,12 @@ static int wal_sync_inline(sac_replay_server_t *s) {
     return 0;
   wal_mark(s);
   uint64_t upto = s->wal_appended, data = s->wal_data_end;
+  const uint64_t t0 = sac_clock_ns();
   int rc = sac_replay_wal_sync(s->wal);
   int e = errno;
+  const uint64_t t1 = sac_clock_ns();
   pthread_mutex_lock(&s->sync_mu);
+  s->sync_seconds += (double)(t1 - t0) * 1e-9;
   if (rc) {
     s->sync_err = 1;
     s->sync_errno = e;

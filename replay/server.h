@@ -137,6 +137,7 @@ typedef struct {
   int wal_enabled;            /* durability wal with a log file */
   uint64_t wal_records_total; /* batches appended */
   uint64_t wal_syncs_total;   /* fsyncs (group commits) */
+  double wal_sync_seconds_total; /* time spent in them */
   uint64_t wal_errors_total;  /* failed appends or syncs */
   uint64_t wal_bytes;         /* size of the log now */
   uint64_t wal_replayed_records; /* records applied from the log at start */

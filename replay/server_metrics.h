@@ -30,7 +30,7 @@ typedef struct {
   sac_metric_t *held, *held_bytes, *held_dups, *held_full;
   sac_metric_t *unencodable, *peers_refused, *actors_expired, *stale_tmp, *snap_failing;
   sac_metric_t *lost, *snapshots, *snap_failures, *snap_age, *snap_seconds, *snap_bytes, *restored;
-  sac_metric_t *incarnation, *wal_records, *wal_syncs, *wal_errors, *wal_bytes, *wal_waiting, *wal_replayed,
+  sac_metric_t *incarnation, *wal_records, *wal_syncs, *wal_sync_s, *wal_errors, *wal_bytes, *wal_waiting, *wal_replayed,
       *wal_dropped;
   sac_metric_t *not_durable, *wal_state, *durability[3];
 } sac_replay_metrics__t;
@@ -93,6 +93,7 @@ static inline void sac_replay_metrics__collect(void *user) {
   sac_metric_set(m->incarnation, (double)s.incarnation);
   sac_metric_set(m->wal_records, (double)s.wal_records_total);
   sac_metric_set(m->wal_syncs, (double)s.wal_syncs_total);
+  sac_metric_set(m->wal_sync_s, s.wal_sync_seconds_total);
   sac_metric_set(m->wal_errors, (double)s.wal_errors_total);
   sac_metric_set(m->wal_bytes, (double)s.wal_bytes);
   sac_metric_set(m->wal_waiting, (double)s.wal_acks_waiting);
@@ -202,6 +203,8 @@ static inline int sac_replay_metrics_register(sac_metrics_t *r, sac_replay_serve
          "incarnation in /provenance).");
   SAC__C(wal_records, "sac_replay_wal_records_total", "Batches appended to the write-ahead log.");
   SAC__C(wal_syncs, "sac_replay_wal_syncs_total", "fsyncs of the write-ahead log (group commits).");
+  SAC__C(wal_sync_s, "sac_replay_wal_sync_seconds_total",
+         "Seconds spent in fsyncs of the write-ahead log (divided by sac_replay_wal_syncs_total: the mean fsync).");
   SAC__C(wal_errors, "sac_replay_wal_errors_total", "Failed appends or fsyncs of the write-ahead log.");
   SAC__G(wal_bytes, "sac_replay_wal_size_bytes", "Size of the write-ahead log now.");
   SAC__G(wal_waiting, "sac_replay_wal_acks_waiting", "Acknowledgements held for the next fsync now.");

@@ -604,6 +604,12 @@ Test(replay_wal, group_commit_covers_many_batches_with_one_fsync) {
    * 7 arrived during the fsync of the 1); an fsync per batch would make 64 */
   cr_assert_leq(st.wal_syncs_total, 32, "%llu fsyncs for 64 batches", (unsigned long long)st.wal_syncs_total);
   cr_assert_geq(st.wal_syncs_total, 8, "8 batches in flight at most: at least 8 fsyncs");
+  /* the time in fsyncs (sac_replay_wal_sync_seconds_total): each one took the disk's 20 ms
+   * at least; a count of calls or of batches would be off by a factor of 50 */
+  cr_assert_geq(st.wal_sync_seconds_total, 0.02 * (double)st.wal_syncs_total,
+                "%.3f s in %llu fsyncs of 20 ms", st.wal_sync_seconds_total,
+                (unsigned long long)st.wal_syncs_total);
+  cr_assert_lt(st.wal_sync_seconds_total, 60.0, "%.3f s in fsyncs", st.wal_sync_seconds_total);
   sac_replay_client_destroy(&cl);
   sac_replay_server_destroy(&s);
   sac_net_ctx_destroy(&ctx);
