@@ -34,13 +34,13 @@
  *   durability none, direct intake: the ceiling of the service's code, not a rate a run
  *   reaches.
  *
- * Intake (--intake, realistic rows): decode, each reply decoded into the replay client's
- * memory and checked there, then staged (sac_load_batch: copied into the backend's staging
- * buffer; the null backend's copy stands in for the CUDA backend's copy into pinned
- * memory): the path of a backend without stage_at, which the CUDA backend is by default
- * (BENCH_CUDA_INTAKE below); direct, each reply copied once, straight from the message into
- * the batch the update reads and checked as it is copied (sac_batch_slots,
- * sac_replay_client_sample_into): the path of a backend with stage_at (cpu, null).
+ * Intake (--intake, realistic rows): direct, each reply copied once, straight from the
+ * message into the batch the update reads and checked as it is copied (sac_batch_slots,
+ * sac_replay_client_sample_into): the path of a backend with stage_at (cpu, null, and cuda,
+ * whose batch is its pinned staging buffer: BENCH_CUDA_INTAKE below), the default; decode,
+ * each reply decoded into the replay client's memory and checked there, then staged
+ * (sac_load_batch: copied into the backend's staging buffer), the fallback of a backend
+ * without stage_at.
  *
  * The learner loop is the service's per-update path (learner/service.c): sample from the
  * prefetching replay client, stage, update, send the priorities (prioritised: collected
@@ -69,7 +69,7 @@
  *   [--samples_per_insert X (default: the batch; 0: limiter off)]
  *   [--inserters N (default: one per shard; 0: none)] [--insert_rate ROWS_PER_S (each
  *    inserter; default 0: as fast as the limiter lets them)] [--durability wal|snapshot|none]
- *   [--dir PATH] [--intake decode|direct (default: the CUDA backend's, decode)]
+ *   [--dir PATH] [--intake direct|decode (default: the CUDA backend's, direct)]
  *   the learner's loop: [--prefetch K (requests in flight per shard; default as the learner:
  *    for replies of at most 256 KB, 4 with several batches a reply and 8 with one)]
  *   [--publish_every K (default 10)] [--publish_interval_ms MS (default 50; 0: by count only)]
@@ -116,10 +116,9 @@
 #define MAX_ROWS 32
 #define INSERT_ROWS 64
 #define EASY_ROWS_PER_SHARD 32768
-/* The intake the CUDA backend takes by default: decode while it has no stage_at
- * (learner/backend_cuda.cu); direct once it copies replies straight into its pinned
- * staging buffer. */
-#define BENCH_CUDA_INTAKE_DECODE 1
+/* The intake the CUDA backend takes by default: direct, since it has stage_at
+ * (learner/backend_cuda.cu: replies copied straight into its pinned staging buffer). */
+#define BENCH_CUDA_INTAKE_DECODE 0
 
 /* ---- options ---- */
 typedef struct {
@@ -1156,8 +1155,9 @@ static void print_header(const opts_t *o, const conf_t *rows, int nrows, const c
                                                         : "snapshots",
              dir, fs);
     printf("; intake %s (%s)\n", o->decode ? "decode" : "direct",
-           o->decode ? "the CUDA backend's: each reply decoded into the client, then staged, two copies"
-                     : "one copy from the message into the batch the update reads: backends with stage_at");
+           o->decode ? "the fallback of a backend without stage_at: each reply decoded into the client, then staged"
+                     : "one copy from the message into the batch the update reads: backends with stage_at, cuda's "
+                       "pinned staging buffer included");
     if (dir && in_mem)
       printf(
           "WARNING: %s is %s: an fsync there reaches no disk, so the durable log costs less than on a real "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of sac-bench-service (the feed with the null backend): a tiny run of both
 # settings (realistic: the rate limiter at the batch with inserters keeping pace, the
-# write-ahead log with fsync in a directory on disk, the decode intake; easy: limiter off,
+# write-ahead log with fsync in a directory on disk, the direct intake; easy: limiter off,
 # durability none, direct intake) over inproc with 1 shard and loopback TCP with 2,
 # uniform and prioritised, one run of two windows of 0.2 s, must print for every one of
 # the 8 rows a RESULT line that names its whole configuration (setting, transport, shards,
