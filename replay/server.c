@@ -363,7 +363,16 @@ static int lock_files(sac_replay_server_t *s, const char *path) {
     return SAC_ECONFIG;
   }
   if (rc) {
-    SAC_ERROR("replay", "refusing to start: cannot take the lock %s: %s", lock, strerror(errno));
+    const int e = errno;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", canon);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+      *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+      snprintf(dir, sizeof dir, ".");
+    SAC_ERROR("replay", "refusing to start: cannot create files in %s, the folder of snapshot %s (its lock %s): %s",
+              dir, path, lock, strerror(e));
     return SAC_ECONFIG;
   }
   s->lock_fd = fd;
