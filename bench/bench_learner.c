@@ -1,7 +1,7 @@
 /* Learner benchmark: SAC updates per second on a backend for the standard
  * configurations of BENCHMARKS.md, with ms/update, achieved GFLOP/s, where an update's
  * time goes, the cost of one million updates at a price per machine-hour, and the peers
- * of shared/bench/gpu_peers.py that are installed (PyTorch eager and torch.compile, JAX
+ * of bench/gpu_peers.py that are installed (PyTorch eager and torch.compile, JAX
  * jit and lax.scan; on cuda also PyTorch with a CUDA graph) measured in the same run,
  * interleaved run by run, with sacfleet's ratio to the fastest of them, by name. */
 #include <math.h>
@@ -56,7 +56,7 @@ static const sac_cfg_opt_t k_opts[] = {
        "cpu: the ceiling is measured before each of this many slices of a run's updates"),
     O_("show_slices", SAC_CFG_BOOL, show_slices, "false", 1, 0, "cpu: print each slice's ceiling and ratio"),
     O_("peer", SAC_CFG_BOOL, peer, "true", 1, 0, "also run the installed peers of gpu_peers.py, interleaved"),
-    S_("peer_script", peer_script, SAC_SOURCE_DIR "/../shared/bench/gpu_peers.py", "the peers' script"),
+    S_("peer_script", peer_script, SAC_SOURCE_DIR "/bench/gpu_peers.py", "the peers' script"),
     S_("peer_python", peer_python, "",
        "interpreter with torch and/or jax+optax (bench/requirements-peers.txt); empty: the first of "
        "$SAC_PEER_PYTHON, $VIRTUAL_ENV/bin/python, python3, /usr/bin/python3 that has them"),
