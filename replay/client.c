@@ -155,7 +155,10 @@ static int grow_f32(sac_replay_client_t *c, size_t obs_floats, size_t act_floats
   return 0;
 }
 
-static void *make_socket(sac_replay_client_t *c, const char *ep) {
+/* A DEALER to ep; with mon, its connection events are watched from before it connects
+ * (a monitor attached after zmq_connect can miss the CONNECTED event of a fast
+ * connection, and the shard would then read as unreachable while it answers). */
+static void *make_socket_watched(sac_replay_client_t *c, const char *ep, sac_net_monitor_t **mon) {
   sac_net_opts_t o;
   sac_net_opts_default(&o);
   o.max_msg_bytes = (int64_t)c->cfg.max_msg_bytes * 2;
@@ -166,10 +169,14 @@ static void *make_socket(sac_replay_client_t *c, const char *ep) {
   o.heartbeat_ivl_ms = 1000;
   o.heartbeat_timeout_ms = 3000;
   void *s = sac_net_socket(c->ctx, SAC_NET_DEALER, &o);
+  if (s && mon && !(*mon = sac_net_monitor_new(c->ctx, s)))
+    sac_net_close(&s);
   if (s && sac_net_connect(s, ep) != 0)
     sac_net_close(&s);
   return s;
 }
+
+static void *make_socket(sac_replay_client_t *c, const char *ep) { return make_socket_watched(c, ep, NULL); }
 
 sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg) {
   if (cfg->n_shards == 0 || cfg->n_shards > SAC_WIRE_MAX_SHARDS ||
@@ -247,13 +254,13 @@ sac_replay_client_t *sac_replay_client_new(const sac_replay_client_config_t *cfg
      * of the rate limiter */
     k->credit = 1;
     if (cfg->insert_endpoints) {
-      k->ins = make_socket(c, cfg->insert_endpoints[i]);
-      if (!k->ins || !(k->ins_mon = sac_net_monitor_new(c->ctx, k->ins)))
+      k->ins = make_socket_watched(c, cfg->insert_endpoints[i], &k->ins_mon);
+      if (!k->ins || !k->ins_mon)
         goto fail;
     }
     if (cfg->sample_endpoints) {
-      k->smp = make_socket(c, cfg->sample_endpoints[i]);
-      if (!k->smp || !(k->smp_mon = sac_net_monitor_new(c->ctx, k->smp)))
+      k->smp = make_socket_watched(c, cfg->sample_endpoints[i], &k->smp_mon);
+      if (!k->smp || !k->smp_mon)
         goto fail;
       k->info = make_socket(c, cfg->sample_endpoints[i]);
     } else {
@@ -531,6 +538,7 @@ static void service_inserts(sac_replay_client_t *c) {
     conn_t *k = &c->conns[i];
     if (!k->ins)
       continue;
+    int acks = 0;
     for (int guard = 0; guard < 4096; guard++) {
       size_t len = 0;
       if (sac_net_recv(k->ins, c->rbuf, c->rcap, SAC_NET_DONTWAIT, &len, NULL) != 0)
@@ -543,6 +551,7 @@ static void service_inserts(sac_replay_client_t *c) {
         continue;
       }
       handle_ack(c, k, &m.u.ack);
+      acks++;
     }
     int ev = sac_net_monitor_poll(k->ins_mon);
     track_up(ev, &k->ins_up, &k->ins_down_ns, now);
@@ -553,6 +562,8 @@ static void service_inserts(sac_replay_client_t *c) {
       }
       k->ins_connected_once = 1;
     }
+    if (acks && !(ev & SAC_NET_EV_DISCONNECTED))
+      k->ins_up = 1; /* an answer proves the connection, whatever the monitor reported (or missed) */
     watch_inserts(c, k, now);
     for (uint64_t q = k->lo; q < k->next_seq; q++) {
       wslot_t *s = &k->win[q % MAX_WINDOW];
@@ -1117,6 +1128,7 @@ static int take_reply(sac_replay_client_t *c, size_t i, const sac_wire_sample_ds
   if (sac_net_recv_msg(k->smp, &msg, SAC_NET_DONTWAIT, &data, &len) != 0)
     return 1;
   k->last_reply_ns = sac_clock_ns();
+  k->smp_up = 1; /* an answer proves the connection, whatever the monitor reported (or missed) */
   sac_wire_msg_t m;
   sac_wire_sample_batch_t *b = &m.u.sample_batch;
   sac_wire_sample_view_t whole;
