@@ -5,7 +5,8 @@
 # binary; options the chosen mode ignores refused with where they belong (from a config file
 # or SAC_*: a warning, none where the value is the default), with the controls that they pass
 # in their own mode; --run_name leaving --run_dir
-# and a value no program takes (--dp_collective=bogus) refused.
+# and a value no program takes (--dp_collective=bogus) refused; a metrics port in use named
+# with --metrics_port 0 and -1.
 # A refused --run_name ("stop/here") ends a run after every other check and before anything
 # starts: the controls use it to show that nothing else was refused.
 # usage: test_cli.sh BUILD_DIR
@@ -75,4 +76,17 @@ for name in ../../x a/b . ..; do
     --run_dir "$T/runs" --metrics_port -1
 done
 [ ! -e "$T/x" ] && [ ! -e "$T/runs" ] || fail "a refused --run_name made a folder"
+
+# a metrics port another process holds: the run goes on without the endpoint, and the line
+# names the two ways out; the port is held by a listener this test starts (and stops, by PID)
+exec 3< <(python3 -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(120)')
+holder=$!
+read -r busy <&3
+expect 0 "port $busy.*--metrics_port 0 picks a free one.*--metrics_port -1 turns the endpoint off" '' -- \
+  "$L" --metrics_port "$busy" --total_steps 300 --learning_starts 100 --hidden 8 --eval_episodes 1 \
+  --run_dir "$T/busy"
+kill "$holder" 2>/dev/null || true
+exec 3<&-
 echo "$n checks passed"
