@@ -231,7 +231,7 @@ typedef struct {
    * (-1: no budget said); its share of what the run has left at the learner's last count */
   int64_t cap;
   uint64_t run_total, run_done;
-  int64_t acked_before; /* its steps acknowledged when the previous weights came */
+  int64_t acked_before[2]; /* its steps acknowledged when the previous weights came, and the ones before */
 } actor_run_t;
 
 /* What a stage returns besides 0 and a negative SAC_E* code: stopping with the batch
@@ -415,8 +415,13 @@ static void take_budget(actor_run_t *r) {
                r->cfg->actor_id, (unsigned long long)r->run_done, (unsigned long long)r->run_total);
   }
   int64_t acked = r->steps - (int64_t)sac_replay_client_unacked_rows(r->client) - r->b.n;
-  int64_t had = r->acked_before;
-  r->acked_before = acked;
+  /* what the learner's count surely holds of this actor: what was acknowledged two
+   * broadcasts back (the count is the shards' last report to the learner, which can be
+   * older than the previous broadcast on a loaded machine; a share too small only waits
+   * for the next broadcast, which hands the rest out) */
+  int64_t had = r->acked_before[1];
+  r->acked_before[1] = r->acked_before[0];
+  r->acked_before[0] = acked;
   if (!r->run_total) {
     r->cap = -1;
     return;

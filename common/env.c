@@ -261,13 +261,13 @@ int sac_env_set_state(sac_env_t *env, const double *state, int n, float *obs) {
     return SAC_EUNSUPPORTED;
   if (!env->started)
     return SAC_ESTATE;
+  if (env->ops->set_state && n != env->ops->state_dim) /* before reading n values of state */
+    return SAC_EINVAL;
   for (int i = 0; i < n; i++)
     if (!isfinite(state[i]))
       return SAC_EINVAL;
   if (!env->ops->set_state) /* a plugin checks the size itself (its state may not be readable) */
     return env->ops->plugin_set_state(env->impl, state, n, obs);
-  if (n != env->ops->state_dim)
-    return SAC_EINVAL;
   env->ops->set_state(env->impl, state, obs);
   return 0;
 }

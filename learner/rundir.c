@@ -511,7 +511,8 @@ int sac_rundir_resume_argv(int *argcp, char ***argvp) {
         dir);
     return SAC_ECONFIG;
   }
-  char **v = malloc(sizeof *v * (size_t)(argc + 3));
+  static char **v; /* like path: the process's argv from here on (held: not a leak) */
+  v = malloc(sizeof *v * (size_t)(argc + 3));
   if (!v)
     return SAC_ECONFIG;
   v[0] = argv[0];

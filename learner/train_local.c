@@ -296,7 +296,10 @@ static int resume(local_t *L) {
            (unsigned long long)ck.updates, (unsigned long long)ck.env_steps, (unsigned long long)ck.episodes);
   /* the environment's reset stream of this part (load_replay counted the resume) */
   sac_env_destroy(&L->env);
-  return sac_env_new(cfg->env, cfg->seed, SAC_STREAM_ENV(0, L->resumes), &L->env);
+  if ((rc = sac_env_new(cfg->env, cfg->seed, SAC_STREAM_ENV(0, L->resumes), &L->env)) != 0)
+    return rc;
+  L->sp = sac_env_spec(L->env); /* the old one went with its environment */
+  return 0;
 }
 
 /* ---- the stages of one step ---- */

@@ -562,8 +562,12 @@ static void service_inserts(sac_replay_client_t *c) {
       }
       k->ins_connected_once = 1;
     }
-    if (acks && !(ev & SAC_NET_EV_DISCONNECTED))
-      k->ins_up = 1; /* an answer proves the connection, whatever the monitor reported (or missed) */
+    if (acks && !(ev & SAC_NET_EV_DISCONNECTED)) {
+      /* an answer proves the connection, whatever the monitor reported (or missed): a
+       * later loss is then told as one ("lost the connection", at once) */
+      k->ins_up = 1;
+      k->ins_connected_once = 1;
+    }
     watch_inserts(c, k, now);
     for (uint64_t q = k->lo; q < k->next_seq; q++) {
       wslot_t *s = &k->win[q % MAX_WINDOW];

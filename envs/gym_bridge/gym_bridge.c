@@ -282,6 +282,18 @@ SAC_ENV_PLUGIN_EXPORT void sac_env_plugin_destroy(void *handle) {
   PyMem_RawFree(e);
 }
 
+/* A rendering environment's first frame starts SDL (pygame draws the classic-control
+ * models), which loads libdbus, finds no session bus on a server and unloads it, with what
+ * dbus allocated still held: a leak of dbus's, but one a leak checker can no longer name
+ * once the library is gone (it sees an "unknown module"). Loaded here first and pinned
+ * (RTLD_NODELETE), where the system has it, it stays mapped with its globals, so what dbus
+ * holds stays reachable, as in any process that keeps libdbus. */
+static void pin_dbus(void) {
+  static int pinned;
+  if (!pinned)
+    pinned = dlopen("libdbus-1.so.3", RTLD_NOW | RTLD_NODELETE) != NULL ? 1 : -1;
+}
+
 SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plugin_spec_t *spec, char *err,
                                                   size_t err_len) {
   char id[SAC_ENV_PLUGIN_NAME_LEN];
@@ -290,6 +302,8 @@ SAC_ENV_PLUGIN_EXPORT void *sac_env_plugin_create(const char *args, sac_env_plug
     return NULL;
   if (python_init(err, err_len) != 0)
     return NULL;
+  if (render)
+    pin_dbus();
   PyGILState_STATE gil = PyGILState_Ensure();
   gym_env_t *e = PyMem_RawCalloc(1, sizeof *e);
   PyObject *made = NULL;
