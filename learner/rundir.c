@@ -480,6 +480,8 @@ out:
 
 /* ---- config.txt ---- */
 
+char **sac_rundir_argv;
+
 int sac_rundir_resume_argv(int *argcp, char ***argvp) {
   const int argc = *argcp;
   char **argv = *argvp;
@@ -511,8 +513,7 @@ int sac_rundir_resume_argv(int *argcp, char ***argvp) {
         dir);
     return SAC_ECONFIG;
   }
-  static char **v; /* like path: the process's argv from here on (held: not a leak) */
-  v = malloc(sizeof *v * (size_t)(argc + 3));
+  char **v = malloc(sizeof *v * (size_t)(argc + 3));
   if (!v)
     return SAC_ECONFIG;
   v[0] = argv[0];
@@ -523,6 +524,7 @@ int sac_rundir_resume_argv(int *argcp, char ***argvp) {
   v[argc + 2] = NULL;
   *argvp = v;
   *argcp = argc + 2;
+  sac_rundir_argv = v; /* the process's argv from here on: held, not a leak */
   SAC_INFO("rundir",
            "resuming with the run's own configuration %s (options given beside --resume override it)", path);
   return 0;

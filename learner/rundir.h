@@ -126,6 +126,8 @@ int sac_policy_load_env(const char *path, sac_mlp_desc_t *d, float **params, flo
 
 /* ---- config.txt: --resume DIR alone, and what a resume changed ---- */
 
+/* The argv sac_rundir_resume_argv built (NULL: none), kept for the process's life. */
+extern char **sac_rundir_argv;
 /* `--resume DIR` with no --config: replaces *argv (and *argc) with a copy that has
  * `--config DIR/config.txt` first, so the run's own configuration is read and every other
  * option given overrides it (config file < SAC_* < command line); otherwise leaves them.
