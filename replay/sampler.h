@@ -11,7 +11,11 @@
  * (about 250 KB of nodes in all, which stay in the caches) and the leaf line, against the
  * 19 levels of a binary or Fenwick tree spread over 4 MB. Searches run side by side, a
  * group at a time, so that their misses overlap. An update adds its change to the running
- * sums from the child's position on, one line per level. 4.5 bytes per leaf. Changes add up
+ * sums from the child's position on, one line per level; a batch of updates (the
+ * priorities of a stratified sample, which come in the order of their leaves) merges the
+ * changes under one node before they go up, so that the levels near the root take one add
+ * per node touched rather than one per update. The arrays ask for transparent huge pages
+ * (common/hugepages.h): searches land at random over megabytes. 4.5 bytes per leaf. Changes add up
  * rounding error, so the sums are recomputed from the leaves every `n` updates. New
  * transitions get the largest priority seen so far.
  *
@@ -52,9 +56,10 @@ uint64_t sac_replay_sumtree_find(const sac_replay_sumtree_t *t, double u);
 /* The same for u[0..n), into out[0..n): the searches descend side by side, a level at
  * a time, so that their loads (a cache miss a level in a large tree) overlap. */
 void sac_replay_sumtree_find_n(const sac_replay_sumtree_t *t, const double *u, size_t n, uint64_t *out);
-/* Sets leaves i[k] to v[k] (each finite, >= 0), k < n: the same as n calls of set, with
- * the lines each one touches asked for ahead, so that the misses of a batch of priority
- * updates overlap. */
+/* Sets leaves i[k] to v[k] (each finite, >= 0), k < n: the same as n calls of set (up to
+ * the rounding of the running sums), with the lines each one touches asked for ahead, so
+ * that the misses of a batch of priority updates overlap, and the changes of neighbours
+ * in the list that share a node added to it at once. */
 void sac_replay_sumtree_set_n(sac_replay_sumtree_t *t, const uint64_t *i, const float *v, size_t n);
 /* Recomputes the running sums and the total from the leaves. */
 void sac_replay_sumtree_rebuild(sac_replay_sumtree_t *t);
@@ -68,9 +73,12 @@ int sac_replay_sample_uniform(const sac_replay_storage_t *st, sac_rng_t *rng, ui
 int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_replay_sumtree_t *t,
                                   sac_rng_t *rng, uint32_t n, float beta, uint32_t *slots, float *weights);
 
-/* Applies priority p (finite, >= 0) to slot if its generation is still gen and it holds
- * a transition: leaf = (p + eps)^alpha. Returns 1 when applied, 0 when stale. */
-int sac_replay_priority_set(const sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t slot,
-                            uint32_t gen, float p, double alpha, double eps);
+/* Applies priority p[k] (finite, >= 0) to slot[k], k < n, where the slot's generation is
+ * still gen[k] and it holds a transition: leaf = (p + eps)^alpha, as n calls of set in
+ * that order, with the batch's lines (flag bytes, leaves, bottom nodes) asked for ahead so
+ * that its misses overlap. Returns how many were applied (the others are stale). */
+uint32_t sac_replay_priority_set_n(const sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t n,
+                                   const uint32_t *slot, const uint32_t *gen, const float *p, double alpha,
+                                   double eps);
 
 #endif

@@ -575,31 +575,34 @@ int sac_replay_shard_sample_to(sac_replay_shard_t *sh, uint32_t n, float beta, u
   return 0;
 }
 
+/* Updates decoded and checked a chunk at a time, then applied to the tree together. */
+#define PRIORITY_CHUNK 256
+
 void sac_replay_shard_update_priorities(sac_replay_shard_t *sh, uint32_t n, const uint64_t *indices,
                                         const float *priorities, uint32_t *applied, uint32_t *stale,
                                         uint32_t *foreign) {
-  uint32_t ok = 0, old = 0, bad = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t ix = indices[i];
-    uint32_t slot = SAC_WIRE_INDEX_SLOT(ix);
-    if (SAC_WIRE_INDEX_SHARD(ix) != sh->cfg.shard_id || slot >= sh->cfg.capacity) {
-      bad++;
-      continue;
+  uint32_t ok = 0, old = 0, bad = 0, slot[PRIORITY_CHUNK], gen[PRIORITY_CHUNK];
+  float p[PRIORITY_CHUNK];
+  for (uint32_t i0 = 0; i0 < n; i0 += PRIORITY_CHUNK) {
+    const uint32_t end = n - i0 < PRIORITY_CHUNK ? n : i0 + PRIORITY_CHUNK;
+    uint32_t m = 0;
+    for (uint32_t i = i0; i < end; i++) {
+      const uint64_t ix = indices[i];
+      if (SAC_WIRE_INDEX_SHARD(ix) != sh->cfg.shard_id || SAC_WIRE_INDEX_SLOT(ix) >= sh->cfg.capacity ||
+          !isfinite(priorities[i]) || priorities[i] < 0.0f) {
+        bad++;
+        continue;
+      }
+      slot[m] = SAC_WIRE_INDEX_SLOT(ix);
+      gen[m] = SAC_WIRE_INDEX_GEN(ix);
+      p[m++] = priorities[i];
     }
-    float p = priorities[i];
-    if (!isfinite(p) || p < 0.0f) {
-      bad++;
-      continue;
-    }
-    if (!sh->prioritized) {
-      ok++;
-      continue;
-    }
-    if (sac_replay_priority_set(&sh->st, &sh->tree, slot, SAC_WIRE_INDEX_GEN(ix), p, sh->cfg.alpha,
-                                sh->cfg.priority_eps))
-      ok++;
-    else
-      old++;
+    /* a uniform shard takes every well-formed update and has nothing to apply it to */
+    const uint32_t done = sh->prioritized ? sac_replay_priority_set_n(&sh->st, &sh->tree, m, slot, gen, p,
+                                                                      sh->cfg.alpha, sh->cfg.priority_eps)
+                                          : m;
+    ok += done;
+    old += m - done;
   }
   sh->prio_updates += ok;
   sh->prio_stale += old;
