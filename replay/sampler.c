@@ -367,7 +367,7 @@ static uint32_t ready_near(const sac_replay_storage_t *st, uint64_t filled, uint
     uint64_t j = s + i;
     if (j >= filled)
       j -= filled;
-    if (st->flags[j] & SAC_SLOT_READY)
+    if (*sac_replay_flags(st, j) & SAC_SLOT_READY)
       return (uint32_t)j;
   }
   return SAC_SLOT_NONE;
@@ -380,7 +380,7 @@ static uint32_t uniform_one(const sac_replay_storage_t *st, draws_t *rng, uint64
   uint64_t s = 0;
   for (int tries = 0; tries < 64; tries++) {
     s = draw_below(rng, (uint32_t)filled);
-    if (st->flags[s] & SAC_SLOT_READY)
+    if (*sac_replay_flags(st, s) & SAC_SLOT_READY)
       return (uint32_t)s;
   }
   return ready_near(st, filled, s);
@@ -397,15 +397,23 @@ int sac_replay_sample_uniform(const sac_replay_storage_t *st, sac_rng_t *rng, ui
   draws_t r = draws_from(rng);
   for (uint32_t i = 0; i < n; i++) {
     slots[i] = draw_below(&r, (uint32_t)filled);
-    __builtin_prefetch(st->flags + slots[i]);
+    __builtin_prefetch(sac_replay_flags(st, slots[i]));
   }
   for (uint32_t i = 0; i < n; i++)
-    if (!(st->flags[slots[i]] & SAC_SLOT_READY))
+    if (!(*sac_replay_flags(st, slots[i]) & SAC_SLOT_READY))
       slots[i] = uniform_one(st, &r, filled);
   return 0;
 }
 
 /* ------------------------------------------------------------------ prioritised */
+
+/* Whether leaf j may be picked: a transition of positive weight. A leaf is positive only
+ * on a slot that holds a transition (a slot's leaf is zeroed when the slot is handed out
+ * again, and a snapshot where it is not is refused), so the positive leaf, which the
+ * search has just read, answers without the slot's record (a miss in a large ring). */
+static inline int prioritized_ok(const sac_replay_sumtree_t *t, uint64_t filled, uint64_t j) {
+  return j < filled && t->leaf[j] > 0.0f;
+}
 
 int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_replay_sumtree_t *t,
                                   sac_rng_t *rng, uint32_t n, float beta, uint32_t *slots, float *weights) {
@@ -428,18 +436,15 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
         u[k] = nextafter(total, 0.0);
     }
     sac_replay_sumtree_find_n(t, u, m, found);
-    for (uint32_t k = 0; k < m; k++) /* each pick's flag byte: a miss in a large ring */
-      __builtin_prefetch(st->flags + (found[k] < filled ? found[k] : 0));
     for (uint32_t k = 0; k < m; k++) {
       uint64_t j = found[k];
-      uint32_t s =
-          j < filled && (st->flags[j] & SAC_SLOT_READY) && t->leaf[j] > 0.0f ? (uint32_t)j : SAC_SLOT_NONE;
+      uint32_t s = prioritized_ok(t, filled, j) ? (uint32_t)j : SAC_SLOT_NONE;
       for (int tries = 1; tries < 16 && s == SAC_SLOT_NONE; tries++) {
         double v = draw_unit(&r) * total;
         if (v >= total)
           v = nextafter(total, 0.0);
         j = sac_replay_sumtree_find(t, v);
-        if (j < filled && (st->flags[j] & SAC_SLOT_READY) && t->leaf[j] > 0.0f)
+        if (prioritized_ok(t, filled, j))
           s = (uint32_t)j;
       }
       if (s == SAC_SLOT_NONE) /* only after rounding drift left zero-weight picks */
@@ -473,14 +478,14 @@ uint32_t sac_replay_priority_set_n(const sac_replay_storage_t *st, sac_replay_su
   for (uint32_t k0 = 0; k0 < n; k0 += PRIORITY_CHUNK) {
     const uint32_t end = n - k0 < PRIORITY_CHUNK ? n : k0 + PRIORITY_CHUNK;
     for (uint32_t k = k0; k < end; k++)
-      if (slot[k] < st->cfg.capacity) {
-        __builtin_prefetch(st->flags + slot[k]);
+      if (slot[k] < st->cfg.capacity)
         set_prefetch(t, slot[k]);
-      }
     size_t m = 0;
     for (uint32_t k = k0; k < end; k++) {
-      if (slot[k] >= st->cfg.capacity || !(st->flags[slot[k]] & SAC_SLOT_READY) ||
-          (sac_replay_storage_generation(st, slot[k]) & 0xFFFFFu) != (gen[k] & 0xFFFFFu))
+      /* a transition: a positive leaf says so (see prioritized_ok), else the record */
+      if (slot[k] >= st->cfg.capacity ||
+          (sac_replay_storage_generation(st, slot[k]) & 0xFFFFFu) != (gen[k] & 0xFFFFFu) ||
+          !(t->leaf[slot[k]] > 0.0f || (*sac_replay_flags(st, slot[k]) & SAC_SLOT_READY)))
         continue;
       /* in float, as the leaf is kept: powf is about half of pow's instructions */
       float fv = powf((float)((double)p[k] + eps), (float)alpha);

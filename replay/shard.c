@@ -10,7 +10,8 @@
  *   provenance n_prov x {u32 actor, u32 rows, u64 session, u64 seq, u64 end serial}
  *             (payload version 2; a version 1 snapshot loads with an empty index)
  * where filled = min(alloc_count, capacity): slots are handed out in order from 0, so
- * the used region is always a prefix. */
+ * the used region is always a prefix. The ring keeps a record per slot; the snapshot keeps
+ * each field's rows together (sac_replay_storage_write_fields), as it always has. */
 #include "replay/shard.h"
 
 #include <math.h>
@@ -706,6 +707,10 @@ typedef struct {
   uint64_t session, last, bits;
 } actor_rec_t;
 
+/* The storage's fields to and from a snapshot. */
+static int snap_put(void *w, const void *data, size_t len) { return sac_snap_write(w, data, len); }
+static int snap_get(void *r, void *data, size_t len) { return sac_snap_read(r, data, len); }
+
 int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *bytes) {
   sac_replay_storage_t *st = &sh->st;
   uint64_t filled = sac_replay_storage_filled(st);
@@ -748,15 +753,7 @@ int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *by
     return rc;
   rc = sac_snap_write(&w, m, sizeof m);
   if (!rc)
-    rc = sac_snap_write(&w, st->obs, filled * st->obs_row);
-  if (!rc)
-    rc = sac_snap_write(&w, st->act, filled * st->act_row);
-  if (!rc)
-    rc = sac_snap_write(&w, st->reward, filled * sizeof(float));
-  if (!rc)
-    rc = sac_snap_write(&w, st->next, filled * sizeof(uint32_t));
-  if (!rc)
-    rc = sac_snap_write(&w, st->flags, filled);
+    rc = sac_replay_storage_write_fields(st, filled, snap_put, &w);
   if (!rc && sh->prioritized)
     rc = sac_snap_write(&w, sh->tree.leaf, filled * sizeof(float));
   for (uint32_t i = 0; i <= sh->actors_mask && !rc; i++) {
@@ -806,7 +803,7 @@ static const char *check_loaded(sac_replay_shard_t *sh, uint64_t size) {
   uint64_t filled = sac_replay_storage_filled(st), cap = sh->cfg.capacity;
   uint64_t ready = 0;
   for (uint64_t s = 0; s < filled; s++) {
-    uint8_t f = st->flags[s];
+    uint8_t f = *sac_replay_flags(st, s);
     if (f & ~(SAC_SLOT_TERM | SAC_SLOT_TRUNC | SAC_SLOT_READY | SAC_SLOT_OBS))
       return "unknown slot flags";
     if (!(f & SAC_SLOT_READY)) {
@@ -815,17 +812,17 @@ static const char *check_loaded(sac_replay_shard_t *sh, uint64_t size) {
       continue;
     }
     ready++;
-    uint32_t nx = st->next[s];
-    if (!(f & SAC_SLOT_OBS) || nx >= filled || !(st->flags[nx] & SAC_SLOT_OBS))
+    uint32_t nx = *sac_replay_next(st, s);
+    if (!(f & SAC_SLOT_OBS) || nx >= filled || !(*sac_replay_flags(st, nx) & SAC_SLOT_OBS))
       return "transition without a valid next observation";
     /* the next observation is always allocated after its transition */
     uint64_t age_s = (st->cursor + cap - 1 - s) % cap, age_n = (st->cursor + cap - 1 - nx) % cap;
     if (age_n >= age_s)
       return "next observation older than its transition";
-    float r = st->reward[s];
-    if (!isfinite(r) || !row_finite(st->obs + s * st->obs_row, sh->cfg.obs_dim, sh->cfg.obs_f16) ||
-        !row_finite(st->obs + (uint64_t)nx * st->obs_row, sh->cfg.obs_dim, sh->cfg.obs_f16) ||
-        !row_finite(st->act + s * st->act_row, sh->cfg.act_dim, sh->cfg.act_f16))
+    float r = *sac_replay_reward(st, s);
+    if (!isfinite(r) || !row_finite(sac_replay_obs(st, s), sh->cfg.obs_dim, sh->cfg.obs_f16) ||
+        !row_finite(sac_replay_obs(st, nx), sh->cfg.obs_dim, sh->cfg.obs_f16) ||
+        !row_finite(sac_replay_act(st, s), sh->cfg.act_dim, sh->cfg.act_f16))
       return "non-finite values";
     if (sh->prioritized && !(isfinite(sh->tree.leaf[s]) && sh->tree.leaf[s] >= 0.0f))
       return "invalid priority";
@@ -965,9 +962,7 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
     why = "counts out of range";
     goto bad;
   }
-  if (sac_snap_read(&r, st->obs, filled * st->obs_row) || sac_snap_read(&r, st->act, filled * st->act_row) ||
-      sac_snap_read(&r, st->reward, filled * sizeof(float)) ||
-      sac_snap_read(&r, st->next, filled * sizeof(uint32_t)) || sac_snap_read(&r, st->flags, filled) ||
+  if (sac_replay_storage_read_fields(st, filled, snap_get, &r) ||
       (sh->prioritized && sac_snap_read(&r, sh->tree.leaf, filled * sizeof(float)))) {
     why = "payload shorter than its metadata says";
     goto bad;

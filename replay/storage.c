@@ -25,11 +25,14 @@ int sac_replay_storage_init(sac_replay_storage_t *st, const sac_replay_storage_c
   st->obs_row = (size_t)cfg->obs_dim * (cfg->obs_f16 ? 2 : 4);
   st->act_row = (size_t)cfg->act_dim * (cfg->act_f16 ? 2 : 4);
   size_t cap = (size_t)cfg->capacity;
-  st->obs = calloc(cap, st->obs_row);
-  st->act = calloc(cap, st->act_row);
-  st->reward = calloc(cap, sizeof *st->reward);
-  st->next = calloc(cap, sizeof *st->next);
-  st->flags = calloc(cap, 1);
+  st->act_at = (SAC_REC_OBS + st->obs_row + 3) & ~(size_t)3;
+  st->flags_at = st->act_at + st->act_row;
+  st->rec = (st->flags_at + 1 + 3) & ~(size_t)3;
+  st->recs = calloc(cap, st->rec);
+  st->bounce_size = SAC_REPLAY_BOUNCE; /* at least one row of each field */
+  st->bounce_size = st->obs_row > st->bounce_size ? st->obs_row : st->bounce_size;
+  st->bounce_size = st->act_row > st->bounce_size ? st->act_row : st->bounce_size;
+  st->bounce = malloc(st->bounce_size);
   uint32_t ns = pow2_at_least(cfg->max_streams);
   st->streams = calloc(ns, sizeof *st->streams);
   st->streams_mask = ns - 1;
@@ -37,26 +40,17 @@ int sac_replay_storage_init(sac_replay_storage_t *st, const sac_replay_storage_c
   st->envmap = calloc(ne, sizeof *st->envmap);
   st->envmap_mask = ne - 1;
   st->row16 = malloc((size_t)cfg->obs_dim * 2);
-  if (!st->obs || !st->act || !st->reward || !st->next || !st->flags || !st->streams || !st->envmap ||
-      !st->row16) {
+  if (!st->recs || !st->bounce || !st->streams || !st->envmap || !st->row16) {
     sac_replay_storage_close(st);
     return SAC_ENOMEM;
   }
-  /* the arrays a sample reads at random (see common/hugepages.h) */
-  sac_hugepages_advise(st->obs, cap * st->obs_row);
-  sac_hugepages_advise(st->act, cap * st->act_row);
-  sac_hugepages_advise(st->reward, cap * sizeof *st->reward);
-  sac_hugepages_advise(st->next, cap * sizeof *st->next);
-  sac_hugepages_advise(st->flags, cap);
+  sac_hugepages_advise(st->recs, cap * st->rec); /* read at random: common/hugepages.h */
   return 0;
 }
 
 void sac_replay_storage_close(sac_replay_storage_t *st) {
-  free(st->obs);
-  free(st->act);
-  free(st->reward);
-  free(st->next);
-  free(st->flags);
+  free(st->recs);
+  free(st->bounce);
   free(st->streams);
   free(st->envmap);
   free(st->row16);
@@ -66,7 +60,9 @@ void sac_replay_storage_close(sac_replay_storage_t *st) {
 }
 
 void sac_replay_storage_reset(sac_replay_storage_t *st) {
-  memset(st->flags, 0, (size_t)st->cfg.capacity);
+  /* slots past the filled ones were never written: their flags are still zero */
+  for (uint64_t s = 0, filled = sac_replay_storage_filled(st); s < filled; s++)
+    *sac_replay_flags(st, s) = 0;
   memset(st->streams, 0, ((size_t)st->streams_mask + 1) * sizeof *st->streams);
   st->alloc_count = st->cursor = st->size = 0;
   st->rows_inserted = st->obs_only_slots = st->tails_reused = 0;
@@ -81,12 +77,12 @@ void sac_replay_storage_reset(sac_replay_storage_t *st) {
 
 static uint32_t alloc_slot(sac_replay_storage_t *st) {
   uint32_t s = (uint32_t)st->cursor;
-  if (st->flags[s] & SAC_SLOT_READY) {
+  if (*sac_replay_flags(st, s) & SAC_SLOT_READY) {
     st->size--;
     if (st->tree)
       sac_replay_sumtree_set(st->tree, s, 0.0f);
   }
-  st->flags[s] = 0;
+  *sac_replay_flags(st, s) = 0;
   st->alloc_count++;
   if (++st->cursor == st->cfg.capacity)
     st->cursor = 0;
@@ -94,15 +90,15 @@ static uint32_t alloc_slot(sac_replay_storage_t *st) {
 }
 
 static void mark_ready(sac_replay_storage_t *st, uint32_t s, uint32_t next) {
-  st->next[s] = next;
-  st->flags[s] |= SAC_SLOT_READY;
+  *sac_replay_next(st, s) = next;
+  *sac_replay_flags(st, s) |= SAC_SLOT_READY;
   st->size++;
   if (st->tree)
     sac_replay_sumtree_set(st->tree, s, st->tree->max_leaf);
 }
 
 static void write_obs(sac_replay_storage_t *st, uint32_t s, const float *row) {
-  uint8_t *dst = st->obs + (size_t)s * st->obs_row;
+  uint8_t *dst = sac_replay_obs(st, s);
   if (st->cfg.obs_f16) {
     uint16_t *h = (uint16_t *)dst;
     for (uint32_t i = 0; i < st->cfg.obs_dim; i++)
@@ -110,11 +106,11 @@ static void write_obs(sac_replay_storage_t *st, uint32_t s, const float *row) {
   } else {
     memcpy(dst, row, st->obs_row);
   }
-  st->flags[s] |= SAC_SLOT_OBS;
+  *sac_replay_flags(st, s) |= SAC_SLOT_OBS;
 }
 
 static int obs_equal(sac_replay_storage_t *st, uint32_t s, const float *row) {
-  const uint8_t *have = st->obs + (size_t)s * st->obs_row;
+  const uint8_t *have = sac_replay_obs(st, s);
   if (!st->cfg.obs_f16)
     return memcmp(have, row, st->obs_row) == 0;
   for (uint32_t i = 0; i < st->cfg.obs_dim; i++)
@@ -123,7 +119,7 @@ static int obs_equal(sac_replay_storage_t *st, uint32_t s, const float *row) {
 }
 
 static void write_act(sac_replay_storage_t *st, uint32_t s, const float *row) {
-  uint8_t *dst = st->act + (size_t)s * st->act_row;
+  uint8_t *dst = sac_replay_act(st, s);
   if (st->cfg.act_f16) {
     uint16_t *h = (uint16_t *)dst;
     for (uint32_t i = 0; i < st->cfg.act_dim; i++)
@@ -162,7 +158,7 @@ static uint32_t stream_take(sac_replay_storage_t *st, uint32_t actor, uint32_t e
   if (serial + st->cfg.capacity < st->alloc_count + budget)
     return SAC_SLOT_NONE; /* overwritten already, or would be during this batch */
   uint32_t s = (uint32_t)(serial % st->cfg.capacity);
-  if ((st->flags[s] & (SAC_SLOT_OBS | SAC_SLOT_READY)) != SAC_SLOT_OBS)
+  if ((*sac_replay_flags(st, s) & (SAC_SLOT_OBS | SAC_SLOT_READY)) != SAC_SLOT_OBS)
     return SAC_SLOT_NONE;
   if (!obs_equal(st, s, obs))
     return SAC_SLOT_NONE;
@@ -232,10 +228,10 @@ int sac_replay_storage_insert(sac_replay_storage_t *st, uint32_t actor_id, const
       mark_ready(st, m->open, s);
     m->open = SAC_SLOT_NONE;
     write_act(st, s, t->action + (size_t)r * ad);
-    st->reward[s] = t->reward[r];
-    st->next[s] = SAC_SLOT_NONE;
-    st->flags[s] = (uint8_t)(SAC_SLOT_OBS | (t->terminated[r] ? SAC_SLOT_TERM : 0u) |
-                             (t->truncated[r] ? SAC_SLOT_TRUNC : 0u));
+    *sac_replay_reward(st, s) = t->reward[r];
+    *sac_replay_next(st, s) = SAC_SLOT_NONE;
+    *sac_replay_flags(st, s) = (uint8_t)(SAC_SLOT_OBS | (t->terminated[r] ? SAC_SLOT_TERM : 0u) |
+                                         (t->truncated[r] ? SAC_SLOT_TRUNC : 0u));
     count++;
     if (t->terminated[r] | t->truncated[r]) {
       if (k < t->n_next && t->next_obs_rows[k] == r) {
@@ -295,34 +291,30 @@ static void read_row(const uint8_t *src, int f16, uint32_t dim, unsigned char *d
  * without; from a million rows 47 us with it, 54 us without). */
 #define GATHER_AHEAD_BYTES ((size_t)8 << 20)
 
+/* Asks for the lines of [p, p + bytes): the first four and the last (a record or row may
+ * start anywhere in a line; past four lines the hardware's own prefetcher follows). */
 static inline void prefetch_span(const uint8_t *p, size_t bytes) {
-  __builtin_prefetch(p, 0, 0);
-  __builtin_prefetch(p + bytes - 1, 0, 0); /* a row may cross into the next cache line */
+  const size_t head = bytes < 4 * 64 ? bytes : 4 * 64;
+  for (size_t o = 0; o < head; o += 64)
+    __builtin_prefetch(p + o, 0, 0);
+  __builtin_prefetch(p + bytes - 1, 0, 0);
 }
 
 static inline void gather_ahead(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n,
                                 uint32_t i) {
-  if (i + GATHER_AHEAD < n) {
-    uint32_t s = slots[i + GATHER_AHEAD];
-    prefetch_span(st->obs + (size_t)s * st->obs_row, st->obs_row);
-    prefetch_span(st->act + (size_t)s * st->act_row, st->act_row);
-    __builtin_prefetch(st->next + s, 0, 0);
-    __builtin_prefetch(st->reward + s, 0, 0);
-  }
+  if (i + GATHER_AHEAD < n)
+    prefetch_span(sac_replay_rec(st, slots[i + GATHER_AHEAD]), st->rec);
   if (i + GATHER_AHEAD / 2 < n)
-    prefetch_span(st->obs + (size_t)st->next[slots[i + GATHER_AHEAD / 2]] * st->obs_row, st->obs_row);
+    prefetch_span(sac_replay_obs(st, *sac_replay_next(st, slots[i + GATHER_AHEAD / 2])), st->obs_row);
 }
 
 static int gather_large(const sac_replay_storage_t *st) {
-  return sac_replay_storage_filled(st) * st->obs_row >= GATHER_AHEAD_BYTES;
+  return sac_replay_storage_filled(st) * st->rec >= GATHER_AHEAD_BYTES;
 }
 
 static void gather_start(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n) {
-  for (uint32_t i = 0; i < n && i < GATHER_AHEAD; i++) {
-    prefetch_span(st->obs + (size_t)slots[i] * st->obs_row, st->obs_row);
-    prefetch_span(st->act + (size_t)slots[i] * st->act_row, st->act_row);
-    __builtin_prefetch(st->next + slots[i], 0, 0);
-  }
+  for (uint32_t i = 0; i < n && i < GATHER_AHEAD; i++)
+    prefetch_span(sac_replay_rec(st, slots[i]), st->rec);
 }
 
 void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *slots, uint32_t n,
@@ -339,11 +331,11 @@ void sac_replay_storage_gather(const sac_replay_storage_t *st, const uint32_t *s
     if (ahead)
       gather_ahead(st, slots, n, i);
     uint32_t s = slots[i];
-    read_row(st->obs + (size_t)s * st->obs_row, st->cfg.obs_f16, od, obs + i * ob);
-    read_row(st->obs + (size_t)st->next[s] * st->obs_row, st->cfg.obs_f16, od, next_obs + i * ob);
-    read_row(st->act + (size_t)s * st->act_row, st->cfg.act_f16, ad, action + i * ab);
-    const float t = (st->flags[s] & SAC_SLOT_TERM) ? 1.0f : 0.0f;
-    memcpy(reward + 4 * (size_t)i, st->reward + s, 4);
+    read_row(sac_replay_obs(st, s), st->cfg.obs_f16, od, obs + i * ob);
+    read_row(sac_replay_obs(st, *sac_replay_next(st, s)), st->cfg.obs_f16, od, next_obs + i * ob);
+    read_row(sac_replay_act(st, s), st->cfg.act_f16, ad, action + i * ab);
+    const float t = (*sac_replay_flags(st, s) & SAC_SLOT_TERM) ? 1.0f : 0.0f;
+    memcpy(reward + 4 * (size_t)i, sac_replay_reward(st, s), 4);
     memcpy(terminated + 4 * (size_t)i, &t, 4);
   }
 }
@@ -369,18 +361,59 @@ void sac_replay_storage_gather16(const sac_replay_storage_t *st, const uint32_t 
     if (ahead)
       gather_ahead(st, slots, n, i);
     uint32_t s = slots[i];
-    c += read_row16(st->obs + (size_t)s * st->obs_row, st->cfg.obs_f16, od, obs + (size_t)i * od);
-    c += read_row16(st->obs + (size_t)st->next[s] * st->obs_row, st->cfg.obs_f16, od,
+    c += read_row16(sac_replay_obs(st, s), st->cfg.obs_f16, od, obs + (size_t)i * od);
+    c += read_row16(sac_replay_obs(st, *sac_replay_next(st, s)), st->cfg.obs_f16, od,
                     next_obs + (size_t)i * od);
-    c += read_row16(st->act + (size_t)s * st->act_row, st->cfg.act_f16, ad, action + (size_t)i * ad);
-    reward[i] = st->reward[s];
-    terminated[i] = (st->flags[s] & SAC_SLOT_TERM) ? 1.0f : 0.0f;
+    c += read_row16(sac_replay_act(st, s), st->cfg.act_f16, ad, action + (size_t)i * ad);
+    reward[i] = *sac_replay_reward(st, s);
+    terminated[i] = (*sac_replay_flags(st, s) & SAC_SLOT_TERM) ? 1.0f : 0.0f;
   }
   *clamped += c;
 }
 
-double sac_replay_storage_bytes_per_slot(const sac_replay_storage_t *st) {
-  return (double)(st->obs_row + st->act_row + sizeof(float) + sizeof(uint32_t) + 1);
+double sac_replay_storage_bytes_per_slot(const sac_replay_storage_t *st) { return (double)st->rec; }
+
+/* ------------------------------------------------------------------ snapshot fields */
+
+/* Field f's bytes per slot and where it lies in a record. */
+static size_t field_at(const sac_replay_storage_t *st, int f, size_t *bytes) {
+  static const size_t fixed[5] = {0, 0, 4, 4, 1};
+  *bytes = f == 0 ? st->obs_row : f == 1 ? st->act_row : fixed[f];
+  return f == 0 ? SAC_REC_OBS : f == 1 ? st->act_at : f == 2 ? 4 : f == 3 ? 0 : st->flags_at;
+}
+
+int sac_replay_storage_write_fields(const sac_replay_storage_t *st, uint64_t filled,
+                                    int (*put)(void *ctx, const void *data, size_t len), void *ctx) {
+  for (int f = 0; f < 5; f++) { /* obs, act, reward, next, flags */
+    size_t bytes, at = field_at(st, f, &bytes);
+    const uint64_t per = st->bounce_size / bytes;
+    for (uint64_t s0 = 0; s0 < filled; s0 += per) {
+      const uint64_t m = filled - s0 < per ? filled - s0 : per;
+      for (uint64_t k = 0; k < m; k++)
+        memcpy(st->bounce + k * bytes, sac_replay_rec(st, s0 + k) + at, bytes);
+      int rc = put(ctx, st->bounce, (size_t)m * bytes);
+      if (rc)
+        return rc;
+    }
+  }
+  return 0;
+}
+
+int sac_replay_storage_read_fields(sac_replay_storage_t *st, uint64_t filled,
+                                   int (*get)(void *ctx, void *data, size_t len), void *ctx) {
+  for (int f = 0; f < 5; f++) {
+    size_t bytes, at = field_at(st, f, &bytes);
+    const uint64_t per = st->bounce_size / bytes;
+    for (uint64_t s0 = 0; s0 < filled; s0 += per) {
+      const uint64_t m = filled - s0 < per ? filled - s0 : per;
+      int rc = get(ctx, st->bounce, (size_t)m * bytes);
+      if (rc)
+        return rc;
+      for (uint64_t k = 0; k < m; k++)
+        memcpy(sac_replay_rec(st, s0 + k) + at, st->bounce + k * bytes, bytes);
+    }
+  }
+  return 0;
 }
 
 double sac_replay_storage_bytes_per_transition(const sac_replay_storage_t *st, double extra_bytes_per_slot) {

@@ -156,7 +156,7 @@ Test(replay_sampler, batched_priority_updates_equal_one_at_a_time) {
     gen[U - 1] = gen[U - 2] = 0;
     uint32_t applied_one = 0; /* the reference: the rule spelt out, then set leaf by leaf */
     for (int k = 0; k < U; k++)
-      if (slot[k] < c.capacity && (st.flags[slot[k]] & SAC_SLOT_READY) &&
+      if (slot[k] < c.capacity && (*sac_replay_flags(&st, slot[k]) & SAC_SLOT_READY) &&
           sac_replay_storage_generation(&st, slot[k]) == gen[k]) {
         const float v = powf((float)((double)p[k] + 1e-6), 0.6f);
         sac_replay_sumtree_set(&one, slot[k], v);

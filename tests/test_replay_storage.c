@@ -27,7 +27,7 @@ static uint64_t check_all(const sac_replay_storage_t *st, const tg_t *g) {
   float o[64], a[16], no[64], r, t;
   uint64_t ready = 0;
   for (uint32_t s = 0; s < sac_replay_storage_filled(st); s++) {
-    if (!(st->flags[s] & SAC_SLOT_READY))
+    if (!(*sac_replay_flags(st, s) & SAC_SLOT_READY))
       continue;
     ready++;
     sac_replay_storage_gather(st, &s, 1, o, a, &r, &t, no);
@@ -38,7 +38,7 @@ static uint64_t check_all(const sac_replay_storage_t *st, const tg_t *g) {
     int ends = step + 1 == tg_ep_len(g, e, ep);
     cr_assert_eq(t, (ends && ep % 2 == 0) ? 1.0f : 0.0f, "terminated flag of env %u ep %u step %u", e, ep,
                  step);
-    int trunc = (st->flags[s] & SAC_SLOT_TRUNC) != 0;
+    int trunc = (*sac_replay_flags(st, s) & SAC_SLOT_TRUNC) != 0;
     cr_assert_eq(trunc, ends && ep % 2 == 1, "truncated flag");
   }
   cr_assert_eq(ready, st->size);
@@ -66,7 +66,7 @@ Test(replay_storage, next_obs_within_and_across_batches) {
   /* slots = transitions + one final obs per episode end + the current open tails */
   uint64_t ends = 0;
   for (uint32_t s = 0; s < st.alloc_count; s++)
-    ends += (st.flags[s] & (SAC_SLOT_TERM | SAC_SLOT_TRUNC)) != 0;
+    ends += (*sac_replay_flags(&st, s) & (SAC_SLOT_TERM | SAC_SLOT_TRUNC)) != 0;
   cr_assert_leq(st.alloc_count, rows + ends + g.n_envs, "slots %llu rows %llu ends %llu",
                 (unsigned long long)st.alloc_count, (unsigned long long)rows, (unsigned long long)ends);
   sac_replay_storage_close(&st);
@@ -109,7 +109,7 @@ Test(replay_storage, truncation_bootstraps_from_final_obs) {
   cr_assert_eq(st.size, 3);
   float o[4], a[1], no[4], r, te;
   for (uint32_t s = 0; s < st.alloc_count; s++) {
-    if (!(st.flags[s] & SAC_SLOT_READY))
+    if (!(*sac_replay_flags(&st, s) & SAC_SLOT_READY))
       continue;
     sac_replay_storage_gather(&st, &s, 1, o, a, &r, &te, no);
     cr_assert_eq(te, 0.0f, "truncation is not termination");
@@ -123,7 +123,7 @@ Test(replay_storage, truncation_bootstraps_from_final_obs) {
   cr_assert_eq(sac_replay_storage_insert(&st, 1, &t, &stored), 0);
   int seen_term = 0;
   for (uint32_t s = 0; s < st.alloc_count; s++) {
-    if (!(st.flags[s] & SAC_SLOT_READY))
+    if (!(*sac_replay_flags(&st, s) & SAC_SLOT_READY))
       continue;
     sac_replay_storage_gather(&st, &s, 1, o, a, &r, &te, no);
     if (o[1] == 1.0f && o[2] == 0.0f) {
@@ -170,7 +170,7 @@ Test(replay_storage, tail_mismatch_takes_a_new_slot) {
   cr_assert_eq(sac_replay_storage_insert(&st, 3, &t, &stored), 0);
   cr_assert_eq(st.alloc_count, 4);
   cr_assert_eq(st.tails_reused, 0);
-  cr_assert_eq(st.next[0], 1);
+  cr_assert_eq(*sac_replay_next(&st, 0), 1);
   /* a third batch that continues from tail2 reuses its slot */
   float obs3[2] = {10, 10}, tail3[2] = {11, 11};
   t.obs = obs3;
@@ -383,11 +383,11 @@ Test(replay_storage, large_arrays_ask_for_huge_pages) {
   sac_replay_storage_t st;
   make(&st, 600000, 17, 6, 0);
   const size_t bytes = (size_t)12 << 20;
-  memset(st.obs, 1, bytes); /* rows as inserts write them */
-  const long advised = huge_kb_at(st.obs + (4 << 20)); /* inside the whole huge pages asked for */
+  memset(st.recs, 1, bytes); /* rows as inserts write them */
+  const long advised = huge_kb_at(st.recs + (4 << 20)); /* inside the whole huge pages asked for */
   if (advised < 0)
     cr_skip_test("no /proc/self/smaps entry for the array (not a mapping of its own here)");
-  cr_assert_gt(advised, 0, "the observations' array holds no huge pages after %zu MB written", bytes >> 20);
+  cr_assert_gt(advised, 0, "the records' array holds no huge pages after %zu MB written", bytes >> 20);
   if (mode == 'm') {
     uint8_t *plain = calloc(600000, 68);
     cr_assert_not_null(plain);
