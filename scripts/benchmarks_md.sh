@@ -9,8 +9,8 @@ BUILD=${1:-build}
 OUT=${2:-docs/BENCHMARKS.md}
 BENCHES=(
   "replay service: ingest, sampling, durability|bench/sac-bench-replay --seconds 1 --reps 3"
-  "learner service ceiling (null backend, no math)|bench/sac-bench-service --seconds 1 --windows 3 --configs inproc:2,tcp:2 --actors 0,4"
-  "CPU learner: updates/s against the ceiling (pendulum preset)|bench/sac-bench-learner --preset pendulum --runs 3 --peer false"
+  "the feed a GPU learner meets (null backend, no math)|bench/sac-bench-service --runs 3 --seconds 1 --windows 3"
+  "CPU learner: updates/s against the sgemm ceiling and the fastest installed peer (cheetah preset)|bench/sac-bench-learner"
 )
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 machine="$(nproc) cores, ${cpu:-unknown CPU}, $(awk '{print int($2 / 1048576 + 0.5)}' <(grep MemTotal /proc/meminfo)) GiB"
