@@ -187,6 +187,58 @@ Test(replay_sampler, batched_priority_updates_equal_one_at_a_time) {
   sac_replay_storage_close(&st);
 }
 
+/* What the prioritised sampler trusts: a positive leaf only on a slot that holds a
+ * transition (it picks by the leaf alone, without reading the slot's record). A ring of
+ * 1,024 slots is overwritten many times by 8 environments with short episodes (episode-end
+ * and pending observation slots, reused tails) while every batch's sampled rows get new
+ * priorities, some of them stale; after every insert and every update, every slot with a
+ * positive leaf is READY. Control: the same check on a leaf planted on an observation-only
+ * slot fails. */
+static int leaves_only_on_transitions(const sac_replay_storage_t *st, const sac_replay_sumtree_t *t) {
+  for (uint64_t s = 0; s < sac_replay_storage_filled(st); s++)
+    if (t->leaf[s] > 0.0f && !(*sac_replay_flags(st, s) & SAC_SLOT_READY))
+      return 0;
+  return 1;
+}
+
+Test(replay_sampler, positive_leaves_only_on_transitions) {
+  sac_replay_storage_t st;
+  sac_replay_storage_config_t c = {1024, 4, 1, 0, 0, 64, 16};
+  cr_assert_eq(sac_replay_storage_init(&st, &c), 0);
+  sac_replay_sumtree_t t;
+  cr_assert_eq(sac_replay_sumtree_init(&t, 1024), 0);
+  st.tree = &t;
+  tg_t g;
+  tg_init(&g, 1, 8, 4, 1, 12, 6); /* 8 envs, episodes of 6..12 steps, 6 rows per env a batch */
+  sac_rng_t rng;
+  sac_rng_init(&rng, 31, 0);
+  uint32_t slots[64], gen[64];
+  float w[64], p[64];
+  for (int b = 0; b < 400; b++) {
+    uint32_t stored = 0;
+    cr_assert_eq(sac_replay_storage_insert(&st, 1, tg_next(&g), &stored), 0);
+    cr_assert(leaves_only_on_transitions(&st, &t), "batch %d: a positive leaf on a slot with no transition", b);
+    if (sac_replay_sample_prioritized(&st, &t, &rng, 64, 0.4f, slots, w) != 0)
+      continue;
+    for (int k = 0; k < 64; k++) {
+      gen[k] = sac_replay_storage_generation(&st, slots[k]) - (k % 9 == 4); /* some stale */
+      p[k] = (float)(3.0 * sac_rng_uniform(&rng));
+    }
+    sac_replay_priority_set_n(&st, &t, 64, slots, gen, p, 0.6, 1e-6);
+    cr_assert(leaves_only_on_transitions(&st, &t), "batch %d: a priority update put a leaf on a slot with no transition", b);
+  }
+  uint64_t obs_only = SAC_SLOT_NONE;
+  for (uint64_t s = 0; s < sac_replay_storage_filled(&st) && obs_only == SAC_SLOT_NONE; s++)
+    if (!(*sac_replay_flags(&st, s) & SAC_SLOT_READY))
+      obs_only = s;
+  cr_assert_neq(obs_only, SAC_SLOT_NONE, "the ring holds observation-only slots");
+  sac_replay_sumtree_set(&t, obs_only, 1.0f); /* control */
+  cr_assert(!leaves_only_on_transitions(&st, &t), "the check missed a planted leaf");
+  tg_free(&g);
+  sac_replay_sumtree_close(&t);
+  sac_replay_storage_close(&st);
+}
+
 /* Upper quantile of the chi-square distribution with df degrees of freedom at a
  * false-alarm rate whose standard normal quantile is z (Wilson and Hilferty 1931:
  * (X/df)^(1/3) is nearly normal; relative error under 1e-3 for df > 100). */
