@@ -128,26 +128,6 @@ static inline void add_from(double *s, unsigned c, double d) {
 #endif
 }
 
-/* Adds d to the running sums of every node above leaf group `group`. */
-static void add_up(sac_replay_sumtree_t *t, uint64_t group, double d) {
-  uint64_t child = group;
-  for (uint32_t l = t->levels; l-- > 0;) {
-    add_from(t->node + (t->level_first[l] + child / FAN) * FAN, (unsigned)(child % FAN), d);
-    child /= FAN;
-  }
-}
-
-void sac_replay_sumtree_set(sac_replay_sumtree_t *t, uint64_t i, float v) {
-  double delta = (double)v - (double)t->leaf[i];
-  t->leaf[i] = v;
-  if (delta == 0.0)
-    return;
-  add_up(t, i / GROUP, delta);
-  t->total = t->node[FAN - 1];
-  if (++t->updates_since_rebuild >= t->n)
-    sac_replay_sumtree_rebuild(t);
-}
-
 /* Updates asked for this many ahead: their leaf and bottom-node lines. */
 #define SET_AHEAD 8
 
@@ -176,6 +156,20 @@ static void add_level(sac_replay_sumtree_t *t, uint32_t l, uint64_t *child, doub
     }
   }
   *m = up;
+}
+
+void sac_replay_sumtree_set(sac_replay_sumtree_t *t, uint64_t i, float v) {
+  double delta = (double)v - (double)t->leaf[i];
+  t->leaf[i] = v;
+  if (delta == 0.0)
+    return;
+  uint64_t group = i / GROUP;
+  size_t m = 1;
+  for (uint32_t l = t->levels; l-- > 0;)
+    add_level(t, l, &group, &delta, &m);
+  t->total = t->node[FAN - 1];
+  if (++t->updates_since_rebuild >= t->n)
+    sac_replay_sumtree_rebuild(t);
 }
 
 void sac_replay_sumtree_set_n(sac_replay_sumtree_t *t, const uint64_t *i, const float *v, size_t n) {
@@ -466,17 +460,14 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
   return 0;
 }
 
-/* Updates taken at once: their flag bytes, leaves and bottom nodes asked for together. */
-#define PRIORITY_CHUNK 256
-
 uint32_t sac_replay_priority_set_n(const sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t n,
                                    const uint32_t *slot, const uint32_t *gen, const float *p, double alpha,
                                    double eps) {
-  uint64_t idx[PRIORITY_CHUNK];
-  float val[PRIORITY_CHUNK];
+  uint64_t idx[SAC_PRIORITY_CHUNK];
+  float val[SAC_PRIORITY_CHUNK];
   uint32_t applied = 0;
-  for (uint32_t k0 = 0; k0 < n; k0 += PRIORITY_CHUNK) {
-    const uint32_t end = n - k0 < PRIORITY_CHUNK ? n : k0 + PRIORITY_CHUNK;
+  for (uint32_t k0 = 0; k0 < n; k0 += SAC_PRIORITY_CHUNK) {
+    const uint32_t end = n - k0 < SAC_PRIORITY_CHUNK ? n : k0 + SAC_PRIORITY_CHUNK;
     for (uint32_t k = k0; k < end; k++)
       if (slot[k] < st->cfg.capacity)
         set_prefetch(t, slot[k]);

@@ -73,6 +73,10 @@ int sac_replay_sample_uniform(const sac_replay_storage_t *st, sac_rng_t *rng, ui
 int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_replay_sumtree_t *t,
                                   sac_rng_t *rng, uint32_t n, float beta, uint32_t *slots, float *weights);
 
+/* Updates priority_set_n takes at once (their lines asked for together): a caller that
+ * decodes updates into arrays of its own can size them by it. */
+#define SAC_PRIORITY_CHUNK 256
+
 /* Applies priority p[k] (finite, >= 0) to slot[k], k < n, where the slot's generation is
  * still gen[k] and it holds a transition: leaf = (p + eps)^alpha, as n calls of set in
  * that order, with the batch's lines (flag bytes, leaves, bottom nodes) asked for ahead so

@@ -577,15 +577,13 @@ int sac_replay_shard_sample_to(sac_replay_shard_t *sh, uint32_t n, float beta, u
 }
 
 /* Updates decoded and checked a chunk at a time, then applied to the tree together. */
-#define PRIORITY_CHUNK 256
-
 void sac_replay_shard_update_priorities(sac_replay_shard_t *sh, uint32_t n, const uint64_t *indices,
                                         const float *priorities, uint32_t *applied, uint32_t *stale,
                                         uint32_t *foreign) {
-  uint32_t ok = 0, old = 0, bad = 0, slot[PRIORITY_CHUNK], gen[PRIORITY_CHUNK];
-  float p[PRIORITY_CHUNK];
-  for (uint32_t i0 = 0; i0 < n; i0 += PRIORITY_CHUNK) {
-    const uint32_t end = n - i0 < PRIORITY_CHUNK ? n : i0 + PRIORITY_CHUNK;
+  uint32_t ok = 0, old = 0, bad = 0, slot[SAC_PRIORITY_CHUNK], gen[SAC_PRIORITY_CHUNK];
+  float p[SAC_PRIORITY_CHUNK];
+  for (uint32_t i0 = 0; i0 < n; i0 += SAC_PRIORITY_CHUNK) {
+    const uint32_t end = n - i0 < SAC_PRIORITY_CHUNK ? n : i0 + SAC_PRIORITY_CHUNK;
     uint32_t m = 0;
     for (uint32_t i = i0; i < end; i++) {
       const uint64_t ix = indices[i];
@@ -708,7 +706,7 @@ typedef struct {
 } actor_rec_t;
 
 /* The storage's fields to and from a snapshot. */
-static int snap_put(void *w, const void *data, size_t len) { return sac_snap_write(w, data, len); }
+static int snap_put(void *w, void *data, size_t len) { return sac_snap_write(w, data, len); }
 static int snap_get(void *r, void *data, size_t len) { return sac_snap_read(r, data, len); }
 
 int sac_replay_shard_save(sac_replay_shard_t *sh, const char *path, uint64_t *bytes) {

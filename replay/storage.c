@@ -375,45 +375,59 @@ double sac_replay_storage_bytes_per_slot(const sac_replay_storage_t *st) { retur
 
 /* ------------------------------------------------------------------ snapshot fields */
 
-/* Field f's bytes per slot and where it lies in a record. */
+/* Field f (obs, act, reward, next, flags: the snapshot's order) of a record: its offset,
+ * and its bytes in *bytes. */
 static size_t field_at(const sac_replay_storage_t *st, int f, size_t *bytes) {
-  static const size_t fixed[5] = {0, 0, 4, 4, 1};
-  *bytes = f == 0 ? st->obs_row : f == 1 ? st->act_row : fixed[f];
-  return f == 0 ? SAC_REC_OBS : f == 1 ? st->act_at : f == 2 ? 4 : f == 3 ? 0 : st->flags_at;
-}
-
-int sac_replay_storage_write_fields(const sac_replay_storage_t *st, uint64_t filled,
-                                    int (*put)(void *ctx, const void *data, size_t len), void *ctx) {
-  for (int f = 0; f < 5; f++) { /* obs, act, reward, next, flags */
-    size_t bytes, at = field_at(st, f, &bytes);
-    const uint64_t per = st->bounce_size / bytes;
-    for (uint64_t s0 = 0; s0 < filled; s0 += per) {
-      const uint64_t m = filled - s0 < per ? filled - s0 : per;
-      for (uint64_t k = 0; k < m; k++)
-        memcpy(st->bounce + k * bytes, sac_replay_rec(st, s0 + k) + at, bytes);
-      int rc = put(ctx, st->bounce, (size_t)m * bytes);
-      if (rc)
-        return rc;
-    }
+  switch (f) {
+  case 0:
+    *bytes = st->obs_row;
+    return SAC_REC_OBS;
+  case 1:
+    *bytes = st->act_row;
+    return st->act_at;
+  case 2:
+    *bytes = 4;
+    return SAC_REC_REWARD;
+  case 3:
+    *bytes = 4;
+    return SAC_REC_NEXT;
+  default:
+    *bytes = 1;
+    return st->flags_at;
   }
-  return 0;
 }
 
-int sac_replay_storage_read_fields(sac_replay_storage_t *st, uint64_t filled,
-                                   int (*get)(void *ctx, void *data, size_t len), void *ctx) {
+/* Every field's rows of slots [0, filled) through the bounce buffer: out of the records
+ * to io (to_io), or from io into the records. */
+static int fields_io(const sac_replay_storage_t *st, uint64_t filled, int to_io, sac_replay_fields_io_t io,
+                     void *ctx) {
   for (int f = 0; f < 5; f++) {
     size_t bytes, at = field_at(st, f, &bytes);
     const uint64_t per = st->bounce_size / bytes;
     for (uint64_t s0 = 0; s0 < filled; s0 += per) {
       const uint64_t m = filled - s0 < per ? filled - s0 : per;
-      int rc = get(ctx, st->bounce, (size_t)m * bytes);
+      if (to_io)
+        for (uint64_t k = 0; k < m; k++)
+          memcpy(st->bounce + k * bytes, sac_replay_rec(st, s0 + k) + at, bytes);
+      int rc = io(ctx, st->bounce, (size_t)m * bytes);
       if (rc)
         return rc;
-      for (uint64_t k = 0; k < m; k++)
-        memcpy(sac_replay_rec(st, s0 + k) + at, st->bounce + k * bytes, bytes);
+      if (!to_io)
+        for (uint64_t k = 0; k < m; k++)
+          memcpy(sac_replay_rec(st, s0 + k) + at, st->bounce + k * bytes, bytes);
     }
   }
   return 0;
+}
+
+int sac_replay_storage_write_fields(const sac_replay_storage_t *st, uint64_t filled, sac_replay_fields_io_t put,
+                                    void *ctx) {
+  return fields_io(st, filled, 1, put, ctx);
+}
+
+int sac_replay_storage_read_fields(sac_replay_storage_t *st, uint64_t filled, sac_replay_fields_io_t get,
+                                   void *ctx) {
+  return fields_io(st, filled, 0, get, ctx);
 }
 
 double sac_replay_storage_bytes_per_transition(const sac_replay_storage_t *st, double extra_bytes_per_slot) {

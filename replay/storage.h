@@ -50,8 +50,10 @@ typedef struct {
   uint32_t env, stamp, open, pad;
 } sac_replay_envmap_t;
 
-/* A record: next slot (uint32) at 0, reward (float) at 4, the observation row at
- * SAC_REC_OBS, the action row at act_at, the flags byte at flags_at. */
+/* A record: next slot (uint32) at SAC_REC_NEXT, reward (float) at SAC_REC_REWARD, the
+ * observation row at SAC_REC_OBS, the action row at act_at, the flags byte at flags_at. */
+#define SAC_REC_NEXT 0u
+#define SAC_REC_REWARD 4u
 #define SAC_REC_OBS 8u
 
 typedef struct {
@@ -80,10 +82,10 @@ static inline uint8_t *sac_replay_rec(const sac_replay_storage_t *st, uint64_t s
   return st->recs + (size_t)s * st->rec;
 }
 static inline uint32_t *sac_replay_next(const sac_replay_storage_t *st, uint64_t s) {
-  return (uint32_t *)(void *)sac_replay_rec(st, s);
+  return (uint32_t *)(void *)(sac_replay_rec(st, s) + SAC_REC_NEXT);
 }
 static inline float *sac_replay_reward(const sac_replay_storage_t *st, uint64_t s) {
-  return (float *)(void *)(sac_replay_rec(st, s) + 4);
+  return (float *)(void *)(sac_replay_rec(st, s) + SAC_REC_REWARD);
 }
 static inline uint8_t *sac_replay_obs(const sac_replay_storage_t *st, uint64_t s) {
   return sac_replay_rec(st, s) + SAC_REC_OBS;
@@ -142,10 +144,11 @@ void sac_replay_storage_gather16(const sac_replay_storage_t *st, const uint32_t 
  * of at most bounce_size bytes; read_fields fills the records from get the same way.
  * Both return the first nonzero return of put/get (0 when all went through). */
 #define SAC_REPLAY_BOUNCE ((size_t)64 << 10)
-int sac_replay_storage_write_fields(const sac_replay_storage_t *st, uint64_t filled,
-                                    int (*put)(void *ctx, const void *data, size_t len), void *ctx);
-int sac_replay_storage_read_fields(sac_replay_storage_t *st, uint64_t filled,
-                                   int (*get)(void *ctx, void *data, size_t len), void *ctx);
+typedef int (*sac_replay_fields_io_t)(void *ctx, void *data, size_t len);
+int sac_replay_storage_write_fields(const sac_replay_storage_t *st, uint64_t filled, sac_replay_fields_io_t put,
+                                    void *ctx);
+int sac_replay_storage_read_fields(sac_replay_storage_t *st, uint64_t filled, sac_replay_fields_io_t get,
+                                   void *ctx);
 
 /* Bytes of storage per slot, and the memory of the whole ring per transition it holds
  * (total bytes / transitions it can hold at the current share of observation-only
