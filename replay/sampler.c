@@ -380,6 +380,20 @@ static uint32_t uniform_one(const sac_replay_storage_t *st, draws_t *rng, uint64
   return ready_near(st, filled, s);
 }
 
+/* Slot s's record asked for into the second-level cache: its first and last lines (the
+ * observation's start, the action and flags; the gather asks for any line between). The
+ * prioritised picks ask as each group of searches ends, so that the misses overlap the
+ * next group's descents instead of waiting for the gather. A 256-row prioritised sample
+ * and its gather from a million cheetah rows, alternating in one process on the 2-core
+ * Intel machine: 48-75 us before, 40-63 after (about 15% less in each of three pairs of
+ * medians); asked for into the first level only (non-temporal) the lines were gone again
+ * by the gather, and asking for every line of the record as well gained nothing. */
+static inline void prefetch_record(const sac_replay_storage_t *st, uint64_t s) {
+  const uint8_t *rec = sac_replay_rec(st, s);
+  __builtin_prefetch(rec, 0, 2);
+  __builtin_prefetch(rec + st->rec - 1, 0, 2);
+}
+
 /* Every row's first draw is made before any is checked, and its flag byte asked for
  * (prefetched): in a large buffer each check is a cache miss, and this way they overlap
  * instead of coming one after another. A first draw that is not a transition is drawn
@@ -429,7 +443,14 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
       if (u[k] >= total)
         u[k] = nextafter(total, 0.0);
     }
-    sac_replay_sumtree_find_n(t, u, m, found);
+    for (uint32_t g = 0; g < m; g += FIND_GROUP) {
+      const uint32_t gm = m - g < FIND_GROUP ? m - g : FIND_GROUP;
+      sac_replay_sumtree_find_n(t, u + g, gm, found + g);
+      /* the picks' records, asked for now (prefetch_record) */
+      for (uint32_t k = g; k < g + gm; k++)
+        if (found[k] < filled)
+          prefetch_record(st, found[k]);
+    }
     for (uint32_t k = 0; k < m; k++) {
       uint64_t j = found[k];
       uint32_t s = prioritized_ok(t, filled, j) ? (uint32_t)j : SAC_SLOT_NONE;
