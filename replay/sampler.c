@@ -394,6 +394,15 @@ static inline void prefetch_record(const sac_replay_storage_t *st, uint64_t s) {
   __builtin_prefetch(rec + st->rec - 1, 0, 2);
 }
 
+/* Slot s's next observation row asked for into the second-level cache, once s's record
+ * is at hand (reading the next slot from a record still on its way would wait for it).
+ * After prefetch_record, the same alternating runs: 46 us median before, 41.5 after. */
+static inline void prefetch_next_obs(const sac_replay_storage_t *st, uint64_t s) {
+  const uint8_t *o = sac_replay_obs(st, *sac_replay_next(st, s));
+  __builtin_prefetch(o, 0, 2);
+  __builtin_prefetch(o + st->obs_row - 1, 0, 2);
+}
+
 /* Every row's first draw is made before any is checked, and its flag byte asked for
  * (prefetched): in a large buffer each check is a cache miss, and this way they overlap
  * instead of coming one after another. A first draw that is not a transition is drawn
@@ -468,6 +477,11 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
       weights[i0 + k] = t->leaf[s]; /* the picked leaf, made a weight below */
     }
   }
+  /* the picks' next observations, whose slots their records (asked for above) now hold:
+   * asked for while the weights are computed (prefetch_next_obs) */
+  for (uint32_t i = 0; i < n; i++)
+    if (slots[i] < filled)
+      prefetch_next_obs(st, slots[i]);
   /* w_i = (size p_i)^-beta / max_j w_j = (p_i / p_min)^-beta: float powers (weights are
    * float; powf is a fraction of pow's time) of ratios to the smallest picked priority */
   float pmin = INFINITY;
