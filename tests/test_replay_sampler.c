@@ -239,6 +239,54 @@ Test(replay_sampler, positive_leaves_only_on_transitions) {
   sac_replay_storage_close(&st);
 }
 
+/* One update per slot and asked generation (the slot's, one older, one newer) through
+ * sac_replay_priority_set_n; checks each is applied exactly when the generation is the
+ * slot's and the slot holds a transition. Returns how many were applied. */
+static uint64_t generation_sweep(sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t cap) {
+  uint64_t got = 0;
+  for (uint32_t s = 0; s < cap; s++)
+    for (int d = -1; d <= 1; d++) {
+      const uint32_t truth = sac_replay_storage_generation(st, s), asked = truth + (uint32_t)d;
+      const float p = 0.5f;
+      const int ready = (*sac_replay_flags(st, s) & SAC_SLOT_READY) != 0;
+      const uint32_t applied = sac_replay_priority_set_n(st, t, 1, &s, &asked, &p, 0.6, 1e-6);
+      cr_assert_eq(applied, (uint32_t)(d == 0 && ready), "slot %u (generation %u, cursor %llu): generation %u %s",
+                   s, truth, (unsigned long long)st->cursor, asked, applied ? "applied" : "refused");
+      got += applied;
+    }
+  return got;
+}
+
+/* The generation check of a batched priority update matches sac_replay_storage_generation
+ * on a ring written over several times, at every slot and on both sides of the cursor
+ * (the update works it out without a division). Then again with every slot marked as a
+ * transition, so that the newest slot (an observation waiting for its next step, just
+ * below the cursor) is checked too. */
+Test(replay_sampler, priority_updates_check_generations_across_wraps) {
+  enum { C = 1024 };
+  sac_replay_storage_t st;
+  sac_replay_storage_config_t c = {C, 4, 1, 0, 0, 64, 16};
+  cr_assert_eq(sac_replay_storage_init(&st, &c), 0);
+  sac_replay_sumtree_t t;
+  cr_assert_eq(sac_replay_sumtree_init(&t, C), 0);
+  st.tree = &t;
+  tg_t g;
+  tg_init(&g, 1, 8, 4, 1, 12, 6);
+  for (int b = 0; b < 97; b++) { /* about 4.5 times round the ring: the cursor mid-ring */
+    uint32_t stored = 0;
+    cr_assert_eq(sac_replay_storage_insert(&st, 1, tg_next(&g), &stored), 0);
+  }
+  cr_assert_gt(st.alloc_count, 3 * (uint64_t)C);
+  cr_assert_neq(st.cursor, 0, "the cursor is mid-ring");
+  cr_assert_gt(generation_sweep(&st, &t, C), C / 2, "most slots hold a transition");
+  for (uint32_t s = 0; s < C; s++)
+    *sac_replay_flags(&st, s) |= SAC_SLOT_READY;
+  cr_assert_eq(generation_sweep(&st, &t, C), C);
+  tg_free(&g);
+  sac_replay_sumtree_close(&t);
+  sac_replay_storage_close(&st);
+}
+
 /* Upper quantile of the chi-square distribution with df degrees of freedom at a
  * false-alarm rate whose standard normal quantile is z (Wilson and Hilferty 1931:
  * (X/df)^(1/3) is nearly normal; relative error under 1e-3 for df > 100). */
