@@ -3,7 +3,8 @@
 #   1. fuzz:      every libFuzzer target (scripts/fuzz.sh) for CI_EXTRA_FUZZ_S seconds each;
 #   2. sanitize:  the whole ctest suite but the slow and gpu labels (unit + integration)
 #                 on a -DSAC_SANITIZE=ON -DSAC_WITH_CUDA=OFF build (AddressSanitizer +
-#                 UndefinedBehaviorSanitizer; leaks, any UB and any ASan report fail it);
+#                 UndefinedBehaviorSanitizer; leaks, any UB and any ASan report fail it),
+#                 one test per core at once (its tests wait on progress, not the clock);
 #   3. valgrind:  short training runs under valgrind --tool=memcheck (no invalid access,
 #                 no definite leak): the single-process loop with a tiny network for a few
 #                 hundred updates, and the embedded default (2 shards, 2 actor threads over
@@ -92,7 +93,7 @@ if [[ " $stages " == *" sanitize "* ]]; then
     (cd "$b" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
       LSAN_OPTIONS="suppressions=$logs/lsan.supp:print_suppressions=0" \
       UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-      ctest -LE 'slow|gpu' --output-on-failure --timeout 600 -j1) >"$logs/asan-ctest.log" 2>&1
+      ctest -LE 'slow|gpu' --output-on-failure --timeout 600 -j"$jobs") >"$logs/asan-ctest.log" 2>&1
     rc=$?
     grep -E 'tests passed|tests failed|\*\*\*|Failed|Not Run|Skipped' "$logs/asan-ctest.log" | tail -n 25
     detail="$(grep -E 'tests passed|tests failed' "$logs/asan-ctest.log" | tail -n 1), ctest $((SECONDS - tb)) s"
