@@ -495,24 +495,6 @@ int sac_replay_sample_prioritized(const sac_replay_storage_t *st, const sac_repl
   return 0;
 }
 
-/* Slot s's generation as sac_replay_storage_generation gives it, without its division:
- * alloc_count - 1 = base * capacity + rem, so (alloc_count - 1 - s) / capacity is base
- * for s <= rem and base - 1 above (s < capacity <= alloc_count: the slot was handed out). */
-typedef struct {
-  uint64_t base, rem;
-} gen_of_t;
-
-static gen_of_t gen_of_init(const sac_replay_storage_t *st) {
-  const uint64_t last = st->alloc_count - 1, cap = st->cfg.capacity;
-  return (gen_of_t){last / cap, last % cap};
-}
-
-static inline uint32_t gen_of(const sac_replay_storage_t *st, gen_of_t g, uint32_t s) {
-  if (st->alloc_count <= s)
-    return 0;
-  return (uint32_t)(s <= g.rem ? g.base : g.base - 1);
-}
-
 /* In three passes over a chunk, so that the misses of the first overlap the work of the
  * second: the leaves and bottom nodes asked for; the generations checked and the powers
  * taken (no memory touched); then the leaves read, each update kept where its slot holds
@@ -522,7 +504,6 @@ uint32_t sac_replay_priority_set_n(const sac_replay_storage_t *st, sac_replay_su
                                    double eps) {
   uint64_t idx[SAC_PRIORITY_CHUNK];
   float val[SAC_PRIORITY_CHUNK], pw[SAC_PRIORITY_CHUNK];
-  const gen_of_t g = gen_of_init(st);
   uint32_t applied = 0;
   for (uint32_t k0 = 0; k0 < n; k0 += SAC_PRIORITY_CHUNK) {
     const uint32_t end = n - k0 < SAC_PRIORITY_CHUNK ? n : k0 + SAC_PRIORITY_CHUNK;
@@ -531,7 +512,7 @@ uint32_t sac_replay_priority_set_n(const sac_replay_storage_t *st, sac_replay_su
         set_prefetch(t, slot[k]);
     for (uint32_t k = k0; k < end; k++) {
       pw[k - k0] = NAN; /* not applied */
-      if (slot[k] >= st->cfg.capacity || (gen_of(st, g, slot[k]) & 0xFFFFFu) != (gen[k] & 0xFFFFFu))
+      if (slot[k] >= st->cfg.capacity || (sac_replay_storage_generation(st, slot[k]) & 0xFFFFFu) != (gen[k] & 0xFFFFFu))
         continue;
       /* in float, as the leaf is kept: powf is about half of pow's instructions */
       float fv = powf((float)((double)p[k] + eps), (float)alpha);

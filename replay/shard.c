@@ -954,6 +954,7 @@ int sac_replay_shard_load(sac_replay_shard_t *sh, const char *path) {
   uint64_t filled = alloc < sh->cfg.capacity ? alloc : sh->cfg.capacity;
   st->alloc_count = alloc;
   st->cursor = alloc % sh->cfg.capacity;
+  st->laps = alloc / sh->cfg.capacity;
   rc = SAC_EPROTO;
   if (m[M_SIZE] > filled || m[M_N_ACTORS] > sh->cfg.max_actors ||
       m[M_N_STREAMS] > (uint64_t)st->streams_mask + 1) {

@@ -64,7 +64,7 @@ void sac_replay_storage_reset(sac_replay_storage_t *st) {
   for (uint64_t s = 0, filled = sac_replay_storage_filled(st); s < filled; s++)
     *sac_replay_flags(st, s) = 0;
   memset(st->streams, 0, ((size_t)st->streams_mask + 1) * sizeof *st->streams);
-  st->alloc_count = st->cursor = st->size = 0;
+  st->alloc_count = st->cursor = st->laps = st->size = 0;
   st->rows_inserted = st->obs_only_slots = st->tails_reused = 0;
   if (st->tree) {
     memset(st->tree->leaf, 0, st->tree->n * sizeof(float));
@@ -84,8 +84,10 @@ static uint32_t alloc_slot(sac_replay_storage_t *st) {
   }
   *sac_replay_flags(st, s) = 0;
   st->alloc_count++;
-  if (++st->cursor == st->cfg.capacity)
+  if (++st->cursor == st->cfg.capacity) {
     st->cursor = 0;
+    st->laps++;
+  }
   return s;
 }
 

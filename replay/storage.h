@@ -66,6 +66,7 @@ typedef struct {
   size_t bounce_size;      /* SAC_REPLAY_BOUNCE, or one row where a row is larger */
   uint64_t alloc_count;    /* slots allocated since creation (serials 0..alloc_count-1) */
   uint64_t cursor;         /* alloc_count % capacity */
+  uint64_t laps;           /* alloc_count / capacity: times the cursor went round */
   uint64_t size;           /* READY slots */
   sac_replay_stream_t *streams;
   uint32_t streams_mask;
@@ -114,11 +115,14 @@ int sac_replay_storage_insert(sac_replay_storage_t *st, uint32_t actor_id, const
  * used by insert and by snapshot restore. */
 void sac_replay_storage_stream_put(sac_replay_storage_t *st, uint32_t actor, uint32_t env, uint64_t serial);
 
-/* Generation of slot (times it was reallocated), for sample indices. */
+/* Generation of slot (times it was reallocated: (alloc_count - 1 - slot) / capacity),
+ * for sample indices and the priority updates that name them. Without the division,
+ * which a sample and a batch of priority updates took once a row: a slot below the
+ * cursor was handed out in the current lap, one at or above it in the lap before. */
 static inline uint32_t sac_replay_storage_generation(const sac_replay_storage_t *st, uint32_t slot) {
   if (st->alloc_count <= slot)
     return 0;
-  return (uint32_t)((st->alloc_count - 1 - slot) / st->cfg.capacity);
+  return (uint32_t)(slot < st->cursor ? st->laps : st->laps - 1);
 }
 static inline uint64_t sac_replay_storage_filled(const sac_replay_storage_t *st) {
   return st->alloc_count < st->cfg.capacity ? st->alloc_count : st->cfg.capacity;

@@ -239,14 +239,17 @@ Test(replay_sampler, positive_leaves_only_on_transitions) {
   sac_replay_storage_close(&st);
 }
 
-/* One update per slot and asked generation (the slot's, one older, one newer) through
+/* One update per slot and asked generation (the slot's by definition, one older, one newer) through
  * sac_replay_priority_set_n; checks each is applied exactly when the generation is the
  * slot's and the slot holds a transition. Returns how many were applied. */
 static uint64_t generation_sweep(sac_replay_storage_t *st, sac_replay_sumtree_t *t, uint32_t cap) {
   uint64_t got = 0;
   for (uint32_t s = 0; s < cap; s++)
     for (int d = -1; d <= 1; d++) {
-      const uint32_t truth = sac_replay_storage_generation(st, s), asked = truth + (uint32_t)d;
+      /* the definition (times the slot was handed out again), not the storage's shortcut */
+      const uint32_t truth = (uint32_t)((st->alloc_count - 1 - s) / st->cfg.capacity);
+      const uint32_t asked = truth + (uint32_t)d;
+      cr_assert_eq(sac_replay_storage_generation(st, s), truth, "slot %u: generation", s);
       const float p = 0.5f;
       const int ready = (*sac_replay_flags(st, s) & SAC_SLOT_READY) != 0;
       const uint32_t applied = sac_replay_priority_set_n(st, t, 1, &s, &asked, &p, 0.6, 1e-6);
@@ -257,9 +260,10 @@ static uint64_t generation_sweep(sac_replay_storage_t *st, sac_replay_sumtree_t 
   return got;
 }
 
-/* The generation check of a batched priority update matches sac_replay_storage_generation
- * on a ring written over several times, at every slot and on both sides of the cursor
- * (the update works it out without a division). Then again with every slot marked as a
+/* Slot generations (sac_replay_storage_generation, worked out from the cursor and its laps
+ * without a division) match their definition on a ring written over several times, at
+ * every slot and on both sides of the cursor, and a batched priority update is applied
+ * exactly when it names the slot's generation. Then again with every slot marked as a
  * transition, so that the newest slot (an observation waiting for its next step, just
  * below the cursor) is checked too. */
 Test(replay_sampler, priority_updates_check_generations_across_wraps) {

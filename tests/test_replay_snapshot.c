@@ -88,6 +88,12 @@ Test(replay_snapshot, round_trip_restores_everything, .init = setup, .fini = tea
   cr_assert_eq(sa.inserted_rows_total, sb.inserted_rows_total);
   cr_assert_eq(sa.priority_updates_total, sb.priority_updates_total);
   cr_assert_float_eq(sa.limiter_diff, sb.limiter_diff, 1e-9);
+  /* the slots' generations survived (the ring has wrapped): the indices sampled before
+   * the save still name their transitions, and no update to them is stale */
+  uint32_t ok_b, stale_b;
+  sac_replay_shard_update_priorities(b, 64, s.indices, p, &ok_b, &stale_b, NULL);
+  cr_assert_eq(stale_b, 0, "%u of the 64 indices sampled before the save are stale after the load", stale_b);
+  cr_assert_eq(ok_b, ok);
   /* same seed state is not saved, but contents are: both shards sample identical rows
    * for identical slot choices, so compare the distributions via a fresh pair */
   sac_replay_shard_t *a2 = sac_replay_shard_new(&c, NULL);
