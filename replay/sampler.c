@@ -20,14 +20,6 @@ double sac_replay_sumtree_bytes_per_leaf(void) {
   return (double)sizeof(float) + (double)(FAN * sizeof(double)) / (double)(FAN * GROUP);
 }
 
-/* calloc'ed and aligned to a cache line by hand: pages never written stay unbacked (a
- * shard sized for a long run pays for the slots it fills). *raw gets what to free. */
-static void *calloc_lines(size_t bytes, void **raw) {
-  unsigned char *p = calloc(bytes + LINE, 1);
-  *raw = p;
-  return p ? p + (LINE - (uintptr_t)p % LINE) % LINE : NULL;
-}
-
 /* Nodes at level l (0: the root's). */
 static uint64_t level_nodes(const sac_replay_sumtree_t *t, uint32_t l) {
   return t->level_first[l + 1] - t->level_first[l];
@@ -51,22 +43,24 @@ int sac_replay_sumtree_init(sac_replay_sumtree_t *t, uint64_t n) {
   for (uint32_t l = 0; l < L; l++) /* root first */
     t->level_first[l + 1] = t->level_first[l] + count[L - 1 - l];
   const uint64_t padded = count[0] * FAN * GROUP; /* whole bottom nodes: scans stay inside */
-  t->leaf = calloc_lines(padded * sizeof(float), &t->leaf_mem);
-  t->node = calloc_lines(t->level_first[L] * FAN * sizeof(double), &t->node_mem);
+  /* searched at random (common/hugepages.h); pages never written stay unbacked, so a
+   * shard sized for a long run pays for the slots it fills */
+  t->leaf_bytes = padded * sizeof(float);
+  t->node_bytes = t->level_first[L] * FAN * sizeof(double);
+  t->leaf = sac_hugepages_calloc(t->leaf_bytes, &t->leaf_mem);
+  t->node = sac_hugepages_calloc(t->node_bytes, &t->node_mem);
   if (!t->leaf || !t->node) {
     sac_replay_sumtree_close(t);
     return SAC_ENOMEM;
   }
-  sac_hugepages_advise(t->leaf, padded * sizeof(float)); /* searched at random: hugepages.h */
-  sac_hugepages_advise(t->node, t->level_first[L] * FAN * sizeof(double));
   t->n = n;
   t->max_leaf = 1.0f;
   return 0;
 }
 
 void sac_replay_sumtree_close(sac_replay_sumtree_t *t) {
-  free(t->leaf_mem);
-  free(t->node_mem);
+  sac_hugepages_free(t->leaf_mem, t->leaf_bytes);
+  sac_hugepages_free(t->node_mem, t->node_bytes);
   memset(t, 0, sizeof *t);
 }
 

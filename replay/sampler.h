@@ -39,6 +39,7 @@ struct sac_replay_sumtree {
   uint64_t level_first[SAC_SUMTREE_MAX_LEVELS + 1]; /* each level's first node; [levels]: all nodes */
   uint32_t levels;                                  /* node levels; the last one's children are leaf groups */
   void *leaf_mem, *node_mem;                        /* what leaf and node were allocated as */
+  size_t leaf_bytes, node_bytes;                    /* and their sizes (common/hugepages.h) */
   double total;                                     /* sum of leaves */
   float max_leaf;                                   /* priority given to new transitions (already ^alpha) */
   uint64_t updates_since_rebuild;

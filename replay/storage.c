@@ -28,7 +28,8 @@ int sac_replay_storage_init(sac_replay_storage_t *st, const sac_replay_storage_c
   st->act_at = (SAC_REC_OBS + st->obs_row + 3) & ~(size_t)3;
   st->flags_at = st->act_at + st->act_row;
   st->rec = (st->flags_at + 1 + 3) & ~(size_t)3;
-  st->recs = calloc(cap, st->rec);
+  st->recs_bytes = cap * st->rec;
+  st->recs = sac_hugepages_calloc(st->recs_bytes, &st->recs_mem); /* read at random */
   st->bounce_size = SAC_REPLAY_BOUNCE; /* at least one row of each field */
   st->bounce_size = st->obs_row > st->bounce_size ? st->obs_row : st->bounce_size;
   st->bounce_size = st->act_row > st->bounce_size ? st->act_row : st->bounce_size;
@@ -44,12 +45,11 @@ int sac_replay_storage_init(sac_replay_storage_t *st, const sac_replay_storage_c
     sac_replay_storage_close(st);
     return SAC_ENOMEM;
   }
-  sac_hugepages_advise(st->recs, cap * st->rec); /* read at random: common/hugepages.h */
   return 0;
 }
 
 void sac_replay_storage_close(sac_replay_storage_t *st) {
-  free(st->recs);
+  sac_hugepages_free(st->recs_mem, st->recs_bytes);
   free(st->bounce);
   free(st->streams);
   free(st->envmap);

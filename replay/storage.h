@@ -61,7 +61,9 @@ typedef struct {
   size_t obs_row, act_row; /* bytes per row */
   size_t rec;              /* bytes per record, a multiple of 4 */
   size_t act_at, flags_at; /* offsets in a record */
-  uint8_t *recs;           /* (capacity, rec) */
+  uint8_t *recs;           /* (capacity, rec), 64-byte aligned */
+  void *recs_mem;          /* what recs was allocated as, and its size (common/hugepages.h) */
+  size_t recs_bytes;
   uint8_t *bounce;         /* bounce_size bytes: a field's rows on their way to or from a snapshot */
   size_t bounce_size;      /* SAC_REPLAY_BOUNCE, or one row where a row is larger */
   uint64_t alloc_count;    /* slots allocated since creation (serials 0..alloc_count-1) */
