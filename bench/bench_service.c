@@ -57,7 +57,11 @@
  * priorities, publish); and two yardsticks measured in the same run: memcpy bandwidth over
  * 64 MiB, and a plain random gather of the same rows (a batch of rows, each its observation,
  * next observation, action and reward, picked uniformly from arrays of the row count filled,
- * in the shards' layout), in us per batch: "x gather" is the process's CPU per update over it.
+ * in the shards' layout), in us per batch. The gather is measured again before each round
+ * of runs (a virtual machine's speed swings by up to 1.5x within minutes), and printed
+ * beside each run's figure: "x gather" is the median over the runs of each run's process
+ * CPU per update over the gather measured just before it, and the gather column the
+ * median of those gathers.
  * One "RESULT" line per row is for scripts (tests/test_bench_service.sh): it names the row's
  * whole configuration beside updates_per_s. The process exits 1 when a row produced no
  * positive finite figure.
@@ -654,6 +658,8 @@ typedef struct {
   double cpu_us, learner_cpu_us; /* CPU per update: the process, the learner's thread */
   double stage_cpu_us[ST_COUNT]; /* the learner thread's CPU per update, by stage */
   double fill_s;                 /* seconds the fill took (acknowledged, so durable) */
+  double gather_us;              /* the plain gather's us per batch, measured just before the run */
+  double cpu_per_gather;         /* cpu_us / gather_us (over runs: the median of the runs' ratios) */
 } result_t;
 
 static int start_inserters(const conf_t *c, const shards_t *sh, atomic_int *stop, inserter_t *ins,
@@ -1097,6 +1103,8 @@ static void over_runs(result_t *r, int n, result_t *out) {
   MED(cpu_us);
   MED(learner_cpu_us);
   MED(fill_s);
+  MED(gather_us);
+  MED(cpu_per_gather);
   for (int k = 0; k < ST_COUNT; k++) {
     MED(stage_cpu_us[k]);
     for (int i = 0; i < n; i++) /* the share of wall time, then back to seconds of one loop */
@@ -1176,22 +1184,21 @@ static void print_header(const opts_t *o, const conf_t *rows, int nrows, const c
     printf(" %.2f us from %lld rows", gather_real, (long long)filled_real);
   if (has_easy)
     printf("%s %.2f us from %d rows", has_real ? "," : "", gather_easy, 2 * EASY_ROWS_PER_SHARD);
-  printf(" (median of 5 x 1000 batches)\n");
+  printf(" (median of 5 x 1000 batches; the gather again before each later round of runs)\n");
 }
 
-static void print_row(const conf_t *c, const result_t *r, const opts_t *o, double gbs, double gather) {
+static void print_row(const conf_t *c, const result_t *r, const opts_t *o) {
   char pace[32] = "-";
   if (c->spi > 0 && c->inserters > 0 && r->ups > 0)
     snprintf(pace, sizeof pace, "%.2f", r->inserted_rows_s * c->spi / (r->ups * o->batch));
   printf("| %s | %s | %d | %s | %.0f | %.0f-%.0f | %.1f | %.1f | %.2f | %.0f%% | %s | %.1f / %.1f / %.1f / "
          "%.1f / %.1f |\n",
          conf_setting(c), conf_transport(c), c->shards, conf_sampler(c), r->ups, r->ups_lo, r->ups_hi,
-         r->cpu_us, gather, r->cpu_us / gather, 100.0 * r->stage_s[ST_SAMPLE], pace, r->stage_cpu_us[0],
+         r->cpu_us, r->gather_us, r->cpu_per_gather, 100.0 * r->stage_s[ST_SAMPLE], pace, r->stage_cpu_us[0],
          r->stage_cpu_us[1], r->stage_cpu_us[2], r->stage_cpu_us[3], r->stage_cpu_us[4]);
-  (void)gbs;
 }
 
-static void print_result(const conf_t *c, const result_t *r, const opts_t *o, double gbs, double gather) {
+static void print_result(const conf_t *c, const result_t *r, const opts_t *o, double gbs) {
   char rate[32];
   if (c->insert_rate > 0)
     snprintf(rate, sizeof rate, "%.0f", c->insert_rate);
@@ -1205,8 +1212,8 @@ static void print_result(const conf_t *c, const result_t *r, const opts_t *o, do
       "fill_s=%.2f",
       conf_setting(c), conf_transport(c), c->shards, conf_sampler(c), (long long)conf_filled(c), c->spi,
       c->inserters, rate, conf_intake(c), sac_replay_durability_name(c->durability), o->batch, o->runs,
-      r->ups, r->ups_lo, r->ups_hi, r->tps, r->inserted_rows_s, gbs, gather, r->cpu_us, r->learner_cpu_us,
-      r->cpu_us / gather, r->fill_s);
+      r->ups, r->ups_lo, r->ups_hi, r->tps, r->inserted_rows_s, gbs, r->gather_us, r->cpu_us,
+      r->learner_cpu_us, r->cpu_per_gather, r->fill_s);
   for (int k = 0; k < ST_COUNT; k++)
     printf(" %s_wall_share=%.3f", k_stage_names[k], r->stage_s[k]);
   for (int k = 0; k < ST_COUNT; k++)
@@ -1284,20 +1291,28 @@ int main(int argc, char **argv) {
   int ok[MAX_ROWS] = {0};
   if (!res)
     return 1;
-  for (int run = 0; run < o.runs; run++)
+  for (int run = 0; run < o.runs; run++) {
+    /* the yardsticks again, as the machine is now (the first round uses the header's) */
+    const double gr = run == 0 || !has_real ? g_real : gather_us(filled_real, o.batch),
+                 ge = run == 0 || !has_easy ? g_easy : gather_us(2 * EASY_ROWS_PER_SHARD, o.batch);
     for (int i = 0; i < nrows; i++) {
       const conf_t *c = &rows[i];
-      int rc = run_conf(c, &o, need_dir ? dir : NULL, run * MAX_ROWS + i, &res[i][run]);
+      result_t *r = &res[i][run];
+      int rc = run_conf(c, &o, need_dir ? dir : NULL, run * MAX_ROWS + i, r);
+      r->gather_us = c->easy ? ge : gr;
+      r->cpu_per_gather = r->cpu_us / r->gather_us;
       fprintf(stderr, "run %d/%d: %s %s:%d %s: ", run + 1, o.runs, conf_setting(c), conf_transport(c),
               c->shards, conf_sampler(c));
       if (rc) {
         fprintf(stderr, "failed: %s\n", sac_strerror(rc));
         failed = 1;
       } else {
-        fprintf(stderr, "%.0f updates/s, %.1f us CPU per update\n", res[i][run].ups, res[i][run].cpu_us);
+        fprintf(stderr, "%.0f updates/s, %.1f us CPU per update (plain gather %.2f us, x %.2f)\n", r->ups,
+                r->cpu_us, r->gather_us, r->cpu_per_gather);
         ok[i]++;
       }
     }
+  }
   printf(
       "\n| setting | transport | shards | sampler | updates/s | runs' range | process CPU us/update | gather "
       "us/batch | x gather | wait | insert pace | learner CPU us/update: sample / stage / update / "
@@ -1312,14 +1327,14 @@ int main(int argc, char **argv) {
       continue;
     }
     over_runs(res[i], o.runs, &agg[i]);
-    print_row(&rows[i], &agg[i], &o, gbs, rows[i].easy ? g_easy : g_real);
+    print_row(&rows[i], &agg[i], &o);
     if (!(isfinite(agg[i].ups) && agg[i].ups > 0))
       failed = 1;
   }
   printf("\n");
   for (int i = 0; i < nrows; i++)
     if (ok[i] == o.runs)
-      print_result(&rows[i], &agg[i], &o, gbs, rows[i].easy ? g_easy : g_real);
+      print_result(&rows[i], &agg[i], &o, gbs);
   if (need_dir) {
     dir_empty(dir);
     rmdir(dir);
