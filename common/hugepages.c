@@ -2,7 +2,9 @@
 #include "common/hugepages.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #define HUGE_PAGE ((uintptr_t)2 << 20)
@@ -57,4 +59,43 @@ void sac_hugepages_free(void *raw, size_t bytes) {
     free(raw);
   else
     munmap(raw, page_round(bytes));
+}
+
+sac_thp_mode_t sac_hugepages_parse_mode(const char *line) {
+  const char *b = line ? strchr(line, '[') : NULL;
+  const char *e = b ? strchr(b, ']') : NULL;
+  if (!e)
+    return SAC_THP_UNKNOWN;
+  const size_t n = (size_t)(e - b - 1);
+  static const struct {
+    const char *name;
+    sac_thp_mode_t mode;
+  } k_modes[] = {{"always", SAC_THP_ALWAYS}, {"madvise", SAC_THP_MADVISE}, {"never", SAC_THP_NEVER}};
+  for (size_t i = 0; i < sizeof k_modes / sizeof *k_modes; i++)
+    if (strlen(k_modes[i].name) == n && strncmp(b + 1, k_modes[i].name, n) == 0)
+      return k_modes[i].mode;
+  return SAC_THP_UNKNOWN;
+}
+
+sac_thp_mode_t sac_hugepages_mode(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return SAC_THP_UNKNOWN;
+  char line[256];
+  const sac_thp_mode_t m = fgets(line, sizeof line, f) ? sac_hugepages_parse_mode(line) : SAC_THP_UNKNOWN;
+  fclose(f);
+  return m;
+}
+
+const char *sac_hugepages_mode_name(sac_thp_mode_t m) {
+  switch (m) {
+  case SAC_THP_ALWAYS:
+    return "always";
+  case SAC_THP_MADVISE:
+    return "madvise";
+  case SAC_THP_NEVER:
+    return "never";
+  default:
+    return "unknown";
+  }
 }

@@ -35,4 +35,15 @@ int sac_hugepages_advise(void *p, size_t bytes);
 void *sac_hugepages_calloc(size_t bytes, void **raw);
 void sac_hugepages_free(void *raw, size_t bytes);
 
+/* The kernel's setting for transparent huge pages (/sys/kernel/mm/transparent_hugepage/
+ * enabled, the bracketed word): with "never" the advice above changes nothing, and a
+ * shard says so when it starts (replay/shard.c). UNKNOWN: no such file (a kernel without
+ * them, or not Linux) or a line not understood. */
+typedef enum { SAC_THP_UNKNOWN = 0, SAC_THP_ALWAYS, SAC_THP_MADVISE, SAC_THP_NEVER } sac_thp_mode_t;
+#define SAC_THP_ENABLED_PATH "/sys/kernel/mm/transparent_hugepage/enabled"
+sac_thp_mode_t sac_hugepages_mode(const char *path);
+/* The mode named in brackets in one line of that file ("always [madvise] never"). */
+sac_thp_mode_t sac_hugepages_parse_mode(const char *line);
+const char *sac_hugepages_mode_name(sac_thp_mode_t m);
+
 #endif

@@ -15,11 +15,13 @@
 #include "replay/shard.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/hugepages.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/snapshot.h"
@@ -90,6 +92,21 @@ static uint32_t pow2_at_least(uint64_t x) {
   return (uint32_t)p;
 }
 
+/* A shard large enough to ask for huge pages, on a host where they are off: its rows sit
+ * on 4 KiB pages whatever it asks (common/hugepages.h), and sampling from them is slower
+ * (docs/REPLAY.md). Said once per process, at start, with the fix. */
+static void warn_if_no_huge_pages(const sac_replay_storage_t *st) {
+  static atomic_int said;
+  if (st->recs_bytes < SAC_HUGEPAGES_MIN || sac_hugepages_mode(SAC_THP_ENABLED_PATH) != SAC_THP_NEVER ||
+      atomic_exchange(&said, 1))
+    return;
+  SAC_WARN("replay",
+           "transparent huge pages are off on this host (%s: never): this shard's %.0f MB of rows are on "
+           "4 KiB pages, where sampling is slower (docs/REPLAY.md); as root, `echo madvise > %s` lets "
+           "shards ask for them",
+           SAC_THP_ENABLED_PATH, (double)st->recs_bytes / 1048576.0, SAC_THP_ENABLED_PATH);
+}
+
 sac_replay_shard_t *sac_replay_shard_new(const sac_replay_shard_config_t *cfg, int *err) {
   int dummy;
   if (!err)
@@ -135,6 +152,7 @@ sac_replay_shard_t *sac_replay_shard_new(const sac_replay_shard_config_t *cfg, i
     free(sh);
     return NULL;
   }
+  warn_if_no_huge_pages(&sh->st);
   sh->prioritized = cfg->sampler == SAC_REPLAY_PRIORITIZED;
   if (sh->prioritized) {
     rc = sac_replay_sumtree_init(&sh->tree, cfg->capacity);

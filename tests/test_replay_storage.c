@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/hugepages.h"
@@ -457,6 +458,31 @@ Test(replay_storage, hugepages_calloc_zeroes_and_aligns) {
     sac_hugepages_free(raw, sizes[i]);
   }
   sac_hugepages_free(NULL, SAC_HUGEPAGES_MIN); /* as free(NULL) */
+}
+
+/* The kernel's huge-page setting as a shard reads it to say, at start, that huge pages are
+ * off (replay/shard.c): the bracketed word of the file's line, anything else unknown. */
+Test(replay_storage, huge_page_setting_is_read_from_its_bracket) {
+  cr_assert_eq(sac_hugepages_parse_mode("always [madvise] never\n"), SAC_THP_MADVISE);
+  cr_assert_eq(sac_hugepages_parse_mode("[always] madvise never\n"), SAC_THP_ALWAYS);
+  cr_assert_eq(sac_hugepages_parse_mode("always madvise [never]\n"), SAC_THP_NEVER);
+  cr_assert_eq(sac_hugepages_parse_mode("always madvise never\n"), SAC_THP_UNKNOWN, "no bracket");
+  cr_assert_eq(sac_hugepages_parse_mode("always [madvise never\n"), SAC_THP_UNKNOWN, "no closing bracket");
+  cr_assert_eq(sac_hugepages_parse_mode("[nevermore] always"), SAC_THP_UNKNOWN, "a longer word");
+  cr_assert_eq(sac_hugepages_parse_mode("[neve] always"), SAC_THP_UNKNOWN, "a shorter word");
+  cr_assert_eq(sac_hugepages_parse_mode(""), SAC_THP_UNKNOWN);
+  cr_assert_eq(sac_hugepages_parse_mode(NULL), SAC_THP_UNKNOWN);
+  cr_assert_str_eq(sac_hugepages_mode_name(SAC_THP_NEVER), "never");
+  char path[] = "/tmp/test_thp_XXXXXX";
+  const int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  cr_assert_not_null(f);
+  fputs("always madvise [never]\n", f);
+  fclose(f);
+  cr_assert_eq(sac_hugepages_mode(path), SAC_THP_NEVER, "from a file");
+  unlink(path);
+  cr_assert_eq(sac_hugepages_mode(path), SAC_THP_UNKNOWN, "no such file");
 }
 
 /* Bytes passed out by sac_replay_storage_write_fields, appended to a buffer. */
