@@ -358,28 +358,15 @@ static long huge_kb_at(const void *p) {
   return inside ? kb : -1;
 }
 
-/* The kernel's setting for transparent huge pages: 'a'lways, 'm'advise, 'n'ever or 0. */
-static char thp_mode(void) {
-  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-  char buf[128] = {0};
-  if (f) {
-    if (!fgets(buf, sizeof buf, f))
-      buf[0] = 0;
-    fclose(f);
-  }
-  const char *b = strchr(buf, '[');
-  return b ? b[1] : 0;
-}
-
 /* A shard's large arrays ask for huge pages (common/hugepages.h) and get them where the
  * kernel gives them on request: a storage of 600,000 slots (obs 17: a 40 MB array), 12 MB
  * of rows written, and the observations' mapping then holds huge pages. Control: the same
  * rows in an array that did not ask hold none (where the kernel gives them only on
  * request). Arrays under SAC_HUGEPAGES_MIN do not ask. */
 Test(replay_storage, large_arrays_ask_for_huge_pages) {
-  const char mode = thp_mode();
-  if (mode != 'm' && mode != 'a')
-    cr_skip_test("transparent huge pages are off or absent here ('%c')", mode ? mode : '?');
+  const sac_thp_mode_t mode = sac_hugepages_mode(SAC_THP_ENABLED_PATH);
+  if (mode != SAC_THP_MADVISE && mode != SAC_THP_ALWAYS)
+    cr_skip_test("transparent huge pages are off or absent here (%s)", sac_hugepages_mode_name(mode));
   char small[64];
   cr_assert_eq(sac_hugepages_advise(small, sizeof small), 0, "a small array asked");
   sac_replay_storage_t st;
@@ -390,7 +377,7 @@ Test(replay_storage, large_arrays_ask_for_huge_pages) {
   if (advised < 0)
     cr_skip_test("no /proc/self/smaps entry for the array (not a mapping of its own here)");
   cr_assert_gt(advised, 0, "the records' array holds no huge pages after %zu MB written", bytes >> 20);
-  if (mode == 'm') {
+  if (mode == SAC_THP_MADVISE) {
     uint8_t *plain = calloc(600000, 68);
     cr_assert_not_null(plain);
     memset(plain, 1, bytes);
@@ -407,9 +394,9 @@ Test(replay_storage, large_arrays_ask_for_huge_pages) {
  * freed, then a storage of 62 MB is opened: its rows must hold huge pages. Control: the
  * old way, calloc then advise, on the same heap holds none, so the check can fail. */
 Test(replay_storage, large_arrays_get_huge_pages_after_the_heap_held_others) {
-  const char mode = thp_mode();
-  if (mode != 'm' && mode != 'a')
-    cr_skip_test("transparent huge pages are off or absent here ('%c')", mode ? mode : '?');
+  const sac_thp_mode_t mode = sac_hugepages_mode(SAC_THP_ENABLED_PATH);
+  if (mode != SAC_THP_MADVISE && mode != SAC_THP_ALWAYS)
+    cr_skip_test("transparent huge pages are off or absent here (%s)", sac_hugepages_mode_name(mode));
   /* all of malloc's memory from the heap, and kept there when freed */
   if (!mallopt(M_MMAP_MAX, 0) || !mallopt(M_TRIM_THRESHOLD, 1 << 30))
     cr_skip_test("this malloc has no M_MMAP_MAX or M_TRIM_THRESHOLD (a sanitizer's allocator)");
@@ -418,7 +405,7 @@ Test(replay_storage, large_arrays_get_huge_pages_after_the_heap_held_others) {
   cr_assert_not_null(old);
   memset(old, 1, (size_t)96 << 20);
   free(old);
-  if (mode == 'm') {
+  if (mode == SAC_THP_MADVISE) {
     unsigned char *plain = calloc(cap, rec); /* from the freed 96 MB, zeroed by calloc */
     cr_assert_not_null(plain);
     sac_hugepages_advise(plain, cap * rec);
@@ -473,7 +460,7 @@ Test(replay_storage, huge_page_setting_is_read_from_its_bracket) {
   cr_assert_eq(sac_hugepages_parse_mode(""), SAC_THP_UNKNOWN);
   cr_assert_eq(sac_hugepages_parse_mode(NULL), SAC_THP_UNKNOWN);
   cr_assert_str_eq(sac_hugepages_mode_name(SAC_THP_NEVER), "never");
-  char path[] = "/tmp/test_thp_XXXXXX";
+  char path[] = "/tmp/test_thp_XXXXXX"; /* mkstemp's template: it replaces the Xs */
   const int fd = mkstemp(path);
   cr_assert_geq(fd, 0);
   FILE *f = fdopen(fd, "w");
