@@ -221,49 +221,69 @@ static double memcpy_gbs(void) {
  * 5 repetitions of 1000 batches): arrays of `rows` rows in the shards' layout (observation
  * rows, action rows, rewards, the next observation's row), and per picked row a copy of its
  * observation, next observation, action and reward into a batch, with no asking ahead: the
- * memory work of a sample and nothing else. NAN when out of memory. */
-static double gather_us(int64_t rows, int batch) {
-  const size_t n = (size_t)rows;
-  float *obs = malloc(n * OBS * sizeof(float)), *act = malloc(n * ACT * sizeof(float));
-  float *rew = malloc(n * sizeof(float)), *out = malloc((size_t)batch * (2 * OBS + ACT + 1) * sizeof(float));
-  uint32_t *next = malloc(n * sizeof(uint32_t)), *pick = malloc((size_t)batch * sizeof(uint32_t));
-  double r[5] = {NAN, NAN, NAN, NAN, NAN}, res = NAN;
-  if (!obs || !act || !rew || !out || !next || !pick)
-    goto out;
-  for (size_t i = 0; i < n * OBS; i++)
-    obs[i] = (float)(i % 977);
-  for (size_t i = 0; i < n * ACT; i++)
-    act[i] = (float)(i % 883);
-  for (size_t i = 0; i < n; i++)
-    rew[i] = (float)i, next[i] = (uint32_t)((i + 1) % n);
+ * memory work of a sample and nothing else. The arrays are made and filled once
+ * (gather_open) and measured before each round of runs (gather_us). */
+typedef struct {
+  size_t n;
+  int batch;
+  float *obs, *act, *rew, *out;
+  uint32_t *next, *pick;
   sac_rng_t rng;
-  sac_rng_init(&rng, 11, 0);
-  double sink = 0;
+} gather_t;
+
+static void gather_close(gather_t *g) {
+  free(g->obs), free(g->act), free(g->rew), free(g->out), free(g->next), free(g->pick);
+  memset(g, 0, sizeof *g);
+}
+
+/* 0, or -1 when out of memory (then g holds nothing and gather_us is NAN) */
+static int gather_open(gather_t *g, int64_t rows, int batch) {
+  const size_t n = (size_t)rows;
+  *g = (gather_t){.n = n, .batch = batch};
+  g->obs = malloc(n * OBS * sizeof(float)), g->act = malloc(n * ACT * sizeof(float));
+  g->rew = malloc(n * sizeof(float)), g->out = malloc((size_t)batch * (2 * OBS + ACT + 1) * sizeof(float));
+  g->next = malloc(n * sizeof(uint32_t)), g->pick = malloc((size_t)batch * sizeof(uint32_t));
+  if (!g->obs || !g->act || !g->rew || !g->out || !g->next || !g->pick) {
+    gather_close(g);
+    return -1;
+  }
+  for (size_t i = 0; i < n * OBS; i++)
+    g->obs[i] = (float)(i % 977);
+  for (size_t i = 0; i < n * ACT; i++)
+    g->act[i] = (float)(i % 883);
+  for (size_t i = 0; i < n; i++)
+    g->rew[i] = (float)i, g->next[i] = (uint32_t)((i + 1) % n);
+  sac_rng_init(&g->rng, 11, 0);
+  return 0;
+}
+
+static double gather_us(gather_t *g) {
+  if (!g->obs)
+    return NAN;
+  const int batch = g->batch;
+  double r[5], sink = 0;
   for (int k = 0; k < 5; k++) {
     const int reps = 1000;
     double t0 = sac_clock_s();
     for (int rep = 0; rep < reps; rep++) {
       for (int i = 0; i < batch; i++)
-        pick[i] = sac_rng_below32(&rng, (uint32_t)n);
-      float *o = out, *no = o + (size_t)batch * OBS, *a = no + (size_t)batch * OBS,
+        g->pick[i] = sac_rng_below32(&g->rng, (uint32_t)g->n);
+      float *o = g->out, *no = o + (size_t)batch * OBS, *a = no + (size_t)batch * OBS,
             *rw = a + (size_t)batch * ACT;
       for (int i = 0; i < batch; i++) {
-        const uint32_t s = pick[i];
-        memcpy(o + (size_t)i * OBS, obs + (size_t)s * OBS, OBS * sizeof(float));
-        memcpy(no + (size_t)i * OBS, obs + (size_t)next[s] * OBS, OBS * sizeof(float));
-        memcpy(a + (size_t)i * ACT, act + (size_t)s * ACT, ACT * sizeof(float));
-        rw[i] = rew[s];
+        const uint32_t s = g->pick[i];
+        memcpy(o + (size_t)i * OBS, g->obs + (size_t)s * OBS, OBS * sizeof(float));
+        memcpy(no + (size_t)i * OBS, g->obs + (size_t)g->next[s] * OBS, OBS * sizeof(float));
+        memcpy(a + (size_t)i * ACT, g->act + (size_t)s * ACT, ACT * sizeof(float));
+        rw[i] = g->rew[s];
       }
-      sink += out[rep % batch];
+      sink += g->out[rep % batch];
     }
     r[k] = 1e6 * (sac_clock_s() - t0) / reps;
   }
   volatile double keep = sink;
   (void)keep;
-  res = median(r, 5);
-out:
-  free(obs), free(act), free(rew), free(out), free(next), free(pick);
-  return res;
+  return median(r, 5);
 }
 
 /* ---- where the shards keep their files ---- */
@@ -1280,8 +1300,12 @@ int main(int argc, char **argv) {
     }
   }
   const double gbs = memcpy_gbs();
-  const double g_real = has_real ? gather_us(filled_real, o.batch) : NAN;
-  const double g_easy = has_easy ? gather_us(2 * EASY_ROWS_PER_SHARD, o.batch) : NAN;
+  gather_t gath_real = {0}, gath_easy = {0};
+  if (has_real)
+    gather_open(&gath_real, filled_real, o.batch);
+  if (has_easy)
+    gather_open(&gath_easy, 2 * EASY_ROWS_PER_SHARD, o.batch);
+  const double g_real = gather_us(&gath_real), g_easy = gather_us(&gath_easy);
   print_header(&o, rows, nrows, need_dir ? dir : NULL, gbs, g_real, g_easy, filled_real);
   printf("sample reply: %zu bytes a batch (obs/action %s)\n", reply_size(o.batch, o.precision),
          o.precision == SAC_WIRE_F16 ? "fp16" : "fp32");
@@ -1293,8 +1317,8 @@ int main(int argc, char **argv) {
     return 1;
   for (int run = 0; run < o.runs; run++) {
     /* the yardsticks again, as the machine is now (the first round uses the header's) */
-    const double gr = run == 0 || !has_real ? g_real : gather_us(filled_real, o.batch),
-                 ge = run == 0 || !has_easy ? g_easy : gather_us(2 * EASY_ROWS_PER_SHARD, o.batch);
+    const double gr = run == 0 ? g_real : gather_us(&gath_real),
+                 ge = run == 0 ? g_easy : gather_us(&gath_easy);
     for (int i = 0; i < nrows; i++) {
       const conf_t *c = &rows[i];
       result_t *r = &res[i][run];
@@ -1339,6 +1363,8 @@ int main(int argc, char **argv) {
     dir_empty(dir);
     rmdir(dir);
   }
+  gather_close(&gath_real);
+  gather_close(&gath_easy);
   free(res);
   return failed;
 }
