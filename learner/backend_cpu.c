@@ -1,4 +1,6 @@
-/* The cpu backend: OpenBLAS sgemm for the layers and plain loops for everything else.
+/* The cpu backend: the layers' products by its own GEMM where the CPU has AVX-512
+ * (gemm_own.h: the bias and activation fused into the forward's), else by OpenBLAS sgemm,
+ * and plain loops for everything else.
  * It is the readable reference the cuda backend is checked against, so the math here is
  * written for clarity first; the GEMMs carry almost all of the time.
  * "Backend memory" is 64-byte aligned host memory.
@@ -28,6 +30,7 @@
 #include "common/error.h"
 #include "common/philox.h"
 #include "learner/backend.h"
+#include "learner/gemm_own.h"
 
 /* ---- the thread pool: fork-join, one job at a time ------------------------------------
  * A job has n parts, part p computing the same elements whoever runs it. The caller runs
@@ -560,28 +563,36 @@ static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, co
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* One unit of a layer's forward: member k, rows [r0, r1): Y_k = act(X_k W_k + b_k), the
- * bias and activation applied while that block of Y is still in cache. */
+/* One unit of a layer's forward: member k, rows [r0, r1): Y_k = act(X_k W_k + b_k). The own
+ * GEMM (gemm_own.h) applies the bias and activation to each tile of Y as it stores it;
+ * where OpenBLAS multiplies a segment instead, they are applied in a pass of their own
+ * while that block of Y is still in cache. */
 static void fwd_block(const sac_linear_t *L, float *Y, int ldy, int k, int r0, int r1) {
   const size_t wsz = (size_t)L->n_in * L->n_out;
   const float *Wk = L->W + k * wsz;
+  const float *bk = L->b + (size_t)k * L->n_out;
   float *Yk = Y + (size_t)r0 * ldy + (size_t)k * L->n_out;
   const int rows = r1 - r0;
   if (rows <= 0)
     return;
-  if (L->shared) {
-    int row = 0;
-    for (int s = 0; s < L->n_seg; s++) {
-      gemm(CblasNoTrans, CblasNoTrans, rows, L->n_out, L->seg[s].n, L->seg[s].p + (size_t)r0 * L->seg[s].ld,
-           L->seg[s].ld, Wk + (size_t)row * L->n_out, L->n_out, s == 0 ? 0.0f : 1.0f, Yk, ldy);
-      row += L->seg[s].n;
+  const int n_seg = L->shared ? L->n_seg : 1;
+  int fused = 1; /* every segment so far by the own GEMM: the last one adds b and act */
+  int row = 0;
+  for (int s = 0; s < n_seg; s++) {
+    const int n = L->shared ? L->seg[s].n : L->n_in;
+    const int ld = L->seg[s].ld;
+    const float *X = L->seg[s].p + (size_t)r0 * ld + (L->shared ? 0 : (size_t)k * L->n_in);
+    const int last = s == n_seg - 1;
+    const float *W = Wk + (size_t)row * L->n_out;
+    if (!sac_gemm_own(0, 0, rows, L->n_out, n, X, ld, W, L->n_out, s > 0, Yk, ldy, last && fused ? bk : NULL,
+                      last && fused ? L->act : SAC_ACT_NONE)) {
+      gemm(CblasNoTrans, CblasNoTrans, rows, L->n_out, n, X, ld, W, L->n_out, s == 0 ? 0.0f : 1.0f, Yk, ldy);
+      fused = 0;
     }
-  } else {
-    gemm(CblasNoTrans, CblasNoTrans, rows, L->n_out, L->n_in,
-         L->seg[0].p + (size_t)r0 * L->seg[0].ld + (size_t)k * L->n_in, L->seg[0].ld, Wk, L->n_out, 0.0f, Yk,
-         ldy);
+    row += n;
   }
-  bias_act(Yk, ldy, L->b + (size_t)k * L->n_out, rows, L->n_out, L->act);
+  if (!fused)
+    bias_act(Yk, ldy, bk, rows, L->n_out, L->act);
 }
 
 typedef struct {
@@ -684,16 +695,16 @@ static void bwd_cols(const bwd_job_t *j, int k, int c0, int c1) {
     return;
   const size_t wsz = (size_t)L->n_in * L->n_out;
   float *dWk = j->dW + k * wsz + c0;
-  if (L->shared) {
-    int row = 0;
-    for (int s = 0; s < L->n_seg; s++) {
-      gemm(CblasTrans, CblasNoTrans, L->seg[s].n, w, L->B, L->seg[s].p, L->seg[s].ld, j->dY + col, j->ldy,
-           0.0f, dWk + (size_t)row * L->n_out, L->n_out);
-      row += L->seg[s].n;
-    }
-  } else {
-    gemm(CblasTrans, CblasNoTrans, L->n_in, w, L->B, L->seg[0].p + (size_t)k * L->n_in, L->seg[0].ld,
-         j->dY + col, j->ldy, 0.0f, dWk, L->n_out);
+  const int n_seg = L->shared ? L->n_seg : 1;
+  int row = 0;
+  for (int s = 0; s < n_seg; s++) {
+    const int n = L->shared ? L->seg[s].n : L->n_in;
+    const float *X = L->seg[s].p + (L->shared ? 0 : (size_t)k * L->n_in);
+    float *dWs = dWk + (size_t)row * L->n_out;
+    if (!sac_gemm_own(1, 0, n, w, L->B, X, L->seg[s].ld, j->dY + col, j->ldy, 0, dWs, L->n_out, NULL,
+                      SAC_ACT_NONE))
+      gemm(CblasTrans, CblasNoTrans, n, w, L->B, X, L->seg[s].ld, j->dY + col, j->ldy, 0.0f, dWs, L->n_out);
+    row += n;
   }
 }
 
@@ -722,18 +733,21 @@ static void bwd_rows_job(void *arg, int part, int parts) {
   for (int k = 0; k < L->K; k++) {
     const float *dYk = j->dY + lo * (size_t)j->ldy + (size_t)k * L->n_out;
     const float *Wk = L->W + k * wsz;
-    if (L->shared) {
-      int row = 0;
-      for (int s = 0; s < L->n_seg; s++) {
-        int n = L->seg[s].n;
-        if (j->dX[s])
-          gemm(CblasNoTrans, CblasTrans, rows, n, L->n_out, dYk, j->ldy, Wk + (size_t)row * L->n_out,
-               L->n_out, k == 0 ? 0.0f : 1.0f, j->dX[s] + lo * (size_t)j->ldx[s], j->ldx[s]);
-        row += n;
-      }
-    } else if (j->dX[0]) {
-      gemm(CblasNoTrans, CblasTrans, rows, L->n_in, L->n_out, dYk, j->ldy, Wk, L->n_out, 0.0f,
-           j->dX[0] + lo * (size_t)j->ldx[0] + (size_t)k * L->n_in, j->ldx[0]);
+    const int n_seg = L->shared ? L->n_seg : 1;
+    int row = 0;
+    for (int s = 0; s < n_seg; s++) {
+      const int n = L->shared ? L->seg[s].n : L->n_in;
+      const float *Ws = Wk + (size_t)row * L->n_out;
+      row += n;
+      if (!j->dX[s])
+        continue;
+      /* members add into one shared input's gradient; each has its own block otherwise */
+      const int add = L->shared && k > 0;
+      float *dXs = j->dX[s] + lo * (size_t)j->ldx[s] + (L->shared ? 0 : (size_t)k * L->n_in);
+      if (!sac_gemm_own(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, add, dXs, j->ldx[s], NULL,
+                        SAC_ACT_NONE))
+        gemm(CblasNoTrans, CblasTrans, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, add ? 1.0f : 0.0f, dXs,
+             j->ldx[s]);
     }
   }
 }

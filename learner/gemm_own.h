@@ -1,0 +1,37 @@
+/* The cpu backend's own GEMM for the layers' shapes, with the layer's bias and activation
+ * applied while each block of the result is still in registers.
+ *
+ * OpenBLAS packs both operands on every call and zeroes C in a pass of its own before a
+ * product with beta 0; at an update's sizes (256 x 256 x 256 and below) that overhead, and
+ * the separate bias, activation and beta passes around it, took a third of a cheetah
+ * update's time. This kernel reads A in place, packs one 32-column panel of B at a time,
+ * and keeps every element's sum in one register over k in order, so its results do not
+ * depend on how the rows are split over threads. It runs on CPUs with AVX-512; elsewhere,
+ * or for shapes it does not take, sac_gemm_own returns 0 and the caller uses OpenBLAS. */
+#ifndef SAC_LEARNER_GEMM_OWN_H
+#define SAC_LEARNER_GEMM_OWN_H
+
+#include "common/mlp.h"
+
+/* Row-major C = op(A) op(B), or C += op(A) op(B) when add is non-zero; then, where bias
+ * is non-NULL, bias[j] added to column j; then act applied. op(A) is A (ta 0: A is m x k,
+ * lda) or its transpose (ta 1: A is k x m); op(B) is B (tb 0: k x n, ldb) or its transpose
+ * (tb 1: B is n x k). Returns 1 when it did this, 0 when it did nothing: no AVX-512 on this
+ * CPU, turned off (sac_gemm_own_set_enabled), both transposed, or a shape it leaves to
+ * OpenBLAS (fewer than 8 rows or 32 columns, where most of its registers would hold
+ * nothing). */
+int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
+                 int add, float *C, int ldc, const float *bias, sac_act_t act);
+
+/* Whether this CPU runs the own GEMM (AVX-512F), whatever sac_gemm_own_set_enabled says. */
+int sac_gemm_own_supported(void);
+
+/* On by default; tests turn it off to compare with the OpenBLAS path. Process-wide: call
+ * it when no backend is running an update. */
+void sac_gemm_own_set_enabled(int on);
+int sac_gemm_own_enabled(void);
+
+/* Products the own GEMM has made in this process (tests: that the backend's layers use it). */
+unsigned long long sac_gemm_own_products(void);
+
+#endif
