@@ -690,21 +690,31 @@ static void bwd_cols(const bwd_job_t *j, int k, int c0, int c1) {
   if (w <= 0)
     return;
   const size_t col = (size_t)k * L->n_out + (size_t)c0;
-  act_bwd_colsum(j->dY + col, j->Y + col, j->ldy, L->B, w, L->act, j->db ? j->db + col : NULL);
-  if (!j->dW)
-    return;
+  float *dY = j->dY + col, *db = j->db ? j->db + col : NULL;
   const size_t wsz = (size_t)L->n_in * L->n_out;
-  float *dWk = j->dW + k * wsz + c0;
+  float *dWk = j->dW ? j->dW + k * wsz + c0 : NULL;
   const int n_seg = L->shared ? L->n_seg : 1;
-  int row = 0;
+  const float *X[2];
+  int n[2];
   for (int s = 0; s < n_seg; s++) {
-    const int n = L->shared ? L->seg[s].n : L->n_in;
-    const float *X = L->seg[s].p + (L->shared ? 0 : (size_t)k * L->n_in);
+    X[s] = L->seg[s].p + (L->shared ? 0 : (size_t)k * L->n_in);
+    n[s] = L->shared ? L->seg[s].n : L->n_in;
+  }
+  /* the activation backward and db: made by the first segment's product on its way where
+   * the own GEMM takes it, else in a pass of their own before any product */
+  int s = 0;
+  if (dWk && sac_gemm_own_wgrad(n[0], w, L->B, X[0], L->seg[0].ld, dY, j->Y + col, j->ldy, L->act, db, dWk,
+                                L->n_out))
+    s = 1;
+  else
+    act_bwd_colsum(dY, j->Y + col, j->ldy, L->B, w, L->act, db);
+  if (!dWk)
+    return;
+  for (int row = s ? n[0] : 0; s < n_seg; row += n[s], s++) {
     float *dWs = dWk + (size_t)row * L->n_out;
-    if (!sac_gemm_own(1, 0, n, w, L->B, X, L->seg[s].ld, j->dY + col, j->ldy, 0, dWs, L->n_out, NULL,
+    if (!sac_gemm_own(1, 0, n[s], w, L->B, X[s], L->seg[s].ld, dY, j->ldy, 0, dWs, L->n_out, NULL,
                       SAC_ACT_NONE))
-      gemm(CblasTrans, CblasNoTrans, n, w, L->B, X, L->seg[s].ld, j->dY + col, j->ldy, 0.0f, dWs, L->n_out);
-    row += n;
+      gemm(CblasTrans, CblasNoTrans, n[s], w, L->B, X[s], L->seg[s].ld, dY, j->ldy, 0.0f, dWs, L->n_out);
   }
 }
 

@@ -101,6 +101,46 @@ OWN_AVX512 static void pack_panel(const float *B, int ldb, int q0, int kc, int j
   }
 }
 
+/* The weight gradient's B is the layer's output gradient dY before its activation's
+ * backward. Where the caller asks (sac_gemm_own_wgrad), the panel's pack applies it:
+ * dY = dY * act'(Y) in place, and adds the result's column sums to db, in row order (the
+ * sums the backend's separate pass made, bit for bit, for k within one block). */
+typedef struct {
+  const float *Y; /* the layer's output, with dY's leading dimension */
+  sac_act_t act;
+  float *db; /* NULL: no column sums */
+} act_bwd_t;
+
+OWN_AVX512 static void pack_panel_act(float *dY, int ldb, int q0, int kc, int j0, __mmask16 m0, __mmask16 m1,
+                                      const act_bwd_t *g, float *bp) {
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  __m512 s0 = zero, s1 = zero;
+  for (int q = 0; q < kc; q++) {
+    float *d = dY + (size_t)(q0 + q) * ldb + j0;
+    const float *y = g->Y + (size_t)(q0 + q) * ldb + j0;
+    __m512 d0 = _mm512_maskz_loadu_ps(m0, d), d1 = _mm512_maskz_loadu_ps(m1, d + 16);
+    const __m512 y0 = _mm512_maskz_loadu_ps(m0, y), y1 = _mm512_maskz_loadu_ps(m1, y + 16);
+    if (g->act == SAC_ACT_RELU) {
+      d0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y0, zero, _CMP_GT_OQ), d0);
+      d1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y1, zero, _CMP_GT_OQ), d1);
+    } else if (g->act == SAC_ACT_TANH) {
+      d0 = _mm512_mul_ps(d0, _mm512_sub_ps(one, _mm512_mul_ps(y0, y0)));
+      d1 = _mm512_mul_ps(d1, _mm512_sub_ps(one, _mm512_mul_ps(y1, y1)));
+    }
+    _mm512_mask_storeu_ps(d, m0, d0);
+    _mm512_mask_storeu_ps(d + 16, m1, d1);
+    _mm512_store_ps(bp + (size_t)q * NR, d0);
+    _mm512_store_ps(bp + (size_t)q * NR + 16, d1);
+    s0 = _mm512_add_ps(s0, d0);
+    s1 = _mm512_add_ps(s1, d1);
+  }
+  if (g->db) {
+    float *db = g->db + j0;
+    _mm512_mask_storeu_ps(db, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, db), s0));
+    _mm512_mask_storeu_ps(db + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, db + 16), s1));
+  }
+}
+
 /* r[i] (16 rows of 16) becomes its transpose: r[c] holds what was column c. Pairs of
  * floats, then pairs of pairs, then 128-bit lanes twice. */
 OWN_AVX512 static inline void transpose16(__m512 r[16]) {
@@ -169,7 +209,7 @@ OWN_AVX512 static void pack_columns(const float *A, int lda, int q0, int kc, int
  * that the tiles then read as rows. */
 OWN_AVX512 static void k_block(form_t f, int m, int n, int q0, int kc, const float *A, int lda,
                                const float *B, int ldb, float *C, int ldc, epilogue_t e, const float *bias,
-                               float *slabs) {
+                               float *slabs, const act_bwd_t *g) {
   float bp[KC * NR] __attribute__((aligned(64)));
   float ap[MR * KC] __attribute__((aligned(64)));
   if (f == FORM_TN)
@@ -180,6 +220,8 @@ OWN_AVX512 static void k_block(form_t f, int m, int n, int q0, int kc, const flo
     const __mmask16 m0 = mask_of(w), m1 = mask_of(w - 16);
     if (f == FORM_NT)
       pack_panel_t(B, ldb, q0, kc, j0, w, bp);
+    else if (g) /* B is the caller's dY (sac_gemm_own_wgrad), written in place */
+      pack_panel_act((float *)B, ldb, q0, kc, j0, m0, m1, g, bp);
     else
       pack_panel(B, ldb, q0, kc, j0, m0, m1, bp);
     e.bias = bias ? bias + j0 : NULL;
@@ -242,8 +284,9 @@ static float *scratch_of(size_t n) {
 }
 
 /* Returns 0 where it did nothing (no scratch for the weight gradient's slabs). */
-OWN_AVX512 static int own_gemm(form_t f, int m, int n, int k, const float *A, int lda, const float *B,
-                               int ldb, int add, float *C, int ldc, const float *bias, sac_act_t act) {
+OWN_AVX512 static int own_gemm(const act_bwd_t *g, form_t f, int m, int n, int k, const float *A, int lda,
+                               const float *B, int ldb, int add, float *C, int ldc, const float *bias,
+                               sac_act_t act) {
   float *slabs = NULL;
   if (f == FORM_TN && !(slabs = scratch_of((size_t)(k < KC ? k : KC) * (size_t)((m + MR - 1) / MR) * MR)))
     return 0;
@@ -252,7 +295,7 @@ OWN_AVX512 static int own_gemm(form_t f, int m, int n, int k, const float *A, in
     const int last = q0 + kc >= k;
     /* later k blocks add to what the earlier ones stored; bias and ReLU once, at the end */
     const epilogue_t e = {q0 == 0 ? add : 1, last && act == SAC_ACT_RELU, NULL};
-    k_block(f, m, n, q0, kc, A, lda, B, ldb, C, ldc, e, last ? bias : NULL, slabs);
+    k_block(f, m, n, q0, kc, A, lda, B, ldb, C, ldc, e, last ? bias : NULL, slabs, g);
   }
   if (act == SAC_ACT_TANH)
     for (int i = 0; i < m; i++)
@@ -261,18 +304,40 @@ OWN_AVX512 static int own_gemm(form_t f, int m, int n, int k, const float *A, in
   return 1;
 }
 
-int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
-                 int add, float *C, int ldc, const float *bias, sac_act_t act) {
+/* Whether the own GEMM takes an m x n product over k here. */
+static int own_takes(int m, int n, int k) {
   static atomic_int supported = -1;
   int have = atomic_load_explicit(&supported, memory_order_relaxed);
   if (have < 0)
     atomic_store_explicit(&supported, have = sac_gemm_own_supported(), memory_order_relaxed);
-  if (!have || !atomic_load(&own_enabled) || (ta && tb) || m < MR || n < NR || k < 1)
+  return have && atomic_load(&own_enabled) && m >= MR && n >= NR && k >= 1;
+}
+
+static int counted(int done) {
+  if (done)
+    atomic_fetch_add_explicit(&own_products, 1, memory_order_relaxed);
+  return done;
+}
+
+int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
+                 int add, float *C, int ldc, const float *bias, sac_act_t act) {
+  if ((ta && tb) || !own_takes(m, n, k))
     return 0;
-  if (!own_gemm(ta ? FORM_TN : tb ? FORM_NT : FORM_NN, m, n, k, A, lda, B, ldb, add, C, ldc, bias, act))
+  return counted(own_gemm(NULL,
+                          ta   ? FORM_TN
+                          : tb ? FORM_NT
+                               : FORM_NN,
+                          m, n, k, A, lda, B, ldb, add, C, ldc, bias, act));
+}
+
+int sac_gemm_own_wgrad(int m, int n, int k, const float *X, int ldx, float *dY, const float *Y, int ldy,
+                       sac_act_t act, float *db, float *dW, int ldw) {
+  if (!own_takes(m, n, k) || !scratch_of((size_t)(k < KC ? k : KC) * (size_t)((m + MR - 1) / MR) * MR))
     return 0;
-  atomic_fetch_add_explicit(&own_products, 1, memory_order_relaxed);
-  return 1;
+  if (db)
+    memset(db, 0, sizeof(float) * (size_t)n);
+  const act_bwd_t g = {Y, act, db};
+  return counted(own_gemm(&g, FORM_TN, m, n, k, X, ldx, dY, ldy, 0, dW, ldw, NULL, SAC_ACT_NONE));
 }
 
 #else /* not x86-64 with GCC or Clang: OpenBLAS does every product */
@@ -283,6 +348,13 @@ int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, c
                  int add, float *C, int ldc, const float *bias, sac_act_t act) {
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)A, (void)lda, (void)B, (void)ldb, (void)add, (void)C,
       (void)ldc, (void)bias, (void)act;
+  return 0;
+}
+
+int sac_gemm_own_wgrad(int m, int n, int k, const float *X, int ldx, float *dY, const float *Y, int ldy,
+                       sac_act_t act, float *db, float *dW, int ldw) {
+  (void)m, (void)n, (void)k, (void)X, (void)ldx, (void)dY, (void)Y, (void)ldy, (void)act, (void)db, (void)dW,
+      (void)ldw;
   return 0;
 }
 

@@ -23,6 +23,14 @@
 int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
                  int add, float *C, int ldc, const float *bias, sac_act_t act);
 
+/* A layer's weight gradient with its activation's backward, as one pass over dY: dY =
+ * dY * act'(Y) in place (Y the layer's output, with dY's leading dimension ldy; act NONE
+ * leaves dY as it is), db (non-NULL) = the column sums of the result, and dW (m x n, ldw)
+ * = X^T dY, for X k x m (ldx) and dY k x n. Returns 1 when it did this, 0 when it touched
+ * nothing (as sac_gemm_own: the caller then makes them its own way). */
+int sac_gemm_own_wgrad(int m, int n, int k, const float *X, int ldx, float *dY, const float *Y, int ldy,
+                       sac_act_t act, float *db, float *dW, int ldw);
+
 /* Whether this CPU runs the own GEMM (AVX-512F), whatever sac_gemm_own_set_enabled says. */
 int sac_gemm_own_supported(void);
 

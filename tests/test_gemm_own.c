@@ -1,6 +1,7 @@
 /* The cpu backend's own GEMM (learner/gemm_own.h): every form it takes (the forward's
  * X W, the weight gradient's X^T dY, the input gradient's dY W^T) against a double
- * reference, with the bias and activation it applies, adding into C or not, with padded
+ * reference, with the bias and activation it applies (and the weight gradient's
+ * activation backward and bias gradient), adding into C or not, with padded
  * leading dimensions (nothing written between rows: a negative control writes there on
  * purpose and the check sees it), k over its block size and ragged edges; results equal
  * bit for bit however the rows or columns are split over calls (as over threads); the
@@ -183,6 +184,64 @@ Test(gemm_own, leaves_what_it_does_not_take_untouched) {
   cr_expect_eq(memcmp(C, C0, sizeof(float) * 64 * 64), 0, "a product it did not take changed C");
   cr_expect_eq(sac_gemm_own(0, 0, 64, 64, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 1, "on again");
   free(A), free(B), free(C), free(C0);
+}
+
+/* sac_gemm_own_wgrad: dY after the activation's backward equal, bit for bit, to the
+ * backend's pass (d * (y > 0), d * (1 - y * y) in float); db its column sums in row order
+ * (bit for bit within one k block, within rounding over several); dW = X^T dY within the
+ * double reference's bound. */
+static void check_wgrad(int m, int n, int k, sac_act_t act, int with_db) {
+  const int ldx = m + 3, ldy = n + 5, ldw = n + 2;
+  float *X = filled((size_t)k * ldx, -1, 1), *dY = filled((size_t)k * ldy, -1, 1);
+  float *Y = filled((size_t)k * ldy, -1, 1), *dW = filled((size_t)m * ldw, -3, 3);
+  float *db = filled((size_t)n, -3, 3), *want = malloc(sizeof(float) * (size_t)k * ldy);
+  memcpy(want, dY, sizeof(float) * (size_t)k * ldy);
+  for (int q = 0; q < k; q++)
+    for (int j = 0; j < n; j++) {
+      float *d = &want[(size_t)q * ldy + j];
+      const float y = Y[(size_t)q * ldy + j];
+      if (act == SAC_ACT_RELU)
+        *d = y > 0.0f ? *d : 0.0f;
+      else if (act == SAC_ACT_TANH)
+        *d *= 1.0f - y * y;
+    }
+  cr_assert_eq(sac_gemm_own_wgrad(m, n, k, X, ldx, dY, Y, ldy, act, with_db ? db : NULL, dW, ldw), 1);
+  for (int q = 0; q < k; q++)
+    for (int j = 0; j < ldy; j++) /* the padding between rows included: as it was */
+      cr_assert_eq(dY[(size_t)q * ldy + j], want[(size_t)q * ldy + j],
+                   "act %d: dY[%d][%d] is %.9g, want %.9g", (int)act, q, j, dY[(size_t)q * ldy + j],
+                   want[(size_t)q * ldy + j]);
+  for (int j = 0; with_db && j < n; j++) {
+    float sum = 0.0f;
+    double mag = 0.0;
+    for (int q = 0; q < k; q++)
+      sum += want[(size_t)q * ldy + j], mag += fabs(want[(size_t)q * ldy + j]);
+    if (k <= 256)
+      cr_assert_eq(db[j], sum, "act %d: db[%d] is %.9g, the row-order sum %.9g", (int)act, j, db[j], sum);
+    else
+      cr_assert(fabs(db[j] - sum) <= (k + 4) * 1.2e-7 * mag, "act %d k %d: db[%d] is %.9g, want %.9g",
+                (int)act, k, j, db[j], sum);
+  }
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      double sum = 0.0, mag = 0.0;
+      for (int q = 0; q < k; q++) {
+        const double t = (double)X[(size_t)q * ldx + i] * want[(size_t)q * ldy + j];
+        sum += t, mag += fabs(t);
+      }
+      cr_assert(fabs(dW[(size_t)i * ldw + j] - sum) <= (k + 4) * 1.2e-7 * mag + 1e-30,
+                "act %d: dW[%d][%d] is %.9g, double %.9g", (int)act, i, j, dW[(size_t)i * ldw + j], sum);
+    }
+  free(X), free(dY), free(Y), free(dW), free(db), free(want);
+}
+
+Test(gemm_own, weight_gradient_applies_the_activation_backward_on_its_way, .timeout = 60) {
+  const sac_act_t acts[] = {SAC_ACT_NONE, SAC_ACT_RELU, SAC_ACT_TANH};
+  for (int a = 0; a < 3; a++) {
+    check_wgrad(23, 256, 256, acts[a], 1); /* the critics' joined first layer */
+    check_wgrad(64, 45, 300, acts[a], 1);  /* k over the block, ragged columns */
+    check_wgrad(9, 32, 17, acts[a], 0);
+  }
 }
 
 /* A critic's hidden layer at cheetah size (twin members, 256 x 256, batch 256, ReLU) and the
