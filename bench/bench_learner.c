@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "learner/gemm_own.h"
 #include "learner/op_count.h"
 #include "learner/sac.h"
 
@@ -37,6 +38,7 @@ typedef struct {
   double price;
   int obs, act, hidden, depth, batch;
   char precision[8];
+  char gemm[16];
   int graphs, recompute, profile;
   int upl, direct, op_profile, op_profile_updates;
 } bench_cfg_t;
@@ -73,6 +75,8 @@ static const sac_cfg_opt_t k_opts[] = {
     O_("batch", SAC_CFG_INT, batch, "0", 0, 1e6, "override batch size"),
     S_("precision", precision, "fp32",
        "GEMM precision where the backend has a choice: fp32, tf32, bf16, fp16"),
+    S_("gemm", gemm, "auto",
+       "cpu: the layers' products: auto (the own GEMM where the CPU has AVX-512, else OpenBLAS) or openblas"),
     O_("graphs", SAC_CFG_BOOL, graphs, "true", 1, 0, "replay captured updates where the backend can (cuda)"),
     O_("recompute", SAC_CFG_BOOL, recompute, "false", 1, 0, "recompute activations in the backward"),
     O_("profile", SAC_CFG_BOOL, profile, "true", 1, 0,
@@ -910,6 +914,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "backend %s computes in fp32 only\n", c.backend);
     return 2;
   }
+  if (strcmp(c.gemm, "auto") != 0 && strcmp(c.gemm, "openblas") != 0) {
+    fprintf(stderr, "--gemm %s: not auto or openblas\n", c.gemm);
+    return 2;
+  }
+  sac_gemm_own_set_enabled(strcmp(c.gemm, "auto") == 0);
+  if (strcmp(c.backend, "cpu") == 0)
+    printf("layer products: %s\n", sac_gemm_own_enabled() && sac_gemm_own_supported()
+                                       ? "own GEMM (AVX-512); OpenBLAS under 8 rows or 32 columns"
+                                       : "OpenBLAS");
   double err = sgemm_check();
   printf("OpenBLAS kernel %s: sgemm 256^3 max relative error %.2e against double (%s)\n",
          openblas_get_corename(), err, err < 1e-5 ? "ok" : "WRONG");
