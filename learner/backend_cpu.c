@@ -563,6 +563,20 @@ static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, co
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* C (+)= op(A) op(B): the own GEMM where it takes the product, else OpenBLAS. */
+static void mul(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
+                int add, float *C, int ldc) {
+  if (!sac_gemm_own(ta, tb, m, n, k, A, lda, B, ldb, add, C, ldc, NULL, SAC_ACT_NONE))
+    gemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, A, lda, B, ldb,
+         add ? 1.0f : 0.0f, C, ldc);
+}
+
+/* Input segment s of layer L as member k reads it: its width and its first row. */
+static int seg_width(const sac_linear_t *L, int s) { return L->shared ? L->seg[s].n : L->n_in; }
+static const float *seg_input(const sac_linear_t *L, int s, int k) {
+  return L->seg[s].p + (L->shared ? 0 : (size_t)k * L->n_in);
+}
+
 /* One unit of a layer's forward: member k, rows [r0, r1): Y_k = act(X_k W_k + b_k). The own
  * GEMM (gemm_own.h) applies the bias and activation to each tile of Y as it stores it;
  * where OpenBLAS multiplies a segment instead, they are applied in a pass of their own
@@ -579,9 +593,8 @@ static void fwd_block(const sac_linear_t *L, float *Y, int ldy, int k, int r0, i
   int fused = 1; /* every segment so far by the own GEMM: the last one adds b and act */
   int row = 0;
   for (int s = 0; s < n_seg; s++) {
-    const int n = L->shared ? L->seg[s].n : L->n_in;
-    const int ld = L->seg[s].ld;
-    const float *X = L->seg[s].p + (size_t)r0 * ld + (L->shared ? 0 : (size_t)k * L->n_in);
+    const int n = seg_width(L, s), ld = L->seg[s].ld;
+    const float *X = seg_input(L, s, k) + (size_t)r0 * ld;
     const int last = s == n_seg - 1;
     const float *W = Wk + (size_t)row * L->n_out;
     if (!sac_gemm_own(0, 0, rows, L->n_out, n, X, ld, W, L->n_out, s > 0, Yk, ldy, last && fused ? bk : NULL,
@@ -694,28 +707,19 @@ static void bwd_cols(const bwd_job_t *j, int k, int c0, int c1) {
   const size_t wsz = (size_t)L->n_in * L->n_out;
   float *dWk = j->dW ? j->dW + k * wsz + c0 : NULL;
   const int n_seg = L->shared ? L->n_seg : 1;
-  const float *X[2];
-  int n[2];
-  for (int s = 0; s < n_seg; s++) {
-    X[s] = L->seg[s].p + (L->shared ? 0 : (size_t)k * L->n_in);
-    n[s] = L->shared ? L->seg[s].n : L->n_in;
-  }
   /* the activation backward and db: made by the first segment's product on its way where
    * the own GEMM takes it, else in a pass of their own before any product */
   int s = 0;
-  if (dWk && sac_gemm_own_wgrad(n[0], w, L->B, X[0], L->seg[0].ld, dY, j->Y + col, j->ldy, L->act, db, dWk,
-                                L->n_out))
+  if (dWk && sac_gemm_own_wgrad(seg_width(L, 0), w, L->B, seg_input(L, 0, k), L->seg[0].ld, dY, j->Y + col,
+                                j->ldy, L->act, db, dWk, L->n_out))
     s = 1;
   else
     act_bwd_colsum(dY, j->Y + col, j->ldy, L->B, w, L->act, db);
   if (!dWk)
     return;
-  for (int row = s ? n[0] : 0; s < n_seg; row += n[s], s++) {
-    float *dWs = dWk + (size_t)row * L->n_out;
-    if (!sac_gemm_own(1, 0, n[s], w, L->B, X[s], L->seg[s].ld, dY, j->ldy, 0, dWs, L->n_out, NULL,
-                      SAC_ACT_NONE))
-      gemm(CblasTrans, CblasNoTrans, n[s], w, L->B, X[s], L->seg[s].ld, dY, j->ldy, 0.0f, dWs, L->n_out);
-  }
+  for (int row = s ? seg_width(L, 0) : 0; s < n_seg; row += seg_width(L, s), s++)
+    mul(1, 0, seg_width(L, s), w, L->B, seg_input(L, s, k), L->seg[s].ld, dY, j->ldy, 0,
+        dWk + (size_t)row * L->n_out, L->n_out);
 }
 
 static void bwd_cols_job(void *arg, int part, int parts) {
@@ -746,18 +750,14 @@ static void bwd_rows_job(void *arg, int part, int parts) {
     const int n_seg = L->shared ? L->n_seg : 1;
     int row = 0;
     for (int s = 0; s < n_seg; s++) {
-      const int n = L->shared ? L->seg[s].n : L->n_in;
+      const int n = seg_width(L, s);
       const float *Ws = Wk + (size_t)row * L->n_out;
       row += n;
       if (!j->dX[s])
         continue;
       /* members add into one shared input's gradient; each has its own block otherwise */
-      const int add = L->shared && k > 0;
       float *dXs = j->dX[s] + lo * (size_t)j->ldx[s] + (L->shared ? 0 : (size_t)k * L->n_in);
-      if (!sac_gemm_own(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, add, dXs, j->ldx[s], NULL,
-                        SAC_ACT_NONE))
-        gemm(CblasNoTrans, CblasTrans, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, add ? 1.0f : 0.0f, dXs,
-             j->ldx[s]);
+      mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, L->shared && k > 0, dXs, j->ldx[s]);
     }
   }
 }

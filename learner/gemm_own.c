@@ -290,6 +290,8 @@ OWN_AVX512 static int own_gemm(const act_bwd_t *g, form_t f, int m, int n, int k
   float *slabs = NULL;
   if (f == FORM_TN && !(slabs = scratch_of((size_t)(k < KC ? k : KC) * (size_t)((m + MR - 1) / MR) * MR)))
     return 0;
+  if (g && g->db) /* the column sums start here: nothing was touched before this point */
+    memset(g->db, 0, sizeof(float) * (size_t)n);
   for (int q0 = 0; q0 < k; q0 += KC) {
     const int kc = k - q0 < KC ? k - q0 : KC;
     const int last = q0 + kc >= k;
@@ -332,10 +334,8 @@ int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, c
 
 int sac_gemm_own_wgrad(int m, int n, int k, const float *X, int ldx, float *dY, const float *Y, int ldy,
                        sac_act_t act, float *db, float *dW, int ldw) {
-  if (!own_takes(m, n, k) || !scratch_of((size_t)(k < KC ? k : KC) * (size_t)((m + MR - 1) / MR) * MR))
+  if (!own_takes(m, n, k))
     return 0;
-  if (db)
-    memset(db, 0, sizeof(float) * (size_t)n);
   const act_bwd_t g = {Y, act, db};
   return counted(own_gemm(&g, FORM_TN, m, n, k, X, ldx, dY, ldy, 0, dW, ldw, NULL, SAC_ACT_NONE));
 }
