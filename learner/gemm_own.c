@@ -2,17 +2,19 @@
  *
  * Blocking: k in blocks of KC; for each, the n columns in panels of NR = 32 (two AVX-512
  * vectors), each panel of B copied once into a contiguous KC x 32 block (32 KiB, in the
- * first-level cache with the 8 rows of A beside it); then the rows in blocks of MR = 8,
- * each an 8 x 32 tile of C held in 16 registers: per k, two loads of the panel and eight
- * broadcasts of A, each multiplied into two accumulators. A is read where it lies, as rows
- * (ta 0) or as columns (ta 1, the weight gradient's X^T): a tile's eight values of A at
- * one k are eight floats of a row or of a column either way. A last block of fewer than
- * eight rows is copied into a zero-padded block first; a last panel of fewer than 32
- * columns is loaded and stored under a mask.
+ * first-level cache); then the rows in blocks of MR = 12, each a 12 x 32 tile of C held in
+ * 24 registers: per k, two loads of the panel and twelve broadcasts of A, each multiplied
+ * into two accumulators (24 multiply-adds for 14 loads), four k steps to a loop
+ * iteration. A is read where it lies, as rows (ta 0), or, for the weight gradient's X^T
+ * (ta 1), from a copy of its k block made once in blocks of columns. The rows left after
+ * the 12-row blocks go in blocks of MR_TAIL = 4, the last one copied into zero-padded rows
+ * first where fewer are left; a last panel of fewer than 32 columns is loaded and stored
+ * under a mask.
  *
- * One cheetah forward layer (256 x 256 x 256, bias and ReLU), one thread, on the 2-core
- * AVX-512 development VM: 131-141 GFLOP/s here against 102-111 for OpenBLAS's sgemm plus
- * the bias and activation pass, and 113 for OpenBLAS's 2048^3 sgemm. */
+ * One cheetah forward layer (256 x 256 x 256, bias and ReLU), one thread, hot caches, on
+ * the 2-core AVX-512 development VM, against a loop of independent multiply-adds in
+ * registers run alternately with it: 0.83 of that loop's rate with 12-row tiles where 8-row
+ * tiles (16 accumulators, one k step an iteration) reached 0.69. */
 #include "learner/gemm_own.h"
 
 #include <math.h>
@@ -32,7 +34,7 @@ unsigned long long sac_gemm_own_products(void) { return atomic_load(&own_product
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-enum { MR = 8, NR = 32, KC = 256 };
+enum { MR = 12, MR_TAIL = 4, MR_MAX = 12, MIN_ROWS = 8, NR = 32, KC = 256 };
 
 #define OWN_AVX512 __attribute__((target("avx512f")))
 
@@ -47,18 +49,26 @@ typedef struct {
   const float *bias; /* at the panel's first column, or NULL */
 } epilogue_t;
 
-/* The 8 x 32 tile at c (its first `rows` rows, columns under masks m0 and m1) from kc steps
- * of: A's eight values at step q (a[r * rs + q * ks]) times the packed panel's row q. */
-OWN_AVX512 static void tile(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp, float *c,
-                            int ldc, int rows, __mmask16 m0, __mmask16 m1, epilogue_t e) {
-  __m512 acc[MR][2];
-  for (int r = 0; r < MR; r++)
+/* The mr x 32 tile at c (its first `rows` rows, columns under masks m0 and m1) from kc
+ * steps of: A's mr values at step q (a[r * rs + q * ks]) times the packed panel's row q.
+ * Inlined with mr a constant: 2 mr accumulators, two loads of the panel and mr broadcasts
+ * a step, the steps four to a loop iteration. */
+__attribute__((always_inline)) OWN_AVX512 static inline void tile_mr(const int mr, int kc, const float *a,
+                                                                    ptrdiff_t rs, ptrdiff_t ks,
+                                                                    const float *bp, float *c, int ldc,
+                                                                    int rows, __mmask16 m0, __mmask16 m1,
+                                                                    epilogue_t e) {
+  __m512 acc[MR_MAX][2];
+  for (int r = 0; r < mr; r++)
     acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+#if !defined(__SANITIZE_ADDRESS__) /* four checked copies of the step overflow the code cache */
+#pragma GCC unroll 4
+#endif
   for (int q = 0; q < kc; q++) {
     const __m512 b0 = _mm512_load_ps(bp + (size_t)q * NR), b1 = _mm512_load_ps(bp + (size_t)q * NR + 16);
     const float *aq = a + q * ks;
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
       const __m512 x = _mm512_set1_ps(aq[r * rs]);
       acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
@@ -67,7 +77,7 @@ OWN_AVX512 static void tile(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, 
   const __m512 zero = _mm512_setzero_ps();
   const __m512 bias0 = e.bias ? _mm512_maskz_loadu_ps(m0, e.bias) : zero;
   const __m512 bias1 = e.bias ? _mm512_maskz_loadu_ps(m1, e.bias + 16) : zero;
-  for (int r = 0; r < rows; r++) {
+  for (int r = 0; r < rows && r < mr; r++) {
     float *cr = c + (size_t)r * ldc;
     __m512 y0 = acc[r][0], y1 = acc[r][1];
     if (e.add) {
@@ -85,6 +95,17 @@ OWN_AVX512 static void tile(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, 
     _mm512_mask_storeu_ps(cr, m0, y0);
     _mm512_mask_storeu_ps(cr + 16, m1, y1);
   }
+}
+
+/* The row blocks: MR rows where that many are left, the last few in blocks of MR_TAIL. */
+OWN_AVX512 static void tile(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp, float *c,
+                            int ldc, int rows, __mmask16 m0, __mmask16 m1, epilogue_t e) {
+  tile_mr(MR, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+}
+
+OWN_AVX512 static void tile_tail(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp, float *c,
+                                 int ldc, int rows, __mmask16 m0, __mmask16 m1, epilogue_t e) {
+  tile_mr(MR_TAIL, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
 }
 
 static __mmask16 mask_of(int w) {
@@ -187,34 +208,33 @@ OWN_AVX512 static void pack_panel_t(const float *B, int ldb, int q0, int kc, int
  * layer's input) and A B^T (the input gradient: B is W). */
 typedef enum { FORM_NN, FORM_TN, FORM_NT } form_t;
 
-/* Columns [i0, i0 + 8) of rows [q0, q0 + kc) of A (k x m, lda) into ap as kc steps of
- * eight side by side, zeros past m. */
-OWN_AVX512 static void pack_columns(const float *A, int lda, int q0, int kc, int i0, int m, float *ap) {
+/* The rows of C in blocks: MR where that many are left, else MR_TAIL (the last block
+ * zero-padded where fewer are left). */
+static int block_of(int m, int i0) { return m - i0 >= MR ? MR : MR_TAIL; }
+
+/* Columns [i0, i0 + w) of rows [q0, q0 + kc) of A (k x m, lda) into ap as kc steps of w
+ * side by side, zeros past m. */
+OWN_AVX512 static void pack_columns(const float *A, int lda, int q0, int kc, int i0, int w, int m, float *ap) {
   const float *a = A + (size_t)q0 * lda + i0;
-  if (m - i0 >= MR) {
-    for (int q = 0; q < kc; q++)
-      _mm256_store_ps(ap + q * MR, _mm256_loadu_ps(a + (size_t)q * lda));
-    return;
-  }
+  const __mmask16 mk = mask_of(m - i0 < w ? m - i0 : w);
   for (int q = 0; q < kc; q++)
-    for (int r = 0; r < MR; r++)
-      ap[q * MR + r] = i0 + r < m ? a[(size_t)q * lda + r] : 0.0f;
+    _mm512_mask_storeu_ps(ap + q * w, mask_of(w), _mm512_maskz_loadu_ps(mk, a + (size_t)q * lda));
 }
 
 /* One k block [q0, q0 + kc) over all of C, panel by panel. Rows of A are read in place
- * (a last block of fewer than eight copied into zero-padded rows first). The weight
- * gradient's A is X^T, whose tile values at one k lie in one line of X, a line per k: read
- * in place, every panel fetched all of X's lines again and ran at 0.75 of the forward's
- * speed; so its k block is packed once into blocks of eight columns (slabs, in scratch)
- * that the tiles then read as rows. */
+ * (a last block of fewer rows than its tile's copied into zero-padded rows first). The
+ * weight gradient's A is X^T, whose tile values at one k lie in one line of X, a line per
+ * k: read in place, every panel fetched all of X's lines again and ran at 0.75 of the
+ * forward's speed; so its k block is packed once into blocks of columns (slabs, in
+ * scratch, each block's kc steps side by side) that the tiles then read as rows. */
 OWN_AVX512 static void k_block(form_t f, int m, int n, int q0, int kc, const float *A, int lda,
                                const float *B, int ldb, float *C, int ldc, epilogue_t e, const float *bias,
                                float *slabs, const act_bwd_t *g) {
   float bp[KC * NR] __attribute__((aligned(64)));
-  float ap[MR * KC] __attribute__((aligned(64)));
+  float ap[MR_MAX * KC] __attribute__((aligned(64)));
   if (f == FORM_TN)
-    for (int i0 = 0; i0 < m; i0 += MR)
-      pack_columns(A, lda, q0, kc, i0, m, slabs + (size_t)i0 * kc);
+    for (int i0 = 0; i0 < m; i0 += block_of(m, i0))
+      pack_columns(A, lda, q0, kc, i0, block_of(m, i0), m, slabs + (size_t)i0 * kc);
   for (int j0 = 0; j0 < n; j0 += NR) {
     const int w = n - j0 < NR ? n - j0 : NR;
     const __mmask16 m0 = mask_of(w), m1 = mask_of(w - 16);
@@ -225,19 +245,24 @@ OWN_AVX512 static void k_block(form_t f, int m, int n, int q0, int kc, const flo
     else
       pack_panel(B, ldb, q0, kc, j0, m0, m1, bp);
     e.bias = bias ? bias + j0 : NULL;
-    for (int i0 = 0; i0 < m; i0 += MR) {
-      const int rows = m - i0 < MR ? m - i0 : MR;
+    for (int i0 = 0; i0 < m;) {
+      const int bw = block_of(m, i0), rows = m - i0 < bw ? m - i0 : bw;
       const float *a = A + (size_t)i0 * lda + q0;
       ptrdiff_t rs = lda, ks = 1;
       if (f == FORM_TN) {
-        a = slabs + (size_t)i0 * kc, rs = 1, ks = MR;
-      } else if (rows < MR) {
-        memset(ap, 0, sizeof ap);
+        a = slabs + (size_t)i0 * kc, rs = 1, ks = bw;
+      } else if (rows < bw) {
+        memset(ap, 0, sizeof(float) * (size_t)bw * (size_t)kc);
         for (int r = 0; r < rows; r++)
           memcpy(ap + r * kc, a + (size_t)r * lda, sizeof(float) * (size_t)kc);
         a = ap, rs = kc;
       }
-      tile(kc, a, rs, ks, bp, C + (size_t)i0 * ldc + j0, ldc, rows, m0, m1, e);
+      float *c = C + (size_t)i0 * ldc + j0;
+      if (bw == MR)
+        tile(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+      else
+        tile_tail(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+      i0 += bw;
     }
   }
 }
@@ -288,7 +313,7 @@ OWN_AVX512 static int own_gemm(const act_bwd_t *g, form_t f, int m, int n, int k
                                const float *B, int ldb, int add, float *C, int ldc, const float *bias,
                                sac_act_t act) {
   float *slabs = NULL;
-  if (f == FORM_TN && !(slabs = scratch_of((size_t)(k < KC ? k : KC) * (size_t)((m + MR - 1) / MR) * MR)))
+  if (f == FORM_TN && !(slabs = scratch_of((size_t)(k < KC ? k : KC) * (size_t)(m + MR_TAIL))))
     return 0;
   if (g && g->db) /* the column sums start here: nothing was touched before this point */
     memset(g->db, 0, sizeof(float) * (size_t)n);
@@ -312,7 +337,7 @@ static int own_takes(int m, int n, int k) {
   int have = atomic_load_explicit(&supported, memory_order_relaxed);
   if (have < 0)
     atomic_store_explicit(&supported, have = sac_gemm_own_supported(), memory_order_relaxed);
-  return have && atomic_load(&own_enabled) && m >= MR && n >= NR && k >= 1;
+  return have && atomic_load(&own_enabled) && m >= MIN_ROWS && n >= NR && k >= 1;
 }
 
 static int counted(int done) {
