@@ -76,7 +76,9 @@ static const sac_cfg_opt_t k_opts[] = {
     S_("precision", precision, "fp32",
        "GEMM precision where the backend has a choice: fp32, tf32, bf16, fp16"),
     S_("gemm", gemm, "auto",
-       "cpu: the layers' products: auto (the own GEMM where the CPU has AVX-512, else OpenBLAS) or openblas"),
+       "cpu: the layers' products: auto (the own GEMM where the CPU has AVX-512 or AVX2, else OpenBLAS), "
+       "avx2 "
+       "(the own GEMM's AVX2 kernel even where the CPU has AVX-512) or openblas"),
     O_("graphs", SAC_CFG_BOOL, graphs, "true", 1, 0, "replay captured updates where the backend can (cuda)"),
     O_("recompute", SAC_CFG_BOOL, recompute, "false", 1, 0, "recompute activations in the backward"),
     O_("profile", SAC_CFG_BOOL, profile, "true", 1, 0,
@@ -868,6 +870,20 @@ static int print_update_times(const bench_cfg_t *c, sac_backend_t *be, const sac
   return 0;
 }
 
+/* --gemm: auto, avx2 or openblas (0), else an error on stderr (2). */
+static int set_gemm(const char *g) {
+  if (strcmp(g, "auto") != 0 && strcmp(g, "avx2") != 0 && strcmp(g, "openblas") != 0) {
+    fprintf(stderr, "--gemm %s: not auto, avx2 or openblas\n", g);
+    return 2;
+  }
+  sac_gemm_own_set_enabled(strcmp(g, "openblas") != 0);
+  if (strcmp(g, "avx2") == 0 && sac_gemm_own_cap_bits(256) != 256) {
+    fprintf(stderr, "--gemm avx2: this CPU has no AVX2 with FMA\n");
+    return 2;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   bench_cfg_t c;
   int action;
@@ -914,15 +930,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "backend %s computes in fp32 only\n", c.backend);
     return 2;
   }
-  if (strcmp(c.gemm, "auto") != 0 && strcmp(c.gemm, "openblas") != 0) {
-    fprintf(stderr, "--gemm %s: not auto or openblas\n", c.gemm);
+  if (set_gemm(c.gemm) != 0)
     return 2;
+  if (strcmp(c.backend, "cpu") == 0) {
+    if (sac_gemm_own_enabled() && sac_gemm_own_bits() > 0)
+      printf("layer products: own GEMM (%s); OpenBLAS under 8 rows or 32 columns\n",
+             sac_gemm_own_bits() == 512 ? "AVX-512" : "AVX2");
+    else
+      printf("layer products: OpenBLAS\n");
   }
-  sac_gemm_own_set_enabled(strcmp(c.gemm, "auto") == 0);
-  if (strcmp(c.backend, "cpu") == 0)
-    printf("layer products: %s\n", sac_gemm_own_enabled() && sac_gemm_own_supported()
-                                       ? "own GEMM (AVX-512); OpenBLAS under 8 rows or 32 columns"
-                                       : "OpenBLAS");
   double err = sgemm_check();
   printf("OpenBLAS kernel %s: sgemm 256^3 max relative error %.2e against double (%s)\n",
          openblas_get_corename(), err, err < 1e-5 ? "ok" : "WRONG");

@@ -1,4 +1,4 @@
-/* The cpu backend: the layers' products by its own GEMM where the CPU has AVX-512
+/* The cpu backend: the layers' products by its own GEMM where the CPU has AVX-512 or AVX2
  * (gemm_own.h: the bias and activation fused into the forward's), else by OpenBLAS sgemm,
  * and plain loops for everything else.
  * It is the readable reference the cuda backend is checked against, so the math here is

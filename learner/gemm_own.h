@@ -6,8 +6,9 @@
  * the separate bias, activation and beta passes around it, took a third of a cheetah
  * update's time. This kernel reads A in place, packs one 32-column panel of B at a time,
  * and keeps every element's sum in one register over k in order, so its results do not
- * depend on how the rows are split over threads. It runs on CPUs with AVX-512; elsewhere,
- * or for shapes it does not take, sac_gemm_own returns 0 and the caller uses OpenBLAS. */
+ * depend on how the rows are split over threads. It runs on CPUs with AVX-512, or AVX2 and
+ * FMA (the same sums in the same order: the same results, bit for bit); elsewhere, or for
+ * shapes it does not take, sac_gemm_own returns 0 and the caller uses OpenBLAS. */
 #ifndef SAC_LEARNER_GEMM_OWN_H
 #define SAC_LEARNER_GEMM_OWN_H
 
@@ -16,8 +17,8 @@
 /* Row-major C = op(A) op(B), or C += op(A) op(B) when add is non-zero; then, where bias
  * is non-NULL, bias[j] added to column j; then act applied. op(A) is A (ta 0: A is m x k,
  * lda) or its transpose (ta 1: A is k x m); op(B) is B (tb 0: k x n, ldb) or its transpose
- * (tb 1: B is n x k). Returns 1 when it did this, 0 when it did nothing: no AVX-512 on this
- * CPU, turned off (sac_gemm_own_set_enabled), both transposed, or a shape it leaves to
+ * (tb 1: B is n x k). Returns 1 when it did this, 0 when it did nothing: neither AVX-512 nor
+ * AVX2 with FMA on this CPU, turned off (sac_gemm_own_set_enabled), both transposed, or a shape it leaves to
  * OpenBLAS (fewer than 8 rows or 32 columns, where most of its registers would hold
  * nothing). */
 int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
@@ -31,8 +32,18 @@ int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, c
 int sac_gemm_own_wgrad(int m, int n, int k, const float *X, int ldx, float *dY, const float *Y, int ldy,
                        sac_act_t act, float *db, float *dW, int ldw);
 
-/* Whether this CPU runs the own GEMM (AVX-512F), whatever sac_gemm_own_set_enabled says. */
+/* Whether this CPU runs the own GEMM (AVX-512F, or AVX2 and FMA), whatever
+ * sac_gemm_own_set_enabled says. */
 int sac_gemm_own_supported(void);
+
+/* The vector width the own GEMM runs with: 512 (AVX-512F), 256 (AVX2 and FMA) or 0 (it does
+ * not run on this CPU). */
+int sac_gemm_own_bits(void);
+
+/* Runs it no wider than bits (512 or 256: a CPU with AVX-512 then runs the AVX2 kernel, for
+ * tests and comparisons). Returns the width it runs with now, or -1 for another value.
+ * Process-wide, as sac_gemm_own_set_enabled. */
+int sac_gemm_own_cap_bits(int bits);
 
 /* On by default; tests turn it off to compare with the OpenBLAS path. Process-wide: call
  * it when no backend is running an update. */

@@ -6,9 +6,10 @@
  * purpose and the check sees it), k over its block size and ragged edges; results equal
  * bit for bit however the rows or columns are split over calls (as over threads); the
  * shapes it leaves to OpenBLAS; and the cpu backend's layers, which use it, against the
- * same layers with it turned off. The own GEMM runs only on CPUs with AVX-512: elsewhere
- * every case skips and the binary exits 77 (tests/skip_exit.h; an allowed skip in
- * tests/allowed_skips.txt). */
+ * same layers with it turned off; and, on a CPU with AVX-512, its AVX2 kernel giving the same
+ * results as its AVX-512 one, bit for bit. The own GEMM runs on CPUs with AVX-512 or with
+ * AVX2 and FMA: elsewhere every case skips and the binary exits 77 (tests/skip_exit.h; an
+ * allowed skip in tests/allowed_skips.txt). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -24,8 +25,10 @@ static sac_rng_t rng;
 static void setup(void) {
   if (!sac_gemm_own_supported())
     cr_skip_test(
-        "SKIP: no AVX-512 on this CPU: the own GEMM does not run here (OpenBLAS makes every product)");
+        "SKIP: neither AVX-512 nor AVX2 with FMA on this CPU: the own GEMM does not run here (OpenBLAS "
+        "makes every product)");
   sac_gemm_own_set_enabled(1);
+  sac_gemm_own_cap_bits(512);
   sac_rng_init(&rng, 2026, 12);
 }
 
@@ -321,4 +324,68 @@ static void compare_layers(int n_in) {
 Test(gemm_own, cpu_backend_layers_match_openblas, .timeout = 120) {
   compare_layers(256); /* a hidden layer */
   compare_layers(23);  /* the critics' joined first layer (cheetah: 17 + 6) */
+}
+
+/* Every form and shape above, and the weight gradient with each activation, made by the
+ * AVX-512 kernel and by the AVX2 one from the same inputs: the same bits (each element the
+ * same running sum over k in the same order). Where the CPU has no AVX-512 there is one
+ * kernel and nothing to compare: the case skips. */
+typedef struct {
+  size_t n;
+  float *p;
+} outputs_t;
+
+static void all_outputs(outputs_t *o, float *const in[4]) {
+  size_t at = 0;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const shape_t *s = &shapes[i];
+    const int lda = lda_of(s), ldb = ldb_of(s), ldc = ldc_of(s);
+    for (int form = 0; form < 4; form++) { /* add or not, x bias and ReLU or tanh */
+      float *C = o->p + at;
+      memcpy(C, in[2], sizeof(float) * (size_t)s->m * ldc);
+      cr_assert_eq(sac_gemm_own(s->ta, s->tb, s->m, s->n, s->k, in[0], lda, in[1], ldb, form & 1, C, ldc,
+                                in[3], form & 2 ? SAC_ACT_TANH : SAC_ACT_RELU),
+                   1);
+      at += (size_t)s->m * ldc;
+    }
+  }
+  const sac_act_t acts[] = {SAC_ACT_NONE, SAC_ACT_RELU, SAC_ACT_TANH};
+  const int wm = 64, wn = 45, wk = 300, ldy = wn + 5, ldw = wn + 2; /* k over the block, ragged */
+  for (int a = 0; a < 3; a++) {
+    float *dY = o->p + at, *dW = dY + (size_t)wk * ldy, *db = dW + (size_t)wm * ldw;
+    memcpy(dY, in[1], sizeof(float) * (size_t)wk * ldy);
+    cr_assert_eq(sac_gemm_own_wgrad(wm, wn, wk, in[0], wm + 3, dY, in[2], ldy, acts[a], db, dW, ldw), 1);
+    at += (size_t)wk * ldy + (size_t)wm * ldw + (size_t)wn;
+  }
+  o->n = at;
+}
+
+Test(gemm_own, the_avx2_kernel_gives_the_avx512_kernels_bits, .timeout = 120) {
+  if (sac_gemm_own_bits() != 512)
+    cr_skip_test(
+        "SKIP: no AVX-512 on this CPU: the AVX2 kernel is the only one here (the other cases test it)");
+  const size_t big = (size_t)1 << 22; /* floats: more than any input or all outputs together need */
+  float *in[4] = {filled(big, -1, 1), filled(big, -1, 1), filled(big, -2, 2), filled(big, -0.5, 0.5)};
+  outputs_t wide = {0, malloc(big * sizeof(float))}, narrow = {0, malloc(big * sizeof(float))};
+  all_outputs(&wide, in);
+  cr_assert_eq(sac_gemm_own_cap_bits(256), 256);
+  all_outputs(&narrow, in);
+  cr_assert_eq(sac_gemm_own_cap_bits(512), 512);
+  cr_assert_eq(wide.n, narrow.n);
+  cr_assert_leq(wide.n, big);
+  for (size_t i = 0; i < wide.n; i++)
+    cr_assert(memcmp(&wide.p[i], &narrow.p[i], sizeof(float)) == 0,
+              "output %zu: %.9g with AVX-512, %.9g with AVX2", i, wide.p[i], narrow.p[i]);
+  for (int i = 0; i < 4; i++)
+    free(in[i]);
+  free(wide.p), free(narrow.p);
+}
+
+Test(gemm_own, the_width_cap_takes_only_512_or_256) {
+  const int have = sac_gemm_own_bits();
+  cr_expect_eq(sac_gemm_own_cap_bits(128), -1);
+  cr_expect_eq(sac_gemm_own_cap_bits(0), -1);
+  cr_expect_eq(sac_gemm_own_bits(), have, "a refused cap changed the width");
+  cr_expect_eq(sac_gemm_own_cap_bits(256), 256);
+  cr_expect_eq(sac_gemm_own_cap_bits(512), have);
 }
