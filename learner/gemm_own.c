@@ -117,6 +117,7 @@ static float *scratch_of(size_t n) {
 #define VSTORE(p, v) _mm512_store_ps(p, v)
 #define VLOADM(m, p) _mm512_maskz_loadu_ps(m, p)
 #define VSTOREM(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define VSTORE_SLAB(p, m, v) _mm512_mask_storeu_ps(p, m, v)
 #define VRELU_BWD(d, y) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), d)
 
 static __mmask16 mask_of_avx512(int w) {
@@ -167,6 +168,7 @@ OWN_TARGET static inline void transpose_avx512(__m512 r[16]) {
 #undef VSTORE
 #undef VLOADM
 #undef VSTOREM
+#undef VSTORE_SLAB
 #undef VRELU_BWD
 
 /* ---- AVX2 with FMA: 8 floats a vector, 6 x 16 tiles ----
@@ -196,6 +198,7 @@ typedef struct {
 #define VSTORE(p, v) _mm256_store_ps(p, v)
 #define VLOADM(m, p) loadm_avx2(m, p)
 #define VSTOREM(p, m, v) storem_avx2(p, m, v)
+#define VSTORE_SLAB(p, m, v) _mm256_storeu_ps(p, v)
 #define VRELU_BWD(d, y) _mm256_and_ps(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ), d)
 
 OWN_TARGET static inline mask8_t mask_of_avx2(int w) {
@@ -256,6 +259,7 @@ OWN_TARGET static inline void transpose_avx2(__m256 r[8]) {
 #undef VSTORE
 #undef VLOADM
 #undef VSTOREM
+#undef VSTORE_SLAB
 #undef VRELU_BWD
 
 /* ---- dispatch ---- */

@@ -9,6 +9,7 @@
  *   VZERO() VSET1(x) VFMA(a, b, c) VADD VSUB VMUL VMAX       arithmetic
  *   VLOAD(p) VSTORE(p, v)                  aligned, whole vectors
  *   VLOADM(m, p) VSTOREM(p, m, v)          the lanes under mask m, zeros elsewhere
+ *   VSTORE_SLAB(p, m, v)                   VSTOREM, or a whole unaligned store (pack_columns)
  *   VRELU_BWD(d, y)                        d where y > 0, else 0
  *   OWN(mask_of)(w) -> VMASK               the first w lanes (none for w <= 0, all for >= VW)
  *   OWN(transpose)(VF r[VW])               r[c] becomes what was column c
@@ -142,13 +143,17 @@ OWN_TARGET static void OWN(pack_panel_t)(const float *B, int ldb, int q0, int kc
 static int OWN(block_of)(int m, int i0) { return m - i0 >= MR ? MR : MR_TAIL; }
 
 /* Columns [i0, i0 + w) of rows [q0, q0 + kc) of A (k x m, lda) into ap as kc steps of w
- * side by side, zeros past m. */
+ * side by side, zeros past m. Each step is stored as VSTORE_SLAB does: a whole vector where
+ * that is cheaper than a masked store (AVX2), its VW - w lanes past the step overwritten by
+ * the next step, the next block's, or for the last block's last step the VW floats of
+ * scratch past the slabs. */
 OWN_TARGET static void OWN(pack_columns)(const float *A, int lda, int q0, int kc, int i0, int w, int m,
                                          float *ap) {
   const float *a = A + (size_t)q0 * lda + i0;
   const VMASK mk = OWN(mask_of)(m - i0 < w ? m - i0 : w), mw = OWN(mask_of)(w);
+  (void)mw;
   for (int q = 0; q < kc; q++)
-    VSTOREM(ap + q * w, mw, VLOADM(mk, a + (size_t)q * lda));
+    VSTORE_SLAB(ap + q * w, mw, VLOADM(mk, a + (size_t)q * lda));
 }
 
 /* One k block [q0, q0 + kc) over all of C, panel by panel. Rows of A are read in place
@@ -203,7 +208,7 @@ OWN_TARGET static int OWN(own_gemm)(const act_bwd_t *g, form_t f, int m, int n, 
                                     int lda, const float *B, int ldb, int add, float *C, int ldc,
                                     const float *bias, sac_act_t act) {
   float *slabs = NULL;
-  if (f == FORM_TN && !(slabs = scratch_of((size_t)(k < KC ? k : KC) * (size_t)(m + MR_TAIL))))
+  if (f == FORM_TN && !(slabs = scratch_of((size_t)(k < KC ? k : KC) * (size_t)(m + MR_TAIL) + VW)))
     return 0;
   if (g && g->db) /* the column sums start here: nothing was touched before this point */
     memset(g->db, 0, sizeof(float) * (size_t)n);
