@@ -2,11 +2,13 @@
 # Writes docs/BENCHMARKS.md from the benches' own output: runs each bench below from BUILD,
 # and puts down the command, the machine (CPU model, cores, load average before the run)
 # and what the bench printed, unedited. Rerun it to refresh the page; nothing in the page is
-# typed by hand.
-# usage: scripts/benchmarks_md.sh [BUILD (default build)] [OUT (default docs/BENCHMARKS.md)]
+# typed by hand. With ONLY, only the sections whose title contains it are run again; the
+# others are kept from OUT as they are (each section names its own machine).
+# usage: scripts/benchmarks_md.sh [BUILD (default build)] [OUT (default docs/BENCHMARKS.md)] [ONLY]
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-docs/BENCHMARKS.md}
+ONLY=${3:-}
 BENCHES=(
   "replay service: ingest, sampling, durability|bench/sac-bench-replay --seconds 1 --reps 3"
   "the feed a GPU learner meets (null backend, no math)|bench/sac-bench-service --runs 3 --seconds 1 --windows 3"
@@ -26,6 +28,16 @@ trap 'rm -f "$tmp"' EXIT
   printf '[SCALING.md](SCALING.md). Regenerate: `scripts/benchmarks_md.sh build`.\n\n'
   for b in "${BENCHES[@]}"; do
     title=${b%%|*} cmd=${b#*|}
+    if [[ -n $ONLY && $title != *"$ONLY"* ]]; then
+      # kept: from its heading to the next one, as OUT has it
+      kept=$(awk -v h="## $title" '$0 == h { on = 1 } on && /^## / && $0 != h { exit } on { print }' "$OUT")
+      if [[ -z $kept ]]; then
+        echo "benchmarks_md: $OUT has no section '$title' to keep; run without ONLY" >&2
+        exit 1
+      fi
+      printf '%s\n\n' "$kept"
+      continue
+    fi
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     printf '## %s\n\n' "$title"
     printf 'Command: `%s`  \nMachine: %s; load average %s before the run.\n\n' "./$cmd" "$machine" "$load"
