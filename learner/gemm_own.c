@@ -149,27 +149,7 @@ OWN_TARGET static inline void transpose_avx512(__m512 r[16]) {
   }
 }
 
-#include "learner/gemm_own_kernel.h"
-
-#undef OWN_TARGET
-#undef OWN
-#undef VW
-#undef MR
-#undef VF
-#undef VMASK
-#undef VZERO
-#undef VSET1
-#undef VFMA
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VMAX
-#undef VLOAD
-#undef VSTORE
-#undef VLOADM
-#undef VSTOREM
-#undef VSTORE_SLAB
-#undef VRELU_BWD
+#include "learner/gemm_own_kernel.h" /* it #undefs what was defined for it */
 
 /* ---- AVX2 with FMA: 8 floats a vector, 6 x 16 tiles ----
  *
@@ -240,27 +220,7 @@ OWN_TARGET static inline void transpose_avx2(__m256 r[8]) {
     r[c] = t[c];
 }
 
-#include "learner/gemm_own_kernel.h"
-
-#undef OWN_TARGET
-#undef OWN
-#undef VW
-#undef MR
-#undef VF
-#undef VMASK
-#undef VZERO
-#undef VSET1
-#undef VFMA
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VMAX
-#undef VLOAD
-#undef VSTORE
-#undef VLOADM
-#undef VSTOREM
-#undef VSTORE_SLAB
-#undef VRELU_BWD
+#include "learner/gemm_own_kernel.h" /* it #undefs what was defined for it */
 
 /* ---- dispatch ---- */
 

@@ -14,9 +14,9 @@
  *   OWN(mask_of)(w) -> VMASK               the first w lanes (none for w <= 0, all for >= VW)
  *   OWN(transpose)(VF r[VW])               r[c] becomes what was column c
  *
- * Every element of C is one running sum of fused multiply-adds over k in order, started at
- * zero in each k block, whatever the width: the two copies give the same results, bit for
- * bit. */
+ * and #undefs them all at its end. Every element of C is one running sum of fused
+ * multiply-adds over k in order, started at zero in each k block, whatever the width: the
+ * two copies give the same results, bit for bit. */
 
 enum { OWN(NR) = 2 * VW };
 #define NR OWN(NR)
@@ -226,4 +226,24 @@ OWN_TARGET static int OWN(own_gemm)(const act_bwd_t *g, form_t f, int m, int n, 
   return 1;
 }
 
+/* the parameters are the includer's for this copy only */
 #undef NR
+#undef OWN_TARGET
+#undef OWN
+#undef VW
+#undef MR
+#undef VF
+#undef VMASK
+#undef VZERO
+#undef VSET1
+#undef VFMA
+#undef VADD
+#undef VSUB
+#undef VMUL
+#undef VMAX
+#undef VLOAD
+#undef VSTORE
+#undef VLOADM
+#undef VSTOREM
+#undef VSTORE_SLAB
+#undef VRELU_BWD
