@@ -7,7 +7,8 @@
  * bit for bit however the rows or columns are split over calls (as over threads); the
  * shapes it leaves to OpenBLAS; and the cpu backend's layers, which use it, against the
  * same layers with it turned off; and, on a CPU with AVX-512, its AVX2 kernel giving the same
- * results as its AVX-512 one, bit for bit. The own GEMM runs on CPUs with AVX-512 or with
+ * results as its AVX-512 one, bit for bit (a negative control moves one input by an ulp and
+ * the comparison sees it). The own GEMM runs on CPUs with AVX-512 or with
  * AVX2 and FMA: elsewhere every case skips and the binary exits 77 (tests/skip_exit.h; an
  * allowed skip in tests/allowed_skips.txt). */
 #include <criterion/criterion.h>
@@ -360,25 +361,55 @@ static void all_outputs(outputs_t *o, float *const in[4]) {
   o->n = at;
 }
 
+/* The first output whose bits differ between a and b, or a.n when none does. */
+static size_t first_difference(const outputs_t *a, const outputs_t *b) {
+  cr_assert_eq(a->n, b->n);
+  for (size_t i = 0; i < a->n; i++)
+    if (memcmp(&a->p[i], &b->p[i], sizeof(float)) != 0)
+      return i;
+  return a->n;
+}
+
+#define BIG ((size_t)1 << 22) /* floats: more than any input or all outputs together need */
+
+static void inputs(float *in[4]) {
+  in[0] = filled(BIG, -1, 1), in[1] = filled(BIG, -1, 1), in[2] = filled(BIG, -2, 2),
+  in[3] = filled(BIG, -0.5, 0.5);
+}
+
 Test(gemm_own, the_avx2_kernel_gives_the_avx512_kernels_bits, .timeout = 120) {
   if (sac_gemm_own_bits() != 512)
     cr_skip_test(
         "SKIP: no AVX-512 on this CPU: the AVX2 kernel is the only one here (the other cases test it)");
-  const size_t big = (size_t)1 << 22; /* floats: more than any input or all outputs together need */
-  float *in[4] = {filled(big, -1, 1), filled(big, -1, 1), filled(big, -2, 2), filled(big, -0.5, 0.5)};
-  outputs_t wide = {0, malloc(big * sizeof(float))}, narrow = {0, malloc(big * sizeof(float))};
+  float *in[4];
+  inputs(in);
+  outputs_t wide = {0, malloc(BIG * sizeof(float))}, narrow = {0, malloc(BIG * sizeof(float))};
   all_outputs(&wide, in);
   cr_assert_eq(sac_gemm_own_cap_bits(256), 256);
   all_outputs(&narrow, in);
   cr_assert_eq(sac_gemm_own_cap_bits(512), 512);
-  cr_assert_eq(wide.n, narrow.n);
-  cr_assert_leq(wide.n, big);
-  for (size_t i = 0; i < wide.n; i++)
-    cr_assert(memcmp(&wide.p[i], &narrow.p[i], sizeof(float)) == 0,
-              "output %zu: %.9g with AVX-512, %.9g with AVX2", i, wide.p[i], narrow.p[i]);
+  cr_assert_leq(wide.n, BIG);
+  const size_t d = first_difference(&wide, &narrow);
+  cr_assert_eq(d, wide.n, "output %zu: %.9g with AVX-512, %.9g with AVX2", d, wide.p[d], narrow.p[d]);
   for (int i = 0; i < 4; i++)
     free(in[i]);
   free(wide.p), free(narrow.p);
+}
+
+/* The negative control of that comparison, with whichever kernel this CPU runs: one input
+ * of the first product moved by one unit in the last place between two runs, and
+ * first_difference finds an output that moved. */
+Test(gemm_own, the_bit_comparison_sees_one_input_moved_by_an_ulp, .timeout = 120) {
+  float *in[4];
+  inputs(in);
+  outputs_t a = {0, malloc(BIG * sizeof(float))}, b = {0, malloc(BIG * sizeof(float))};
+  all_outputs(&a, in);
+  in[0][0] = nextafterf(in[0][0], 2.0f);
+  all_outputs(&b, in);
+  cr_assert_lt(first_difference(&a, &b), a.n, "a moved input went unseen");
+  for (int i = 0; i < 4; i++)
+    free(in[i]);
+  free(a.p), free(b.p);
 }
 
 Test(gemm_own, the_width_cap_takes_only_512_or_256) {
