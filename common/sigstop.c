@@ -3,18 +3,20 @@
  * everything else (the log line saying what the program does) runs on the stop thread. */
 #include "common/sigstop.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/error.h"
 
 static atomic_int *g_flag;
 static atomic_int g_sig;
-static sem_t g_sem;
+static sem_t g_sem, g_said; /* g_said: posted once on_stop has returned */
 static int g_thread_ok;
 static void (*g_on_stop)(int, void *);
 static void *g_ud;
@@ -41,6 +43,7 @@ static void *stop_thread(void *arg) {
     ;
   if (g_on_stop)
     g_on_stop(atomic_load(&g_sig), g_ud);
+  sem_post(&g_said);
   return NULL;
 }
 
@@ -51,7 +54,7 @@ int sac_sigstop_install(const char *prog, atomic_int *flag, void (*on_stop)(int 
   int n = snprintf(g_forced, sizeof g_forced, "\n%s: second stop signal: exiting at once\n", prog);
   g_forced_len = n > 0 && (size_t)n < sizeof g_forced ? (size_t)n : 0;
   int rc = 0;
-  if (sem_init(&g_sem, 0, 0) == 0) {
+  if (sem_init(&g_sem, 0, 0) == 0 && sem_init(&g_said, 0, 0) == 0) {
     pthread_t t;
     pthread_attr_t a;
     pthread_attr_init(&a);
@@ -77,7 +80,26 @@ int sac_sigstop_install(const char *prog, atomic_int *flag, void (*on_stop)(int 
 
 int sac_sigstop_signal(void) { return atomic_load(&g_sig); }
 
-int sac_sigstop_exit_code(int code) { return atomic_load(&g_sig) == SIGINT ? 130 : code; }
+/* After a stop signal, the stop thread's line is waited for (up to SAID_WAIT_S): a program
+ * whose loop stops quickly would otherwise return from main, and end the process, before
+ * the line that says what it does on that signal was written. */
+#define SAID_WAIT_S 2
+
+static void wait_said(void) {
+  static atomic_int waited;
+  if (!atomic_load(&g_sig) || !g_thread_ok || atomic_exchange(&waited, 1))
+    return;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += SAID_WAIT_S;
+  while (sem_timedwait(&g_said, &until) != 0 && errno == EINTR)
+    ;
+}
+
+int sac_sigstop_exit_code(int code) {
+  wait_said();
+  return atomic_load(&g_sig) == SIGINT ? 130 : code;
+}
 
 const char *sac_sigstop_name(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal";

@@ -17,7 +17,9 @@
 int sac_sigstop_install(const char *prog, atomic_int *flag, void (*on_stop)(int sig, void *ud), void *ud);
 /* The first stop signal received (SIGINT or SIGTERM), 0 while none. */
 int sac_sigstop_signal(void);
-/* The exit code of a run that ended normally otherwise: 130 after SIGINT, else `code`. */
+/* The exit code of a run that ended normally otherwise: 130 after SIGINT, else `code`.
+ * After a stop signal it first waits (up to 2 s) for on_stop to have returned, so that
+ * the line it logs is written before the program returns from main and the process ends. */
 int sac_sigstop_exit_code(int code);
 /* "SIGINT", "SIGTERM" or "signal". */
 const char *sac_sigstop_name(int sig);

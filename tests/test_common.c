@@ -1,5 +1,6 @@
 /* Tests for the small common modules: error messages (error.h), log lines (log.h), random
- * numbers (rng.h, philox.h), clocks (clock.h) and MLP inference (mlp.h). Config has its own
+ * numbers (rng.h, philox.h), clocks (clock.h), MLP inference (mlp.h) and the stop on a
+ * signal (sigstop.h: the exit code waits for the stop line). Config has its own
  * file (test_config.c).
  *
  * Statistical tests use fixed seeds, so they are deterministic; each tolerance is still
@@ -822,4 +823,42 @@ Test(net, split_endpoints_trims_and_refuses_bad_lists) {
   longest[299] = '\0';
   cr_expect_eq(sac_net_split_endpoints(longest, "list", out, 3, &n), SAC_ECONFIG);
   cr_expect_eq(n, 0u);
+}
+
+/* ---- sigstop: the stop line is written before the program ends ---------------------------- */
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "common/sigstop.h"
+
+static atomic_int g_test_stop, g_test_said;
+
+/* A slow on_stop: the line takes 300 ms to be written. */
+static void slow_on_stop(int sig, void *ud) {
+  (void)ud;
+  const struct timespec d = {0, 300 * 1000 * 1000};
+  nanosleep(&d, NULL);
+  atomic_store(&g_test_said, sig);
+}
+
+/* A program whose loop stops at once on SIGINT returns sac_sigstop_exit_code from main:
+ * that must come back only after on_stop has returned (else the process ends first and
+ * the line that says what the program does is never written), with 130. */
+Test(sigstop, the_exit_code_waits_for_the_stop_line) {
+  cr_assert_eq(sac_sigstop_install("test", &g_test_stop, slow_on_stop, NULL), 0);
+  cr_assert_eq(raise(SIGINT), 0);
+  cr_assert_eq(atomic_load(&g_test_stop), 1, "the first SIGINT did not set the flag");
+  cr_assert_eq(atomic_load(&g_test_said), 0, "on_stop ran in the handler, not on its thread");
+  cr_assert_eq(sac_sigstop_exit_code(0), 130);
+  cr_assert_eq(atomic_load(&g_test_said), SIGINT, "the exit code came back before on_stop had returned");
+  cr_assert_eq(sac_sigstop_exit_code(0), 130, "a second call");
+}
+
+Test(sigstop, no_signal_no_wait) {
+  cr_assert_eq(sac_sigstop_install("test", &g_test_stop, slow_on_stop, NULL), 0);
+  const double t0 = sac_clock_s();
+  cr_assert_eq(sac_sigstop_exit_code(7), 7);
+  cr_assert_lt(sac_clock_s() - t0, 1.0, "waited with no signal (a wait would take 2 s)");
 }
