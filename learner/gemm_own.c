@@ -16,8 +16,8 @@
  * the 2-core AVX-512 development VM, against a loop of independent multiply-adds in
  * registers run alternately with it: 0.83 of that loop's rate with 12-row tiles where 8-row
  * tiles (16 accumulators, one k step an iteration) reached 0.69. On a 2-core AMD EPYC (Zen
- * 3, AVX2) VM the whole cheetah update on 2 threads reached 0.75-0.77 of the sgemm ceiling
- * with the AVX2 kernel where OpenBLAS making every product reached 0.66-0.69. */
+ * 3, AVX2) VM the whole cheetah update on 2 threads reached 0.79-0.82 of the sgemm ceiling
+ * with the AVX2 kernel where OpenBLAS making every product reached 0.63-0.67. */
 #include "learner/gemm_own.h"
 
 #include <math.h>
