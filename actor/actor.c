@@ -642,6 +642,7 @@ static void report(actor_run_t *r) {
   const sac_actor_cfg_t *cfg = r->cfg;
   for (int s = 0; s < SAC_ACTOR_STAGES; s++)
     atomic_store_explicit(&r->st->stage_ns[s], r->stage_ns[s], memory_order_relaxed);
+  sac_http_beat(cfg->http);
   watch_stall(r);
   if (cfg->log_interval_s <= 0 || sac_clock_s() - r->t_log < cfg->log_interval_s)
     return;

@@ -168,6 +168,7 @@ int main(int argc, char **argv) {
     static health_arg_t ha;
     ha = (health_arg_t){&c.a, &st};
     http = sac_http_serve_metrics_health("actor", c.metrics_addr, c.metrics_port, metrics, health, &ha);
+    c.a.http = http;
   }
   int rc = sac_actor_run(&c.a, &g_stop, &st);
   sac_http_stop(&http);

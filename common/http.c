@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <uv.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -43,6 +44,7 @@ struct sac_http {
   /* the /healthz check (cfg.health, or sac_http_set_health later), called under health_mu:
    * it may be replaced while the server runs */
   pthread_mutex_t health_mu;
+  _Atomic uint64_t beat_ns; /* sac_http_beat: the owner's main loop last turned (0: never) */
 };
 
 struct route {
@@ -84,6 +86,7 @@ void sac_http_config_default(sac_http_config_t *c) {
     c->max_connections = nofile.rlim_cur / 4 > 16 ? (int)(nofile.rlim_cur / 4) : 16;
   c->timeout_ms = 10000;
   c->header_timeout_ms = 2000;
+  c->live_silence_s = 120.0;
 }
 
 /* ---- connections ------------------------------------------------------------------- */
@@ -251,6 +254,7 @@ static void handle(conn_t *c) {
   int get = mlen == 3 && memcmp(m0, "GET", 3) == 0;
   int is_metrics = plen == 8 && memcmp(t0, "/metrics", 8) == 0;
   int is_health = plen == 8 && memcmp(t0, "/healthz", 8) == 0;
+  int is_live = plen == 6 && memcmp(t0, "/livez", 6) == 0;
   struct route *rt = atomic_load(&c->h->route);
   if (rt && plen == strlen(rt->path) && memcmp(t0, rt->path, plen) == 0 && (get || head)) {
     char *text = NULL;
@@ -264,12 +268,22 @@ static void handle(conn_t *c) {
     free(text);
     return;
   }
-  if (!is_metrics && !is_health) {
-    respond_text(c, 404, "Not Found", "not found (try /metrics or /healthz)\n", NULL, head);
+  if (!is_metrics && !is_health && !is_live) {
+    respond_text(c, 404, "Not Found", "not found (try /metrics, /healthz or /livez)\n", NULL, head);
     return;
   }
   if (!get && !head) {
     respond_text(c, 405, "Method Not Allowed", "method not allowed\n", "Allow: GET, HEAD\r\n", 0);
+    return;
+  }
+  if (is_live) {
+    char why[256];
+    if (!sac_http_live(atomic_load(&c->h->beat_ns), sac_clock_ns(), c->h->cfg.live_silence_s, why, sizeof why - 2)) {
+      strcat(why, "\n");
+      respond_text(c, 503, "Service Unavailable", why, NULL, head);
+      return;
+    }
+    respond_text(c, 200, "OK", "ok\n", NULL, head);
     return;
   }
   if (is_health) {
@@ -475,10 +489,12 @@ int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_htt
   *out = NULL;
   if (cfg->port < 0 || cfg->port > 65535 || cfg->max_request_bytes < 64 ||
       cfg->max_request_bytes > (1u << 24) || cfg->max_connections < 1 || cfg->timeout_ms < 1 ||
-      cfg->header_timeout_ms < 1) {
-    SAC_ERROR(
-        "http", "bad server settings (port %d, %zu request bytes, %d connections, %d ms, %d ms for headers)",
-        cfg->port, cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms, cfg->header_timeout_ms);
+      cfg->header_timeout_ms < 1 || !(cfg->live_silence_s > 0.0)) {
+    SAC_ERROR("http",
+              "bad server settings (port %d, %zu request bytes, %d connections, %d ms, %d ms for headers, "
+              "%g s of silence for /livez)",
+              cfg->port, cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms, cfg->header_timeout_ms,
+              cfg->live_silence_s);
     return SAC_ECONFIG;
   }
   struct sockaddr_storage sa;
@@ -497,6 +513,7 @@ int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_htt
   atomic_init(&h->evicted, 0);
   atomic_init(&h->rejected, 0);
   atomic_init(&h->header_timeouts, 0);
+  atomic_init(&h->beat_ns, 0);
   if ((rc = uv_loop_init(&h->loop)) != 0) {
     SAC_ERROR("http", "uv_loop_init: %s", uv_strerror(rc));
     free(h);
@@ -570,6 +587,21 @@ void sac_http_set_health(sac_http_t *h, int (*health)(void *ud, char *why, size_
   h->cfg.health = health;
   h->cfg.health_ud = ud;
   pthread_mutex_unlock(&h->health_mu);
+}
+
+void sac_http_beat(sac_http_t *h) {
+  if (h)
+    atomic_store_explicit(&h->beat_ns, sac_clock_ns(), memory_order_relaxed);
+}
+
+int sac_http_live(uint64_t beat_ns, uint64_t now_ns, double silence_s, char *why, size_t cap) {
+  const double quiet = beat_ns && now_ns > beat_ns ? (double)(now_ns - beat_ns) * 1e-9 : 0.0;
+  if (quiet <= silence_s) {
+    snprintf(why, cap, "ok");
+    return 1;
+  }
+  snprintf(why, cap, "not live: the main loop has not turned for %.0f s (limit %.0f s)", quiet, silence_s);
+  return 0;
 }
 
 int sac_http_add_route(sac_http_t *h, const char *path, sac_http_render_fn render, void *user) {

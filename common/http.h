@@ -1,5 +1,7 @@
 /* A minimal HTTP/1.1 server for operations endpoints: GET (or HEAD) /metrics renders a
- * metrics registry (common/metrics.h) and /healthz answers "ok"; any other path is a
+ * metrics registry (common/metrics.h), /healthz answers "ok" (or the owner's check: is
+ * the process ready, or waiting on something) and /livez whether the owner's main loop
+ * still turns (a restart helps only when it does not); any other path is a
  * 404, any other method a 405, anything unparsable a 400, an oversized request a 431.
  * One request per connection (the response says Connection: close). It runs a libuv
  * loop on a thread of its own, so a slow scrape never stalls the caller's work.
@@ -19,6 +21,7 @@
 #ifndef SAC_COMMON_HTTP_H
 #define SAC_COMMON_HTTP_H
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/metrics.h"
 
@@ -34,6 +37,9 @@ typedef struct {
    * server's thread, so it must be thread-safe. */
   int (*health)(void *ud, char *why, size_t cap);
   void *health_ud;
+  /* /livez: 200 "ok" while the process's main loop turns (sac_http_beat), 503 once its
+   * last beat is older than live_silence_s (default 120); 200 before the first beat. */
+  double live_silence_s;
 } sac_http_config_t;
 
 /* Defaults: 0.0.0.0, port 0, 8 KiB requests, 256 connections (fewer when the process
@@ -58,6 +64,12 @@ int sac_http_add_route(sac_http_t *h, const char *path, sac_http_render_fn rende
  * runs, e.g. a training run's for as long as it lasts. When it returns, the old check is
  * no longer running and will not be called again. Thread-safe. */
 void sac_http_set_health(sac_http_t *h, int (*health)(void *ud, char *why, size_t cap), void *ud);
+/* The main loop turned (for /livez): a clock read and an atomic store, so a loop may
+ * call it on every turn. NULL h: nothing. Thread-safe. */
+void sac_http_beat(sac_http_t *h);
+/* /livez's answer at now_ns for a loop last beaten at beat_ns (0: never): 1, or 0 with
+ * the reason in why ("not live: ..."). */
+int sac_http_live(uint64_t beat_ns, uint64_t now_ns, double silence_s, char *why, size_t cap);
 /* Stops accepting, closes every connection, joins the thread and frees. Idempotent,
  * nulls *h. Cannot fail. */
 void sac_http_stop(sac_http_t **h);

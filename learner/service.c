@@ -1241,6 +1241,7 @@ static void wait_over(run_t *r) {
  * the shards, or NO_BATCH after 200 ms without one. A data-parallel rank that holds a
  * batch keeps it. */
 static int sample(run_t *r) {
+  sac_http_beat(r->cfg->http); /* /livez: the loop turns, batch or not */
   double now = sac_clock_s();
   if (now - r->t_info >= 0.01) {
     read_shards(r->client, r->n_shards, r->views, &r->tot);

@@ -482,6 +482,55 @@ Test(http, serves_metrics_healthz_and_errors, .timeout = 60) {
   stop_server();
 }
 
+/* /livez follows the owner's beats: 200 before the first (the loop has not started), 200
+ * while they come, 503 with the reason once none came for live_silence_s (the check
+ * catching a loop that stopped on purpose), 200 again at the next beat. */
+Test(http, livez_follows_the_main_loops_beat, .timeout = 60) {
+  g_reg = sac_metrics_new();
+  cr_assert_not_null(g_reg);
+  sac_http_config_t cfg;
+  sac_http_config_default(&cfg);
+  cr_expect_eq(cfg.live_silence_s, 120.0, "the default silence limit");
+  snprintf(cfg.addr, sizeof cfg.addr, "127.0.0.1");
+  cfg.live_silence_s = 0.3;
+  cr_assert_eq(sac_http_start(&cfg, g_reg, &g_http), 0);
+  int port = sac_http_port(g_http);
+  exchange(port, REQ("GET /livez HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
+  cr_expect_eq(status_of(g_resp), 200, "before the first beat: %s", g_resp);
+  cr_expect_str_eq(body_of(g_resp), "ok\n");
+  sac_http_beat(g_http);
+  exchange(port, REQ("GET /livez HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
+  cr_expect_eq(status_of(g_resp), 200, "just beaten: %s", g_resp);
+  sac_sleep_ns(600000000ull); /* twice the limit without a beat */
+  exchange(port, REQ("GET /livez HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
+  cr_expect_eq(status_of(g_resp), 503, "a loop silent for twice the limit: %s", g_resp);
+  cr_expect(strstr(body_of(g_resp), "not live: the main loop has not turned for") != NULL, "%s", g_resp);
+  exchange(port, REQ("HEAD /livez HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
+  cr_expect_eq(status_of(g_resp), 503, "HEAD too: %s", g_resp);
+  exchange(port, REQ("GET /healthz HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
+  cr_expect_eq(status_of(g_resp), 200, "/healthz does not look at the beat: %s", g_resp);
+  sac_http_beat(g_http);
+  exchange(port, REQ("GET /livez HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
+  cr_expect_eq(status_of(g_resp), 200, "beaten again: %s", g_resp);
+  exchange(port, REQ("POST /livez HTTP/1.1\r\nContent-Length: 0\r\n\r\n"), g_resp, sizeof g_resp);
+  cr_expect_eq(status_of(g_resp), 405);
+  sac_http_beat(NULL); /* no endpoint: nothing */
+  stop_server();
+  /* the decision itself, at the edges (seconds as nanoseconds) */
+  char why[128];
+  cr_expect_eq(sac_http_live(0, 5000000000000ull, 1.0, why, sizeof why), 1, "never beaten");
+  cr_expect_eq(sac_http_live(1000000000ull, 2000000000ull, 1.0, why, sizeof why), 1, "silent exactly the limit");
+  cr_expect_eq(sac_http_live(1000000000ull, 2000000001ull, 1.0, why, sizeof why), 0, "a nanosecond over");
+  cr_expect_str_eq(why, "not live: the main loop has not turned for 1 s (limit 1 s)");
+  cr_expect_eq(sac_http_live(3000000000ull, 2000000000ull, 1.0, why, sizeof why), 1, "a beat after now");
+  cfg.live_silence_s = 0.0;
+  sac_metrics_t *r = sac_metrics_new();
+  sac_http_t *none = NULL;
+  cr_expect_eq(sac_http_start(&cfg, r, &none), SAC_ECONFIG, "a zero silence limit is refused");
+  cr_expect_null(none);
+  sac_metrics_destroy(&r);
+}
+
 Test(http, survives_random_bytes, .timeout = 120) {
   start_server(64, 2000);
   int port = sac_http_port(g_http);

@@ -6,7 +6,8 @@
 #      WARNs suppressed: silent on purpose) fails the same check (negative control). A
 #      remote sac-learner with no shard there logs it within 10 s, its /healthz answers 503
 #      with the reason, sac_learner_waits_total counts it, and on SIGINT it exits 130
-#      within 3 s leaving no run directory (it made no update).
+#      within 3 s leaving no run directory (it made no update). While both wait, their
+#      /livez answers 200: a wait is not a failure an orchestrator should restart.
 #   2. a remote run (2 shards, 2 actors) ends at its total_steps, give or take one actor
 #      batch per actor, reports the actors' episodes, and the actors stop stepping when the
 #      learner says the run is over (they wait for a new run: SIGTERM ends them, exit 0);
@@ -118,6 +119,14 @@ echo "ok   learner /healthz: ${health:0:60}..."
 wait_for "health_is $APORT 'not ready: shard tcp://127.0.0.1:$P_INS unreachable for*503'" 100 ||
   fail "the actor's /healthz while it waits: '$health'"
 echo "ok   actor /healthz: ${health:0:60}..."
+# a wait is not a failure: /livez (what the deploy files' healthchecks ask, and swarm
+# restarts on) stays 200 while the loops turn, so an orchestrator does not restart a
+# process that waits for another one (tests/test_metrics.c checks the 503 of a loop
+# that stopped turning)
+live_is() { live=$(curl -s -w ' %{http_code}' --max-time 5 "http://127.0.0.1:$1/livez"); [[ $live == 'ok'*' 200' ]]; }
+live_is "$LPORT" || fail "the waiting learner's /livez: '$live'"
+live_is "$APORT" || fail "the waiting actor's /livez: '$live'"
+echo "ok   /livez of the waiting learner and actor: 200 ok"
 w=$(metric "$LPORT" 'sac_learner_waits_total{reason="shard_unreachable"}')
 [ "${w:-0}" -ge 1 ] 2>/dev/null || fail "sac_learner_waits_total{reason=\"shard_unreachable\"} is '${w:-}'"
 T1=$(now_ms)
