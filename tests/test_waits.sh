@@ -7,7 +7,8 @@
 #      remote sac-learner with no shard there logs it within 10 s, its /healthz answers 503
 #      with the reason, sac_learner_waits_total counts it, and on SIGINT it exits 130
 #      within 3 s leaving no run directory (it made no update). While both wait, their
-#      /livez answers 200: a wait is not a failure an orchestrator should restart.
+#      /livez answers 200: a wait is not a failure an orchestrator should restart; the
+#      same for an actor whose shard holds its batches back (the rate limiter).
 #   2. a remote run (2 shards, 2 actors) ends at its total_steps, give or take one actor
 #      batch per actor, reports the actors' episodes, and the actors stop stepping when the
 #      learner says the run is over (they wait for a new run: SIGTERM ends them, exit 0);
@@ -152,6 +153,23 @@ rc=$?
 [ "$rc" = 130 ] || fail "the actor stopped by SIGINT exited $rc, not 130"
 grep -q "actor 0: SIGINT: stopping" "$DIR/actor.log" || fail "the actor did not say what it does on SIGINT"
 echo "ok   actor: SIGINT -> exit 130"
+
+# an actor held back by its shard's rate limiter (a million samples per insert, no learner
+# sampling: the shard stores about 128 rows, then holds every batch): /healthz says it
+# waits, /livez that it is alive
+start_shard held 0 --samples_per_insert=1000000 --min_size=64 --durability=none
+"$ACTOR" --actor_id=2 --shards="$(ready held insert)" --weights="tcp://127.0.0.1:$(free_port)" --weights_wait_ms=0 \
+  --learning_starts=64 --send_rows=64 --log_interval_s=1 --metrics_addr=127.0.0.1 --metrics_port=0 \
+  >"$DIR/held-actor.log" 2>&1 &
+H_PID=$!
+PIDS+=($H_PID)
+wait_for "[ -n \"\$(logged_port $DIR/held-actor.log)\" ]" 100 || fail "the held actor's metrics port is not in its log"
+HPORT=$(logged_port "$DIR/held-actor.log")
+wait_for "health_is $HPORT 'not ready: shard $(ready held insert) acknowledges nothing*503'" 150 ||
+  fail "the held actor's /healthz: '$health'"
+live_is "$HPORT" || fail "the held actor's /livez: '$live'"
+echo "ok   actor held back by the rate limiter: /healthz '${health:0:60}...', /livez 200 ok"
+stop_wait "$H_PID" TERM 10 >/dev/null
 
 # ---- 2. a remote run ends at its total_steps and reports the actors' episodes ------------------
 TOTAL=1200 ROWS=64
