@@ -20,7 +20,8 @@
 #
 #   sac-entrypoint healthcheck PORT [PATH]
 #       Exit 0 when http://127.0.0.1:PORT/PATH (default /healthz) answers "200" within 3 s,
-#       1 otherwise. Uses bash's /dev/tcp: the images carry no HTTP client.
+#       1 otherwise. Uses bash's /dev/tcp: the images carry no HTTP client. The compose
+#       files ask the learner and the actors for /livez (docs/METRICS.md).
 #
 #   sac-entrypoint CMD [ARGS...]
 #       exec CMD ARGS.
