@@ -19,8 +19,10 @@
 #   4b. the same cluster with deploy/docker-compose.dp.yml: two learners in lock-step
 #      (data-parallel, CPU, zmq collective) finish a short run with their state bit-identical;
 #   5. on an engine this test started: the same compose file under `docker stack deploy` on
-#      a one-node swarm (127.0.0.1) gets every target up and the learner training, then the
-#      stack is removed and the swarm left; and the engine never asked an image registry.
+#      a one-node swarm (127.0.0.1) gets every target up and the learner training with no
+#      task replaced (swarm replaces a task whose healthcheck fails; negative control: an
+#      actor killed on purpose is seen replaced), then the stack is removed and the swarm
+#      left; and the engine never asked an image registry.
 # At the end it removes what it made (containers, networks, volumes, its work folder, the
 # engine it started); the base image and the built images stay as the build cache
 # (SAC_COMPOSE_RMI=1 removes the built images too).
@@ -508,6 +510,20 @@ else
   docker stack services "$STACK" --format '{{.Name}}: {{.Replicas}} {{.Mode}} {{.Image}}' | sort | sed 's/^/    /'
   log "stack: every target up on $PROM, learner at $(prom_value 'sac_learner_updates_total') updates; placement of the learner: $(docker service inspect -f '{{.Spec.TaskTemplate.Placement.Constraints}}' "${STACK}_learner"), endpoint mode $(docker service inspect -f '{{.Spec.EndpointSpec.Mode}}' "${STACK}_actor") (actors)"
   prom_targets | sed 's/^/    /'
+  # no task was replaced: swarm replaces a task whose healthcheck fails, and a wait (the
+  # learner for actors, an actor held back by a rate limiter) must not fail it (/livez)
+  none_replaced() {
+    tasks=$(docker stack ps "$STACK" --format '{{.Name}} {{.CurrentState}} {{.Error}}')
+    n_tasks=$(grep -c . <<<"$tasks")
+    [ "$n_tasks" = 6 ]
+  }
+  none_replaced || { sed 's/^/    /' <<<"$tasks"; fail "stack: $n_tasks tasks for 6 replicas: some were replaced"; }
+  log "stack: 6 tasks for 6 replicas (none replaced)"
+  # negative control: an actor's container killed on purpose is replaced, and the check sees it
+  docker kill "$(docker ps -q --filter "label=com.docker.swarm.service.name=${STACK}_actor" | head -n1)" >/dev/null
+  replaced() { ! none_replaced; }
+  wait_until 60 "stack: swarm replacing the killed actor" replaced
+  log "negative control: an actor killed on purpose: the check counts $n_tasks tasks for 6 replicas"
   stack_down || fail "docker stack rm left something behind"
 fi
 
