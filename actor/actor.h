@@ -36,8 +36,8 @@ typedef struct {
   size_t n_shards;
   char shard_endpoints[SAC_ACTOR_MAX_SHARDS][256]; /* insert endpoints */
   sac_net_ctx_t *ctx;                              /* shared context (inproc), or NULL */
-  sac_http_t *http; /* the metrics endpoint, told each time the loop turns (/livez), or NULL */
-  int log_interval_s;                              /* progress lines (0: none) */
+  sac_http_t *http;       /* the metrics endpoint, told each time the loop turns (/livez), or NULL */
+  int log_interval_s;     /* progress lines (0: none) */
   int weights_wait_ms;    /* at start, wait up to this long for the first weights (0: none) */
   char ledger_path[1024]; /* append each acknowledged batch here (actor/ledger.h); "": none */
   int drain_timeout_ms;   /* at the end (stop or max_steps): the longest wait to send the last

@@ -278,7 +278,8 @@ static void handle(conn_t *c) {
   }
   if (is_live) {
     char why[256];
-    if (!sac_http_live(atomic_load(&c->h->beat_ns), sac_clock_ns(), c->h->cfg.live_silence_s, why, sizeof why - 2)) {
+    if (!sac_http_live(atomic_load(&c->h->beat_ns), sac_clock_ns(), c->h->cfg.live_silence_s, why,
+                       sizeof why - 2)) {
       strcat(why, "\n");
       respond_text(c, 503, "Service Unavailable", why, NULL, head);
       return;
@@ -493,8 +494,8 @@ int sac_http_start(const sac_http_config_t *cfg, sac_metrics_t *metrics, sac_htt
     SAC_ERROR("http",
               "bad server settings (port %d, %zu request bytes, %d connections, %d ms, %d ms for headers, "
               "%g s of silence for /livez)",
-              cfg->port, cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms, cfg->header_timeout_ms,
-              cfg->live_silence_s);
+              cfg->port, cfg->max_request_bytes, cfg->max_connections, cfg->timeout_ms,
+              cfg->header_timeout_ms, cfg->live_silence_s);
     return SAC_ECONFIG;
   }
   struct sockaddr_storage sa;

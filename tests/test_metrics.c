@@ -519,7 +519,8 @@ Test(http, livez_follows_the_main_loops_beat, .timeout = 60) {
   /* the decision itself, at the edges (seconds as nanoseconds) */
   char why[128];
   cr_expect_eq(sac_http_live(0, 5000000000000ull, 1.0, why, sizeof why), 1, "never beaten");
-  cr_expect_eq(sac_http_live(1000000000ull, 2000000000ull, 1.0, why, sizeof why), 1, "silent exactly the limit");
+  cr_expect_eq(sac_http_live(1000000000ull, 2000000000ull, 1.0, why, sizeof why), 1,
+               "silent exactly the limit");
   cr_expect_eq(sac_http_live(1000000000ull, 2000000001ull, 1.0, why, sizeof why), 0, "a nanosecond over");
   cr_expect_str_eq(why, "not live: the main loop has not turned for 1 s (limit 1 s)");
   cr_expect_eq(sac_http_live(3000000000ull, 2000000000ull, 1.0, why, sizeof why), 1, "a beat after now");
