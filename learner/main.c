@@ -722,6 +722,7 @@ static int run_local(learner_cfg_t *c) {
   if (c->resume[0])
     snprintf(c->t.resume, sizeof c->t.resume, "%s/checkpoint.bin", c->resume);
   c->t.stop = &g_stop;
+  c->t.http = g_http;
   static stop_note_t note;
   note = (stop_note_t){rd.path, 0};
   sac_sigstop_install("sac-learner", &g_stop, on_stop, &note);

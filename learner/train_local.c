@@ -558,8 +558,10 @@ int sac_train_local(const sac_train_cfg_t *cfg, sac_train_eval_cb cb, void *user
     if (cfg->rundir && !cfg->resume[0])
       rc = evaluate(L);
   }
-  while (rc == 0 && L->t < cfg->total_steps && !(cfg->stop && atomic_load(cfg->stop)))
+  while (rc == 0 && L->t < cfg->total_steps && !(cfg->stop && atomic_load(cfg->stop))) {
+    sac_http_beat(cfg->http);
     rc = run_step(L);
+  }
   if (rc == 0)
     rc = finish(L);
   if (rc)

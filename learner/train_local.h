@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/http.h"
 #include "common/metrics.h"
 #include "learner/evaluate.h"
 #include "learner/rundir.h"
@@ -45,6 +46,7 @@ typedef struct {
   char resume[1024];        /* a checkpoint.bin to continue from ("": a new run); its replay beside it */
   sac_metrics_t *metrics;   /* the training series go here (learner/train_series.h; NULL: none) */
   atomic_int *stop;         /* set: stop after this step, then evaluate and save as at the end */
+  sac_http_t *http; /* the metrics endpoint, told each step that the loop turns (/livez; NULL: none) */
 } sac_train_cfg_t;
 
 typedef struct {
