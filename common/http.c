@@ -457,11 +457,22 @@ static void run(void *arg) {
   uv_run(&h->loop, UV_RUN_DEFAULT); /* returns when on_wake has closed every handle */
 }
 
+/* Seconds since the owner's main loop last beat, -1 before its first beat. */
+static double read_silence(const void *arg) {
+  const uint64_t beat = atomic_load_explicit(&((const sac_http_t *)arg)->beat_ns, memory_order_relaxed);
+  const uint64_t now = sac_clock_ns();
+  return !beat ? -1.0 : now > beat ? (double)(now - beat) * 1e-9 : 0.0;
+}
+
 /* The server's own series. Missing series (a registry out of memory) only cost
  * visibility, so failures are left to the registry's log line. */
 static void register_metrics(sac_http_t *h) {
   if (!h->metrics)
     return;
+  sac_metrics_gauge_read(h->metrics, "sac_main_loop_silence_seconds",
+                         "seconds since the process's main loop last turned (what /livez looks at; -1 before "
+                         "its first turn)",
+                         NULL, read_silence, h, 1.0, h);
   sac_metrics_counter_read(
       h->metrics, "sac_http_connections_evicted_total",
       "connections still sending their request closed to make room for a new one (server full)", NULL,

@@ -446,6 +446,7 @@ int main(int argc, char **argv) {
     http = sac_http_serve_metrics_health("replay", o.metrics_addr, o.metrics_port, metrics, health, srv);
     if (http && sac_http_add_route(http, "/provenance", render_provenance, srv) != 0)
       SAC_WARN("replay", "no /provenance route (out of memory)");
+    sac_replay_server_set_beat(srv, http);
   }
   if (o.ready_file[0] && write_ready(o.ready_file, srv, http) != 0)
     SAC_WARN("replay", "cannot write the ready file %s", o.ready_file);

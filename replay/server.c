@@ -162,6 +162,7 @@ struct sac_replay_server {
   uint64_t next_progress_ns, prog_ns, prog_inserted, prog_sampled;
   /* control */
   atomic_int stop, snap_req, running;
+  sac_http_t *beat; /* sac_replay_server_set_beat: told each time the loop turns (/livez) */
   pthread_t thread;
   int thread_rc;
   /* stats: private while serving, published under the mutex */
@@ -253,6 +254,8 @@ int sac_replay_server_healthy(sac_replay_server_t *s, char *why, size_t cap) {
   snprintf(why, cap, "ok");
   return 1;
 }
+
+void sac_replay_server_set_beat(sac_replay_server_t *s, sac_http_t *http) { s->beat = http; }
 
 const char *sac_replay_server_insert_endpoint(const sac_replay_server_t *s) { return s->ins_ep; }
 const char *sac_replay_server_sample_endpoint(const sac_replay_server_t *s) { return s->smp_ep; }
@@ -2082,6 +2085,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
     s->next_progress_ns = s->prog_ns + (uint64_t)(s->cfg.log_interval_s * 1e9);
   }
   while (!atomic_load(&s->stop)) {
+    sac_http_beat(s->beat);
     uint64_t now = sac_clock_ns();
     uint64_t wake = now + 50000000ull; /* 50 ms: notice stop requests */
     if (next_snap < wake)

@@ -51,6 +51,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/http.h"
 #include "common/net.h"
 #include "common/wire.h"
 #include "replay/shard.h"
@@ -170,6 +171,9 @@ int sac_replay_server_healthy(sac_replay_server_t *s, char *why, size_t cap);
 const char *sac_replay_server_insert_endpoint(const sac_replay_server_t *s);
 const char *sac_replay_server_sample_endpoint(const sac_replay_server_t *s);
 
+/* The metrics endpoint whose /livez the serving loop beats on every turn (common/http.h;
+ * NULL: none). Before sac_replay_server_run or _start. */
+void sac_replay_server_set_beat(sac_replay_server_t *s, sac_http_t *http);
 /* Serves on the calling thread until sac_replay_server_stop; then writes the final
  * snapshot. 0, or SAC_EIO when that final snapshot failed. */
 int sac_replay_server_run(sac_replay_server_t *s);

@@ -482,9 +482,21 @@ Test(http, serves_metrics_healthz_and_errors, .timeout = 60) {
   stop_server();
 }
 
+/* sac_main_loop_silence_seconds as g_reg renders it */
+static double silence(void) {
+  char *text = render(g_reg);
+  const char *at = strstr(text, "\nsac_main_loop_silence_seconds ");
+  double v = NAN;
+  if (at)
+    v = strtod(at + strlen("\nsac_main_loop_silence_seconds "), NULL);
+  free(text);
+  return v;
+}
+
 /* /livez follows the owner's beats: 200 before the first (the loop has not started), 200
  * while they come, 503 with the reason once none came for live_silence_s (the check
- * catching a loop that stopped on purpose), 200 again at the next beat. */
+ * catching a loop that stopped on purpose), 200 again at the next beat; the gauge
+ * sac_main_loop_silence_seconds says -1, then the seconds since the last beat. */
 Test(http, livez_follows_the_main_loops_beat, .timeout = 60) {
   g_reg = sac_metrics_new();
   cr_assert_not_null(g_reg);
@@ -498,10 +510,14 @@ Test(http, livez_follows_the_main_loops_beat, .timeout = 60) {
   exchange(port, REQ("GET /livez HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
   cr_expect_eq(status_of(g_resp), 200, "before the first beat: %s", g_resp);
   cr_expect_str_eq(body_of(g_resp), "ok\n");
+  cr_expect_float_eq(silence(), -1.0, 1e-9, "the gauge before the first beat");
   sac_http_beat(g_http);
   exchange(port, REQ("GET /livez HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
   cr_expect_eq(status_of(g_resp), 200, "just beaten: %s", g_resp);
+  const double just = silence();
+  cr_expect(just >= 0.0 && just < 0.3, "the gauge just after a beat: %g", just);
   sac_sleep_ns(600000000ull); /* twice the limit without a beat */
+  cr_expect(silence() >= 0.6, "the gauge after 0.6 s without a beat: %g", silence());
   exchange(port, REQ("GET /livez HTTP/1.1\r\n\r\n"), g_resp, sizeof g_resp);
   cr_expect_eq(status_of(g_resp), 503, "a loop silent for twice the limit: %s", g_resp);
   cr_expect(strstr(body_of(g_resp), "not live: the main loop has not turned for") != NULL, "%s", g_resp);

@@ -8,7 +8,8 @@
 #      with the reason, sac_learner_waits_total counts it, and on SIGINT it exits 130
 #      within 3 s leaving no run directory (it made no update). While both wait, their
 #      /livez answers 200: a wait is not a failure an orchestrator should restart; the
-#      same for an actor whose shard holds its batches back (the rate limiter).
+#      same for an actor whose shard holds its batches back (the rate limiter) and for that
+#      shard; each one's sac_main_loop_silence_seconds shows its loop turning.
 #   2. a remote run (2 shards, 2 actors) ends at its total_steps, give or take one actor
 #      batch per actor, reports the actors' episodes, and the actors stop stepping when the
 #      learner says the run is over (they wait for a new run: SIGTERM ends them, exit 0);
@@ -127,7 +128,11 @@ echo "ok   actor /healthz: ${health:0:60}..."
 live_is() { live=$(curl -s -w ' %{http_code}' --max-time 5 "http://127.0.0.1:$1/livez"); [[ $live == 'ok'*' 200' ]]; }
 live_is "$LPORT" || fail "the waiting learner's /livez: '$live'"
 live_is "$APORT" || fail "the waiting actor's /livez: '$live'"
-echo "ok   /livez of the waiting learner and actor: 200 ok"
+# and their loops do turn (-1 would be a loop that never beat: /livez's 200 before the first turn)
+turning() { local v; v=$(metric "$1" sac_main_loop_silence_seconds); awk -v v="${v:--1}" 'BEGIN { exit !(v >= 0 && v < 5) }'; }
+turning "$LPORT" || fail "the waiting learner's sac_main_loop_silence_seconds: '$(metric "$LPORT" sac_main_loop_silence_seconds)'"
+turning "$APORT" || fail "the waiting actor's sac_main_loop_silence_seconds: '$(metric "$APORT" sac_main_loop_silence_seconds)'"
+echo "ok   /livez of the waiting learner and actor: 200 ok; their loops turned within 5 s"
 w=$(metric "$LPORT" 'sac_learner_waits_total{reason="shard_unreachable"}')
 [ "${w:-0}" -ge 1 ] 2>/dev/null || fail "sac_learner_waits_total{reason=\"shard_unreachable\"} is '${w:-}'"
 T1=$(now_ms)
@@ -157,7 +162,7 @@ echo "ok   actor: SIGINT -> exit 130"
 # an actor held back by its shard's rate limiter (a million samples per insert, no learner
 # sampling: the shard stores about 128 rows, then holds every batch): /healthz says it
 # waits, /livez that it is alive
-start_shard held 0 --samples_per_insert=1000000 --min_size=64 --durability=none
+start_shard held 0 --samples_per_insert=1000000 --min_size=64 --durability=none --metrics_addr=127.0.0.1 --metrics_port=0
 "$ACTOR" --actor_id=2 --shards="$(ready held insert)" --weights="tcp://127.0.0.1:$(free_port)" --weights_wait_ms=0 \
   --learning_starts=64 --send_rows=64 --log_interval_s=1 --metrics_addr=127.0.0.1 --metrics_port=0 \
   >"$DIR/held-actor.log" 2>&1 &
@@ -169,6 +174,11 @@ wait_for "health_is $HPORT 'not ready: shard $(ready held insert) acknowledges n
   fail "the held actor's /healthz: '$health'"
 live_is "$HPORT" || fail "the held actor's /livez: '$live'"
 echo "ok   actor held back by the rate limiter: /healthz '${health:0:60}...', /livez 200 ok"
+SPORT=$(logged_port "$DIR/held.log")
+[ -n "$SPORT" ] || fail "the shard's metrics port is not in its log"
+live_is "$SPORT" && turning "$SPORT" ||
+  fail "the shard's /livez '$live', sac_main_loop_silence_seconds '$(metric "$SPORT" sac_main_loop_silence_seconds)'"
+echo "ok   the shard holding the batches: /livez 200 ok; its loop turned within 5 s"
 stop_wait "$H_PID" TERM 10 >/dev/null
 
 # ---- 2. a remote run ends at its total_steps and reports the actors' episodes ------------------
