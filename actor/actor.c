@@ -620,6 +620,7 @@ static void watch_stall(actor_run_t *r) {
   if (now - r->t_stall < 0.5)
     return;
   r->t_stall = now;
+  sac_http_beat(r->cfg->http); /* /livez: twice a second, not every step */
   int kind = 0, shard = -1;
   double secs = 0;
   for (size_t i = 0; i < r->cfg->n_shards && !kind; i++) {
@@ -642,7 +643,6 @@ static void report(actor_run_t *r) {
   const sac_actor_cfg_t *cfg = r->cfg;
   for (int s = 0; s < SAC_ACTOR_STAGES; s++)
     atomic_store_explicit(&r->st->stage_ns[s], r->stage_ns[s], memory_order_relaxed);
-  sac_http_beat(cfg->http);
   watch_stall(r);
   if (cfg->log_interval_s <= 0 || sac_clock_s() - r->t_log < cfg->log_interval_s)
     return;

@@ -36,7 +36,7 @@ typedef struct {
   size_t n_shards;
   char shard_endpoints[SAC_ACTOR_MAX_SHARDS][256]; /* insert endpoints */
   sac_net_ctx_t *ctx;                              /* shared context (inproc), or NULL */
-  sac_http_t *http;       /* the metrics endpoint, told each time the loop turns (/livez), or NULL */
+  sac_http_t *http;       /* the metrics endpoint; /livez is told as the loop turns (or NULL) */
   int log_interval_s;     /* progress lines (0: none) */
   int weights_wait_ms;    /* at start, wait up to this long for the first weights (0: none) */
   char ledger_path[1024]; /* append each acknowledged batch here (actor/ledger.h); "": none */

@@ -458,10 +458,13 @@ static void run(void *arg) {
 }
 
 /* Seconds since the owner's main loop last beat, -1 before its first beat. */
+static double quiet_s(uint64_t beat_ns, uint64_t now_ns) {
+  return !beat_ns ? -1.0 : now_ns > beat_ns ? (double)(now_ns - beat_ns) * 1e-9 : 0.0;
+}
+
 static double read_silence(const void *arg) {
-  const uint64_t beat = atomic_load_explicit(&((const sac_http_t *)arg)->beat_ns, memory_order_relaxed);
-  const uint64_t now = sac_clock_ns();
-  return !beat ? -1.0 : now > beat ? (double)(now - beat) * 1e-9 : 0.0;
+  return quiet_s(atomic_load_explicit(&((const sac_http_t *)arg)->beat_ns, memory_order_relaxed),
+                 sac_clock_ns());
 }
 
 /* The server's own series. Missing series (a registry out of memory) only cost
@@ -607,7 +610,7 @@ void sac_http_beat(sac_http_t *h) {
 }
 
 int sac_http_live(uint64_t beat_ns, uint64_t now_ns, double silence_s, char *why, size_t cap) {
-  const double quiet = beat_ns && now_ns > beat_ns ? (double)(now_ns - beat_ns) * 1e-9 : 0.0;
+  const double quiet = quiet_s(beat_ns, now_ns); /* -1 before the first beat: live */
   if (quiet <= silence_s) {
     snprintf(why, cap, "ok");
     return 1;
