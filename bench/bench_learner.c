@@ -1033,10 +1033,11 @@ int main(int argc, char **argv) {
    * for scripts to collect */
   double peak = NAN, launches = NAN, scale = NAN, skipped = NAN, degraded = NAN;
   if (be->ops->get_metric) {
-    static const char *const keys[] = {
-        "device_peak_bytes", "device_used_bytes",  "graph_launches", "loss_scale",       "skipped_steps",
-        "degraded_gemms",    "epilogue_fallbacks", "pool_jobs",      "pool_serial_jobs", "pool_missed_parts"};
-    double *dst[] = {&peak, NULL, &launches, &scale, &skipped, &degraded, NULL, NULL, NULL, NULL};
+    static const char *const keys[] = {"device_peak_bytes",  "device_used_bytes", "graph_launches",
+                                       "loss_scale",         "skipped_steps",     "degraded_gemms",
+                                       "epilogue_fallbacks", "pool_jobs",         "pool_serial_jobs",
+                                       "pool_missed_parts",  "pool_sleeps"};
+    double *dst[sizeof keys / sizeof keys[0]] = {&peak, NULL, &launches, &scale, &skipped, &degraded};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
       double v;
       if (be->ops->get_metric(be, keys[i], &v) == 0) {

@@ -54,11 +54,17 @@
 #define CPU_SPIN_NS 1000000u
 #define CPU_WAIT_SPIN_NS 100000u
 /* Of CPU_WINDOW jobs, more than CPU_MISSES in which the caller had to run a worker's part
- * itself (the worker was not running) make the next CPU_SERIAL_JOBS jobs run on the caller
- * alone, with the workers asleep; then the pool tries again. */
+ * itself (the worker was not running) make the next jobs run on the caller alone, with the
+ * workers asleep; then the pool tries again. The first such stretch is CPU_SERIAL_MIN jobs
+ * (about an update), each one that follows the next window's misses twice the last, up to
+ * CPU_SERIAL_MAX; a window without them starts over at CPU_SERIAL_MIN. So a worker that lost
+ * its core once (a host's hiccup, a page fault) costs an update at one thread's speed, not
+ * sixteen, while a machine whose cores stay taken (a parallel test run, a learner beside its
+ * actors) still runs almost all jobs serially after a few windows. */
 #define CPU_WINDOW 64
 #define CPU_MISSES 16
-#define CPU_SERIAL_JOBS 1024
+#define CPU_SERIAL_MIN 64
+#define CPU_SERIAL_MAX 1024
 
 typedef void (*cpu_job_fn)(void *arg, int part, int nparts);
 
@@ -75,7 +81,9 @@ typedef struct cpu_pool {
   cpu_job_fn fn;
   void *arg;
   int window, missed, serial_left;                  /* the caller's record of jobs its workers missed */
+  int serial_next;                                  /* the next serial stretch's length */
   _Atomic uint64_t jobs, serial_jobs, missed_parts; /* counts, for tests */
+  _Atomic uint64_t sleeps; /* workers' waits that ended in a sleep (a wake-up to follow) */
 } cpu_pool_t;
 
 typedef struct {
@@ -134,6 +142,7 @@ static unsigned cpu_wait_job(cpu_pool_t *pool, unsigned seen) {
   while ((g = atomic_load(&pool->gen)) == seen && !atomic_load(&pool->stop)) {
     if (cpu_spin(&sp, CPU_SPIN_NS))
       continue;
+    atomic_fetch_add_explicit(&pool->sleeps, 1, memory_order_relaxed);
     pthread_mutex_lock(&pool->mu);
     atomic_fetch_add(&pool->sleepers, 1);
     while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
@@ -215,8 +224,13 @@ static void cpu_run(cpu_pool_t *pool, cpu_job_fn fn, void *arg) {
     atomic_fetch_add_explicit(&pool->missed_parts, (uint64_t)taken, memory_order_relaxed);
   }
   if (++pool->window == CPU_WINDOW) {
-    if (pool->missed > CPU_MISSES)
-      pool->serial_left = CPU_SERIAL_JOBS;
+    if (pool->missed > CPU_MISSES) {
+      pool->serial_left = pool->serial_next;
+      if (pool->serial_next < CPU_SERIAL_MAX)
+        pool->serial_next *= 2;
+    } else {
+      pool->serial_next = CPU_SERIAL_MIN;
+    }
     pool->window = pool->missed = 0;
   }
 }
@@ -246,6 +260,7 @@ static cpu_pool_t *cpu_pool_new(int n) {
     return NULL;
   pthread_mutex_init(&pool->mu, NULL);
   pthread_cond_init(&pool->cv, NULL);
+  pool->serial_next = CPU_SERIAL_MIN;
   pool->n = 1;
   for (int i = 1; i < n; i++) {
     cpu_worker_t *w = malloc(sizeof *w);
@@ -1179,6 +1194,8 @@ static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
     c = pool ? &pool->serial_jobs : NULL;
   else if (strcmp(key, "pool_missed_parts") == 0)
     c = pool ? &pool->missed_parts : NULL;
+  else if (strcmp(key, "pool_sleeps") == 0)
+    c = pool ? &pool->sleeps : NULL;
   else
     return SAC_ENOTFOUND;
   *out = c ? (double)atomic_load(c) : 0.0;

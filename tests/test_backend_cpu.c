@@ -439,8 +439,9 @@ static int lower_other_threads(void) {
  * under the sanitizers, lets the worker start its part in time, and then nothing is
  * starved). The caller must not wait for a worker the kernel is not running: it runs the
  * worker's parts itself (missed parts counted), and when that keeps happening it runs jobs
- * alone for a while (serial jobs counted). Results stay bit-identical to the same pool's on
- * free cores, and the 400 layer ops finish well inside the test's timeout. */
+ * alone for a while (serial jobs counted), longer each time it keeps happening. Results
+ * stay bit-identical to the same pool's on free cores, and the 400 layer ops finish well
+ * inside the test's timeout. */
 Test(backend_cpu, pool_without_a_free_core_runs_the_parts_itself, .timeout = 120) {
   const split_case_t c = {256, 256, 0, 256, 2, 0, SAC_ACT_RELU}; /* the critics' hidden layer */
   const size_t nY = (size_t)c.B * c.K * c.n_out, nW = (size_t)c.K * c.n1 * c.n_out,
@@ -466,19 +467,38 @@ Test(backend_cpu, pool_without_a_free_core_runs_the_parts_itself, .timeout = 120
   cr_assert_geq(lower_other_threads(), 1, "no worker thread to lower");
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
+  /* the serial count after each op pair, where it stays put (the parallel jobs between
+   * two serial stretches: 64, about 21 pairs), in the order it rests */
+  double rests[8] = {0}, last = 0;
+  int n_rests = 0;
   for (int i = 0; i < 200; i++) { /* a forward and a backward each: 400 layer ops, 600 jobs */
     run_layer(b, &c, src, pinned);
     cr_assert_eq(memcmp(pinned, free_cores, nout * 4), 0, "op %d on one core differs from free cores", i);
+    double now = 0;
+    cr_assert_eq(b->ops->get_metric(b, "pool_serial_jobs", &now), 0);
+    if (now > 0 && now == last && (n_rests == 0 || rests[n_rests - 1] != now) && n_rests < 8)
+      rests[n_rests++] = now;
+    last = now;
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  double jobs = 0, serial = 0, missed = 0;
+  double jobs = 0, serial = 0, missed = 0, sleeps = 0;
   cr_assert_eq(b->ops->get_metric(b, "pool_jobs", &jobs), 0);
   cr_assert_eq(b->ops->get_metric(b, "pool_serial_jobs", &serial), 0);
   cr_assert_eq(b->ops->get_metric(b, "pool_missed_parts", &missed), 0);
-  cr_log_info("one core: %.0f jobs, %.0f serial, %.0f parts missed, %.2f s", jobs, serial, missed,
-              (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+  cr_assert_eq(b->ops->get_metric(b, "pool_sleeps", &sleeps), 0);
+  cr_log_info("one core: %.0f jobs, %.0f serial, %.0f parts missed, %.0f worker sleeps, %.2f s", jobs, serial,
+              missed, sleeps, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
   cr_expect_gt(missed, 0, "the caller never ran a part of a worker that had no core");
   cr_expect_gt(serial, 0, "the pool never went serial with its worker starved of a core");
+  cr_expect_gt(sleeps, 0, "the starved worker never stopped spinning to sleep");
+  /* the first serial stretch is short (64 jobs: a worker that missed once costs little),
+   * and a worker still starved after it makes the next one twice as long (128), so that
+   * a machine whose cores stay taken runs most jobs serially */
+  cr_log_info("the serial count rested at %.0f, then %.0f", rests[0], rests[1]);
+  cr_expect(n_rests >= 2 && rests[0] == 64 && rests[1] == 64 + 128,
+            "serial stretches: the count rested at %.0f, then %.0f (%d rests): not 64, then 192", rests[0],
+            rests[1], n_rests);
+  cr_expect_gt(serial, jobs / 2, "%.0f of %.0f jobs serial: the serial stretches did not grow", serial, jobs);
   sac_backend_destroy(&b);
   cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
   free(src), free(free_cores), free(pinned);
