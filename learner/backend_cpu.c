@@ -554,6 +554,11 @@ static int gemm_pieces(int len, double macs_per_unit, int *chunk) {
 /* Row-major C = op(A) op(B) + beta C with alpha 1, cut as above. */
 static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc) {
+  if (n == 1) { /* one column: a matrix-vector product (the critics' one-wide last layer) */
+    const int am = ta == CblasNoTrans ? m : k, an = ta == CblasNoTrans ? k : m;
+    cblas_sgemv(CblasRowMajor, ta, am, an, 1.0f, A, lda, B, tb == CblasNoTrans ? ldb : 1, beta, C, ldc);
+    return;
+  }
   const int side = m < n ? (m < k ? m : k) : (n < k ? n : k);
   int chunk;
   if (side <= GEMM_SMALL_SIDE && (double)m * n * k > GEMM_SMALL_MACS) {
