@@ -31,6 +31,7 @@
 #include "common/philox.h"
 #include "learner/backend.h"
 #include "learner/gemm_own.h"
+#include "learner/vmath.h"
 
 /* ---- the thread pool: fork-join, one job at a time ------------------------------------
  * A job has n parts, part p computing the same elements whoever runs it. The caller runs
@@ -806,17 +807,37 @@ typedef struct {
   uint32_t tag;
 } normal_job_t;
 
-/* Pairs [lo, hi) of the counter-based stream: any split gives the same numbers. */
+/* Pairs a chunk of the noise makes at once: their uniforms, then the logarithms, sines
+ * and cosines of the whole chunk (vmath.h: eight at a time where the CPU allows). */
+#define NOISE_CHUNK 128
+
+/* Pairs [lo, hi) of the counter-based stream (sac_philox_normal2's Box-Muller, its
+ * functions taken a chunk at a time): any split gives the same numbers. */
 static void normal_job(void *arg, int part, int parts) {
   const normal_job_t *j = arg;
   size_t lo, hi;
   split_range((j->n + 1) / 2, part, parts, 32, &lo, &hi);
-  for (size_t p = lo; p < hi; p++) {
-    float z0, z1;
-    sac_philox_normal2(j->key, (uint32_t)p, j->stream, j->tag, &z0, &z1);
-    j->out[2 * p] = z0;
-    if (2 * p + 1 < j->n)
-      j->out[2 * p + 1] = z1;
+  for (size_t p0 = lo; p0 < hi; p0 += NOISE_CHUNK) {
+    const size_t m = hi - p0 < NOISE_CHUNK ? hi - p0 : NOISE_CHUNK;
+    float u1[NOISE_CHUNK], t[NOISE_CHUNK], r[NOISE_CHUNK], c[NOISE_CHUNK], sn[NOISE_CHUNK];
+    for (size_t q = 0; q < m; q++) {
+      const uint32_t ctr[4] = {(uint32_t)(p0 + q), (uint32_t)j->stream, (uint32_t)(j->stream >> 32), j->tag};
+      uint32_t o[4];
+      sac_philox4x32(ctr, j->key, o);
+      u1[q] = sac_u32_to_unit(o[0]);
+      t[q] = 6.283185307179586f * sac_u32_to_unit(o[1]);
+    }
+    sac_vlogf(u1, r, m);
+    for (size_t q = 0; q < m; q++)
+      r[q] = sqrtf(-2.0f * r[q]);
+    sac_vcosf(t, c, m);
+    sac_vsinf(t, sn, m);
+    for (size_t q = 0; q < m; q++) {
+      const size_t p = p0 + q;
+      j->out[2 * p] = r[q] * c[q];
+      if (2 * p + 1 < j->n)
+        j->out[2 * p + 1] = r[q] * sn[q];
+    }
   }
 }
 
@@ -831,8 +852,6 @@ static void cpu_normal(sac_backend_t *be, float *out, size_t n, const uint32_t k
   cpu_run(n >= CPU_PAR_MIN_ELEMS ? pool_of(be) : NULL, normal_job, &j);
 }
 
-static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
 #define HALF_LOG_2PI 0.91893853320467274178f
 #define LOG2F_ 0.69314718055994530942f
 
@@ -845,23 +864,42 @@ typedef struct {
   int lda, ldda;
 } head_job_t;
 
+/* Elements of the head a chunk takes at once (vmath.h's functions run over a chunk). */
+#define HEAD_CHUNK 256
+
+/* Rows [lo, hi) of the head, in chunks of elements (row r's action i is element r A + i):
+ * log std clamped and exponentiated, u = mu + std eps, a = tanh u, and log pi summed over
+ * a row's actions in order, with the tanh correction 2 (log 2 - u - softplus(-2u)). */
 static void head_fwd_job(void *arg, int part, int parts) {
   const head_job_t *j = arg;
   const sac_head_hp_t *h = j->h;
-  const int A = h->A;
+  const size_t A = (size_t)h->A;
   size_t lo, hi;
   split_range((size_t)h->B, part, parts, 16, &lo, &hi);
-  for (size_t r = lo; r < hi; r++) {
-    const float *mu = j->P + r * 2 * A, *ls_raw = mu + A;
-    const float *e = j->eps + r * A;
-    float lp = 0.0f;
-    for (int i = 0; i < A; i++) {
-      float ls = clampf(ls_raw[i], h->log_std_min, h->log_std_max);
-      float u = mu[i] + expf(ls) * e[i];
-      j->a_out[r * j->lda + i] = tanhf(u);
-      lp += -0.5f * e[i] * e[i] - ls - HALF_LOG_2PI - 2.0f * (LOG2F_ - u - softplusf(-2.0f * u));
+  float lp = 0.0f;
+  for (size_t k0 = lo * A, end = hi * A; k0 < end; k0 += HEAD_CHUNK) {
+    const size_t n = end - k0 < HEAD_CHUNK ? end - k0 : HEAD_CHUNK, r0 = k0 / A, i0 = k0 % A;
+    const float *e = j->eps + k0;
+    float ls[HEAD_CHUNK], sd[HEAD_CHUNK], u[HEAD_CHUNK], x[HEAD_CHUNK], sp[HEAD_CHUNK];
+    for (size_t k = 0, r = r0, i = i0; k < n; k++, i = i + 1 < A ? i + 1 : 0, r += i == 0)
+      ls[k] = clampf(j->P[r * 2 * A + A + i], h->log_std_min, h->log_std_max);
+    sac_vexpf(ls, sd, n);
+    for (size_t k = 0, r = r0, i = i0; k < n; k++, i = i + 1 < A ? i + 1 : 0, r += i == 0) {
+      u[k] = j->P[r * 2 * A + i] + sd[k] * e[k];
+      x[k] = -2.0f * u[k];
     }
-    j->logp[r] = lp;
+    sac_vtanhf(u, sd, n);
+    sac_vexpf(x, sp, n);
+    sac_vlog1pf(sp, sp, n);
+    for (size_t k = 0, r = r0, i = i0; k < n; k++, i = i + 1 < A ? i + 1 : 0, r += i == 0) {
+      j->a_out[r * j->lda + i] = sd[k];
+      const float softplus = x[k] > 20.0f ? x[k] : sp[k];
+      lp += -0.5f * e[k] * e[k] - ls[k] - HALF_LOG_2PI - 2.0f * (LOG2F_ - u[k] - softplus);
+      if (i + 1 == A) {
+        j->logp[r] = lp;
+        lp = 0.0f;
+      }
+    }
   }
 }
 
