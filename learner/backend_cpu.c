@@ -31,7 +31,7 @@
 #include "common/philox.h"
 #include "learner/backend.h"
 #include "learner/gemm_own.h"
-#include "learner/vmath.h"
+#include "common/vmath.h"
 
 /* ---- the thread pool: fork-join, one job at a time ------------------------------------
  * A job has n parts, part p computing the same elements whoever runs it. The caller runs

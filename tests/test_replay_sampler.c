@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/net.h"
 #include "common/rng.h"
+#include "common/vmath.h"
 #include "replay/client.h"
 #include "replay/sampler.h"
 #include "replay/server.h"
@@ -158,7 +159,11 @@ Test(replay_sampler, batched_priority_updates_equal_one_at_a_time) {
     for (int k = 0; k < U; k++)
       if (slot[k] < c.capacity && (*sac_replay_flags(&st, slot[k]) & SAC_SLOT_READY) &&
           sac_replay_storage_generation(&st, slot[k]) == gen[k]) {
-        const float v = powf((float)((double)p[k] + 1e-6), 0.6f);
+        /* the power as the sampler takes it (common/vmath.h: an element's bits do not
+         * depend on the array around it, test_vmath) */
+        const float base = (float)((double)p[k] + 1e-6);
+        float v;
+        sac_vpowf(&base, 0.6f, &v, 1);
         sac_replay_sumtree_set(&one, slot[k], v);
         one.max_leaf = v > one.max_leaf ? v : one.max_leaf;
         applied_one++;

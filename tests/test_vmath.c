@@ -1,6 +1,6 @@
-/* learner/vmath.h: the array functions the cpu backend's noise and policy head call, against
- * double-precision references over the ranges the backend calls them on, and the same
- * bits whichever way an array is cut. */
+/* common/vmath.h: the array functions the cpu backend's noise and policy head and the
+ * prioritised sampler call, against double-precision references over the ranges they
+ * are called on, and the same bits whichever way an array is cut. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner/vmath.h"
+#include "common/vmath.h"
 
 /* Units in the last place between a float and the float nearest the reference. */
 static double ulps(float got, double ref) {
@@ -74,6 +74,38 @@ Test(vmath, within_4_ulp_of_the_exact_result) {
                   worst, c->ref((double)x[at]));
   }
   free(x), free(y);
+}
+
+/* pow with the exponents the prioritised sampler uses: the importance weights' -beta on
+ * ratios of priorities (at least 1) and the priorities' alpha on |TD error| + eps. */
+Test(vmath, powf_within_4_ulp_of_the_exact_result) {
+  static const float exps[] = {-1.0f, -0.4f, -0.123f, 0.0f, 0.6f, 1.0f};
+  float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float)), *cut = malloc(N * sizeof(float));
+  for (size_t i = 0; i < N; i++)
+    x[i] = (float)exp(log(1e-8) + (double)i / (N - 1) * (log(1e8) - log(1e-8)));
+  for (size_t k = 0; k < sizeof exps / sizeof exps[0]; k++) {
+    const float e = exps[k];
+    sac_vpowf(x, e, y, N);
+    double worst = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < N; i++) {
+      const double u = ulps(y[i], pow((double)x[i], (double)e));
+      if (!(u <= worst))
+        worst = u, at = i;
+    }
+    cr_log_info("powf(x, %g), x in [1e-8, 1e8]: at most %.2f ulp (at x = %.9g)", (double)e, worst,
+                (double)x[at]);
+    cr_expect_leq(worst, 4.0, "powf(%.9g, %g) = %.9g: %.2f ulp", (double)x[at], (double)e, (double)y[at],
+                  worst);
+    for (size_t i = 0; i < N; i += 37) { /* in pieces of 37, in place: the same bits */
+      const size_t n = N - i < 37 ? N - i : 37;
+      memcpy(cut + i, x + i, n * sizeof(float));
+      sac_vpowf(cut + i, e, cut + i, n);
+    }
+    cr_expect_eq(memcmp(y, cut, N * sizeof(float)), 0, "powf(x, %g) cut into pieces: the bits differ",
+                 (double)e);
+  }
+  free(x), free(y), free(cut);
 }
 
 /* The backend splits a range among threads and chunks: an element's value must not depend
