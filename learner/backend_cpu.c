@@ -29,9 +29,9 @@
 
 #include "common/error.h"
 #include "common/philox.h"
+#include "common/vmath.h"
 #include "learner/backend.h"
 #include "learner/gemm_own.h"
-#include "common/vmath.h"
 
 /* ---- the thread pool: fork-join, one job at a time ------------------------------------
  * A job has n parts, part p computing the same elements whoever runs it. The caller runs
