@@ -867,6 +867,14 @@ typedef struct {
 /* Elements of the head a chunk takes at once (vmath.h's functions run over a chunk). */
 #define HEAD_CHUNK 256
 
+/* The next element's row r and action i (element r A + i) */
+static inline void head_step(size_t A, size_t *r, size_t *i) {
+  if (++*i == A) {
+    *i = 0;
+    ++*r;
+  }
+}
+
 /* Rows [lo, hi) of the head, in chunks of elements (row r's action i is element r A + i):
  * log std clamped and exponentiated, u = mu + std eps, a = tanh u, and log pi summed over
  * a row's actions in order, with the tanh correction 2 (log 2 - u - softplus(-2u)). */
@@ -881,17 +889,17 @@ static void head_fwd_job(void *arg, int part, int parts) {
     const size_t n = end - k0 < HEAD_CHUNK ? end - k0 : HEAD_CHUNK, r0 = k0 / A, i0 = k0 % A;
     const float *e = j->eps + k0;
     float ls[HEAD_CHUNK], sd[HEAD_CHUNK], u[HEAD_CHUNK], x[HEAD_CHUNK], sp[HEAD_CHUNK];
-    for (size_t k = 0, r = r0, i = i0; k < n; k++, i = i + 1 < A ? i + 1 : 0, r += i == 0)
+    for (size_t k = 0, r = r0, i = i0; k < n; k++, head_step(A, &r, &i))
       ls[k] = clampf(j->P[r * 2 * A + A + i], h->log_std_min, h->log_std_max);
     sac_vexpf(ls, sd, n);
-    for (size_t k = 0, r = r0, i = i0; k < n; k++, i = i + 1 < A ? i + 1 : 0, r += i == 0) {
+    for (size_t k = 0, r = r0, i = i0; k < n; k++, head_step(A, &r, &i)) {
       u[k] = j->P[r * 2 * A + i] + sd[k] * e[k];
       x[k] = -2.0f * u[k];
     }
     sac_vtanhf(u, sd, n);
     sac_vexpf(x, sp, n);
     sac_vlog1pf(sp, sp, n);
-    for (size_t k = 0, r = r0, i = i0; k < n; k++, i = i + 1 < A ? i + 1 : 0, r += i == 0) {
+    for (size_t k = 0, r = r0, i = i0; k < n; k++, head_step(A, &r, &i)) {
       j->a_out[r * j->lda + i] = sd[k];
       const float softplus = x[k] > 20.0f ? x[k] : sp[k];
       lp += -0.5f * e[k] * e[k] - ls[k] - HALF_LOG_2PI - 2.0f * (LOG2F_ - u[k] - softplus);
