@@ -46,17 +46,25 @@ SAC_HD void sac_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_
 /* Uniform in (0, 1]: never 0, so log() is safe. */
 SAC_HD float sac_u32_to_unit(uint32_t x) { return ((float)(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
 
-/* Two standard normals from one Philox block: Box-Muller on (out[0], out[1]). The
- * counter is (index, stream_lo, stream_hi, tag). */
-SAC_HD void sac_philox_normal2(const uint32_t key[2], uint32_t index, uint64_t stream, uint32_t tag,
-                               float *z0, float *z1) {
+/* Box-Muller's inputs from one Philox block: the uniform u1 (whose log it takes) and the
+ * angle t = 2 pi u2, from (out[0], out[1]). The counter is (index, stream_lo, stream_hi,
+ * tag). The cpu backend takes them for a chunk of pairs and the functions a chunk at a
+ * time (common/vmath.h). */
+SAC_HD void sac_philox_box_muller_in(const uint32_t key[2], uint32_t index, uint64_t stream, uint32_t tag,
+                                     float *u1, float *t) {
   uint32_t ctr[4] = {index, (uint32_t)stream, (uint32_t)(stream >> 32), tag};
   uint32_t o[4];
   sac_philox4x32(ctr, key, o);
-  float u1 = sac_u32_to_unit(o[0]);
-  float u2 = sac_u32_to_unit(o[1]);
+  *u1 = sac_u32_to_unit(o[0]);
+  *t = 6.283185307179586f * sac_u32_to_unit(o[1]);
+}
+
+/* Two standard normals from one Philox block: Box-Muller on its inputs above. */
+SAC_HD void sac_philox_normal2(const uint32_t key[2], uint32_t index, uint64_t stream, uint32_t tag,
+                               float *z0, float *z1) {
+  float u1, t;
+  sac_philox_box_muller_in(key, index, stream, tag, &u1, &t);
   float r = sqrtf(-2.0f * logf(u1));
-  float t = 6.283185307179586f * u2;
   *z0 = r * cosf(t);
   *z1 = r * sinf(t);
 }

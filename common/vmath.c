@@ -41,12 +41,7 @@ __attribute__((target("avx2"))) static void apply8(vfn_t f, float e, const float
   }
 }
 
-int sac_vmath_vectorised(void) {
-  static int v = -1; /* the same answer every call: a benign race */
-  if (v < 0)
-    v = __builtin_cpu_supports("avx2") ? 1 : 0;
-  return v;
-}
+int sac_vmath_vectorised(void) { return __builtin_cpu_supports("avx2") ? 1 : 0; }
 #else
 #define VMATH_VECTOR 0
 int sac_vmath_vectorised(void) { return 0; }

@@ -820,13 +820,8 @@ static void normal_job(void *arg, int part, int parts) {
   for (size_t p0 = lo; p0 < hi; p0 += NOISE_CHUNK) {
     const size_t m = hi - p0 < NOISE_CHUNK ? hi - p0 : NOISE_CHUNK;
     float u1[NOISE_CHUNK], t[NOISE_CHUNK], r[NOISE_CHUNK], c[NOISE_CHUNK], sn[NOISE_CHUNK];
-    for (size_t q = 0; q < m; q++) {
-      const uint32_t ctr[4] = {(uint32_t)(p0 + q), (uint32_t)j->stream, (uint32_t)(j->stream >> 32), j->tag};
-      uint32_t o[4];
-      sac_philox4x32(ctr, j->key, o);
-      u1[q] = sac_u32_to_unit(o[0]);
-      t[q] = 6.283185307179586f * sac_u32_to_unit(o[1]);
-    }
+    for (size_t q = 0; q < m; q++)
+      sac_philox_box_muller_in(j->key, (uint32_t)(p0 + q), j->stream, j->tag, &u1[q], &t[q]);
     sac_vlogf(u1, r, m);
     for (size_t q = 0; q < m; q++)
       r[q] = sqrtf(-2.0f * r[q]);
