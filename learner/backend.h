@@ -332,6 +332,12 @@ typedef struct sac_backend_ops {
   int (*timing_begin)(sac_backend_t *be, int hold);
   int (*timing_mark)(sac_backend_t *be, int i);
   int (*timing_end)(sac_backend_t *be, int n, double *seconds);
+  /* The leading dimension (>= width) the backend wants for a block of hidden activations
+   * `width` floats wide, and for its gradient: sac.c lays out every hidden layer's
+   * output and input gradient with it. The cpu backend pads a width that is a multiple
+   * of 64 floats by one cache line, so that the rows its GEMM reads side by side do not
+   * fall into the same few L1 sets. NULL: width. */
+  int (*act_ld)(sac_backend_t *be, int width);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_MARKS 2048

@@ -2776,6 +2776,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .timing_begin = cu_timing_begin,
     .timing_mark = cu_timing_mark,
     .timing_end = cu_timing_end,
+    .act_ld = NULL, /* activations at their width: cuBLASLt's layouts and the kernels as they were checked */
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a

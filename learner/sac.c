@@ -3,6 +3,7 @@
  * allocated once in sac_new; nothing is allocated per update. */
 #include "learner/sac.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,7 @@ struct sac {
   sac_grad_hook_t hook;   /* data-parallel gradient averaging (NULL: none) */
   void *hook_user;
   int guard; /* 1: refuse to apply a step whose loss is not finite (sac_set_loss_guard) */
+  int pad;   /* 1: hidden activations laid out with the backend's act_ld */
 };
 
 static double g_discard;
@@ -245,10 +247,30 @@ void sac_layout(const sac_t *s, sac_layout_t *out) {
   out->target = s->target;
 }
 
+static const net_layout_t *net_of(const sac_t *s, const sac_mlp_desc_t *d) {
+  return d == &s->ad ? &s->al : &s->cl;
+}
+
+/* The leading dimension of a hidden activation block `width` floats wide (and of its
+ * gradient): the backend's act_ld where it has one, else the width. */
+static int ld_for(sac_backend_t *be, int width) {
+  const int ld = be && be->ops->act_ld ? be->ops->act_ld(be, width) : width;
+  assert(ld >= width);
+  return ld;
+}
+
+/* Layer l's output: its leading dimension (hidden layers: ld_for; the last layer's is its
+ * width, as the ops that read it expect). */
+static int out_ld(const sac_t *s, const sac_mlp_desc_t *d, int l) {
+  const int width = d->ensemble * d->sizes[l + 1];
+  return l == d->n_layers - 1 || !s->pad ? width : ld_for(s->be, width);
+}
+
 /* Layer l of an MLP as a backend linear op reading `in` (layer 0) or the previous
  * layer's activations. */
-static sac_linear_t layer(const sac_mlp_desc_t *d, const net_layout_t *nl, const float *params, int l, int B,
+static sac_linear_t layer(const sac_t *s, const sac_mlp_desc_t *d, const float *params, int l, int B,
                           const sac_seg_t *in, int n_in_seg, float *const *acts) {
+  const net_layout_t *nl = net_of(s, d);
   sac_linear_t L;
   memset(&L, 0, sizeof L);
   L.B = B;
@@ -267,23 +289,19 @@ static sac_linear_t layer(const sac_mlp_desc_t *d, const net_layout_t *nl, const
     L.shared = 0;
     L.n_seg = 1;
     L.seg[0].p = acts[l - 1];
-    L.seg[0].ld = d->ensemble * d->sizes[l];
+    L.seg[0].ld = out_ld(s, d, l - 1);
     L.seg[0].n = d->ensemble * d->sizes[l];
   }
   return L;
-}
-
-static const net_layout_t *net_of(const sac_t *s, const sac_mlp_desc_t *d) {
-  return d == &s->ad ? &s->al : &s->cl;
 }
 
 /* Layers [from, to] of the MLP forward; hidden outputs into ma (the last layer's into out). */
 static void mlp_fwd_range(sac_t *s, const sac_mlp_desc_t *d, const float *params, int B, const sac_seg_t *in,
                           int n_in_seg, mlp_acts_t *ma, float *out, int from, int to) {
   for (int l = from; l <= to; l++) {
-    sac_linear_t L = layer(d, net_of(s, d), params, l, B, in, n_in_seg, ma->acts);
+    sac_linear_t L = layer(s, d, params, l, B, in, n_in_seg, ma->acts);
     int last = l == d->n_layers - 1;
-    s->be->ops->linear_fwd(s->be, &L, last ? out : ma->acts[l], d->ensemble * d->sizes[l + 1]);
+    s->be->ops->linear_fwd(s->be, &L, last ? out : ma->acts[l], out_ld(s, d, l));
     if (!last && ma->ck)
       ma->slot_layer[l % ma->ck] = l;
   }
@@ -319,10 +337,10 @@ static void mlp_bwd_from(sac_t *s, const sac_mlp_desc_t *d, const float *params,
   for (int l = top; l >= 0; l--) {
     mlp_need(s, d, params, in, n_in_seg, ma, l);
     mlp_need(s, d, params, in, n_in_seg, ma, l - 1);
-    sac_linear_t L = layer(d, net_of(s, d), params, l, B, in, n_in_seg, ma->acts);
+    sac_linear_t L = layer(s, d, params, l, B, in, n_in_seg, ma->acts);
     int last = l == d->n_layers - 1;
     const float *y = last ? out : ma->acts[l];
-    int ldy = d->ensemble * d->sizes[l + 1];
+    int ldy = out_ld(s, d, l);
     float *dW = grads ? grads + net_of(s, d)->w[l] : NULL;
     float *db = grads ? grads + net_of(s, d)->b[l] : NULL;
     if (pre && l == top)
@@ -330,7 +348,7 @@ static void mlp_bwd_from(sac_t *s, const sac_mlp_desc_t *d, const float *params,
     if (l > 0) {
       float *next = s->dbuf[l & 1];
       float *dxs[2] = {next, NULL};
-      int lds[2] = {d->ensemble * d->sizes[l], 0};
+      int lds[2] = {out_ld(s, d, l - 1), 0};
       s->be->ops->linear_bwd(s->be, &L, dy, y, ldy, dW, db, dxs, lds);
       dy = next;
     } else {
@@ -354,11 +372,11 @@ static void bwd_top(sac_t *s, const sac_mlp_desc_t *d, const float *params, floa
   const int last = d->n_layers - 1;
   const net_layout_t *nl = net_of(s, d);
   mlp_need(s, d, params, in, n_in_seg, ma, last - 1);
-  t->L = layer(d, nl, params, last, B, in, n_in_seg, ma->acts);
+  t->L = layer(s, d, params, last, B, in, n_in_seg, ma->acts);
   t->dW = grads ? grads + nl->w[last] : NULL;
   t->db = grads ? grads + nl->b[last] : NULL;
   t->dx = s->dbuf[last & 1];
-  t->ldx = d->ensemble * d->sizes[last];
+  t->ldx = out_ld(s, d, last - 1);
   t->below = (sac_below_t){d->hidden_act, grads ? grads + nl->b[last - 1] : NULL};
 }
 
@@ -377,8 +395,7 @@ static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, floa
   }
   bwd_top_t t;
   bwd_top(s, d, params, grads, B, in, n_in_seg, ma, &t);
-  s->be->ops->linear_bwd_act(s->be, &t.L, dout, out, d->ensemble * d->sizes[last + 1], t.dW, t.db, t.dx,
-                             t.ldx, &t.below);
+  s->be->ops->linear_bwd_act(s->be, &t.L, dout, out, out_ld(s, d, last), t.dW, t.db, t.dx, t.ldx, &t.below);
   mlp_bwd_from(s, d, params, grads, B, in, n_in_seg, ma, out, t.dx, last - 1, 1, dx, ldx);
 }
 
@@ -389,7 +406,8 @@ static void mlp_bwd(sac_t *s, const sac_mlp_desc_t *d, const float *params, floa
 typedef struct {
   size_t n_actor, n_critic, n_params;
   size_t act_slots;  /* hidden activation buffers per network (fewer with recompute) */
-  size_t act_floats; /* each: (2B, H) for the actor, (B, 2H) for the critics */
+  size_t act_floats; /* each: (2B, H) for the actor, (B, 2H) for the critics, rows at ld_for */
+  size_t dbuf_floats; /* each of dbuf[2]: (B, 2H), rows at ld_for */
   size_t total;      /* every float sac_new allocates, plus its host init buffer */
   double widest;     /* largest rows x cols of any one buffer or op operand */
 } sac_plan_t;
@@ -402,9 +420,12 @@ static int recompute_ck(const sac_hparams_t *hp) {
   return ck;
 }
 
-static void plan(const sac_hparams_t *hp, const sac_mlp_desc_t *ad, const sac_mlp_desc_t *cd, sac_plan_t *p) {
+/* be: the backend whose act_ld lays out the hidden activations (NULL: none). */
+static void plan(const sac_hparams_t *hp, const sac_mlp_desc_t *ad, const sac_mlp_desc_t *cd,
+                 sac_backend_t *be, sac_plan_t *p) {
   const size_t B = (size_t)hp->batch, A = (size_t)hp->act_dim, O = (size_t)hp->obs_dim,
                H = (size_t)hp->hidden;
+  const size_t ld1 = (size_t)ld_for(be, hp->hidden), ld2 = (size_t)ld_for(be, 2 * hp->hidden);
   memset(p, 0, sizeof *p);
   p->n_actor = sac_mlp_param_count(ad);
   p->n_critic = sac_mlp_param_count(cd);
@@ -413,11 +434,12 @@ static void plan(const sac_hparams_t *hp, const sac_mlp_desc_t *ad, const sac_ml
   p->act_slots = !ck ? (size_t)hp->depth : (size_t)(ck - 1) + (size_t)(hp->depth / ck);
   if (p->act_slots > (size_t)hp->depth)
     p->act_slots = (size_t)hp->depth;
-  p->act_floats = 2 * B * H;
+  p->act_floats = 2 * B * ld1 > B * ld2 ? 2 * B * ld1 : B * ld2;
+  p->dbuf_floats = B * (ld1 > ld2 ? ld1 : ld2);
   size_t host_init = p->n_params > B ? p->n_params : B;
   p->total = 4 * p->n_params + p->n_critic + 3               /* params, grads, m, v; target; steps */
              + 2 * p->act_slots * p->act_floats              /* hidden activations, actor and critics */
-             + 2 * (B * 2 * H)                               /* dbuf[2] */
+             + 2 * p->dbuf_floats                            /* dbuf[2] */
              + 2 * B * O + 3 * B * (O + A)                   /* obs2, cin */
              + 2 * B * 2 * A + B * 2 * A                     /* P, dP */
              + 2 * B * A + 2 * B * A + B * A                 /* eps2, a2, da */
@@ -427,7 +449,7 @@ static void plan(const sac_hparams_t *hp, const sac_mlp_desc_t *ad, const sac_ml
   /* widest operands: activations (2B, 2H), [obs; next_obs] (2B, O), the head (2B, 2A),
    * the joined critic input (3B, O + A), a critic's first-layer weights (O + A, 2H) and a
    * hidden layer's (H, 2H) */
-  double d2B = 2.0 * (double)B, w = 2.0 * (double)H;
+  double d2B = 2.0 * (double)B, w = (double)ld2;
   if ((double)O > w)
     w = (double)O;
   if (2.0 * (double)A > w)
@@ -455,7 +477,7 @@ int sac_hparams_check(const sac_hparams_t *hp, char *why, size_t cap) {
   sac_mlp_desc_init(&ad, hp->obs_dim, hp->hidden, hp->depth, 2 * hp->act_dim, SAC_ACT_RELU, 1);
   sac_mlp_desc_init(&cd, hp->obs_dim + hp->act_dim, hp->hidden, hp->depth, 1, SAC_ACT_RELU, 2);
   sac_plan_t p;
-  plan(hp, &ad, &cd, &p);
+  plan(hp, &ad, &cd, NULL, &p);
   /* BLAS and the cuda kernels take int dimensions and index some operands with int */
   if (p.widest > (double)SAC_MAX_OPERAND) {
     snprintf(
@@ -478,7 +500,7 @@ size_t sac_state_bytes(const sac_hparams_t *hp) {
   sac_mlp_desc_init(&ad, hp->obs_dim, hp->hidden, hp->depth, 2 * hp->act_dim, SAC_ACT_RELU, 1);
   sac_mlp_desc_init(&cd, hp->obs_dim + hp->act_dim, hp->hidden, hp->depth, 1, SAC_ACT_RELU, 2);
   sac_plan_t p;
-  plan(hp, &ad, &cd, &p);
+  plan(hp, &ad, &cd, NULL, &p);
   return p.total * sizeof(float);
 }
 
@@ -490,9 +512,20 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
     SAC_ERROR("sac", "%s", why);
     return bad;
   }
+  const int B = hp->batch, A = hp->act_dim, O = hp->obs_dim, H = hp->hidden;
+  sac_mlp_desc_t ad, cd;
+  sac_mlp_desc_init(&ad, O, H, hp->depth, 2 * A, SAC_ACT_RELU, 1);
+  sac_mlp_desc_init(&cd, O + A, H, hp->depth, 1, SAC_ACT_RELU, 2);
+  sac_plan_t pl;
+  plan(hp, &ad, &cd, be, &pl);
+  int pad = 1;
+  if (pl.widest > (double)SAC_MAX_OPERAND) { /* the check passed the unpadded layout: keep it */
+    plan(hp, &ad, &cd, NULL, &pl);
+    pad = 0;
+  }
   /* host memory (the cpu backend) zeroes what it allocates: a state larger than the host
    * would be killed while touching it rather than fail cleanly, so refuse it here */
-  size_t need = sac_state_bytes(hp);
+  size_t need = pl.total * sizeof(float);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (!strcmp(be->ops->name, "cpu") && pages > 0 && page > 0 && (double)need > (double)pages * (double)page) {
     SAC_ERROR(
@@ -510,11 +543,9 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
   if (isnan(s->hp.target_entropy))
     s->hp.target_entropy = -(float)hp->act_dim;
   s->be = be;
-  const int B = hp->batch, A = hp->act_dim, O = hp->obs_dim, H = hp->hidden;
-  sac_mlp_desc_init(&s->ad, O, H, hp->depth, 2 * A, SAC_ACT_RELU, 1);
-  sac_mlp_desc_init(&s->cd, O + A, H, hp->depth, 1, SAC_ACT_RELU, 2);
-  sac_plan_t pl;
-  plan(hp, &s->ad, &s->cd, &pl);
+  s->pad = pad;
+  s->ad = ad;
+  s->cd = cd;
   s->n_actor = pl.n_actor;
   s->n_critic = pl.n_critic;
   s->n_params = pl.n_params;
@@ -554,8 +585,8 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
       }
     }
   }
-  ALLOC(s->dbuf[0], (size_t)B * 2 * H);
-  ALLOC(s->dbuf[1], (size_t)B * 2 * H);
+  ALLOC(s->dbuf[0], pl.dbuf_floats);
+  ALLOC(s->dbuf[1], pl.dbuf_floats);
   ALLOC(s->obs2, (size_t)2 * B * O);
   ALLOC(s->cin, (size_t)3 * B * (O + A));
   ALLOC(s->P, (size_t)2 * B * 2 * A);
@@ -771,7 +802,7 @@ static void critics_then(sac_t *s, const float *params, const sac_seg_t in[2], f
   }
   const int last = d->n_layers - 1;
   mlp_fwd_range(s, d, params, s->hp.batch, in, 2, &s->ca, NULL, 0, last - 1);
-  sac_linear_t L = layer(d, net_of(s, d), params, last, s->hp.batch, in, 2, s->ca.acts);
+  sac_linear_t L = layer(s, d, params, last, s->hp.batch, in, 2, s->ca.acts);
   ops->q_head(s->be, &L, q, &s->head, a);
 }
 
@@ -782,7 +813,7 @@ static void policy_output_fused(sac_t *s, const sac_seg_t *in) {
   const sac_mlp_desc_t *d = &s->ad;
   const int last = d->n_layers - 1;
   mlp_fwd_range(s, d, actor_params(s), 2 * B, in, 1, &s->aa, NULL, 0, last - 1);
-  sac_linear_t L = layer(d, net_of(s, d), actor_params(s), last, 2 * B, in, 1, s->aa.acts);
+  sac_linear_t L = layer(s, d, actor_params(s), last, 2 * B, in, 1, s->aa.acts);
   float *batch_rows = s->cin + (size_t)CIN_BATCH * B * ld;
   sac_policy_fwd_t pf = {.key = s->key,
                          .stream = s->step,

@@ -59,8 +59,9 @@ typedef struct sac sac_t;
 /* Checks hyperparameters without allocating: 0, or SAC_EINVAL with the reason (naming the
  * learner options to change) in why. sac_new runs it first. */
 int sac_hparams_check(const sac_hparams_t *hp, char *why, size_t cap);
-/* Bytes of backend memory sac_new allocates for hp (plus its one host buffer); 0 when hp
- * fails sac_hparams_check. */
+/* Bytes of backend memory sac_new allocates for hp (plus its one host buffer), before the
+ * padding of activation rows a backend may ask for (act_ld: the cpu backend's adds 1/16
+ * to the activations at hidden 256); 0 when hp fails sac_hparams_check. */
 size_t sac_state_bytes(const sac_hparams_t *hp);
 
 /* Allocates and initialises networks (PyTorch's default init from seed), targets equal

@@ -566,6 +566,70 @@ static void fused_equals_unfused(int depth, int recompute) {
 Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) { fused_equals_unfused(2, 0); }
 Test(sac, fused_ops_match_unfused_bit_for_bit_depth_3_recompute) { fused_equals_unfused(3, 1); }
 
+/* Hidden activations laid out at the backend's act_ld (the cpu backend pads a row of a
+ * multiple of 64 floats by 16) give the same updates, bit for bit, as rows at their
+ * width: the layers and their gradients read and write them at that leading dimension
+ * everywhere. The layout in use is seen through a wrapper of the cpu backend's ops that
+ * records the widest leading dimension linear_fwd was given (hidden 64: the critics'
+ * (B, 128) outputs at 144), and one whose act_ld is NULL (rows at their width). */
+static int g_fwd_ldy;
+static const sac_backend_ops_t *g_cpu_ops;
+static void fwd_recording_ld(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
+  if (ldy > g_fwd_ldy)
+    g_fwd_ldy = ldy;
+  g_cpu_ops->linear_fwd(be, L, Y, ldy);
+}
+
+static void padded_equals_unpadded(int depth, int recompute, int threads) {
+  float *p[2];
+  size_t n = 0;
+  int widest[2];
+  for (int f = 0; f < 2; f++) {
+    sac_backend_t *cpu;
+    cr_assert_eq(sac_backend_new("cpu", threads, &cpu), 0);
+    g_cpu_ops = cpu->ops;
+    sac_backend_ops_t ops = *cpu->ops;
+    ops.linear_fwd = fwd_recording_ld;
+    if (f == 1)
+      ops.act_ld = NULL;
+    sac_backend_t be = {&ops, cpu->impl};
+    sac_t *s;
+    sac_hparams_t hp;
+    sac_hparams_default(&hp, 3, 2);
+    hp.hidden = 64;
+    hp.batch = 32;
+    hp.policy_delay = 2;
+    hp.depth = depth;
+    hp.recompute = recompute;
+    cr_assert_eq(sac_new(&hp, &be, &s), 0);
+    g_fwd_ldy = 0;
+    sac_rng_t rng;
+    sac_rng_init(&rng, 4, 4);
+    for (int u = 0; u < 7; u++) {
+      fill_batch(s, &rng, hp.batch, 3, 2, 1);
+      cr_assert_eq(sac_update(s), 0);
+    }
+    widest[f] = g_fwd_ldy;
+    n = sac_param_count(s);
+    p[f] = malloc((n + 3 + sac_buffer_len(s, SAC_BUF_TARGET)) * sizeof(float));
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, p[f], n), 0);
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, p[f] + n, 3), 0);
+    cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, p[f] + n + 3, sac_buffer_len(s, SAC_BUF_TARGET)), 0);
+    n += 3 + sac_buffer_len(s, SAC_BUF_TARGET);
+    sac_destroy(&s);
+    sac_backend_destroy(&cpu);
+  }
+  cr_expect_eq(widest[0], 2 * 64 + 16, "padded: the widest leading dimension was %d", widest[0]);
+  cr_expect_eq(widest[1], 2 * 64, "at the width: the widest leading dimension was %d", widest[1]);
+  cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0,
+               "depth %d recompute %d threads %d: padded and unpadded activations give different updates",
+               depth, recompute, threads);
+  free(p[0]), free(p[1]);
+}
+
+Test(sac, padded_activations_match_unpadded_bit_for_bit) { padded_equals_unpadded(2, 0, 1); }
+Test(sac, padded_activations_match_unpadded_depth_3_recompute_2_threads) { padded_equals_unpadded(3, 1, 2); }
+
 /* sac-bench-learner's op count (learner/op_count.c): the fusions save ten ops in an
  * update that steps the actor (4 optimizer ops -> 2, the two noise draws, the actor's
  * last layer and the head -> 1, the critics' last layer with the critic target, with the
