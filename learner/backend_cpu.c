@@ -714,6 +714,9 @@ typedef struct {
   int ldy;
   float **dX;
   const int *ldx;
+  int act_in_rows; /* 1: the rows job makes L's activation backward on its rows of dY first (no
+                    * cols job: neither dW nor db is asked for) */
+  sac_act_t below; /* the rows job's last step: dX = dX * below'(X) on its rows (linear_bwd_act) */
 } bwd_job_t;
 
 /* Phase 1, by output columns: the activation backward, the bias gradient and the weight
@@ -755,7 +758,10 @@ static void bwd_cols_job(void *arg, int part, int parts) {
   }
 }
 
-/* Phase 2, by rows: the input gradient of rows [r0, r1), summed over members in order. */
+/* Phase 2, by rows: the input gradient of rows [r0, r1), summed over members in order;
+ * before it, where act_in_rows, the layer's activation backward on those rows of dY, and
+ * after it the layer below's on those rows of dX: each while the rows are in this core's
+ * cache, in the job that reads or writes them anyway. */
 static void bwd_rows_job(void *arg, int part, int parts) {
   const bwd_job_t *j = arg;
   const sac_linear_t *L = j->L;
@@ -764,6 +770,9 @@ static void bwd_rows_job(void *arg, int part, int parts) {
   const int rows = (int)(hi - lo);
   if (rows <= 0)
     return;
+  if (j->act_in_rows)
+    act_bwd_colsum(j->dY + lo * (size_t)j->ldy, j->Y + lo * (size_t)j->ldy, j->ldy, rows, L->K * L->n_out,
+                   L->act, NULL);
   const size_t wsz = (size_t)L->n_in * L->n_out;
   for (int k = 0; k < L->K; k++) {
     const float *dYk = j->dY + lo * (size_t)j->ldy + (size_t)k * L->n_out;
@@ -781,22 +790,37 @@ static void bwd_rows_job(void *arg, int part, int parts) {
       mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, L->shared && k > 0, dXs, j->ldx[s]);
     }
   }
+  if (j->below != SAC_ACT_NONE) /* not shared: one segment, the layer below's output */
+    act_bwd_colsum(j->dX[0] + lo * (size_t)j->ldx[0], L->seg[0].p + lo * (size_t)L->seg[0].ld, j->ldx[0],
+                   rows, L->K * L->n_in, j->below, NULL);
 }
 
-static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
-                           float *dW, float *db, float *dX[2], const int ldx[2]) {
+/* linear_bwd, then (below not NONE) the layer below's activation backward on dX, in the
+ * rows job. Where only the input gradient is asked for, the layer's own activation
+ * backward moves into the rows job too, and there is no cols job. */
+static void linear_bwd_below(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                             float *dW, float *db, float *dX[2], const int ldx[2], sac_act_t below) {
   float *nodx[2] = {NULL, NULL};
   const int noldx[2] = {0, 0};
-  impl_of(be)->launches += linear_bwd_launches(L, dW, db, dX);
   sac_linear_t tmp;
   cpu_pool_t *pool = layer_pool(be, L);
   /* the weight gradient from the joined input (one GEMM); the input gradient per segment,
    * into the caller's separate buffers */
-  bwd_job_t j = {dW ? joined(be, L, &tmp) : L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx};
-  cpu_run(pool, bwd_cols_job, &j);
+  bwd_job_t j = {
+      dW ? joined(be, L, &tmp) : L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx, 0, below};
+  const int rows_job = j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]);
+  j.act_in_rows = rows_job && !dW && !db && L->act != SAC_ACT_NONE;
+  if (dW || db || (L->act != SAC_ACT_NONE && !rows_job))
+    cpu_run(pool, bwd_cols_job, &j);
   j.L = L;
-  if (j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]))
+  if (rows_job)
     cpu_run(pool, bwd_rows_job, &j);
+}
+
+static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                           float *dW, float *db, float *dX[2], const int ldx[2]) {
+  impl_of(be)->launches += linear_bwd_launches(L, dW, db, dX);
+  linear_bwd_below(be, L, dY, Y, ldy, dW, db, dX, ldx, SAC_ACT_NONE);
 }
 
 typedef struct {
@@ -1175,18 +1199,22 @@ static void cpu_policy_fwd(sac_backend_t *be, const sac_linear_t *L, float *P, c
   impl_of(be)->launches = l0 + 1;
 }
 
-/* linear_bwd of L with the one input gradient dX, then the layer below's activation
- * backward and bias gradient on dX: linear_bwd of a stand-in for that layer with only its
- * bias gradient (it reads nothing else of it), through the table. */
+/* linear_bwd of L with the one input gradient dX and the layer below's activation
+ * backward on dX in its rows job, then, where asked for, the layer below's bias
+ * gradient: the cols job of a stand-in for that layer with only its bias gradient and no
+ * activation (the column sums of dX). */
 static void bwd_then_below(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
                            float *dW, float *db, float *dX, int ldx, const sac_below_t *below) {
   assert(!L->shared && L->n_seg == 1 && dX && ldx == L->seg[0].ld);
   float *dxs[2] = {dX, NULL};
   const int lds[2] = {ldx, 0};
-  be->ops->linear_bwd(be, L, dY, Y, ldy, dW, db, dxs, lds);
-  sac_linear_t lb = {.B = L->B, .n_in = L->n_in, .n_out = L->n_in, .K = L->K, .n_seg = 1, .act = below->act};
+  linear_bwd_below(be, L, dY, Y, ldy, dW, db, dxs, lds, below->act);
+  if (!below->db)
+    return;
+  sac_linear_t lb = {
+      .B = L->B, .n_in = L->n_in, .n_out = L->n_in, .K = L->K, .n_seg = 1, .act = SAC_ACT_NONE};
   lb.seg[0] = L->seg[0];
-  be->ops->linear_bwd(be, &lb, dX, L->seg[0].p, ldx, NULL, below->db, NULL, NULL);
+  linear_bwd_below(be, &lb, dX, L->seg[0].p, ldx, NULL, below->db, NULL, NULL, SAC_ACT_NONE);
 }
 
 /* What the cuda backend's linear_bwd_act launches: one kernel for the critics' one-wide

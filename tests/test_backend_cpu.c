@@ -194,7 +194,8 @@ Test(backend_cpu, linear_ensemble_blocks_tanh_3_threads) { use_threads(3), check
  * by range; layers under 2^16 multiply-adds stay on one thread) against the one-thread
  * composition on shapes that split unevenly: every
  * output within float rounding of the one-thread result, and bit-identical between two
- * runs at the same thread count. */
+ * runs at the same thread count; the input gradient asked for alone equal to the full
+ * backward's. */
 typedef struct {
   int B, n1, n2, n_out, K, shared;
   sac_act_t act;
@@ -234,7 +235,23 @@ static void run_layer(sac_backend_t *b, const split_case_t *c, const float *src,
   b->ops->linear_fwd(b, &L, Y, c->K * c->n_out);
   float *dX[2] = {dX1, c->shared ? dX2 : NULL};
   int ldx[2] = {w1, c->n2};
+  /* the input gradient alone (the critics' backward in the actor step: the activation
+   * backward made in the rows job, no cols job) first, from a copy of dY: the same dY and
+   * dX, bit for bit, as the full backward's */
+  float *dY1, *dXa1, *dXa2;
+  cr_assert_eq(b->ops->alloc(b, nY, &dY1), 0);
+  cr_assert_eq(b->ops->alloc(b, nX1, &dXa1), 0);
+  cr_assert_eq(b->ops->alloc(b, nX2, &dXa2), 0);
+  memcpy(dY1, dY, nY * 4);
+  stale(dXa1, nX1), stale(dXa2, nX2);
+  float *dXa[2] = {dXa1, c->shared ? dXa2 : NULL};
+  b->ops->linear_bwd(b, &L, dY1, Y, c->K * c->n_out, NULL, NULL, dXa, ldx);
   b->ops->linear_bwd(b, &L, dY, Y, c->K * c->n_out, dW, db, dX, ldx);
+  cr_expect_eq(memcmp(dY1, dY, nY * 4), 0, "%d->%d: dY of the input gradient alone differs", c->n1, c->n_out);
+  cr_expect_eq(memcmp(dXa1, dX1, nX1 * 4), 0, "%d->%d: the input gradient alone differs", c->n1, c->n_out);
+  cr_expect(!c->shared || memcmp(dXa2, dX2, nX2 * 4) == 0, "%d->%d: segment 2's input gradient alone differs",
+            c->n1, c->n_out);
+  b->ops->free(b, dY1), b->ops->free(b, dXa1), b->ops->free(b, dXa2);
   float *outs[] = {Y, dY, dW, db, dX1, dX2};
   size_t on[] = {nY, nY, nW, nb, nX1, c->shared ? nX2 : 0};
   for (int i = 0; i < 6; i++)
