@@ -28,8 +28,9 @@
 #include "learner/backend.h"
 #include "learner/collective.h"
 
-/* 3: backend.h gained q_head, policy_fwd, linear_bwd_act, policy_bwd (issue 25) */
-#define SAC_CUDA_MODULE_ABI 3
+/* 3: backend.h gained q_head, policy_fwd, linear_bwd_act, policy_bwd (issue 25)
+ * 4: backend.h gained act_ld */
+#define SAC_CUDA_MODULE_ABI 4
 #define SAC_CUDA_MODULE_FILE "libsacfleet-cuda.so"
 #define SAC_CUDA_MODULE_ENTRY "sac_cuda_module_open"
 
