@@ -301,13 +301,22 @@ void sac_replay_sumtree_find_n(const sac_replay_sumtree_t *t, const double *u, s
     double rest[FIND_GROUP];
     for (size_t k = 0; k < m; k++)
       rest[k] = u[g + k];
-    for (uint32_t l = 0; l < t->levels; l++) {
-      const double *level = t->node + t->level_first[l] * FAN;
-      for (size_t k = 0; k < m; k++) /* independent of one another: the loads overlap */
+    /* where each search goes next is asked for as soon as it is known: the out-of-order
+     * window holds the steps of about ten searches, so a load left to the next level's
+     * step would overlap with ten others; asked for here it overlaps with all 32 (a
+     * 1,000,064-leaf tree searched in L3: 48 -> 42 ns a search) */
+    for (uint32_t l = 0; l + 1 < t->levels; l++) {
+      const double *level = t->node + t->level_first[l] * FAN, *next = t->node + t->level_first[l + 1] * FAN;
+      for (size_t k = 0; k < m; k++) {
         j[k] = j[k] * FAN + step(level + j[k] * FAN, &rest[k]);
+        __builtin_prefetch(next + j[k] * FAN);
+      }
     }
-    for (size_t k = 0; k < m; k++)
+    const double *bottom = t->node + t->level_first[t->levels - 1] * FAN;
+    for (size_t k = 0; k < m; k++) {
+      j[k] = j[k] * FAN + step(bottom + j[k] * FAN, &rest[k]);
       __builtin_prefetch(t->leaf + j[k] * GROUP);
+    }
     for (size_t k = 0; k < m; k++)
       out[g + k] = leaf_in(t, j[k], rest[k]);
   }
