@@ -527,6 +527,24 @@ Test(sac, td_errors_fetched_one_update_late_are_that_updates) {
  * last layers' backward with the layer below's activation, linear_bwd_act and policy_bwd)
  * equals the unfused ops bit for bit (policy_delay 2: both phases), at depth 2 and at
  * depth 3 with recomputation (the fused backward's layer below recomputed first). */
+/* Seven updates of s on batches drawn from seed (4, 4), then its parameters, step counters
+ * and target critics, one after another in a malloc'd array of *n floats. */
+static float *seven_updates(sac_t *s, const sac_hparams_t *hp, int with_weights, size_t *n) {
+  sac_rng_t rng;
+  sac_rng_init(&rng, 4, 4);
+  for (int u = 0; u < 7; u++) {
+    fill_batch(s, &rng, hp->batch, hp->obs_dim, hp->act_dim, with_weights);
+    cr_assert_eq(sac_update(s), 0);
+  }
+  const size_t np = sac_param_count(s), nt = sac_buffer_len(s, SAC_BUF_TARGET);
+  float *p = malloc((np + 3 + nt) * sizeof(float));
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, p, np), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, p + np, 3), 0);
+  cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, p + np + 3, nt), 0);
+  *n = np + 3 + nt;
+  return p;
+}
+
 static void fused_equals_unfused(int depth, int recompute) {
   float *p[2];
   size_t n = 0;
@@ -543,18 +561,7 @@ static void fused_equals_unfused(int depth, int recompute) {
     hp.recompute = recompute;
     cr_assert_eq(sac_new(&hp, be, &s), 0);
     sac_set_unfused(s, f == 0);
-    sac_rng_t rng;
-    sac_rng_init(&rng, 4, 4);
-    for (int u = 0; u < 7; u++) {
-      fill_batch(s, &rng, hp.batch, 3, 1, 0);
-      cr_assert_eq(sac_update(s), 0);
-    }
-    n = sac_param_count(s);
-    p[f] = malloc((n + 3 + sac_buffer_len(s, SAC_BUF_TARGET)) * sizeof(float));
-    cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, p[f], n), 0);
-    cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, p[f] + n, 3), 0);
-    cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, p[f] + n + 3, sac_buffer_len(s, SAC_BUF_TARGET)), 0);
-    n += 3 + sac_buffer_len(s, SAC_BUF_TARGET);
+    p[f] = seven_updates(s, &hp, 0, &n);
     sac_destroy(&s);
     sac_backend_destroy(&be);
   }
@@ -603,19 +610,8 @@ static void padded_equals_unpadded(int depth, int recompute, int threads) {
     hp.recompute = recompute;
     cr_assert_eq(sac_new(&hp, &be, &s), 0);
     g_fwd_ldy = 0;
-    sac_rng_t rng;
-    sac_rng_init(&rng, 4, 4);
-    for (int u = 0; u < 7; u++) {
-      fill_batch(s, &rng, hp.batch, 3, 2, 1);
-      cr_assert_eq(sac_update(s), 0);
-    }
+    p[f] = seven_updates(s, &hp, 1, &n);
     widest[f] = g_fwd_ldy;
-    n = sac_param_count(s);
-    p[f] = malloc((n + 3 + sac_buffer_len(s, SAC_BUF_TARGET)) * sizeof(float));
-    cr_assert_eq(sac_get_buffer(s, SAC_BUF_PARAMS, p[f], n), 0);
-    cr_assert_eq(sac_get_buffer(s, SAC_BUF_STEPS, p[f] + n, 3), 0);
-    cr_assert_eq(sac_get_buffer(s, SAC_BUF_TARGET, p[f] + n + 3, sac_buffer_len(s, SAC_BUF_TARGET)), 0);
-    n += 3 + sac_buffer_len(s, SAC_BUF_TARGET);
     sac_destroy(&s);
     sac_backend_destroy(&cpu);
   }
