@@ -527,6 +527,18 @@ Test(sac, td_errors_fetched_one_update_late_are_that_updates) {
  * last layers' backward with the layer below's activation, linear_bwd_act and policy_bwd)
  * equals the unfused ops bit for bit (policy_delay 2: both phases), at depth 2 and at
  * depth 3 with recomputation (the fused backward's layer below recomputed first). */
+/* The small networks of the bit-for-bit comparisons: policy delay 2, so both phases run. */
+static sac_hparams_t small_hp(int O, int A, int hidden, int batch, int depth, int recompute) {
+  sac_hparams_t hp;
+  sac_hparams_default(&hp, O, A);
+  hp.hidden = hidden;
+  hp.batch = batch;
+  hp.policy_delay = 2;
+  hp.depth = depth;
+  hp.recompute = recompute;
+  return hp;
+}
+
 /* Seven updates of s on batches drawn from seed (4, 4), then its parameters, step counters
  * and target critics, one after another in a malloc'd array of *n floats. */
 static float *seven_updates(sac_t *s, const sac_hparams_t *hp, int with_weights, size_t *n) {
@@ -552,13 +564,7 @@ static void fused_equals_unfused(int depth, int recompute) {
     sac_backend_t *be;
     sac_t *s;
     cr_assert_eq(sac_backend_new("cpu", 1, &be), 0);
-    sac_hparams_t hp;
-    sac_hparams_default(&hp, 3, 1);
-    hp.hidden = 16;
-    hp.batch = 8;
-    hp.policy_delay = 2;
-    hp.depth = depth;
-    hp.recompute = recompute;
+    const sac_hparams_t hp = small_hp(3, 1, 16, 8, depth, recompute);
     cr_assert_eq(sac_new(&hp, be, &s), 0);
     sac_set_unfused(s, f == 0);
     p[f] = seven_updates(s, &hp, 0, &n);
@@ -601,13 +607,7 @@ static void padded_equals_unpadded(int depth, int recompute, int threads) {
       ops.act_ld = NULL;
     sac_backend_t be = {&ops, cpu->impl};
     sac_t *s;
-    sac_hparams_t hp;
-    sac_hparams_default(&hp, 3, 2);
-    hp.hidden = 64;
-    hp.batch = 32;
-    hp.policy_delay = 2;
-    hp.depth = depth;
-    hp.recompute = recompute;
+    const sac_hparams_t hp = small_hp(3, 2, 64, 32, depth, recompute);
     cr_assert_eq(sac_new(&hp, &be, &s), 0);
     g_fwd_ldy = 0;
     p[f] = seven_updates(s, &hp, 1, &n);
