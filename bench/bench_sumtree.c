@@ -138,9 +138,10 @@ int main(int argc, char **argv) {
   }
   const double mb = median(b, c.rounds), mo = median(one, c.rounds), ms = median(set, c.rounds),
                my = median(yard, c.rounds);
-  printf("sac-bench-sumtree: %d leaves (%.1f MB, %u node levels), %d points a call, median of %d rounds of %d "
-         "calls\n\n",
-         c.leaves, (double)(t.leaf_bytes + t.node_bytes) / 1e6, t.levels, c.batch, c.rounds, c.calls);
+  printf(
+      "sac-bench-sumtree: %d leaves (%.1f MB, %u node levels), %d points a call, median of %d rounds of %d "
+      "calls\n\n",
+      c.leaves, (double)(t.leaf_bytes + t.node_bytes) / 1e6, t.levels, c.batch, c.rounds, c.calls);
   printf("| measure | ns | x yardstick |\n| --- | --- | --- |\n");
   printf("| a search, the batch side by side (find_n) | %.1f | %.2f |\n", mb, mb / my);
   printf("| a search, one at a time (find) | %.1f | %.2f |\n", mo, mo / my);
