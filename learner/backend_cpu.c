@@ -507,12 +507,12 @@ SAC_VEC static void bias_act(float *restrict Y, int ldy, const float *restrict b
 }
 
 /* d = d * act'(y) in place; db = column sums of the result when db is non-NULL */
-SAC_VEC static void act_bwd_colsum(float *restrict dY, int lddy, const float *restrict Y, int ldy, int B,
-                                   int width, sac_act_t act, float *restrict db) {
+SAC_VEC static void act_bwd_colsum(float *restrict dY, const float *restrict Y, int ldy, int B, int width,
+                                   sac_act_t act, float *restrict db) {
   if (db)
     memset(db, 0, sizeof(float) * (size_t)width);
   for (int r = 0; r < B; r++) {
-    float *restrict d = dY + (size_t)r * lddy;
+    float *restrict d = dY + (size_t)r * ldy;
     const float *restrict y = Y + (size_t)r * ldy;
     if (act == SAC_ACT_RELU)
       for (int j = 0; j < width; j++)
@@ -738,7 +738,7 @@ static void bwd_cols(const bwd_job_t *j, int k, int c0, int c1) {
                                 j->ldy, L->act, db, dWk, L->n_out))
     s = 1;
   else
-    act_bwd_colsum(dY, j->ldy, j->Y + col, j->ldy, L->B, w, L->act, db);
+    act_bwd_colsum(dY, j->Y + col, j->ldy, L->B, w, L->act, db);
   if (!dWk)
     return;
   for (int row = s ? seg_width(L, 0) : 0; s < n_seg; row += seg_width(L, s), s++)
@@ -771,8 +771,8 @@ static void bwd_rows_job(void *arg, int part, int parts) {
   if (rows <= 0)
     return;
   if (j->act_in_rows)
-    act_bwd_colsum(j->dY + lo * (size_t)j->ldy, j->ldy, j->Y + lo * (size_t)j->ldy, j->ldy, rows,
-                   L->K * L->n_out, L->act, NULL);
+    act_bwd_colsum(j->dY + lo * (size_t)j->ldy, j->Y + lo * (size_t)j->ldy, j->ldy, rows, L->K * L->n_out,
+                   L->act, NULL);
   const size_t wsz = (size_t)L->n_in * L->n_out;
   for (int k = 0; k < L->K; k++) {
     const float *dYk = j->dY + lo * (size_t)j->ldy + (size_t)k * L->n_out;
@@ -787,20 +787,12 @@ static void bwd_rows_job(void *arg, int part, int parts) {
         continue;
       /* members add into one shared input's gradient; each has its own block otherwise */
       float *dXs = j->dX[s] + lo * (size_t)j->ldx[s] + (L->shared ? 0 : (size_t)k * L->n_in);
-      if (j->below == SAC_ACT_NONE) {
-        mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, L->shared && k > 0, dXs, j->ldx[s]);
-        continue;
-      }
-      /* not shared: one segment, the layer below's output, whose activation backward the
-       * own GEMM applies to each block of dX as it stores it (no pass of its own) */
-      const float *Yb = seg_input(L, 0, k) + lo * (size_t)L->seg[0].ld;
-      if (!sac_gemm_own_dx(rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, 0, dXs, j->ldx[0], Yb, L->seg[0].ld,
-                           j->below)) {
-        mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, 0, dXs, j->ldx[0]);
-        act_bwd_colsum(dXs, j->ldx[0], Yb, L->seg[0].ld, rows, n, j->below, NULL);
-      }
+      mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, L->shared && k > 0, dXs, j->ldx[s]);
     }
   }
+  if (j->below != SAC_ACT_NONE) /* not shared: one segment, the layer below's output */
+    act_bwd_colsum(j->dX[0] + lo * (size_t)j->ldx[0], L->seg[0].p + lo * (size_t)L->seg[0].ld, j->ldx[0],
+                   rows, L->K * L->n_in, j->below, NULL);
 }
 
 /* linear_bwd, then (below not NONE) the layer below's activation backward on dX, in the

@@ -37,14 +37,9 @@ unsigned long long sac_gemm_own_products(void) { return atomic_load(&own_product
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* MIN_COLS: the fewest columns the forward and the input gradient take (against OpenBLAS
- * at 128 x n x 256 on the Zen 3 VM: 12 us to its 16 at n = 6, 11.6 to 17.6 at n = 12);
- * MIN_COLS_TN: the weight gradient's (its column slabs cost more than OpenBLAS saves
- * there below 32 columns: 33 us to 31.5 at n = 12). */
-enum { MR_TAIL = 4, MIN_ROWS = 8, MIN_COLS = 4, MIN_COLS_TN = 32, KC = 256 };
+enum { MR_TAIL = 4, MIN_ROWS = 8, MIN_COLS = 32, KC = 256 };
 
-/* What a tile does once its sums are made: add C's old values, add the bias, clamp at 0
- * (then, in the tiles of sac_gemm_own_dx, multiply by act'(Y): act_bwd_t). */
+/* What a tile does once its sums are made: add C's old values, add the bias, clamp at 0. */
 typedef struct {
   int add, relu;
   const float *bias; /* at the panel's first column, or NULL */
@@ -53,10 +48,9 @@ typedef struct {
 /* The weight gradient's activation backward (sac_gemm_own_wgrad), applied as its dY is
  * packed. */
 typedef struct {
-  const float *Y; /* the layer's output (sac_gemm_own_wgrad: with dY's leading dimension) */
+  const float *Y; /* the layer's output, with dY's leading dimension */
   sac_act_t act;
   float *db; /* NULL: no column sums */
-  int ldy;   /* Y's leading dimension */
 } act_bwd_t;
 
 /* The forms taken: op(A) B (the forward), op(A)^T B (the weight gradient: A is X, the
@@ -261,17 +255,15 @@ int sac_gemm_own_cap_bits(int bits) {
 }
 
 /* Whether the own GEMM takes an m x n product over k here. */
-static int own_takes(form_t f, int m, int n, int k) {
-  return sac_gemm_own_bits() > 0 && atomic_load(&own_enabled) && m >= MIN_ROWS &&
-         n >= (f == FORM_TN ? MIN_COLS_TN : MIN_COLS) && k >= 1;
+static int own_takes(int m, int n, int k) {
+  return sac_gemm_own_bits() > 0 && atomic_load(&own_enabled) && m >= MIN_ROWS && n >= MIN_COLS && k >= 1;
 }
 
-static int own_gemm(const act_bwd_t *g, const act_bwd_t *below, form_t f, int m, int n, int k, const float *A,
-                    int lda, const float *B, int ldb, int add, float *C, int ldc, const float *bias,
-                    sac_act_t act) {
+static int own_gemm(const act_bwd_t *g, form_t f, int m, int n, int k, const float *A, int lda,
+                    const float *B, int ldb, int add, float *C, int ldc, const float *bias, sac_act_t act) {
   const int done = sac_gemm_own_bits() == 512
-                       ? own_gemm_avx512(g, below, f, m, n, k, A, lda, B, ldb, add, C, ldc, bias, act)
-                       : own_gemm_avx2(g, below, f, m, n, k, A, lda, B, ldb, add, C, ldc, bias, act);
+                       ? own_gemm_avx512(g, f, m, n, k, A, lda, B, ldb, add, C, ldc, bias, act)
+                       : own_gemm_avx2(g, f, m, n, k, A, lda, B, ldb, add, C, ldc, bias, act);
   if (done)
     atomic_fetch_add_explicit(&own_products, 1, memory_order_relaxed);
   return done;
@@ -279,28 +271,21 @@ static int own_gemm(const act_bwd_t *g, const act_bwd_t *below, form_t f, int m,
 
 int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
                  int add, float *C, int ldc, const float *bias, sac_act_t act) {
-  const form_t f = ta ? FORM_TN : tb ? FORM_NT : FORM_NN;
-  if ((ta && tb) || !own_takes(f, m, n, k))
+  if ((ta && tb) || !own_takes(m, n, k))
     return 0;
-  return own_gemm(NULL, NULL, f, m, n, k, A, lda, B, ldb, add, C, ldc, bias, act);
-}
-
-int sac_gemm_own_dx(int m, int n, int k, const float *dY, int lddy, const float *W, int ldw, int add,
-                    float *dX, int lddx, const float *Y, int ldy, sac_act_t act) {
-  if (act != SAC_ACT_RELU && act != SAC_ACT_TANH)
-    return sac_gemm_own(0, 1, m, n, k, dY, lddy, W, ldw, add, dX, lddx, NULL, SAC_ACT_NONE);
-  if (!own_takes(FORM_NT, m, n, k))
-    return 0;
-  const act_bwd_t below = {Y, act, NULL, ldy};
-  return own_gemm(NULL, &below, FORM_NT, m, n, k, dY, lddy, W, ldw, add, dX, lddx, NULL, SAC_ACT_NONE);
+  return own_gemm(NULL,
+                  ta   ? FORM_TN
+                  : tb ? FORM_NT
+                       : FORM_NN,
+                  m, n, k, A, lda, B, ldb, add, C, ldc, bias, act);
 }
 
 int sac_gemm_own_wgrad(int m, int n, int k, const float *X, int ldx, float *dY, const float *Y, int ldy,
                        sac_act_t act, float *db, float *dW, int ldw) {
-  if (!own_takes(FORM_TN, m, n, k))
+  if (!own_takes(m, n, k))
     return 0;
-  const act_bwd_t g = {Y, act, db, ldy};
-  return own_gemm(&g, NULL, FORM_TN, m, n, k, X, ldx, dY, ldy, 0, dW, ldw, NULL, SAC_ACT_NONE);
+  const act_bwd_t g = {Y, act, db};
+  return own_gemm(&g, FORM_TN, m, n, k, X, ldx, dY, ldy, 0, dW, ldw, NULL, SAC_ACT_NONE);
 }
 
 #else /* not x86-64 with GCC or Clang: OpenBLAS does every product */
@@ -314,13 +299,6 @@ int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, c
                  int add, float *C, int ldc, const float *bias, sac_act_t act) {
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)A, (void)lda, (void)B, (void)ldb, (void)add, (void)C,
       (void)ldc, (void)bias, (void)act;
-  return 0;
-}
-
-int sac_gemm_own_dx(int m, int n, int k, const float *dY, int lddy, const float *W, int ldw, int add,
-                    float *dX, int lddx, const float *Y, int ldy, sac_act_t act) {
-  (void)m, (void)n, (void)k, (void)dY, (void)lddy, (void)W, (void)ldw, (void)add, (void)dX, (void)lddx,
-      (void)Y, (void)ldy, (void)act;
   return 0;
 }
 

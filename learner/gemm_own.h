@@ -19,18 +19,10 @@
  * lda) or its transpose (ta 1: A is k x m); op(B) is B (tb 0: k x n, ldb) or its transpose
  * (tb 1: B is n x k). Returns 1 when it did this, 0 when it did nothing: neither AVX-512 nor
  * AVX2 with FMA on this CPU, turned off (sac_gemm_own_set_enabled), both transposed, or a shape it leaves to
- * OpenBLAS (fewer than 8 rows, fewer than 4 columns, or for the weight gradient's form (ta 1)
- * fewer than 32, where most of its registers would hold nothing). */
+ * OpenBLAS (fewer than 8 rows or 32 columns, where most of its registers would hold
+ * nothing). */
 int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
                  int add, float *C, int ldc, const float *bias, sac_act_t act);
-
-/* A layer's input gradient with the layer below's activation backward: dX (+)= dY W^T
- * (dY m x k, W n x k: the NT form of sac_gemm_own), then, for act RELU or TANH, dX times
- * act'(Y) for Y (m x n, ldy) the layer below's output, as each block of dX is stored (the
- * same values, bit for bit, as the backend's separate pass over dX). act NONE: the
- * product alone. Returns 1 when it did this, 0 when it did nothing (as sac_gemm_own). */
-int sac_gemm_own_dx(int m, int n, int k, const float *dY, int lddy, const float *W, int ldw, int add,
-                    float *dX, int lddx, const float *Y, int ldy, sac_act_t act);
 
 /* A layer's weight gradient with its activation's backward, as one pass over dY: dY =
  * dY * act'(Y) in place (Y the layer's output, with dY's leading dimension ldy; act NONE

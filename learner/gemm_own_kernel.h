@@ -26,8 +26,8 @@ enum { OWN(NR) = 2 * VW };
  * Inlined with mr a constant: 2 mr accumulators, two loads of the panel and mr broadcasts
  * a step, the steps four to a loop iteration. */
 __attribute__((always_inline)) OWN_TARGET static inline void
-OWN(tile_mr)(const int mr, const act_bwd_t *below, int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks,
-             const float *bp, float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
+OWN(tile_mr)(const int mr, int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp, float *c,
+             int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
   VF acc[MR][2];
   for (int r = 0; r < mr; r++)
     acc[r][0] = acc[r][1] = VZERO();
@@ -62,44 +62,20 @@ OWN(tile_mr)(const int mr, const act_bwd_t *below, int kc, const float *a, ptrdi
       y0 = VMAX(y0, zero);
       y1 = VMAX(y1, zero);
     }
-    if (below) { /* below->Y at the tile's first element */
-      const float *yr = below->Y + (size_t)r * below->ldy;
-      const VF a0 = VLOADM(m0, yr), a1 = VLOADM(m1, yr + VW);
-      if (below->act == SAC_ACT_RELU) {
-        y0 = VRELU_BWD(y0, a0);
-        y1 = VRELU_BWD(y1, a1);
-      } else {
-        const VF one = VSET1(1.0f);
-        y0 = VMUL(y0, VSUB(one, VMUL(a0, a0)));
-        y1 = VMUL(y1, VSUB(one, VMUL(a1, a1)));
-      }
-    }
     VSTOREM(cr, m0, y0);
     VSTOREM(cr + VW, m1, y1);
   }
 }
 
-/* The row blocks: MR rows where that many are left, the last few in blocks of MR_TAIL.
- * The tiles of sac_gemm_own_dx are copies of their own (below: the layer below's output
- * at the tile's first element): with below NULL, the plain tiles' epilogue compiles as it
- * did without it (an epilogue with a runtime test made the k = 23 forward 35% slower). */
+/* The row blocks: MR rows where that many are left, the last few in blocks of MR_TAIL. */
 OWN_TARGET static void OWN(tile)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
                                  float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
-  OWN(tile_mr)(MR, NULL, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+  OWN(tile_mr)(MR, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
 }
 
 OWN_TARGET static void OWN(tile_tail)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
                                       float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
-  OWN(tile_mr)(MR_TAIL, NULL, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
-}
-
-OWN_TARGET static void OWN(tile_below)(int mr, const act_bwd_t *below, int kc, const float *a, ptrdiff_t rs,
-                                       ptrdiff_t ks, const float *bp, float *c, int ldc, int rows, VMASK m0,
-                                       VMASK m1, epilogue_t e) {
-  if (mr == MR)
-    OWN(tile_mr)(MR, below, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
-  else
-    OWN(tile_mr)(MR_TAIL, below, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+  OWN(tile_mr)(MR_TAIL, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
 }
 
 /* Columns [j0, j0 + NR) of rows [q0, q0 + kc) of B into bp (kc x NR), zeros past n. */
@@ -188,8 +164,7 @@ OWN_TARGET static void OWN(pack_columns)(const float *A, int lda, int q0, int kc
  * scratch, each block's kc steps side by side) that the tiles then read as rows. */
 OWN_TARGET static void OWN(k_block)(form_t f, int m, int n, int q0, int kc, const float *A, int lda,
                                     const float *B, int ldb, float *C, int ldc, epilogue_t e,
-                                    const float *bias, float *slabs, const act_bwd_t *g,
-                                    const act_bwd_t *below) {
+                                    const float *bias, float *slabs, const act_bwd_t *g) {
   float bp[KC * NR] __attribute__((aligned(64)));
   float ap[MR * KC] __attribute__((aligned(64)));
   if (f == FORM_TN)
@@ -218,14 +193,10 @@ OWN_TARGET static void OWN(k_block)(form_t f, int m, int n, int q0, int kc, cons
         a = ap, rs = kc;
       }
       float *c = C + (size_t)i0 * ldc + j0;
-      if (below) {
-        const act_bwd_t at = {below->Y + (size_t)i0 * below->ldy + j0, below->act, NULL, below->ldy};
-        OWN(tile_below)(bw, &at, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
-      } else if (bw == MR) {
+      if (bw == MR)
         OWN(tile)(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
-      } else {
+      else
         OWN(tile_tail)(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
-      }
       i0 += bw;
     }
   }
@@ -233,9 +204,9 @@ OWN_TARGET static void OWN(k_block)(form_t f, int m, int n, int q0, int kc, cons
 
 /* The product in k blocks. Returns 0 where it did nothing (no scratch for the weight
  * gradient's slabs). */
-OWN_TARGET static int OWN(own_gemm)(const act_bwd_t *g, const act_bwd_t *below, form_t f, int m, int n, int k,
-                                    const float *A, int lda, const float *B, int ldb, int add, float *C,
-                                    int ldc, const float *bias, sac_act_t act) {
+OWN_TARGET static int OWN(own_gemm)(const act_bwd_t *g, form_t f, int m, int n, int k, const float *A,
+                                    int lda, const float *B, int ldb, int add, float *C, int ldc,
+                                    const float *bias, sac_act_t act) {
   float *slabs = NULL;
   if (f == FORM_TN && !(slabs = scratch_of((size_t)(k < KC ? k : KC) * (size_t)(m + MR_TAIL) + VW)))
     return 0;
@@ -246,8 +217,7 @@ OWN_TARGET static int OWN(own_gemm)(const act_bwd_t *g, const act_bwd_t *below, 
     const int last = q0 + kc >= k;
     /* later k blocks add to what the earlier ones stored; bias and ReLU once, at the end */
     const epilogue_t e = {q0 == 0 ? add : 1, last && act == SAC_ACT_RELU, NULL};
-    OWN(k_block)
-    (f, m, n, q0, kc, A, lda, B, ldb, C, ldc, e, last ? bias : NULL, slabs, g, last ? below : NULL);
+    OWN(k_block)(f, m, n, q0, kc, A, lda, B, ldb, C, ldc, e, last ? bias : NULL, slabs, g);
   }
   if (act == SAC_ACT_TANH)
     for (int i = 0; i < m; i++)

@@ -109,27 +109,10 @@ static void check_case(const shape_t *s, int add, int with_bias, sac_act_t act) 
 }
 
 static const shape_t shapes[] = {
-    {0, 0, 8, 32, 1},
-    {0, 0, 9, 33, 17},
-    {0, 0, 37, 70, 23},
-    {0, 0, 256, 256, 256},
-    {0, 0, 13, 40, 300},
-    {0, 0, 20, 45, 600},
-    {1, 0, 8, 32, 5},
-    {1, 0, 23, 256, 256},
-    {1, 0, 17, 77, 129},
-    {1, 0, 64, 96, 300},
-    {1, 0, 256, 128, 256},
-    {0, 1, 8, 32, 1},
-    {0, 1, 128, 256, 256},
-    {0, 1, 37, 45, 300},
-    {0, 1, 19, 100, 17},
-    {0, 1, 16, 64, 600},
-    /* narrow: the policy's 2A outputs, the action's input gradient, the fewest columns taken */
-    {0, 0, 256, 12, 256},
-    {0, 1, 128, 6, 256},
-    {0, 0, 9, 4, 17},
-    {0, 1, 37, 5, 300},
+    {0, 0, 8, 32, 1},      {0, 0, 9, 33, 17},   {0, 0, 37, 70, 23},    {0, 0, 256, 256, 256},
+    {0, 0, 13, 40, 300},   {0, 0, 20, 45, 600}, {1, 0, 8, 32, 5},      {1, 0, 23, 256, 256},
+    {1, 0, 17, 77, 129},   {1, 0, 64, 96, 300}, {1, 0, 256, 128, 256}, {0, 1, 8, 32, 1},
+    {0, 1, 128, 256, 256}, {0, 1, 37, 45, 300}, {0, 1, 19, 100, 17},   {0, 1, 16, 64, 600},
 };
 
 Test(gemm_own, every_form_matches_a_double_reference, .timeout = 120) {
@@ -194,10 +177,7 @@ Test(gemm_own, leaves_what_it_does_not_take_untouched) {
   float *C0 = malloc(sizeof(float) * 64 * 64);
   memcpy(C0, C, sizeof(float) * 64 * 64);
   cr_expect_eq(sac_gemm_own(0, 0, 7, 64, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "7 rows");
-  cr_expect_eq(sac_gemm_own(0, 0, 64, 3, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "3 columns");
-  cr_expect_eq(sac_gemm_own(0, 1, 64, 3, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "3 columns, NT");
-  cr_expect_eq(sac_gemm_own(1, 0, 64, 31, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0,
-               "31 columns of a weight gradient");
+  cr_expect_eq(sac_gemm_own(0, 0, 64, 31, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "31 columns");
   cr_expect_eq(sac_gemm_own(1, 1, 64, 64, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0,
                "both transposed");
   cr_expect_eq(sac_gemm_own(0, 0, 64, 64, 0, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "k = 0");
@@ -266,44 +246,6 @@ Test(gemm_own, weight_gradient_applies_the_activation_backward_on_its_way, .time
     check_wgrad(64, 45, 300, acts[a], 1);  /* k over the block, ragged columns */
     check_wgrad(9, 32, 17, acts[a], 0);
   }
-}
-
-/* sac_gemm_own_dx: dX = dY W^T (add: dX += ...) then dX * act'(Y), equal bit for bit to the
- * own GEMM's NT product followed by the backend's pass (d where y > 0; d * (1 - y * y) in
- * float), the padding between dX's rows untouched. */
-static void check_dx(int m, int n, int k, int add, sac_act_t act) {
-  const int lddy = k + 3, ldw = k + 1, lddx = n + 5, ldy = n + 2;
-  float *dY = filled((size_t)m * lddy, -1, 1), *W = filled((size_t)n * ldw, -1, 1);
-  float *Y = filled((size_t)m * ldy, -1, 1), *got = filled((size_t)m * lddx, -2, 2);
-  float *want = malloc(sizeof(float) * (size_t)m * lddx);
-  memcpy(want, got, sizeof(float) * (size_t)m * lddx);
-  cr_assert_eq(sac_gemm_own(0, 1, m, n, k, dY, lddy, W, ldw, add, want, lddx, NULL, SAC_ACT_NONE), 1);
-  for (int i = 0; i < m; i++)
-    for (int j = 0; j < n; j++) {
-      float *d = &want[(size_t)i * lddx + j];
-      const float y = Y[(size_t)i * ldy + j];
-      if (act == SAC_ACT_RELU)
-        *d = y > 0.0f ? *d : 0.0f;
-      else if (act == SAC_ACT_TANH)
-        *d *= 1.0f - y * y;
-    }
-  cr_assert_eq(sac_gemm_own_dx(m, n, k, dY, lddy, W, ldw, add, got, lddx, Y, ldy, act), 1);
-  for (int i = 0; i < m; i++)
-    for (int j = 0; j < lddx; j++)
-      cr_assert_eq(got[(size_t)i * lddx + j], want[(size_t)i * lddx + j],
-                   "%dx%dx%d add %d act %d: dX[%d][%d] is %.9g, want %.9g", m, n, k, add, (int)act, i, j,
-                   got[(size_t)i * lddx + j], want[(size_t)i * lddx + j]);
-  free(dY), free(W), free(Y), free(got), free(want);
-}
-
-Test(gemm_own, input_gradient_applies_the_layer_belows_activation_backward, .timeout = 60) {
-  const sac_act_t acts[] = {SAC_ACT_NONE, SAC_ACT_RELU, SAC_ACT_TANH};
-  for (int a = 0; a < 3; a++)
-    for (int add = 0; add <= 1; add++) {
-      check_dx(128, 256, 256, add, acts[a]); /* a critic's hidden layer, one thread's rows */
-      check_dx(128, 256, 1, add, acts[a]);   /* the one-wide output */
-      check_dx(37, 45, 300, add, acts[a]);   /* k over the block, ragged rows and columns */
-    }
 }
 
 /* A critic's hidden layer at cheetah size (twin members, 256 x 256, batch 256, ReLU) and the
