@@ -934,7 +934,8 @@ int main(int argc, char **argv) {
     return 2;
   if (strcmp(c.backend, "cpu") == 0) {
     if (sac_gemm_own_enabled() && sac_gemm_own_bits() > 0)
-      printf("layer products: own GEMM (%s); OpenBLAS under 8 rows or 32 columns\n",
+      printf("layer products: own GEMM (%s); OpenBLAS under 8 rows or 4 columns, and weight gradients "
+             "under 32 columns\n",
              sac_gemm_own_bits() == 512 ? "AVX-512" : "AVX2");
     else
       printf("layer products: OpenBLAS\n");

@@ -37,7 +37,11 @@ unsigned long long sac_gemm_own_products(void) { return atomic_load(&own_product
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-enum { MR_TAIL = 4, MIN_ROWS = 8, MIN_COLS = 32, KC = 256 };
+/* MIN_COLS: the fewest columns the forward and the input gradient take (against OpenBLAS
+ * at 128 x n x 256 on one thread of the Zen 3 VM: 12 us to its 16 at n = 6, 11.6 to 17.6
+ * at n = 12); MIN_COLS_TN: the weight gradient's (its column slabs cost more than OpenBLAS
+ * saves there below 32 columns: 33 us to 31.5 at n = 12). */
+enum { MR_TAIL = 4, MIN_ROWS = 8, MIN_COLS = 4, MIN_COLS_TN = 32, KC = 256 };
 
 /* What a tile does once its sums are made: add C's old values, add the bias, clamp at 0. */
 typedef struct {
@@ -255,8 +259,9 @@ int sac_gemm_own_cap_bits(int bits) {
 }
 
 /* Whether the own GEMM takes an m x n product over k here. */
-static int own_takes(int m, int n, int k) {
-  return sac_gemm_own_bits() > 0 && atomic_load(&own_enabled) && m >= MIN_ROWS && n >= MIN_COLS && k >= 1;
+static int own_takes(form_t f, int m, int n, int k) {
+  return sac_gemm_own_bits() > 0 && atomic_load(&own_enabled) && m >= MIN_ROWS &&
+         n >= (f == FORM_TN ? MIN_COLS_TN : MIN_COLS) && k >= 1;
 }
 
 static int own_gemm(const act_bwd_t *g, form_t f, int m, int n, int k, const float *A, int lda,
@@ -271,18 +276,15 @@ static int own_gemm(const act_bwd_t *g, form_t f, int m, int n, int k, const flo
 
 int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
                  int add, float *C, int ldc, const float *bias, sac_act_t act) {
-  if ((ta && tb) || !own_takes(m, n, k))
+  const form_t f = ta ? FORM_TN : tb ? FORM_NT : FORM_NN;
+  if ((ta && tb) || !own_takes(f, m, n, k))
     return 0;
-  return own_gemm(NULL,
-                  ta   ? FORM_TN
-                  : tb ? FORM_NT
-                       : FORM_NN,
-                  m, n, k, A, lda, B, ldb, add, C, ldc, bias, act);
+  return own_gemm(NULL, f, m, n, k, A, lda, B, ldb, add, C, ldc, bias, act);
 }
 
 int sac_gemm_own_wgrad(int m, int n, int k, const float *X, int ldx, float *dY, const float *Y, int ldy,
                        sac_act_t act, float *db, float *dW, int ldw) {
-  if (!own_takes(m, n, k))
+  if (!own_takes(FORM_TN, m, n, k))
     return 0;
   const act_bwd_t g = {Y, act, db};
   return own_gemm(&g, FORM_TN, m, n, k, X, ldx, dY, ldy, 0, dW, ldw, NULL, SAC_ACT_NONE);

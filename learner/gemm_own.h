@@ -19,8 +19,8 @@
  * lda) or its transpose (ta 1: A is k x m); op(B) is B (tb 0: k x n, ldb) or its transpose
  * (tb 1: B is n x k). Returns 1 when it did this, 0 when it did nothing: neither AVX-512 nor
  * AVX2 with FMA on this CPU, turned off (sac_gemm_own_set_enabled), both transposed, or a shape it leaves to
- * OpenBLAS (fewer than 8 rows or 32 columns, where most of its registers would hold
- * nothing). */
+ * OpenBLAS (fewer than 8 rows, fewer than 4 columns, or for the weight gradient's form (ta 1)
+ * fewer than 32, where its column slabs cost more than they save). */
 int sac_gemm_own(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
                  int add, float *C, int ldc, const float *bias, sac_act_t act);
 

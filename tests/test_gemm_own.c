@@ -108,11 +108,14 @@ static void check_case(const shape_t *s, int add, int with_bias, sac_act_t act) 
   free(A), free(B), free(bias), free(C), free(C0);
 }
 
+/* The last row is narrow: the policy's 2A outputs, the action's input gradient, the fewest
+ * columns taken. */
 static const shape_t shapes[] = {
     {0, 0, 8, 32, 1},      {0, 0, 9, 33, 17},   {0, 0, 37, 70, 23},    {0, 0, 256, 256, 256},
     {0, 0, 13, 40, 300},   {0, 0, 20, 45, 600}, {1, 0, 8, 32, 5},      {1, 0, 23, 256, 256},
     {1, 0, 17, 77, 129},   {1, 0, 64, 96, 300}, {1, 0, 256, 128, 256}, {0, 1, 8, 32, 1},
     {0, 1, 128, 256, 256}, {0, 1, 37, 45, 300}, {0, 1, 19, 100, 17},   {0, 1, 16, 64, 600},
+    {0, 0, 256, 12, 256},  {0, 1, 128, 6, 256}, {0, 0, 9, 4, 17},      {0, 1, 37, 5, 300},
 };
 
 Test(gemm_own, every_form_matches_a_double_reference, .timeout = 120) {
@@ -177,7 +180,10 @@ Test(gemm_own, leaves_what_it_does_not_take_untouched) {
   float *C0 = malloc(sizeof(float) * 64 * 64);
   memcpy(C0, C, sizeof(float) * 64 * 64);
   cr_expect_eq(sac_gemm_own(0, 0, 7, 64, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "7 rows");
-  cr_expect_eq(sac_gemm_own(0, 0, 64, 31, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "31 columns");
+  cr_expect_eq(sac_gemm_own(0, 0, 64, 3, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "3 columns");
+  cr_expect_eq(sac_gemm_own(0, 1, 64, 3, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "3 columns, NT");
+  cr_expect_eq(sac_gemm_own(1, 0, 64, 31, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0,
+               "31 columns of a weight gradient");
   cr_expect_eq(sac_gemm_own(1, 1, 64, 64, 64, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0,
                "both transposed");
   cr_expect_eq(sac_gemm_own(0, 0, 64, 64, 0, A, 64, B, 64, 0, C, 64, NULL, SAC_ACT_NONE), 0, "k = 0");
