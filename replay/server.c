@@ -2074,7 +2074,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
   const uint64_t interval =
       s->cfg.snapshot_interval_s > 0 ? (uint64_t)(s->cfg.snapshot_interval_s * 1e9) : UINT64_MAX;
   uint64_t next_snap = interval == UINT64_MAX ? UINT64_MAX : sac_clock_ns() + interval;
-  uint64_t last_pub = 0;
+  uint64_t last_pub = 0, pub_messages = 0; /* messages_total at the last publish */
   serving_set(s, 1);
   if (s->cfg.log_interval_s > 0) { /* the first line's rates count from here */
     sac_replay_shard_stats_t ss;
@@ -2098,6 +2098,10 @@ int sac_replay_server_run(sac_replay_server_t *s) {
     uint64_t dl = nearest_deadline(s);
     if (dl < wake)
       wake = dl;
+    /* what the last messages changed is published within about 1 ms, also when no
+     * message follows them (the last batch of a run, then silence) */
+    if (s->st.messages_total != pub_messages && now + 1000000ull < wake)
+      wake = now + 1000000ull;
     long timeout_ms = wake > now ? (long)((wake - now + 999999) / 1000000) : 0;
     sac_net_pollitem_t items[2] = {{s->smp, SAC_NET_POLLIN, 0}, {s->ins, SAC_NET_POLLIN, 0}};
     int rc = sac_net_poll(items, 2, timeout_ms);
@@ -2145,7 +2149,7 @@ int sac_replay_server_run(sac_replay_server_t *s) {
     }
     if (now - last_pub > 1000000ull) {
       publish(s);
-      last_pub = now;
+      last_pub = now, pub_messages = s->st.messages_total;
     }
     if (s->cfg.log_interval_s > 0 && now >= s->next_progress_ns)
       log_progress(s, now);
