@@ -30,6 +30,11 @@ metric() { # metric NAME SERIES [LABEL]: the shard's counter (the series with LA
   curl -fsS "http://127.0.0.1:$port/metrics" >"$DIR/$1.metrics" || return 1
   awk -v s="$2" -v l="${3:-}" '($1 == s || index($1, s "{") == 1) && index($1, l) {print $2; exit}' "$DIR/$1.metrics"
 }
+metric_int() { # metric_int NAME SERIES [LABEL]: the counter without a fractional part
+  local v
+  v=$(metric "$@") || return 1
+  echo "${v%.*}"
+}
 run_actor() { # run_actor NAME ID ENV ENDPOINT: 300 steps, at most 60 s
   timeout 60 "$ACTOR" --actor_id="$2" --env="$3" --shards="$4" --weights=tcp://127.0.0.1:9 --weights_wait_ms=0 \
     --max_steps=300 --metrics_port=-1 --log_interval_s=0 >"$DIR/$1.log" 2>&1
@@ -54,7 +59,10 @@ for s in a b; do
 done
 grep -q "sized from the first batch (actor 1): obs_dim 2, act_dim 1" "$DIR/a.log" || fail "shard a not sized 2, 1"
 grep -q "sized from the first batch (actor 2): $second_dims" "$DIR/b.log" || fail "shard b not sized $second_dims"
+# the shard publishes its counters within about a millisecond of the last batch: wait for
+# them (5 s at most), then read once more for the message
 for s in a b; do
+  wait_for '[ "$(metric_int '$s' sac_replay_inserted_transitions_total)" = 300 ]' 50
   n=$(metric "$s" sac_replay_inserted_transitions_total)
   [ "${n%.*}" = 300 ] || fail "shard $s stored ${n:-nothing} transitions, not the actor's 300"
 done
@@ -62,6 +70,9 @@ done
 # the negative control: an actor of other sizes is refused, and nothing of it is stored
 run_actor actor_bad 3 "$second" "$(insert_ep a)"
 grep -q "dimensions differ from the receiver's" "$DIR/actor_bad.log" || fail "the mismatched actor was not told why"
+# counters are published together: once the rejection shows, the inserts read after it
+# include anything stored before it
+wait_for '[ "$(metric_int a sac_replay_rejected_messages_total '"'"'reason="dims"'"'"')" -gt 0 ] 2>/dev/null' 50
 rej=$(metric a sac_replay_rejected_messages_total 'reason="dims"')
 [ "${rej%.*}" -gt 0 ] 2>/dev/null || fail "shard a counted no message rejected for its dims"
 n=$(metric a sac_replay_inserted_transitions_total)
