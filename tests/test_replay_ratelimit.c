@@ -13,6 +13,7 @@
 #include "replay/client.h"
 #include "replay/ratelimit.h"
 #include "replay/server.h"
+#include "tests/replay_inproc.h"
 #include "tests/replay_testgen.h"
 
 Test(replay_ratelimit, min_size_gates_sampling) {
@@ -68,28 +69,14 @@ Test(replay_ratelimit, narrow_error_buffer_is_widened) {
 
 Test(replay_ratelimit, sample_below_min_size_times_out) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
-  sac_replay_server_config_t c;
-  sac_replay_server_config_default(&c);
-  c.durability = SAC_REPLAY_DURABILITY_NONE; /* memory only: not what this test is about */
-  c.shard.capacity = 65536;
-  c.shard.obs_dim = 4;
-  c.shard.act_dim = 1;
-  c.shard.min_size = 1000;
-  c.shard.max_batch_rows = 256;
-  c.shard.max_sample_batch = 256;
-  snprintf(c.insert_endpoint, sizeof c.insert_endpoint, "inproc://rl1-ins");
-  snprintf(c.sample_endpoint, sizeof c.sample_endpoint, "inproc://rl1-smp");
-  sac_replay_server_t *srv = sac_replay_server_new(&c, ctx, NULL);
+  inproc_shard_t sh;
+  inproc_shard_init(&sh, "rl1");
+  sh.c.shard.min_size = 1000;
+  sac_replay_server_t *srv = sac_replay_server_new(&sh.c, ctx, NULL);
   cr_assert_not_null(srv);
   cr_assert_eq(sac_replay_server_start(srv), 0);
-  const char *ins[1] = {"inproc://rl1-ins"}, *smp[1] = {"inproc://rl1-smp"};
   sac_replay_client_config_t cc;
-  sac_replay_client_config_default(&cc);
-  cc.n_shards = 1;
-  cc.insert_endpoints = ins;
-  cc.sample_endpoints = smp;
-  cc.ctx = ctx;
-  cc.actor_id = 1;
+  inproc_client_init(&sh, ctx, &cc);
   cc.batch_size = 32;
   cc.sample_timeout_ms = 200;
   sac_replay_client_t *cl = sac_replay_client_new(&cc);
@@ -123,34 +110,22 @@ Test(replay_ratelimit, sample_below_min_size_times_out) {
 
 Test(replay_ratelimit, inserts_wait_for_samples_backpressure) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
-  sac_replay_server_config_t c;
-  sac_replay_server_config_default(&c);
-  c.durability = SAC_REPLAY_DURABILITY_NONE; /* memory only: not what this test is about */
-  c.shard.capacity = 65536;
-  c.shard.obs_dim = 4;
-  c.shard.act_dim = 1;
-  c.shard.min_size = 64;
-  c.shard.samples_per_insert = 1.0; /* one sampled transition per inserted one */
-  c.shard.error_buffer = 64;
-  c.shard.max_batch_rows = 256;
-  c.shard.max_sample_batch = 256;
-  c.insert_credit = 4;
-  snprintf(c.insert_endpoint, sizeof c.insert_endpoint, "inproc://rl2-ins");
-  snprintf(c.sample_endpoint, sizeof c.sample_endpoint, "inproc://rl2-smp");
-  sac_replay_server_t *srv = sac_replay_server_new(&c, ctx, NULL);
+  inproc_shard_t sh;
+  inproc_shard_init(&sh, "rl2");
+  sh.c.shard.min_size = 64;
+  sh.c.shard.samples_per_insert = 1.0; /* one sampled transition per inserted one */
+  sh.c.shard.error_buffer = 64;
+  sh.c.insert_credit = 4;
+  sac_replay_server_t *srv = sac_replay_server_new(&sh.c, ctx, NULL);
   cr_assert_not_null(srv);
   cr_assert_eq(sac_replay_server_start(srv), 0);
-  const char *ins[1] = {"inproc://rl2-ins"}, *smp[1] = {"inproc://rl2-smp"};
   sac_replay_client_config_t cc;
-  sac_replay_client_config_default(&cc);
-  cc.n_shards = 1;
-  cc.insert_endpoints = ins;
-  cc.ctx = ctx;
-  cc.actor_id = 1;
+  inproc_client_init(&sh, ctx, &cc);
+  cc.sample_endpoints = NULL; /* the actor inserts only */
   cc.window = 4;
   sac_replay_client_t *actor = sac_replay_client_new(&cc);
   cc.insert_endpoints = NULL;
-  cc.sample_endpoints = smp;
+  cc.sample_endpoints = sh.smp;
   cc.batch_size = 32;
   cc.prefetch = 1;
   sac_replay_client_t *learner = sac_replay_client_new(&cc);

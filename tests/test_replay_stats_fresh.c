@@ -16,32 +16,20 @@
 #include "common/net.h"
 #include "replay/client.h"
 #include "replay/server.h"
+#include "tests/replay_inproc.h"
 #include "tests/replay_testgen.h"
 
 enum { ROUNDS = 60, ROWS = 32 };
 
 Test(replay_stats_fresh, counts_are_published_within_milliseconds_of_the_last_batch, .timeout = 60) {
   sac_net_ctx_t *ctx = sac_net_ctx_new(1);
-  sac_replay_server_config_t c;
-  sac_replay_server_config_default(&c);
-  c.durability = SAC_REPLAY_DURABILITY_NONE; /* memory only: not what this test is about */
-  c.shard.capacity = 65536;
-  c.shard.obs_dim = 4;
-  c.shard.act_dim = 1;
-  c.shard.max_batch_rows = 256;
-  snprintf(c.insert_endpoint, sizeof c.insert_endpoint, "inproc://fresh-ins");
-  snprintf(c.sample_endpoint, sizeof c.sample_endpoint, "inproc://fresh-smp");
-  sac_replay_server_t *srv = sac_replay_server_new(&c, ctx, NULL);
+  inproc_shard_t sh;
+  inproc_shard_init(&sh, "fresh");
+  sac_replay_server_t *srv = sac_replay_server_new(&sh.c, ctx, NULL);
   cr_assert_not_null(srv);
   cr_assert_eq(sac_replay_server_start(srv), 0);
-  const char *ins[1] = {"inproc://fresh-ins"}, *smp[1] = {"inproc://fresh-smp"};
   sac_replay_client_config_t cc;
-  sac_replay_client_config_default(&cc);
-  cc.n_shards = 1;
-  cc.insert_endpoints = ins;
-  cc.sample_endpoints = smp;
-  cc.ctx = ctx;
-  cc.actor_id = 1;
+  inproc_client_init(&sh, ctx, &cc);
   cc.batch_size = ROWS;
   sac_replay_client_t *cl = sac_replay_client_new(&cc);
   cr_assert_not_null(cl);
