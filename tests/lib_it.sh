@@ -64,21 +64,50 @@ logged_port() { grep -o "metrics on http://${2:-127.0.0.1}:[0-9]*" "$1" 2>/dev/n
 
 # it_start_prometheus CONFIG: a Prometheus server with CONFIG on a free port of 127.0.0.1
 # (storage $DIR/tsdb, log $DIR/prometheus.log), in PIDS, ready when this returns 0; sets
-# PROM_PORT and PROM_PID. Returns 1 when it did not start on any of five ports.
+# PROM_PORT and PROM_PID. The port lies below the kernel's ephemeral range (an outgoing
+# connection's source port cannot take it between the pick and the bind) and no socket uses
+# it. A server that exits (its bind raced another program) is retried on a fresh port; one
+# that neither answers /-/ready nor uses CPU for 20 s is stopped and retried. Returns 1
+# when it did not start on any of five ports.
 it_start_prometheus() {
   PROM_PID=
   local attempt
   for attempt in 1 2 3 4 5; do
-    # a port nobody listens on (Prometheus cannot report a kernel-picked one); retried if taken meanwhile
-    PROM_PORT=$((20000 + (RANDOM * 7 + attempt * 131) % 40000))
-    ss -ltn 2>/dev/null | grep -q ":$PROM_PORT " && continue
+    PROM_PORT=$(it_free_port) || return 1
     prometheus --config.file="$1" --storage.tsdb.path="$DIR/tsdb" \
       --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >"$DIR/prometheus.log" 2>&1 &
     PROM_PID=$!
     PIDS+=("$PROM_PID")
-    if wait_for 'curl -s --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready" | grep -qi ready' 200; then return 0; fi
+    IT_PROGRESS='it_cpu_ticks "$PROM_PID"'
+    wait_for '! kill -0 "$PROM_PID" 2>/dev/null || curl -s --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready" | grep -qi ready' 200
+    IT_PROGRESS=it_progress
+    if kill -0 "$PROM_PID" 2>/dev/null && curl -s --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready" | grep -qi ready; then
+      return 0
+    fi
+    echo "prometheus on :$PROM_PORT (attempt $attempt) did not become ready: $(tail -n 3 "$DIR/prometheus.log" | tr '\n' ' ')"
     kill -TERM "$PROM_PID" 2>/dev/null
+    wait "$PROM_PID" 2>/dev/null
     PROM_PID=
+  done
+  return 1
+}
+
+# it_cpu_ticks PID: the CPU time (user + system, in clock ticks) process PID has used; empty
+# once it is gone. A progress measure for a process that logs nothing while it works.
+it_cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }
+
+# it_free_port: a TCP port of [20000, low end of the ephemeral range) that no socket on this
+# host uses now (any state: a listener, or the local end of a connection).
+it_free_port() {
+  local low used p i
+  low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+  [[ "$low" =~ ^[0-9]+$ ]] && ((low > 21000)) || low=32768
+  used=$(ss -Htan 2>/dev/null | awk '{n = split($4, a, ":"); print a[n]}' | sort -u)
+  for ((i = 0; i < 500; i++)); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % (low - 20000)))
+    grep -qx "$p" <<<"$used" && continue
+    printf '%s' "$p"
+    return 0
   done
   return 1
 }

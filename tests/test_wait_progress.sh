@@ -100,6 +100,36 @@ out=$( (
 grep -qE '^GAVE UP after ([2-9]|1[0-4]) s' <<<"$out" && ok "lib_it wait_for gives up when nothing progresses" ||
   bad "lib_it wait_for gives up when nothing progresses: $out"
 
+# 7. lib_it it_start_prometheus: the first port it tries is taken, so that Prometheus exits
+#    at once, while a log keeps growing (as the processes under test do): it says so and
+#    starts on a fresh port within 30 s (the log grows for 60 s: before the fix it waited on
+#    the dead server as long as the logs grew)
+if command -v prometheus >/dev/null && command -v curl >/dev/null; then
+  out=$( (
+    source "$LIB_IT"
+    it_init wait_progress_7
+    (for i in $(seq 1 600); do echo "tick $i"; sleep 0.1; done) >"$DIR/p.log" 2>&1 &
+    PIDS+=($!)
+    taken=$(it_free_port)
+    python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); print("bound", flush=True); time.sleep(60)' "$taken" >"$DIR/holder.out" 2>&1 &
+    PIDS+=($!)
+    wait_for 'grep -q bound "$DIR/holder.out"' 100 || { echo "FAIL: the port holder did not bind"; exit 1; }
+    eval "it_real_free_port() $(declare -f it_free_port | tail -n +2)"
+    it_free_port() { if [ -f "$DIR/picked" ]; then it_real_free_port; else touch "$DIR/picked"; echo "$taken"; fi; }
+    printf 'global:\n  scrape_interval: 1s\n' >"$DIR/prom.yml"
+    t_start=$SECONDS
+    it_start_prometheus "$DIR/prom.yml" || { echo "FAIL: did not start"; exit 1; }
+    [ "$PROM_PORT" != "$taken" ] || { echo "FAIL: ready on the taken port $taken"; exit 1; }
+    echo "STARTED on :$PROM_PORT after $((SECONDS - t_start)) s (:$taken taken)"
+  ) 2>&1)
+  grep -q 'did not become ready' <<<"$out" && grep -qE '^STARTED on :[0-9]+ after ([0-9]|[12][0-9]) s' <<<"$out" &&
+    ok "lib_it it_start_prometheus retries when its server exits: $(grep -m1 '^STARTED' <<<"$out")" ||
+    bad "lib_it it_start_prometheus retries when its server exits: $out"
+else
+  echo "skip 7: prometheus or curl not installed"
+fi
+
 if ((fails)); then
   echo "FAIL: $fails case(s)"
   exit 1
