@@ -36,11 +36,16 @@ it_cleanup() {
 # size of the logs in $DIR, which grows while the processes under test do anything. So a
 # slow or busy machine slows the test down without failing it, and a wedged system fails
 # it after the stated time; the test's ctest TIMEOUT stays the last resort against a
-# livelock. (tests/test_wait_progress.sh checks both ways.)
+# livelock. (tests/test_wait_progress.sh checks both ways.) It also returns 1, saying so,
+# once a process registered with it_watch has exited: the logs of the others would go on
+# growing while it waited for what the dead one would never do.
 it_progress() { cat "$DIR"/*.log 2>/dev/null | wc -c; }
 IT_PROGRESS=it_progress
+declare -A IT_WATCH=()
+# it_watch PID NAME: process PID (NAME in messages) must stay up while wait_for waits
+it_watch() { IT_WATCH[$1]=$2; }
 wait_for() {
-  local _wf_tok _wf_now _wf_last _wf_probe _wf_t
+  local _wf_tok _wf_now _wf_last _wf_probe _wf_t _wf_p
   _wf_tok=$(eval "$IT_PROGRESS" 2>/dev/null)
   _wf_last=${EPOCHREALTIME/./} _wf_probe=$_wf_last # microseconds
   while :; do
@@ -49,6 +54,12 @@ wait_for() {
     _wf_t=${EPOCHREALTIME/./}
     if ((_wf_t - _wf_probe >= 1000000)); then
       _wf_probe=$_wf_t
+      for _wf_p in "${!IT_WATCH[@]}"; do
+        kill -0 "$_wf_p" 2>/dev/null || {
+          echo "wait_for: ${IT_WATCH[$_wf_p]} (pid $_wf_p) exited while waiting"
+          return 1
+        }
+      done
       _wf_now=$(eval "$IT_PROGRESS" 2>/dev/null)
       if [ "$_wf_now" != "$_wf_tok" ]; then
         _wf_tok=$_wf_now _wf_last=$_wf_t
@@ -82,6 +93,7 @@ it_start_prometheus() {
     wait_for '! kill -0 "$PROM_PID" 2>/dev/null || curl -s --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready" | grep -qi ready' 200
     IT_PROGRESS=it_progress
     if kill -0 "$PROM_PID" 2>/dev/null && curl -s --max-time 2 "http://127.0.0.1:$PROM_PORT/-/ready" | grep -qi ready; then
+      it_watch "$PROM_PID" prometheus
       return 0
     fi
     echo "prometheus on :$PROM_PORT (attempt $attempt) did not become ready: $(tail -n 3 "$DIR/prometheus.log" | tr '\n' ' ')"

@@ -35,6 +35,7 @@ alive() { kill -0 "$1" 2>/dev/null || fail "$2 exited early"; }
   --metrics_addr=127.0.0.1 --metrics_port=0 --ready_file="$DIR/replay.ready" >"$DIR/replay.log" 2>&1 &
 REPLAY_PID=$!
 PIDS+=("$REPLAY_PID")
+it_watch "$REPLAY_PID" sac-replay
 wait_for '[ -f "$DIR/replay.ready" ] && grep -q "^metrics_port=" "$DIR/replay.ready"' 150 || fail "sac-replay not ready"
 INSERT_EP=$(sed -n 's/^insert=//p' "$DIR/replay.ready")
 SAMPLE_EP=$(sed -n 's/^sample=//p' "$DIR/replay.ready")
@@ -45,6 +46,7 @@ REPLAY_PORT=$(sed -n 's/^metrics_port=//p' "$DIR/replay.ready")
   --metrics_addr=127.0.0.1 --metrics_port=0 >"$DIR/learner.log" 2>&1 &
 LEARNER_PID=$!
 PIDS+=("$LEARNER_PID")
+it_watch "$LEARNER_PID" "sac-learner (remote)"
 wait_for 'grep -q "weights on tcp://127.0.0.1:[0-9]*" "$DIR/learner.log" && [ -n "$(logged_port "$DIR/learner.log")" ]' 300 ||
   fail "sac-learner (remote) not serving"
 WEIGHTS_EP=$(grep -o 'weights on tcp://127.0.0.1:[0-9]*' "$DIR/learner.log" | head -n1 | sed 's/^weights on //')
@@ -54,6 +56,7 @@ LEARNER_PORT=$(logged_port "$DIR/learner.log")
   --metrics_addr=127.0.0.1 --metrics_port=0 >"$DIR/actor.log" 2>&1 &
 ACTOR_PID=$!
 PIDS+=("$ACTOR_PID")
+it_watch "$ACTOR_PID" sac-actor
 wait_for '[ -n "$(logged_port "$DIR/actor.log")" ]' 150 || fail "sac-actor not serving"
 ACTOR_PORT=$(logged_port "$DIR/actor.log")
 
@@ -62,6 +65,7 @@ ACTOR_PORT=$(logged_port "$DIR/actor.log")
   --metrics_addr=127.0.0.1 --metrics_port=0 >"$DIR/embedded.log" 2>&1 &
 EMBEDDED_PID=$!
 PIDS+=("$EMBEDDED_PID")
+it_watch "$EMBEDDED_PID" "sac-learner (embedded)"
 wait_for '[ -n "$(logged_port "$DIR/embedded.log")" ]' 300 || fail "sac-learner (embedded) not serving"
 EMBEDDED_PORT=$(logged_port "$DIR/embedded.log")
 echo "endpoints: replay :$REPLAY_PORT  learner :$LEARNER_PORT  actor :$ACTOR_PORT  embedded :$EMBEDDED_PORT"

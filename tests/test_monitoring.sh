@@ -80,6 +80,7 @@ echo "ok   control: rules that always fire fail all $quiet expectations of quiet
   --metrics_addr 127.0.0.1 --metrics_port 0 >"$DIR/learner.log" 2>&1 &
 LEARNER_PID=$!
 PIDS+=("$LEARNER_PID")
+it_watch "$LEARNER_PID" sac-learner
 wait_for '[ -n "$(logged_port "$DIR/learner.log")" ]' 300 || fail "sac-learner not serving /metrics"
 PORT=$(logged_port "$DIR/learner.log")
 cp "$ROOT/deploy/alerts.yml" "$DIR/alerts.yml"

@@ -2,7 +2,9 @@
 # Unit test of the deadlines by progress in tests/dist/lib.sh (issue 15, point 7): a wait
 # goes on past its stated time while the system progresses, and fails once nothing has
 # moved for that time, for wait_until (DIST_PROGRESS) and wait_result (the learner's
-# progress line); and the same for tests/lib_it.sh's wait_for (its logs growing). Each case runs in a subshell of its own (lib.sh's fail exits).
+# progress line); and the same for tests/lib_it.sh's wait_for (its logs growing), which
+# also ends when a watched process exits, and for its Prometheus start when the server exits.
+# Each case runs in a subshell of its own (lib.sh's fail exits).
 set -u
 LIB="$(dirname "$0")/dist/lib.sh"
 fails=0
@@ -129,6 +131,24 @@ s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); print(
 else
   echo "skip 7: prometheus or curl not installed"
 fi
+
+# 8. lib_it wait_for: a process under watch exits while a log keeps growing (for 60 s): the
+#    wait ends within 30 s and names it (without the watch it would last as long as the log)
+out=$( (
+  source "$LIB_IT"
+  it_init wait_progress_8
+  (for i in $(seq 1 600); do echo "tick $i"; sleep 0.1; done) >"$DIR/p.log" 2>&1 &
+  PIDS+=($!)
+  sleep 2 &
+  PIDS+=($!)
+  it_watch $! "the short one"
+  t_start=$SECONDS
+  wait_for 'false' 600 && { echo "FAIL: a condition never true was met"; exit 1; }
+  echo "GAVE UP after $((SECONDS - t_start)) s"
+) 2>&1)
+grep -q '^wait_for: the short one (pid [0-9]*) exited while waiting' <<<"$out" &&
+  grep -qE '^GAVE UP after ([0-9]|[12][0-9]) s' <<<"$out" && ok "lib_it wait_for ends when a watched process exits" ||
+  bad "lib_it wait_for ends when a watched process exits: $out"
 
 if ((fails)); then
   echo "FAIL: $fails case(s)"
