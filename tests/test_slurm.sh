@@ -7,8 +7,9 @@
 # proctrack/linuxproc and task/none so no cgroup plugin is needed, free ports, state and
 # logs in the folder), slurmctld and slurmd. Then:
 #   1. job 1: the launch as a user submits it (2 shards, learner, 2 actors as srun steps of
-#      one allocation) trains Pendulum-v1 for SAC_SLURM_STEPS1 (default 10000) steps, and
-#      its final evaluation return must be >= -200;
+#      one allocation) trains Pendulum-v1 for SAC_SLURM_STEPS1 (default 20000: the learner's
+#      default, and the length README.md's result is for) steps, and its final evaluation
+#      return must be >= -200;
 #   2. job 2: a longer run is requeued with `scontrol requeue` once its learner has written
 #      a checkpoint and its shards a snapshot; the requeued job (same id, attempt 2) must
 #      resume from the checkpoint (the learner logs from which update), the shards must
@@ -32,7 +33,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LEARNER_BIN=${1:?usage: test_slurm.sh SAC_LEARNER SAC_REPLAY SAC_ACTOR}
 REPLAY_BIN=${2:?sac-replay}
 ACTOR_BIN=${3:?sac-actor}
-STEPS1=${SAC_SLURM_STEPS1:-10000}
+STEPS1=${SAC_SLURM_STEPS1:-20000}
 STEPS2=${SAC_SLURM_STEPS2:-6000}
 STALL_S=${SAC_SLURM_STALL_S:-180}
 # the binaries refuse SAC_* variables that are not their options: none of the caller's
