@@ -5,6 +5,9 @@
 # a Prometheus server on a free port.
 # Usage: source it, then it_init NAME (sets DIR and PIDS, installs the EXIT trap).
 
+# shellcheck source=tests/lib_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib_port.sh"
+
 it_init() {
   DIR=$(mktemp -d "/tmp/sac-$1.XXXXXX")
   PIDS=()
@@ -84,7 +87,7 @@ it_start_prometheus() {
   PROM_PID=
   local attempt
   for attempt in 1 2 3 4 5; do
-    PROM_PORT=$(it_free_port) || return 1
+    PROM_PORT=$(free_port) || return 1
     prometheus --config.file="$1" --storage.tsdb.path="$DIR/tsdb" \
       --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >"$DIR/prometheus.log" 2>&1 &
     PROM_PID=$!
@@ -107,19 +110,3 @@ it_start_prometheus() {
 # it_cpu_ticks PID: the CPU time (user + system, in clock ticks) process PID has used; empty
 # once it is gone. A progress measure for a process that logs nothing while it works.
 it_cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }
-
-# it_free_port: a TCP port of [20000, low end of the ephemeral range) that no socket on this
-# host uses now (any state: a listener, or the local end of a connection).
-it_free_port() {
-  local low used p i
-  low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
-  [[ "$low" =~ ^[0-9]+$ ]] && ((low > 21000)) || low=32768
-  used=$(ss -Htan 2>/dev/null | awk '{n = split($4, a, ":"); print a[n]}' | sort -u)
-  for ((i = 0; i < 500; i++)); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % (low - 20000)))
-    grep -qx "$p" <<<"$used" && continue
-    printf '%s' "$p"
-    return 0
-  done
-  return 1
-}

@@ -112,13 +112,13 @@ if command -v prometheus >/dev/null && command -v curl >/dev/null; then
     it_init wait_progress_7
     (for i in $(seq 1 600); do echo "tick $i"; sleep 0.1; done) >"$DIR/p.log" 2>&1 &
     PIDS+=($!)
-    taken=$(it_free_port)
+    taken=$(free_port)
     python3 -c 'import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); print("bound", flush=True); time.sleep(60)' "$taken" >"$DIR/holder.out" 2>&1 &
     PIDS+=($!)
     wait_for 'grep -q bound "$DIR/holder.out"' 100 || { echo "FAIL: the port holder did not bind"; exit 1; }
-    eval "it_real_free_port() $(declare -f it_free_port | tail -n +2)"
-    it_free_port() { if [ -f "$DIR/picked" ]; then it_real_free_port; else touch "$DIR/picked"; echo "$taken"; fi; }
+    eval "real_free_port() $(declare -f free_port | tail -n +2)"
+    free_port() { if [ -f "$DIR/picked" ]; then real_free_port; else touch "$DIR/picked"; echo "$taken"; fi; }
     printf 'global:\n  scrape_interval: 1s\n' >"$DIR/prom.yml"
     t_start=$SECONDS
     it_start_prometheus "$DIR/prom.yml" || { echo "FAIL: did not start"; exit 1; }

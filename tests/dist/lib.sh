@@ -15,6 +15,8 @@ set -o pipefail
 # the return bar (return_check): one helper for every test that checks a return
 # shellcheck source=scripts/lib_return.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib_return.sh" || { echo "FAIL: cannot load scripts/lib_return.sh"; exit 1; }
+# shellcheck source=tests/lib_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib_port.sh" || { echo "FAIL: cannot load tests/lib_port.sh"; exit 1; }
 
 declare -a DIST_PIDS=()     # every PID started, in order
 declare -A DIST_PID_OF=()   # name -> PID of its latest start
@@ -269,22 +271,14 @@ check_watch() {
   return 0
 }
 
-# pick_port: a TCP port in [20000, 32767] (below the usual ephemeral range, so no outgoing
-# connection takes it meanwhile and a reconnecting client cannot self-connect to it) that
-# no socket on this host uses now and this test has not picked before. A bind can still
-# race another program; the start helpers retry with a fresh port when it does.
+# pick_port: a free TCP port below the ephemeral range (free_port, tests/lib_port.sh) that
+# this test has not picked before. A bind can still race another program; the start helpers
+# retry with a fresh port when it does.
 pick_port() {
-  local used p i
-  used=$(ss -Htan 2>/dev/null | awk '{n = split($4, a, ":"); print a[n]}' | sort -u)
-  for ((i = 0; i < 500; i++)); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 12768))
-    [[ -n "${DIST_PORTS[$p]:-}" ]] && continue
-    grep -qx "$p" <<<"$used" && continue
-    DIST_PORTS[$p]=1
-    printf '%s' "$p"
-    return 0
-  done
-  fail "no free port found in [20000, 32767]"
+  local p
+  p=$(free_port DIST_PORTS) || fail "no free port found below the ephemeral range"
+  DIST_PORTS[$p]=1
+  printf '%s' "$p"
 }
 
 # last_num FILE PATTERN PREFIX: the number right after PREFIX (a sed regex, e.g. "steps ")
