@@ -21,11 +21,15 @@
 
 typedef struct sac_backend sac_backend_t;
 
-/* One input segment of a linear layer: p (B, n) with leading dimension ld. */
+/* One input segment of a linear layer: p (B, n) with leading dimension ld. For a
+ * segment of K members (shared = 0), ms is the floats from one member's block to the
+ * next's: 0 for members side by side in each row (member k at column k * n_in), else
+ * each member a (B, n_in) block of its own at p + k * ms (act_members_apart). */
 typedef struct {
   const float *p;
   int ld;
   int n;
+  size_t ms;
 } sac_seg_t;
 
 /* A linear layer of an ensemble: Y_k = act(X_k W_k + b_k).
@@ -34,7 +38,8 @@ typedef struct {
  * seg[0].n + seg[1].n rows, segment 0's rows first. Two segments that are adjacent in
  * memory (sac_segs_adjacent: each row [seg 0 | seg 1] at one leading dimension) are read
  * as one operand, one matmul where two would be.
- * shared = 0: one segment of K*n_in columns, member k reads columns [k*n_in, (k+1)*n_in). */
+ * shared = 0: one segment of K members' inputs, member k's at columns [k*n_in, (k+1)*n_in)
+ * or, where seg[0].ms is not 0, in its own block (sac_seg_t). */
 typedef struct {
   int B, n_in, n_out, K;
   int shared;
@@ -42,6 +47,7 @@ typedef struct {
   sac_seg_t seg[2];
   const float *W, *b; /* K weight matrices (n_in, n_out) one after another; K biases */
   sac_act_t act;
+  size_t out_ms; /* the output's (and its gradient's) member stride, as sac_seg_t's ms */
 } sac_linear_t;
 
 /* 1 when L's two input segments are one row-major block [seg 0 | seg 1]: segment 1 starts
@@ -338,6 +344,14 @@ typedef struct sac_backend_ops {
    * of 64 floats by one cache line, so that the rows its GEMM reads side by side do not
    * fall into the same few L1 sets. NULL: width. */
   int (*act_ld)(sac_backend_t *be, int width);
+  /* 1: lay out each member of an ensemble's hidden activations (and their gradients) as
+   * a block of its own, on pages of its own, member k at k * ms (sac_seg_t), rows at
+   * act_ld of one member's width. The cpu backend gives each member to one thread; where
+   * two threads wrote the two halves of the same rows, the next op read its half at a
+   * third of the speed (the cores' prefetchers fetch the other core's lines of a shared
+   * page). NULL: members side by side in each row; only a backend that has this op sees
+   * a non-zero ms or out_ms. */
+  int (*act_members_apart)(sac_backend_t *be);
 } sac_backend_ops_t;
 
 #define SAC_BACKEND_MAX_MARKS 2048

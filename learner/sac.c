@@ -122,6 +122,7 @@ struct sac {
   void *hook_user;
   int guard; /* 1: refuse to apply a step whose loss is not finite (sac_set_loss_guard) */
   int pad;   /* 1: hidden activations laid out with the backend's act_ld */
+  size_t cms; /* the critics' hidden activations: member stride (0: side by side; plan) */
 };
 
 static double g_discard;
@@ -259,11 +260,28 @@ static int ld_for(sac_backend_t *be, int width) {
   return ld;
 }
 
-/* Layer l's output: its leading dimension (hidden layers: ld_for; the last layer's is its
- * width, as the ops that read it expect). */
+/* The member stride of the critics' hidden activations for a backend that wants each
+ * member's block on pages of its own (act_members_apart): B rows at ld, rounded up to
+ * 4 KiB; else 0 (members side by side in each row). be NULL: 0. */
+static size_t members_ms(sac_backend_t *be, size_t B, size_t ld) {
+  if (!be || !be->ops->act_members_apart || !be->ops->act_members_apart(be))
+    return 0;
+  return (B * ld + 1023) / 1024 * 1024;
+}
+
+/* Layer l's output: its member stride (hidden layers of an ensemble: sac_t's cms) and its
+ * leading dimension (hidden layers: ld_for of the row it holds, all members' or, where
+ * they lie apart, one member's; the last layer's is its width, as the ops that read it
+ * expect). */
+static size_t out_ms(const sac_t *s, const sac_mlp_desc_t *d, int l) {
+  return l < d->n_layers - 1 && d->ensemble > 1 ? s->cms : 0;
+}
+
 static int out_ld(const sac_t *s, const sac_mlp_desc_t *d, int l) {
   const int width = d->ensemble * d->sizes[l + 1];
-  return l == d->n_layers - 1 || !s->pad ? width : ld_for(s->be, width);
+  if (l == d->n_layers - 1 || !s->pad)
+    return width;
+  return ld_for(s->be, out_ms(s, d, l) ? d->sizes[l + 1] : width);
 }
 
 /* Layer l of an MLP as a backend linear op reading `in` (layer 0) or the previous
@@ -280,6 +298,7 @@ static sac_linear_t layer(const sac_t *s, const sac_mlp_desc_t *d, const float *
   L.W = params + nl->w[l];
   L.b = params + nl->b[l];
   L.act = l == d->n_layers - 1 ? SAC_ACT_NONE : d->hidden_act;
+  L.out_ms = out_ms(s, d, l);
   if (l == 0) {
     L.shared = 1;
     L.n_seg = n_in_seg;
@@ -291,6 +310,7 @@ static sac_linear_t layer(const sac_t *s, const sac_mlp_desc_t *d, const float *
     L.seg[0].p = acts[l - 1];
     L.seg[0].ld = out_ld(s, d, l - 1);
     L.seg[0].n = d->ensemble * d->sizes[l];
+    L.seg[0].ms = out_ms(s, d, l - 1);
   }
   return L;
 }
@@ -408,6 +428,7 @@ typedef struct {
   size_t act_slots;  /* hidden activation buffers per network (fewer with recompute) */
   size_t act_floats; /* each: (2B, H) for the actor, (B, 2H) for the critics, rows at ld_for */
   size_t dbuf_floats; /* each of dbuf[2]: (B, 2H), rows at ld_for */
+  size_t cms;         /* the critics' member stride (members_ms): 0, or (B, H) each at cms */
   size_t total;      /* every float sac_new allocates, plus its host init buffer */
   double widest;     /* largest rows x cols of any one buffer or op operand */
 } sac_plan_t;
@@ -434,8 +455,10 @@ static void plan(const sac_hparams_t *hp, const sac_mlp_desc_t *ad, const sac_ml
   p->act_slots = !ck ? (size_t)hp->depth : (size_t)(ck - 1) + (size_t)(hp->depth / ck);
   if (p->act_slots > (size_t)hp->depth)
     p->act_slots = (size_t)hp->depth;
-  p->act_floats = 2 * B * ld1 > B * ld2 ? 2 * B * ld1 : B * ld2;
-  p->dbuf_floats = B * (ld1 > ld2 ? ld1 : ld2);
+  p->cms = members_ms(be, B, ld1);
+  const size_t critic_floats = p->cms ? 2 * p->cms : B * ld2;
+  p->act_floats = 2 * B * ld1 > critic_floats ? 2 * B * ld1 : critic_floats;
+  p->dbuf_floats = B * ld1 > critic_floats ? B * ld1 : critic_floats;
   size_t host_init = p->n_params > B ? p->n_params : B;
   p->total = 4 * p->n_params + p->n_critic + 3               /* params, grads, m, v; target; steps */
              + 2 * p->act_slots * p->act_floats              /* hidden activations, actor and critics */
@@ -544,6 +567,7 @@ int sac_new(const sac_hparams_t *hp, sac_backend_t *be, sac_t **out) {
     s->hp.target_entropy = -(float)hp->act_dim;
   s->be = be;
   s->pad = pad;
+  s->cms = pl.cms;
   s->ad = ad;
   s->cd = cd;
   s->n_actor = pl.n_actor;
@@ -760,12 +784,12 @@ static void critic_input(sac_t *s, int which, sac_seg_t in[2]) {
   const int B = s->hp.batch, O = s->hp.obs_dim, A = s->hp.act_dim;
   if (joined_input(s)) {
     float *row = s->cin + (size_t)which * B * (O + A);
-    in[0] = (sac_seg_t){row, O + A, O}, in[1] = (sac_seg_t){row + O, O + A, A};
+    in[0] = (sac_seg_t){row, O + A, O, 0}, in[1] = (sac_seg_t){row + O, O + A, A, 0};
     return;
   }
   const sac_batch_t *b = &s->batch;
   const float *act = which == CIN_PI ? s->a2 : which == CIN_NEXT ? s->a2 + (size_t)B * A : b->action;
-  in[0] = (sac_seg_t){which == CIN_NEXT ? b->next_obs : b->obs, O, O}, in[1] = (sac_seg_t){act, A, A};
+  in[0] = (sac_seg_t){which == CIN_NEXT ? b->next_obs : b->obs, O, O, 0}, in[1] = (sac_seg_t){act, A, A, 0};
 }
 
 /* Where the policy's actions (2B, A) = [a~; a'] are: in cin's action columns, or a2. */
@@ -833,7 +857,7 @@ static void policy_output_fused(sac_t *s, const sac_seg_t *in) {
 void sac_forward_policy(sac_t *s) {
   const sac_backend_ops_t *ops = s->be->ops;
   const int A = s->hp.act_dim, B = s->hp.batch;
-  sac_seg_t in = {s->obs2, s->hp.obs_dim, s->hp.obs_dim};
+  sac_seg_t in = {s->obs2, s->hp.obs_dim, s->hp.obs_dim, 0};
   if (joined_input(s)) {
     policy_output_fused(s, &in);
     return;
@@ -915,7 +939,7 @@ void sac_compute_actor_grads(sac_t *s) {
   float *dx[2] = {NULL, s->da};
   int ldx[2] = {0, A};
   mlp_bwd(s, &s->cd, critic_params(s), NULL, B, cin, 2, &s->ca, s->q, s->dq, dx, ldx);
-  sac_seg_t ain = {b->obs, s->hp.obs_dim, s->hp.obs_dim};
+  sac_seg_t ain = {b->obs, s->hp.obs_dim, s->hp.obs_dim, 0};
   actor_bwd(s, &ain);
   if (!fused)
     ops->alpha_loss(s->be, &s->head, s->logp2, s->grads + s->off_alpha, s->stats + 4);

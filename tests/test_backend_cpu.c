@@ -135,9 +135,9 @@ static void check_linear(int shared, sac_act_t act) {
                     .W = W,
                     .b = b,
                     .act = act};
-  L.seg[0] = (sac_seg_t){X1, w1, w1};
+  L.seg[0] = (sac_seg_t){X1, w1, w1, 0};
   if (shared)
-    L.seg[1] = (sac_seg_t){X2, n2, n2};
+    L.seg[1] = (sac_seg_t){X2, n2, n2, 0};
   else
     L.n_in = n1;
   be->ops->linear_fwd(be, &L, Y, K * n_out);
@@ -229,9 +229,9 @@ static void run_layer(sac_backend_t *b, const split_case_t *c, const float *src,
                     .W = W,
                     .b = bb,
                     .act = c->act};
-  L.seg[0] = (sac_seg_t){X1, w1, w1};
+  L.seg[0] = (sac_seg_t){X1, w1, w1, 0};
   if (c->shared)
-    L.seg[1] = (sac_seg_t){X2, c->n2, c->n2};
+    L.seg[1] = (sac_seg_t){X2, c->n2, c->n2, 0};
   b->ops->linear_fwd(b, &L, Y, c->K * c->n_out);
   float *dX[2] = {dX1, c->shared ? dX2 : NULL};
   int ldx[2] = {w1, c->n2};
@@ -1002,7 +1002,7 @@ Test(backend_cpu, q_head_equals_last_layer_then_op) {
   la[0] = -0.7f;
   sac_head_hp_t h = {.B = B, .A = 3, .gamma = 0.99f, .target_entropy = -3.0f, .log_alpha = la};
   sac_linear_t L = {.B = B, .n_in = H, .n_out = 1, .K = 2, .shared = 0, .n_seg = 1, .W = W, .b = bias};
-  L.seg[0] = (sac_seg_t){X, 2 * H, 2 * H};
+  L.seg[0] = (sac_seg_t){X, 2 * H, 2 * H, 0};
   L.act = SAC_ACT_NONE;
   /* outputs: q, y, dq, dlogp, td, stats (2), grad_alpha, stats_alpha */
   size_t sz[8] = {2 * (size_t)B, (size_t)B, 2 * (size_t)B, (size_t)B, (size_t)B, 2, 1, 1};
@@ -1102,8 +1102,8 @@ Test(backend_cpu, adjacent_segments_equal_two_segments_with_one_operand) {
         (sac_linear_t){.B = B, .n_in = n, .n_out = n_out, .K = K, .shared = 1, .n_seg = 2, .W = W, .b = bias};
     L[c].act = SAC_ACT_RELU;
   }
-  L[0].seg[0] = (sac_seg_t){X1, n1, n1}, L[0].seg[1] = (sac_seg_t){X2, n2, n2};
-  L[1].seg[0] = (sac_seg_t){blk, n, n1}, L[1].seg[1] = (sac_seg_t){blk + n1, n, n2};
+  L[0].seg[0] = (sac_seg_t){X1, n1, n1, 0}, L[0].seg[1] = (sac_seg_t){X2, n2, n2, 0};
+  L[1].seg[0] = (sac_seg_t){blk, n, n1, 0}, L[1].seg[1] = (sac_seg_t){blk + n1, n, n2, 0};
   cr_assert(!sac_segs_adjacent(&L[0]) && sac_segs_adjacent(&L[1]));
   /* outputs per side: Y, dY, dW, db, dX (a (B, n) block: segment 1's after segment 0's) */
   size_t sz[5] = {nY, nY, nW, (size_t)K * n_out, (size_t)B * n};
@@ -1164,7 +1164,7 @@ Test(backend_cpu, policy_fwd_equals_noise_last_layer_head_and_copies) {
   la[0] = -0.4f;
   sac_head_hp_t h = {.B = rows, .A = A, .gamma = 0.99f, .log_std_min = -5, .log_std_max = 2, .log_alpha = la};
   sac_linear_t L = {.B = rows, .n_in = H, .n_out = 2 * A, .K = 1, .n_seg = 1, .W = W, .b = bias};
-  L.seg[0] = (sac_seg_t){X, H, H}, L.act = SAC_ACT_NONE;
+  L.seg[0] = (sac_seg_t){X, H, H, 0}, L.act = SAC_ACT_NONE;
   /* outputs: P, eps, the joined rows (3B, O + A) holding a in rows [0, 2B), logp */
   size_t sz[4] = {(size_t)rows * 2 * A, (size_t)rows * A, (size_t)3 * B * lda, (size_t)rows};
   float *out[2][4];
@@ -1226,7 +1226,7 @@ static void run_bwd_act(const bwd_act_case_t *c) {
     for (size_t i = 0; i < nX; i++)
       X[i] = tanhf(X[i]);
   sac_linear_t L = {.B = B, .n_in = H, .n_out = n_out, .K = K, .n_seg = 1, .W = W, .b = bias};
-  L.seg[0] = (sac_seg_t){X, w, w}, L.act = n_out == 1 ? SAC_ACT_NONE : SAC_ACT_RELU;
+  L.seg[0] = (sac_seg_t){X, w, w, 0}, L.act = n_out == 1 ? SAC_ACT_NONE : SAC_ACT_RELU;
   be->ops->linear_fwd(be, &L, Y, wo);
   sac_linear_t below = {.B = B, .n_in = 7, .n_out = H, .K = K, .n_seg = 1, .act = c->below_act};
   /* outputs: dY, dW, db, dX, the layer below's db */
@@ -1293,7 +1293,7 @@ static void run_policy_bwd(int A, int64_t fused) {
     X[i] = X[i] > 0 ? X[i] : 0.0f;
   sac_head_hp_t h = {.B = B, .A = A, .log_std_min = -5, .log_std_max = 2};
   sac_linear_t L = {.B = B, .n_in = H, .n_out = 2 * A, .K = 1, .n_seg = 1, .W = W};
-  L.seg[0] = (sac_seg_t){X, H, H}, L.act = SAC_ACT_NONE;
+  L.seg[0] = (sac_seg_t){X, H, H, 0}, L.act = SAC_ACT_NONE;
   sac_linear_t below = {.B = B, .n_in = 5, .n_out = H, .K = 1, .n_seg = 1, .act = SAC_ACT_RELU};
   /* outputs: dP, dW, db, dX, the layer below's db */
   size_t sz[5] = {(size_t)B * 2 * A, (size_t)H * 2 * A, (size_t)2 * A, (size_t)B * H, (size_t)H};
@@ -1346,7 +1346,7 @@ Test(backend_cpu, shared_input_gradient_alone_counts_one_launch) {
       fill(W, (size_t)K * (n1 + n2) * n_out, -1, 1);
   sac_linear_t L = {
       .B = B, .n_in = n1 + n2, .n_out = n_out, .K = K, .shared = 1, .n_seg = 2, .W = W, .b = bias};
-  L.seg[0] = (sac_seg_t){X1, n1, n1}, L.seg[1] = (sac_seg_t){X2, n2, n2}, L.act = SAC_ACT_RELU;
+  L.seg[0] = (sac_seg_t){X1, n1, n1, 0}, L.seg[1] = (sac_seg_t){X2, n2, n2, 0}, L.act = SAC_ACT_RELU;
   be->ops->linear_fwd(be, &L, Y, K * n_out);
   int ldx[2] = {n1, n2};
   float *one[2] = {NULL, dX2}, *both[2] = {dX1, dX2};

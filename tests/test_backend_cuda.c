@@ -190,9 +190,10 @@ static void run_linear(const lin_case_t *c) {
     L[i].B = c->B, L[i].n_in = n_in, L[i].n_out = c->n_out, L[i].K = K, L[i].shared = c->shared;
     L[i].W = W[i], L[i].b = b[i] + c->bias_off, L[i].act = c->act;
     L[i].n_seg = c->shared && c->n2 ? 2 : 1;
-    L[i].seg[0] = (sac_seg_t){X1[i], w1, c->n1};
+    L[i].seg[0] = (sac_seg_t){X1[i], w1, c->n1, 0};
     if (L[i].n_seg == 2)
-      L[i].seg[1] = c->adjacent ? (sac_seg_t){X1[i] + c->n1, w1, c->n2} : (sac_seg_t){X2[i], c->n2, c->n2};
+      L[i].seg[1] =
+          c->adjacent ? (sac_seg_t){X1[i] + c->n1, w1, c->n2, 0} : (sac_seg_t){X2[i], c->n2, c->n2, 0};
     if (!c->shared)
       L[i].seg[0].n = w1;
     cr_assert_eq(sac_segs_adjacent(&L[i]), c->adjacent);
@@ -315,7 +316,8 @@ static void run_dx_alone(const char *prec, int adjacent, int both) {
       if (!adjacent)
         for (int r = 0; r < B; r++)
           cr_assert_eq(bes[i]->ops->upload(bes[i], X2 + (size_t)r * A, hX + (size_t)r * n + O, A), 0);
-      L.seg[0] = (sac_seg_t){X, n, O}, L.seg[1] = adjacent ? (sac_seg_t){X2, n, A} : (sac_seg_t){X2, A, A};
+      L.seg[0] = (sac_seg_t){X, n, O, 0},
+      L.seg[1] = adjacent ? (sac_seg_t){X2, n, A, 0} : (sac_seg_t){X2, A, A, 0};
       if (i == 0) {
         cpu->ops->linear_fwd(cpu, &L, Y, wo);
         cpuY = hcopy(cpu, Y, nY);
@@ -691,7 +693,7 @@ static void run_q_head_at(const char *prec, int B, int H) {
             *w = bput(bes[i], hw, B), *dla = bput(bes[i], &la, 1);
       sac_head_hp_t h = {.B = B, .A = 6, .gamma = 0.99f, .target_entropy = -6.0f, .log_alpha = dla};
       sac_linear_t L = {.B = B, .n_in = H, .n_out = 1, .K = 2, .shared = 0, .n_seg = 1, .W = W, .b = bias};
-      L.seg[0] = (sac_seg_t){X, 2 * H, 2 * H};
+      L.seg[0] = (sac_seg_t){X, 2 * H, 2 * H, 0};
       L.act = SAC_ACT_NONE;
       for (int k = 0; k < 8; k++)
         out[i][k] = k == 1 ? bput(bes[i], hy, B) : balloc(bes[i], sz[k]);
@@ -775,7 +777,7 @@ static void run_policy_fwd_at(const char *prec, int O, int A, int B, int H) {
     J[i] = balloc(bes[i], (size_t)3 * B * ld), logp[i] = balloc(bes[i], rows);
     sac_head_hp_t h = {.B = rows, .A = A, .log_std_min = -5, .log_std_max = 2};
     sac_linear_t L = {.B = rows, .n_in = H, .n_out = 2 * A, .K = 1, .n_seg = 1, .W = W, .b = bias};
-    L.seg[0] = (sac_seg_t){X, H, H}, L.act = SAC_ACT_NONE;
+    L.seg[0] = (sac_seg_t){X, H, H, 0}, L.act = SAC_ACT_NONE;
     sac_policy_fwd_t pf = {.key = key, .stream = 1234, .tag0 = 1, .tag1 = 0, .eps = eps[i], .a = J[i] + O};
     pf.lda = ld, pf.logp = logp[i], pf.n_copy = 3;
     pf.copy[0] = (sac_copy_t){obs, J[i], O, ld, rows, O};
@@ -847,7 +849,7 @@ static void run_policy_bwd_at(const char *prec, int A, int B, int H) {
       db[i] = balloc(bes[i], 2 * A), dX[i] = balloc(bes[i], (size_t)B * H), dbb[i] = balloc(bes[i], H);
       sac_head_hp_t h = {.B = B, .A = A, .log_std_min = -5, .log_std_max = 2};
       sac_linear_t L = {.B = B, .n_in = H, .n_out = 2 * A, .K = 1, .n_seg = 1, .W = W};
-      L.seg[0] = (sac_seg_t){X, H, H}, L.act = SAC_ACT_NONE;
+      L.seg[0] = (sac_seg_t){X, H, H, 0}, L.act = SAC_ACT_NONE;
       sac_below_t bl = {SAC_ACT_RELU, dbb[i]};
       cr_assert_not_null(bes[i]->ops->policy_bwd);
       bes[i]->ops->policy_bwd(bes[i], &h, P, e, a, lda, da[i], A, dl, dP[i], &L, dW[i], db[i], dX[i], H, &bl);
@@ -908,7 +910,7 @@ static void run_bwd_act_at(const char *prec, int n_out, int grads, int B, int H)
       dY[i] = bput(bes[i], hG, nY), dW[i] = balloc(bes[i], nW), db[i] = balloc(bes[i], wo);
       dX[i] = balloc(bes[i], nX), dbb[i] = balloc(bes[i], w);
       sac_linear_t L = {.B = B, .n_in = H, .n_out = n_out, .K = K, .n_seg = 1, .W = W, .b = bias};
-      L.seg[0] = (sac_seg_t){X, w, w}, L.act = n_out == 1 ? SAC_ACT_NONE : SAC_ACT_RELU;
+      L.seg[0] = (sac_seg_t){X, w, w, 0}, L.act = n_out == 1 ? SAC_ACT_NONE : SAC_ACT_RELU;
       if (i == 0) {
         cpu->ops->linear_fwd(cpu, &L, Y, wo);
         cpuY = hcopy(cpu, Y, nY);
@@ -1890,7 +1892,7 @@ Test(backend_cuda, poisoned_counters_are_zeroed_before_every_update) {
     cr_assert_eq(gpu->ops->upload(gpu, st, &nan, 1), 0);
     sac_head_hp_t h = {.B = B, .A = 1, .gamma = 0.99f, .log_alpha = la};
     sac_linear_t L = {.B = B, .n_in = H, .n_out = 1, .K = 2, .n_seg = 1, .W = W, .b = bias};
-    L.seg[0] = (sac_seg_t){X, 2 * H, 2 * H}, L.act = SAC_ACT_NONE;
+    L.seg[0] = (sac_seg_t){X, 2 * H, 2 * H, 0}, L.act = SAC_ACT_NONE;
     sac_q_head_t a = {.then = SAC_Q_CRITIC_LOSS, .y = y, .w = NULL, .dq = dq, .td = td, .stats = st};
     (void)w;
     gpu->ops->q_head(gpu, &L, q, &h, &a); /* makes the call site */

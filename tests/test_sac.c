@@ -579,17 +579,22 @@ static void fused_equals_unfused(int depth, int recompute) {
 Test(sac, fused_optimizer_tails_match_unfused_bit_for_bit) { fused_equals_unfused(2, 0); }
 Test(sac, fused_ops_match_unfused_bit_for_bit_depth_3_recompute) { fused_equals_unfused(3, 1); }
 
-/* Hidden activations laid out at the backend's act_ld (the cpu backend pads a row of a
- * multiple of 64 floats by 16) give the same updates, bit for bit, as rows at their
- * width: the layers and their gradients read and write them at that leading dimension
- * everywhere. The layout in use is seen through a wrapper of the cpu backend's ops that
- * records the widest leading dimension linear_fwd was given (hidden 64: the critics'
- * (B, 128) outputs at 144), and one whose act_ld is NULL (rows at their width). */
+/* Hidden activations laid out as the cpu backend asks (act_ld: a row of a multiple of 64
+ * floats padded by 16; act_members_apart: each critic's block on pages of its own) give
+ * the same updates, bit for bit, as rows at their width with the members side by side:
+ * the layers and their gradients read and write them at that leading dimension and
+ * member stride everywhere. The layout in use is seen through a wrapper of the cpu
+ * backend's ops that records the widest leading dimension and member stride linear_fwd
+ * was given (hidden 64: one member's (B, 64) rows at 80, members apart), and one whose
+ * act_ld and act_members_apart are NULL (the critics' (B, 128) rows at their width). */
 static int g_fwd_ldy;
+static size_t g_fwd_ms;
 static const sac_backend_ops_t *g_cpu_ops;
 static void fwd_recording_ld(sac_backend_t *be, const sac_linear_t *L, float *Y, int ldy) {
   if (ldy > g_fwd_ldy)
     g_fwd_ldy = ldy;
+  if (L->out_ms > g_fwd_ms)
+    g_fwd_ms = L->out_ms;
   g_cpu_ops->linear_fwd(be, L, Y, ldy);
 }
 
@@ -597,6 +602,7 @@ static void padded_equals_unpadded(int depth, int recompute, int threads) {
   float *p[2];
   size_t n = 0;
   int widest[2];
+  size_t ms[2];
   for (int f = 0; f < 2; f++) {
     sac_backend_t *cpu;
     cr_assert_eq(sac_backend_new("cpu", threads, &cpu), 0);
@@ -604,19 +610,21 @@ static void padded_equals_unpadded(int depth, int recompute, int threads) {
     sac_backend_ops_t ops = *cpu->ops;
     ops.linear_fwd = fwd_recording_ld;
     if (f == 1)
-      ops.act_ld = NULL;
+      ops.act_ld = NULL, ops.act_members_apart = NULL;
     sac_backend_t be = {&ops, cpu->impl};
     sac_t *s;
     const sac_hparams_t hp = small_hp(3, 2, 64, 32, depth, recompute);
     cr_assert_eq(sac_new(&hp, &be, &s), 0);
-    g_fwd_ldy = 0;
+    g_fwd_ldy = 0, g_fwd_ms = 0;
     p[f] = seven_updates(s, &hp, 1, &n);
-    widest[f] = g_fwd_ldy;
+    widest[f] = g_fwd_ldy, ms[f] = g_fwd_ms;
     sac_destroy(&s);
     sac_backend_destroy(&cpu);
   }
-  cr_expect_eq(widest[0], 2 * 64 + 16, "padded: the widest leading dimension was %d", widest[0]);
+  cr_expect_eq(widest[0], 64 + 16, "padded, members apart: the widest leading dimension was %d", widest[0]);
+  cr_expect(ms[0] >= (size_t)32 * (64 + 16) && ms[0] % 1024 == 0, "members apart: member stride %zu", ms[0]);
   cr_expect_eq(widest[1], 2 * 64, "at the width: the widest leading dimension was %d", widest[1]);
+  cr_expect_eq(ms[1], 0, "side by side: member stride %zu", ms[1]);
   cr_assert_eq(memcmp(p[0], p[1], n * sizeof(float)), 0,
                "depth %d recompute %d threads %d: padded and unpadded activations give different updates",
                depth, recompute, threads);
