@@ -767,36 +767,21 @@ static void bwd_cols_job(void *arg, int part, int parts) {
   }
 }
 
-/* act_bwd_colsum without column sums over the rows of K members of n columns each, member
- * stride ms (sac_seg_t): one pass where they lie side by side. */
-static void act_bwd_members(float *dY, const float *Y, int ld, int rows, int K, int n, size_t ms,
-                            sac_act_t act) {
-  if (!ms) {
-    act_bwd_colsum(dY, Y, ld, rows, K * n, act, NULL);
-    return;
-  }
-  for (int k = 0; k < K; k++)
-    act_bwd_colsum(dY + member_at(k, n, ms), Y + member_at(k, n, ms), ld, rows, n, act, NULL);
-}
-
-/* Phase 2, by rows: the input gradient of rows [r0, r1), summed over members in order;
- * before it, where act_in_rows, the layer's activation backward on those rows of dY, and
- * after it the layer below's on those rows of dX: each while the rows are in this core's
- * cache, in the job that reads or writes them anyway. */
-static void bwd_rows_job(void *arg, int part, int parts) {
-  const bwd_job_t *j = arg;
+/* Phase 2: the input gradient of members [k0, k1) on rows [lo, hi), summed over members
+ * in order where they share an input; before a member's product, where act_in_rows, the
+ * layer's activation backward on its rows of dY, and after it the layer below's on its
+ * rows of dX: each while the rows are in this core's cache, in the job that reads or
+ * writes them anyway. */
+static void bwd_rows(const bwd_job_t *j, int k0, int k1, size_t lo, size_t hi) {
   const sac_linear_t *L = j->L;
-  size_t lo, hi;
-  split_range((size_t)L->B, part, parts, 16, &lo, &hi);
   const int rows = (int)(hi - lo);
   if (rows <= 0)
     return;
-  if (j->act_in_rows)
-    act_bwd_members(j->dY + lo * (size_t)j->ldy, j->Y + lo * (size_t)j->ldy, j->ldy, rows, L->K, L->n_out,
-                    L->out_ms, L->act);
   const size_t wsz = (size_t)L->n_in * L->n_out;
-  for (int k = 0; k < L->K; k++) {
-    const float *dYk = j->dY + lo * (size_t)j->ldy + out_at(L, k);
+  for (int k = k0; k < k1; k++) {
+    float *dYk = j->dY + lo * (size_t)j->ldy + out_at(L, k);
+    if (j->act_in_rows)
+      act_bwd_colsum(dYk, j->Y + lo * (size_t)j->ldy + out_at(L, k), j->ldy, rows, L->n_out, L->act, NULL);
     const float *Wk = L->W + k * wsz;
     const int n_seg = L->shared ? L->n_seg : 1;
     int row = 0;
@@ -810,10 +795,27 @@ static void bwd_rows_job(void *arg, int part, int parts) {
       float *dXs = j->dX[s] + lo * (size_t)j->ldx[s] + in_at(L, k);
       mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, L->shared && k > 0, dXs, j->ldx[s]);
     }
+    if (j->below != SAC_ACT_NONE) /* not shared: one segment, the layer below's output */
+      act_bwd_colsum(j->dX[0] + lo * (size_t)j->ldx[0] + in_at(L, k),
+                     L->seg[0].p + lo * (size_t)L->seg[0].ld + in_at(L, k), j->ldx[0], rows, L->n_in,
+                     j->below, NULL);
   }
-  if (j->below != SAC_ACT_NONE) /* not shared: one segment, the layer below's output */
-    act_bwd_members(j->dX[0] + lo * (size_t)j->ldx[0], L->seg[0].p + lo * (size_t)L->seg[0].ld, j->ldx[0],
-                    rows, L->K, L->n_in, L->seg[0].ms, j->below);
+}
+
+/* With K >= parts members that do not share an input, by members (part p takes members
+ * p, p + parts, ...: the ones its thread made in the forward, still in its cache); else by
+ * rows, every member. */
+static void bwd_rows_job(void *arg, int part, int parts) {
+  const bwd_job_t *j = arg;
+  const sac_linear_t *L = j->L;
+  if (!L->shared && L->K >= parts) {
+    for (int k = part; k < L->K; k += parts)
+      bwd_rows(j, k, k + 1, 0, (size_t)L->B);
+    return;
+  }
+  size_t lo, hi;
+  split_range((size_t)L->B, part, parts, 16, &lo, &hi);
+  bwd_rows(j, 0, L->K, lo, hi);
 }
 
 /* linear_bwd, then (below not NONE) the layer below's activation backward on dX, in the

@@ -2777,6 +2777,7 @@ static const sac_backend_ops_t k_cuda_ops = {
     .timing_mark = cu_timing_mark,
     .timing_end = cu_timing_end,
     .act_ld = NULL, /* activations at their width: cuBLASLt's layouts and the kernels as they were checked */
+    .act_members_apart = NULL, /* each member's columns side by side in a row, as the kernels index them */
 };
 
 /* Loads every kernel now: with lazy module loading a first launch would load it, and a

@@ -280,7 +280,7 @@ static void run_layer(int on, int n_in, float *const in[4], float *out, size_t n
                     .W = W,
                     .b = b,
                     .act = SAC_ACT_RELU};
-  L.seg[0] = (sac_seg_t){X, n_in, n_in};
+  L.seg[0] = (sac_seg_t){X, n_in, n_in, 0};
   const unsigned long long before = sac_gemm_own_products();
   be->ops->linear_fwd(be, &L, Y, K * n_out);
   float *dXs[2] = {dX, NULL};
