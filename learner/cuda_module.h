@@ -29,8 +29,9 @@
 #include "learner/collective.h"
 
 /* 3: backend.h gained q_head, policy_fwd, linear_bwd_act, policy_bwd (issue 25)
- * 4: backend.h gained act_ld */
-#define SAC_CUDA_MODULE_ABI 4
+ * 4: backend.h gained act_ld
+ * 5: backend.h gained act_members_apart, sac_seg_t's ms and sac_linear_t's out_ms */
+#define SAC_CUDA_MODULE_ABI 5
 #define SAC_CUDA_MODULE_FILE "libsacfleet-cuda.so"
 #define SAC_CUDA_MODULE_ENTRY "sac_cuda_module_open"
 
