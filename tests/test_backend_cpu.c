@@ -12,6 +12,9 @@
  * bugs passed while every output buffer started zeroed). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 #include <dirent.h>
 #include <math.h>
 #include <sched.h>
@@ -724,6 +727,43 @@ Test(backend_cpu, actor_and_alpha_loss_gradients) {
   float *all[] = {q, lp, dq, dl, st, la, g};
   for (size_t i = 0; i < 7; i++)
     be->ops->free(be, all[i]);
+}
+
+/* A first moment decaying into float's subnormal range is flushed to 0 (backend_cpu.c's
+ * adam_job: the subnormal steps each took a microcode assist), on the caller's part and
+ * on a worker's, and the caller's floating-point mode is as it was. */
+Test(backend_cpu, adam_flushes_subnormal_moments_to_zero) {
+  sac_backend_t *b2;
+  cr_assert_eq(sac_backend_new("cpu", 2, &b2), 0);
+  const size_t n = 1u << 14; /* split over both threads */
+  float *p = NULL, *g = NULL, *m = NULL, *v = NULL, *t = NULL;
+  cr_assert_eq(b2->ops->alloc(b2, n, &p), 0);
+  cr_assert_eq(b2->ops->alloc(b2, n, &g), 0);
+  cr_assert_eq(b2->ops->alloc(b2, n, &m), 0);
+  cr_assert_eq(b2->ops->alloc(b2, n, &v), 0);
+  cr_assert_eq(b2->ops->alloc(b2, 1, &t), 0);
+  for (size_t i = 0; i < n; i++)
+    p[i] = 1.0f, g[i] = 0.0f, m[i] = 1.2e-38f, v[i] = 1e-6f; /* 0.9 m is under FLT_MIN */
+  t[0] = 1000.0f;
+  sac_adam_hp_t hp = {1e-3f, 0.9f, 0.999f, 1e-8f};
+#if defined(__x86_64__) || defined(__i386__)
+  const unsigned mode = _mm_getcsr();
+#endif
+  b2->ops->adam(b2, p, g, m, v, n, &hp, t);
+#if defined(__x86_64__) || defined(__i386__)
+  /* the control bits (the low six are sticky exception flags: powf(beta, t) underflows) */
+  cr_expect_eq(_mm_getcsr() & ~0x3fu, mode & ~0x3fu, "the caller's MXCSR mode changed: %#x -> %#x", mode,
+               _mm_getcsr());
+#endif
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++)
+    kept += m[i] != 0.0f || p[i] != 1.0f;
+  cr_expect_eq(kept, 0, "%zu of %zu moments kept a subnormal value (m[0] %g, m[n-1] %g)", kept, n, m[0],
+               m[n - 1]);
+  float *all[] = {p, g, m, v, t};
+  for (size_t i = 0; i < 5; i++)
+    b2->ops->free(b2, all[i]);
+  sac_backend_destroy(&b2);
 }
 
 Test(backend_cpu, adam_matches_hand_computed_steps) {
