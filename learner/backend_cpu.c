@@ -286,6 +286,9 @@ typedef struct {
   cpu_pool_t *pool; /* NULL with one thread */
   float *join;      /* a shared layer's two input segments side by side (join_n floats) */
   size_t join_n;
+  float *partial; /* the worker parts' shares of a one-member layer's gradients (partial_n) */
+  size_t partial_n;
+  uint64_t batch_splits; /* "batch_split_bwds": backward ops run by rows of the batch */
   /* fetch slots (backend.h): a copy now, read later; the ops already ran */
   float *fetch_host[SAC_BACKEND_FETCH_SLOTS];
   size_t fetch_cap[SAC_BACKEND_FETCH_SLOTS];
@@ -477,6 +480,7 @@ static void cpu_destroy(sac_backend_t *be) {
   free(impl_of(be)->marks);
   cpu_pool_destroy(pool_of(be));
   free(((cpu_impl_t *)be->impl)->join);
+  free(((cpu_impl_t *)be->impl)->partial);
   free(be->impl);
   free(be);
 }
@@ -524,6 +528,12 @@ SAC_VEC static void act_bwd_colsum(float *restrict dY, const float *restrict Y, 
       for (int j = 0; j < width; j++)
         db[j] += d[j];
   }
+}
+
+/* d += s over n floats */
+SAC_VEC static void add_to(float *restrict d, const float *restrict s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    d[i] += s[i];
 }
 
 /* OpenBLAS's AVX-512 builds multiply a product of at most 100^3 multiply-adds with their
@@ -717,7 +727,8 @@ static void cpu_linear_fwd(sac_backend_t *be, const sac_linear_t *L, float *Y, i
 }
 
 typedef struct {
-  const sac_linear_t *L;
+  const sac_linear_t *L;  /* as the input gradient reads it (its segments) */
+  const sac_linear_t *Lw; /* as the weight gradient reads it (joined: one input block) */
   float *dY, *dW, *db;
   const float *Y;
   int ldy;
@@ -726,38 +737,48 @@ typedef struct {
   int act_in_rows; /* 1: the rows job makes L's activation backward on its rows of dY first (no
                     * cols job: neither dW nor db is asked for) */
   sac_act_t below; /* the rows job's last step: dX = dX * below'(X) on its rows (linear_bwd_act) */
+  float *partial;  /* bwd_batch_job: part p > 0's weight and bias gradients, at (p - 1) * (n_in *
+                    * n_out + n_out) */
 } bwd_job_t;
 
-/* Phase 1, by output columns: the activation backward, the bias gradient and the weight
- * gradient of columns [c0, c1) of member k (dW_k[:, c] = X_k^T dY_k[:, c]). */
-static void bwd_cols(const bwd_job_t *j, int k, int c0, int c1) {
-  const sac_linear_t *L = j->L;
-  const int w = c1 - c0;
+/* The activation backward, the bias gradient and the weight gradient of columns [c0, c1) of
+ * member k over rows [lo, hi) of the batch (dW_k[:, c] = X_k[lo:hi]^T dY_k[lo:hi, c]), into
+ * dWk and dbk (each at column c0; NULL: not asked for). */
+static void bwd_wgrad(const bwd_job_t *j, int k, int c0, int c1, size_t lo, size_t hi, float *dWk, float *dbk) {
+  const sac_linear_t *L = j->Lw;
+  const int w = c1 - c0, rows = (int)(hi - lo);
   if (w <= 0)
     return;
-  const size_t col = out_at(L, k) + (size_t)c0;
-  float *dY = j->dY + col, *db = j->db ? j->db + (size_t)k * L->n_out + (size_t)c0 : NULL;
-  const size_t wsz = (size_t)L->n_in * L->n_out;
-  float *dWk = j->dW ? j->dW + k * wsz + c0 : NULL;
+  const size_t col = out_at(L, k) + (size_t)c0, at = lo * (size_t)j->ldy + col;
+  float *dY = j->dY + at;
+  const float *Y = j->Y + at;
   const int n_seg = L->shared ? L->n_seg : 1;
   /* the activation backward and db: made by the first segment's product on its way where
    * the own GEMM takes it, else in a pass of their own before any product */
   int s = 0;
-  if (dWk && sac_gemm_own_wgrad(seg_width(L, 0), w, L->B, seg_input(L, 0, k), L->seg[0].ld, dY, j->Y + col,
-                                j->ldy, L->act, db, dWk, L->n_out))
+  if (dWk && sac_gemm_own_wgrad(seg_width(L, 0), w, rows, seg_input(L, 0, k) + lo * (size_t)L->seg[0].ld,
+                                L->seg[0].ld, dY, Y, j->ldy, L->act, dbk, dWk, L->n_out))
     s = 1;
   else
-    act_bwd_colsum(dY, j->Y + col, j->ldy, L->B, w, L->act, db);
+    act_bwd_colsum(dY, Y, j->ldy, rows, w, L->act, dbk);
   if (!dWk)
     return;
   for (int row = s ? seg_width(L, 0) : 0; s < n_seg; row += seg_width(L, s), s++)
-    mul(1, 0, seg_width(L, s), w, L->B, seg_input(L, s, k), L->seg[s].ld, dY, j->ldy, 0,
-        dWk + (size_t)row * L->n_out, L->n_out);
+    mul(1, 0, seg_width(L, s), w, rows, seg_input(L, s, k) + lo * (size_t)L->seg[s].ld, L->seg[s].ld, dY,
+        j->ldy, 0, dWk + (size_t)row * L->n_out, L->n_out);
+}
+
+/* Phase 1, by output columns: bwd_wgrad of columns [c0, c1) of member k, every row. */
+static void bwd_cols(const bwd_job_t *j, int k, int c0, int c1) {
+  const sac_linear_t *L = j->Lw;
+  const size_t wsz = (size_t)L->n_in * L->n_out;
+  bwd_wgrad(j, k, c0, c1, 0, (size_t)L->B, j->dW ? j->dW + k * wsz + c0 : NULL,
+            j->db ? j->db + (size_t)k * L->n_out + (size_t)c0 : NULL);
 }
 
 static void bwd_cols_job(void *arg, int part, int parts) {
   const bwd_job_t *j = arg;
-  const sac_linear_t *L = j->L;
+  const sac_linear_t *L = j->Lw;
   int R = L->K >= parts ? 1 : parts / L->K;
   for (int u = part; u < L->K * R; u += parts) {
     size_t c0, c1;
@@ -818,9 +839,74 @@ static void bwd_rows_job(void *arg, int part, int parts) {
   bwd_rows(j, 0, L->K, lo, hi);
 }
 
+/* One member (K = 1) by rows of the batch, in one job: part p's rows' share of the weight
+ * and bias gradients (part 0's into dW and db, the others' into their blocks of `partial`,
+ * summed by sum_partials_job), then the input gradient of the same rows, from the dY that
+ * the first step left with the activation backward applied, in this core's cache. Its rows
+ * of X and dY are the ones this core made (the forward and the layer above's input
+ * gradient split by rows too); split by columns, each core read every row, half of them
+ * from the other core's cache, and packed all of X. */
+static void bwd_batch_job(void *arg, int part, int parts) {
+  const bwd_job_t *j = arg;
+  const sac_linear_t *L = j->Lw;
+  const size_t wsz = (size_t)L->n_in * L->n_out;
+  float *dW = j->dW, *db = j->db;
+  if (part > 0) {
+    dW = j->partial + (size_t)(part - 1) * (wsz + (size_t)L->n_out);
+    db = j->db ? dW + wsz : NULL;
+    dW = j->dW ? dW : NULL;
+  }
+  size_t lo, hi;
+  split_range((size_t)L->B, part, parts, 16, &lo, &hi);
+  if (hi > lo)
+    bwd_wgrad(j, 0, 0, L->n_out, lo, hi, dW, db);
+  else { /* no rows here: a zero share */
+    if (dW)
+      memset(dW, 0, sizeof(float) * wsz);
+    if (db)
+      memset(db, 0, sizeof(float) * (size_t)L->n_out);
+  }
+  if (j->dX[0] || (j->L->shared && j->L->n_seg > 1 && j->dX[1]))
+    bwd_rows(j, 0, 1, lo, hi);
+}
+
+/* dW += the other parts' shares, in part order, split by elements; db on part 0. */
+static void sum_partials_job(void *arg, int part, int parts) {
+  const bwd_job_t *j = arg;
+  const size_t n_out = (size_t)j->Lw->n_out, wsz = (size_t)j->Lw->n_in * n_out, stride = wsz + n_out;
+  size_t lo, hi;
+  split_range(wsz, part, parts, 16, &lo, &hi);
+  for (int p = 1; p < parts && j->dW; p++)
+    add_to(j->dW + lo, j->partial + (size_t)(p - 1) * stride + lo, hi - lo);
+  for (int p = 1; p < parts && j->db && part == 0; p++)
+    add_to(j->db, j->partial + (size_t)(p - 1) * stride + wsz, n_out);
+}
+
+/* The partial gradients' block for a one-member layer's backward by rows of the batch
+ * (bwd_batch_job), or NULL where it does not apply: more members (split by members or
+ * columns), one thread, or no memory (then the column split runs: the same sums in
+ * another order). */
+static float *batch_partials(sac_backend_t *be, const sac_linear_t *L, cpu_pool_t *pool, const float *dW,
+                             const float *db) {
+  if (L->K != 1 || !pool || pool->n < 2 || (!dW && !db))
+    return NULL;
+  cpu_impl_t *impl = be->impl;
+  const size_t need = (size_t)(pool->n - 1) * ((size_t)L->n_in * L->n_out + (size_t)L->n_out);
+  if (need > impl->partial_n) {
+    float *p = aligned_alloc(64, (need * sizeof(float) + 63) & ~(size_t)63);
+    if (!p)
+      return NULL;
+    free(impl->partial);
+    impl->partial = p, impl->partial_n = need;
+  }
+  impl->batch_splits++;
+  return impl->partial;
+}
+
 /* linear_bwd, then (below not NONE) the layer below's activation backward on dX, in the
  * rows job. Where only the input gradient is asked for, the layer's own activation
- * backward moves into the rows job too, and there is no cols job. */
+ * backward moves into the rows job too, and there is no cols job. A one-member layer runs
+ * by rows of the batch (bwd_batch_job, then the shares summed). */
 static void linear_bwd_below(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
                              float *dW, float *db, float *dX[2], const int ldx[2], sac_act_t below) {
   float *nodx[2] = {NULL, NULL};
@@ -830,12 +916,16 @@ static void linear_bwd_below(sac_backend_t *be, const sac_linear_t *L, float *dY
   /* the weight gradient from the joined input (one GEMM); the input gradient per segment,
    * into the caller's separate buffers */
   bwd_job_t j = {
-      dW ? joined(be, L, &tmp) : L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx, 0, below};
+      L, dW ? joined(be, L, &tmp) : L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx, 0, below, NULL};
   const int rows_job = j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]);
   j.act_in_rows = rows_job && !dW && !db && L->act != SAC_ACT_NONE;
+  if ((j.partial = batch_partials(be, L, pool, dW, db)) != NULL) {
+    cpu_run(pool, bwd_batch_job, &j);
+    cpu_run(pool, sum_partials_job, &j);
+    return;
+  }
   if (dW || db || (L->act != SAC_ACT_NONE && !rows_job))
     cpu_run(pool, bwd_cols_job, &j);
-  j.L = L;
   if (rows_job)
     cpu_run(pool, bwd_rows_job, &j);
 }
@@ -1333,6 +1423,8 @@ static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
     return *out = (double)impl_of(be)->batches, 0;
   if (strcmp(key, "host_copies") == 0)
     return *out = (double)impl_of(be)->host_copies, 0;
+  if (strcmp(key, "batch_split_bwds") == 0)
+    return *out = (double)impl_of(be)->batch_splits, 0;
   cpu_pool_t *pool = pool_of(be);
   _Atomic uint64_t *c = NULL;
   if (strcmp(key, "pool_jobs") == 0)

@@ -274,6 +274,7 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
       {41, 7, 0, 19, 1, 0, SAC_ACT_TANH},     {3, 4, 0, 2, 1, 0, SAC_ACT_RELU}, /* fewer rows than threads */
       {301, 37, 0, 97, 1, 0, SAC_ACT_TANH}, /* odd sizes above the split threshold */
       {129, 150, 7, 70, 2, 1, SAC_ACT_RELU},
+      {20, 64, 0, 64, 1, 0, SAC_ACT_TANH}, /* one member by rows: parts with no rows (a zero share) */
   };
   sac_backend_t *one, *many[3];
   cr_assert_eq(sac_backend_new("cpu", 1, &one), 0);
@@ -304,6 +305,16 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
         }
     }
     free(src), free(ref), free(got), free(again);
+  }
+  /* the one-member layers above the split size (the actor's two, 301 x 37 x 97 and
+   * 20 x 64 x 64) ran by rows of the batch, their shares summed (bwd_batch_job): four
+   * cases, two runs each at every thread count; one thread never splits */
+  double splits = -1;
+  cr_assert_eq(one->ops->get_metric(one, "batch_split_bwds", &splits), 0);
+  cr_expect_eq(splits, 0.0, "one thread split %.0f backward ops by rows", splits);
+  for (int t = 0; t < 3; t++) {
+    cr_assert_eq(many[t]->ops->get_metric(many[t], "batch_split_bwds", &splits), 0);
+    cr_expect_eq(splits, 8.0, "%d threads: %.0f backward ops by rows of the batch, not 8", threads[t], splits);
   }
   /* Adam and Polyak over a range long enough to be split (and a tail that is not a
    * multiple of the chunk): elementwise, so bit-identical to one thread */
