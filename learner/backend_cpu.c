@@ -286,9 +286,10 @@ typedef struct {
   cpu_pool_t *pool; /* NULL with one thread */
   float *join;      /* a shared layer's two input segments side by side (join_n floats) */
   size_t join_n;
-  float *partial; /* the worker parts' shares of a one-member layer's gradients (partial_n) */
+  float *partial; /* shares summed after a split job: bwd_batch_job, member_shares (partial_n) */
   size_t partial_n;
-  uint64_t batch_splits; /* "batch_split_bwds": backward ops run by rows of the batch */
+  uint64_t batch_splits;  /* "batch_split_bwds": backward ops run by rows of the batch */
+  uint64_t member_splits; /* "member_split_bwds": shared inputs' gradients made by members */
   /* fetch slots (backend.h): a copy now, read later; the ops already ran */
   float *fetch_host[SAC_BACKEND_FETCH_SLOTS];
   size_t fetch_cap[SAC_BACKEND_FETCH_SLOTS];
@@ -739,6 +740,9 @@ typedef struct {
   sac_act_t below; /* the rows job's last step: dX = dX * below'(X) on its rows (linear_bwd_act) */
   float *partial;  /* bwd_batch_job: part p > 0's weight and bias gradients, at (p - 1) * (n_in *
                     * n_out + n_out) */
+  float *below_db; /* the rows job's, by members: member k's column sums of dX at k * n_in */
+  float *shares;   /* a shared input's gradient by members: member k > 0's, (B, n) per segment with
+                    * a gradient, at (k - 1) * B * (n_0 + n_1), summed by sum_member_shares */
 } bwd_job_t;
 
 /* The activation backward, the bias gradient and the weight gradient of columns [c0, c1) of
@@ -788,6 +792,40 @@ static void bwd_cols_job(void *arg, int part, int parts) {
   }
 }
 
+/* A one-wide output's input gradient, an outer product, in one pass with the layer below's
+ * activation backward and column sums: d[r][c] = dy[r * ldy] w[c] below'(x[r][c]) over
+ * (rows, width), db (non-NULL) the column sums in row order. The same values as the product
+ * and the passes after it (one rounding: the product). */
+SAC_VEC static void out1_bwd(const float *restrict dy, int ldy, const float *restrict w, const float *restrict x,
+                             int ldx, float *restrict d, int ldd, int rows, int width, sac_act_t below,
+                             float *restrict db) {
+  if (db)
+    memset(db, 0, sizeof(float) * (size_t)width);
+  for (int r = 0; r < rows; r++) {
+    const float g = dy[(size_t)r * ldy];
+    const float *restrict xr = x + (size_t)r * ldx;
+    float *restrict dr = d + (size_t)r * ldd;
+    for (int c = 0; c < width; c++)
+      dr[c] = g * w[c];
+    if (below == SAC_ACT_RELU) /* a loop of its own: fused into the product's, it does not vectorise */
+      for (int c = 0; c < width; c++)
+        dr[c] = xr[c] > 0.0f ? dr[c] : 0.0f;
+    else if (below == SAC_ACT_TANH)
+      for (int c = 0; c < width; c++)
+        dr[c] *= 1.0f - xr[c] * xr[c];
+    if (db)
+      for (int c = 0; c < width; c++)
+        db[c] += dr[c];
+  }
+}
+
+/* Member k's (k > 0) share of segment s's input gradient, (B, n_s) */
+static float *share_at(const bwd_job_t *j, int k, int s) {
+  const sac_linear_t *L = j->L;
+  const size_t per = (size_t)L->B * (size_t)(L->seg[0].n + (L->n_seg > 1 ? L->seg[1].n : 0));
+  return j->shares + (size_t)(k - 1) * per + (s ? (size_t)L->B * (size_t)L->seg[0].n : 0);
+}
+
 /* Phase 2: the input gradient of members [k0, k1) on rows [lo, hi), summed over members
  * in order where they share an input; before a member's product, where act_in_rows, the
  * layer's activation backward on its rows of dY, and after it the layer below's on its
@@ -801,6 +839,12 @@ static void bwd_rows(const bwd_job_t *j, int k0, int k1, size_t lo, size_t hi) {
   const size_t wsz = (size_t)L->n_in * L->n_out;
   for (int k = k0; k < k1; k++) {
     float *dYk = j->dY + lo * (size_t)j->ldy + out_at(L, k);
+    if (is_out1(L) && j->dX[0]) { /* one pass, the layer below's steps included */
+      out1_bwd(dYk, j->ldy, L->W + (size_t)k * L->n_in, L->seg[0].p + lo * (size_t)L->seg[0].ld + in_at(L, k),
+               L->seg[0].ld, j->dX[0] + lo * (size_t)j->ldx[0] + in_at(L, k), j->ldx[0], rows, L->n_in,
+               j->below, j->below_db ? j->below_db + (size_t)k * L->n_in : NULL);
+      continue;
+    }
     if (j->act_in_rows)
       act_bwd_colsum(dYk, j->Y + lo * (size_t)j->ldy + out_at(L, k), j->ldy, rows, L->n_out, L->act, NULL);
     const float *Wk = L->W + k * wsz;
@@ -812,9 +856,13 @@ static void bwd_rows(const bwd_job_t *j, int k0, int k1, size_t lo, size_t hi) {
       row += n;
       if (!j->dX[s])
         continue;
-      /* members add into one shared input's gradient; each has its own block otherwise */
-      float *dXs = j->dX[s] + lo * (size_t)j->ldx[s] + in_at(L, k);
-      mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, L->shared && k > 0, dXs, j->ldx[s]);
+      /* members add into one shared input's gradient (or, by members, member k > 0 writes
+       * its share); each has its own block otherwise */
+      if (j->shares && k > 0)
+        mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, 0, share_at(j, k, s) + lo * (size_t)n, n);
+      else
+        mul(0, 1, rows, n, L->n_out, dYk, j->ldy, Ws, L->n_out, L->shared && k > 0,
+            j->dX[s] + lo * (size_t)j->ldx[s] + in_at(L, k), j->ldx[s]);
     }
     if (j->below != SAC_ACT_NONE) /* not shared: one segment, the layer below's output */
       act_bwd_colsum(j->dX[0] + lo * (size_t)j->ldx[0] + in_at(L, k),
@@ -823,13 +871,13 @@ static void bwd_rows(const bwd_job_t *j, int k0, int k1, size_t lo, size_t hi) {
   }
 }
 
-/* With K >= parts members that do not share an input, by members (part p takes members
- * p, p + parts, ...: the ones its thread made in the forward, still in its cache); else by
- * rows, every member. */
+/* With K >= parts members that do not share an input, or whose shares of a shared one are
+ * summed after (shares), by members (part p takes members p, p + parts, ...: the ones its
+ * thread made in the forward, still in its cache); else by rows, every member. */
 static void bwd_rows_job(void *arg, int part, int parts) {
   const bwd_job_t *j = arg;
   const sac_linear_t *L = j->L;
-  if (!L->shared && L->K >= parts) {
+  if ((!L->shared || j->shares) && L->K >= parts) {
     for (int k = part; k < L->K; k += parts)
       bwd_rows(j, k, k + 1, 0, (size_t)L->B);
     return;
@@ -903,12 +951,51 @@ static float *batch_partials(sac_backend_t *be, const sac_linear_t *L, cpu_pool_
   return impl->partial;
 }
 
+/* The block for the members' shares of a shared input's gradient (bwd_job_t.shares), or
+ * NULL where the rows job splits by rows: fewer members than parts, one thread, or no
+ * memory (the same sums either way). By members, each core reads only the activations
+ * and gradients it made (the critics' first layer in the actor step: split by rows, each
+ * core read half its rows of both members from the other core's cache). */
+static float *member_shares(sac_backend_t *be, const sac_linear_t *L, cpu_pool_t *pool) {
+  if (!L->shared || !pool || pool->n < 2 || L->K < pool->n)
+    return NULL;
+  cpu_impl_t *impl = be->impl;
+  const size_t need =
+      (size_t)(L->K - 1) * (size_t)L->B * (size_t)(L->seg[0].n + (L->n_seg > 1 ? L->seg[1].n : 0));
+  if (need > impl->partial_n) {
+    float *p = aligned_alloc(64, (need * sizeof(float) + 63) & ~(size_t)63);
+    if (!p)
+      return NULL;
+    free(impl->partial);
+    impl->partial = p, impl->partial_n = need;
+  }
+  impl->member_splits++;
+  return impl->partial;
+}
+
+/* dX_s += member k's share, k = 1, 2, ... in order: the sums the rows split makes. */
+static void sum_member_shares(const bwd_job_t *j) {
+  const sac_linear_t *L = j->L;
+  for (int k = 1; k < L->K; k++)
+    for (int s = 0; s < L->n_seg; s++) {
+      if (!j->dX[s])
+        continue;
+      const int n = L->seg[s].n;
+      const float *sh = share_at(j, k, s);
+      for (int r = 0; r < L->B; r++)
+        add_to(j->dX[s] + (size_t)r * j->ldx[s], sh + (size_t)r * n, (size_t)n);
+    }
+}
+
 /* linear_bwd, then (below not NONE) the layer below's activation backward on dX, in the
  * rows job. Where only the input gradient is asked for, the layer's own activation
  * backward moves into the rows job too, and there is no cols job. A one-member layer runs
- * by rows of the batch (bwd_batch_job, then the shares summed). */
-static void linear_bwd_below(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
-                             float *dW, float *db, float *dX[2], const int ldx[2], sac_act_t below) {
+ * by rows of the batch (bwd_batch_job, then the shares summed). Returns 1 where the rows
+ * job also made below_db (non-NULL), the layer below's bias gradient: a one-wide output
+ * whose rows job runs by members; else 0, and the caller makes it. */
+static int linear_bwd_below(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
+                            float *dW, float *db, float *dX[2], const int ldx[2], sac_act_t below,
+                            float *below_db) {
   float *nodx[2] = {NULL, NULL};
   const int noldx[2] = {0, 0};
   sac_linear_t tmp;
@@ -916,24 +1003,31 @@ static void linear_bwd_below(sac_backend_t *be, const sac_linear_t *L, float *dY
   /* the weight gradient from the joined input (one GEMM); the input gradient per segment,
    * into the caller's separate buffers */
   bwd_job_t j = {
-      L, dW ? joined(be, L, &tmp) : L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx, 0, below, NULL};
+      L, dW ? joined(be, L, &tmp) : L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx, 0, below, NULL, NULL, NULL};
   const int rows_job = j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]);
   j.act_in_rows = rows_job && !dW && !db && L->act != SAC_ACT_NONE;
   if ((j.partial = batch_partials(be, L, pool, dW, db)) != NULL) {
     cpu_run(pool, bwd_batch_job, &j);
     cpu_run(pool, sum_partials_job, &j);
-    return;
+    return 0;
   }
+  if (is_out1(L) && j.dX[0] && L->K >= (pool ? pool->n : 1))
+    j.below_db = below_db;
   if (dW || db || (L->act != SAC_ACT_NONE && !rows_job))
     cpu_run(pool, bwd_cols_job, &j);
-  if (rows_job)
+  if (rows_job && (j.shares = member_shares(be, L, pool)) != NULL) {
     cpu_run(pool, bwd_rows_job, &j);
+    sum_member_shares(&j);
+  } else if (rows_job) {
+    cpu_run(pool, bwd_rows_job, &j);
+  }
+  return j.below_db != NULL;
 }
 
 static void cpu_linear_bwd(sac_backend_t *be, const sac_linear_t *L, float *dY, const float *Y, int ldy,
                            float *dW, float *db, float *dX[2], const int ldx[2]) {
   impl_of(be)->launches += linear_bwd_launches(L, dW, db, dX);
-  linear_bwd_below(be, L, dY, Y, ldy, dW, db, dX, ldx, SAC_ACT_NONE);
+  linear_bwd_below(be, L, dY, Y, ldy, dW, db, dX, ldx, SAC_ACT_NONE, NULL);
 }
 
 typedef struct {
@@ -1345,8 +1439,7 @@ static void bwd_then_below(sac_backend_t *be, const sac_linear_t *L, float *dY, 
   assert(!L->shared && L->n_seg == 1 && dX && ldx == L->seg[0].ld);
   float *dxs[2] = {dX, NULL};
   const int lds[2] = {ldx, 0};
-  linear_bwd_below(be, L, dY, Y, ldy, dW, db, dxs, lds, below->act);
-  if (!below->db)
+  if (linear_bwd_below(be, L, dY, Y, ldy, dW, db, dxs, lds, below->act, below->db) || !below->db)
     return;
   sac_linear_t lb = {.B = L->B,
                      .n_in = L->n_in,
@@ -1356,7 +1449,7 @@ static void bwd_then_below(sac_backend_t *be, const sac_linear_t *L, float *dY, 
                      .act = SAC_ACT_NONE,
                      .out_ms = L->seg[0].ms};
   lb.seg[0] = L->seg[0];
-  linear_bwd_below(be, &lb, dX, L->seg[0].p, ldx, NULL, below->db, NULL, NULL, SAC_ACT_NONE);
+  linear_bwd_below(be, &lb, dX, L->seg[0].p, ldx, NULL, below->db, NULL, NULL, SAC_ACT_NONE, NULL);
 }
 
 /* What the cuda backend's linear_bwd_act launches: one kernel for the critics' one-wide
@@ -1425,6 +1518,8 @@ static int cpu_get_metric(sac_backend_t *be, const char *key, double *out) {
     return *out = (double)impl_of(be)->host_copies, 0;
   if (strcmp(key, "batch_split_bwds") == 0)
     return *out = (double)impl_of(be)->batch_splits, 0;
+  if (strcmp(key, "member_split_bwds") == 0)
+    return *out = (double)impl_of(be)->member_splits, 0;
   cpu_pool_t *pool = pool_of(be);
   _Atomic uint64_t *c = NULL;
   if (strcmp(key, "pool_jobs") == 0)

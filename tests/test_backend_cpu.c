@@ -316,6 +316,14 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
     cr_assert_eq(many[t]->ops->get_metric(many[t], "batch_split_bwds", &splits), 0);
     cr_expect_eq(splits, 8.0, "%d threads: %.0f backward ops by rows of the batch, not 8", threads[t], splits);
   }
+  /* the two shared two-member layers above the split size (the critics' first, 129 x 157 x
+   * 70) made their input gradient by members at two threads, the shares summed after
+   * (member_shares): two backward ops per run; by rows at three and four threads */
+  for (int t = 0; t < 3; t++) {
+    cr_assert_eq(many[t]->ops->get_metric(many[t], "member_split_bwds", &splits), 0);
+    cr_expect_eq(splits, threads[t] == 2 ? 8.0 : 0.0, "%d threads: %.0f input gradients by members",
+                 threads[t], splits);
+  }
   /* Adam and Polyak over a range long enough to be split (and a tail that is not a
    * multiple of the chunk): elementwise, so bit-identical to one thread */
   const size_t n = 300007;
