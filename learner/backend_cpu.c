@@ -656,11 +656,14 @@ typedef struct {
 } fwd_job_t;
 
 /* Units are (member, row chunk): with K >= parts whole members, else each member's rows
- * in parts / K chunks of 16 rows' granularity. Part p takes units p, p + parts, ... */
+ * in parts / K chunks of 16 rows' granularity; one member's in 2 parts chunks. Part p takes
+ * units p, p + parts, ...: of one member's rows, chunk p of each half. The policy runs
+ * forward on [s; s'] (2B rows) and backward on s, its B rows split in parts chunks
+ * (bwd_batch_job): so each core's backward rows are ones it made, in its cache. */
 static void fwd_job(void *arg, int part, int parts) {
   const fwd_job_t *j = arg;
   const sac_linear_t *L = j->L;
-  int R = L->K >= parts ? 1 : parts / L->K;
+  int R = L->K >= parts ? 1 : L->K == 1 ? 2 * parts : parts / L->K;
   for (int u = part; u < L->K * R; u += parts) {
     size_t r0, r1;
     split_range((size_t)L->B, u % R, R, 16, &r0, &r1);
