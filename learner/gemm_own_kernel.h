@@ -23,11 +23,13 @@ enum { OWN(NR) = 2 * VW };
 
 /* The mr x NR tile at c (its first `rows` rows, columns under masks m0 and m1) from kc
  * steps of: A's mr values at step q (a[r * rs + q * ks]) times the packed panel's row q.
- * Inlined with mr a constant: 2 mr accumulators, two loads of the panel and mr broadcasts
- * a step, the steps four to a loop iteration. */
+ * Inlined with mr and nv constants: nv mr accumulators, nv loads of the panel and mr
+ * broadcasts a step, the steps four to a loop iteration. nv = 1 where the panel's second
+ * vector is all past n (m1 empty: a layer of at most VW outputs, the policy's 2A), which
+ * then costs neither multiply-adds nor stores. */
 __attribute__((always_inline)) OWN_TARGET static inline void
-OWN(tile_mr)(const int mr, int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp, float *c,
-             int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
+OWN(tile_mr)(const int mr, const int nv, int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
+             float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
   VF acc[MR][2];
   for (int r = 0; r < mr; r++)
     acc[r][0] = acc[r][1] = VZERO();
@@ -35,24 +37,26 @@ OWN(tile_mr)(const int mr, int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, c
 #pragma GCC unroll 4
 #endif
   for (int q = 0; q < kc; q++) {
-    const VF b0 = VLOAD(bp + (size_t)q * NR), b1 = VLOAD(bp + (size_t)q * NR + VW);
+    const VF b0 = VLOAD(bp + (size_t)q * NR), b1 = nv > 1 ? VLOAD(bp + (size_t)q * NR + VW) : VZERO();
     const float *aq = a + q * ks;
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
       const VF x = VSET1(aq[r * rs]);
       acc[r][0] = VFMA(x, b0, acc[r][0]);
-      acc[r][1] = VFMA(x, b1, acc[r][1]);
+      if (nv > 1)
+        acc[r][1] = VFMA(x, b1, acc[r][1]);
     }
   }
   const VF zero = VZERO();
   const VF bias0 = e.bias ? VLOADM(m0, e.bias) : zero;
-  const VF bias1 = e.bias ? VLOADM(m1, e.bias + VW) : zero;
+  const VF bias1 = e.bias && nv > 1 ? VLOADM(m1, e.bias + VW) : zero;
   for (int r = 0; r < rows && r < mr; r++) {
     float *cr = c + (size_t)r * ldc;
     VF y0 = acc[r][0], y1 = acc[r][1];
     if (e.add) {
       y0 = VADD(VLOADM(m0, cr), y0);
-      y1 = VADD(VLOADM(m1, cr + VW), y1);
+      if (nv > 1)
+        y1 = VADD(VLOADM(m1, cr + VW), y1);
     }
     if (e.bias) {
       y0 = VADD(y0, bias0);
@@ -63,19 +67,31 @@ OWN(tile_mr)(const int mr, int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, c
       y1 = VMAX(y1, zero);
     }
     VSTOREM(cr, m0, y0);
-    VSTOREM(cr + VW, m1, y1);
+    if (nv > 1)
+      VSTOREM(cr + VW, m1, y1);
   }
 }
 
-/* The row blocks: MR rows where that many are left, the last few in blocks of MR_TAIL. */
+/* The row blocks: MR rows where that many are left, the last few in blocks of MR_TAIL;
+ * each with the panel's two vectors, or its first alone (the "1" copies). */
 OWN_TARGET static void OWN(tile)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
                                  float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
-  OWN(tile_mr)(MR, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+  OWN(tile_mr)(MR, 2, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
 }
 
 OWN_TARGET static void OWN(tile_tail)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
                                       float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
-  OWN(tile_mr)(MR_TAIL, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+  OWN(tile_mr)(MR_TAIL, 2, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+}
+
+OWN_TARGET static void OWN(tile1)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
+                                  float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
+  OWN(tile_mr)(MR, 1, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+}
+
+OWN_TARGET static void OWN(tile1_tail)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
+                                       float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
+  OWN(tile_mr)(MR_TAIL, 1, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
 }
 
 /* Columns [j0, j0 + NR) of rows [q0, q0 + kc) of B into bp (kc x NR), zeros past n. */
@@ -193,10 +209,10 @@ OWN_TARGET static void OWN(k_block)(form_t f, int m, int n, int q0, int kc, cons
         a = ap, rs = kc;
       }
       float *c = C + (size_t)i0 * ldc + j0;
-      if (bw == MR)
-        OWN(tile)(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+      if (w <= VW)
+        (bw == MR ? OWN(tile1) : OWN(tile1_tail))(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
       else
-        OWN(tile_tail)(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+        (bw == MR ? OWN(tile) : OWN(tile_tail))(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
       i0 += bw;
     }
   }
