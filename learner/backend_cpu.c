@@ -933,6 +933,20 @@ static void sum_partials_job(void *arg, int part, int parts) {
     add_to(j->db, j->partial + (size_t)(p - 1) * stride + wsz, n_out);
 }
 
+/* The block of shares summed after a split job (impl->partial), at least n floats, or NULL
+ * where it cannot be had. */
+static float *partial_block(sac_backend_t *be, size_t n) {
+  cpu_impl_t *impl = be->impl;
+  if (n > impl->partial_n) {
+    float *p = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+    if (!p)
+      return NULL;
+    free(impl->partial);
+    impl->partial = p, impl->partial_n = n;
+  }
+  return impl->partial;
+}
+
 /* The partial gradients' block for a one-member layer's backward by rows of the batch
  * (bwd_batch_job), or NULL where it does not apply: more members (split by members or
  * columns), one thread, or no memory (then the column split runs: the same sums in
@@ -941,17 +955,10 @@ static float *batch_partials(sac_backend_t *be, const sac_linear_t *L, cpu_pool_
                              const float *db) {
   if (L->K != 1 || !pool || pool->n < 2 || (!dW && !db))
     return NULL;
-  cpu_impl_t *impl = be->impl;
-  const size_t need = (size_t)(pool->n - 1) * ((size_t)L->n_in * L->n_out + (size_t)L->n_out);
-  if (need > impl->partial_n) {
-    float *p = aligned_alloc(64, (need * sizeof(float) + 63) & ~(size_t)63);
-    if (!p)
-      return NULL;
-    free(impl->partial);
-    impl->partial = p, impl->partial_n = need;
-  }
-  impl->batch_splits++;
-  return impl->partial;
+  float *p = partial_block(be, (size_t)(pool->n - 1) * ((size_t)L->n_in * L->n_out + (size_t)L->n_out));
+  if (p)
+    impl_of(be)->batch_splits++;
+  return p;
 }
 
 /* The block for the members' shares of a shared input's gradient (bwd_job_t.shares), or
@@ -962,18 +969,11 @@ static float *batch_partials(sac_backend_t *be, const sac_linear_t *L, cpu_pool_
 static float *member_shares(sac_backend_t *be, const sac_linear_t *L, cpu_pool_t *pool) {
   if (!L->shared || !pool || pool->n < 2 || L->K < pool->n)
     return NULL;
-  cpu_impl_t *impl = be->impl;
-  const size_t need =
-      (size_t)(L->K - 1) * (size_t)L->B * (size_t)(L->seg[0].n + (L->n_seg > 1 ? L->seg[1].n : 0));
-  if (need > impl->partial_n) {
-    float *p = aligned_alloc(64, (need * sizeof(float) + 63) & ~(size_t)63);
-    if (!p)
-      return NULL;
-    free(impl->partial);
-    impl->partial = p, impl->partial_n = need;
-  }
-  impl->member_splits++;
-  return impl->partial;
+  float *p = partial_block(
+      be, (size_t)(L->K - 1) * (size_t)L->B * (size_t)(L->seg[0].n + (L->n_seg > 1 ? L->seg[1].n : 0)));
+  if (p)
+    impl_of(be)->member_splits++;
+  return p;
 }
 
 /* dX_s += member k's share, k = 1, 2, ... in order: the sums the rows split makes. */

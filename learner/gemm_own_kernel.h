@@ -73,25 +73,22 @@ OWN(tile_mr)(const int mr, const int nv, int kc, const float *a, ptrdiff_t rs, p
 }
 
 /* The row blocks: MR rows where that many are left, the last few in blocks of MR_TAIL;
- * each with the panel's two vectors, or its first alone (the "1" copies). */
-OWN_TARGET static void OWN(tile)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
+ * each with the panel's nv = 2 vectors, or its first alone (nv = 1). */
+OWN_TARGET static void OWN(tile)(int nv, int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
                                  float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
-  OWN(tile_mr)(MR, 2, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+  if (nv == 1)
+    OWN(tile_mr)(MR, 1, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+  else
+    OWN(tile_mr)(MR, 2, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
 }
 
-OWN_TARGET static void OWN(tile_tail)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
-                                      float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
-  OWN(tile_mr)(MR_TAIL, 2, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
-}
-
-OWN_TARGET static void OWN(tile1)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
-                                  float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
-  OWN(tile_mr)(MR, 1, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
-}
-
-OWN_TARGET static void OWN(tile1_tail)(int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *bp,
-                                       float *c, int ldc, int rows, VMASK m0, VMASK m1, epilogue_t e) {
-  OWN(tile_mr)(MR_TAIL, 1, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+OWN_TARGET static void OWN(tile_tail)(int nv, int kc, const float *a, ptrdiff_t rs, ptrdiff_t ks,
+                                      const float *bp, float *c, int ldc, int rows, VMASK m0, VMASK m1,
+                                      epilogue_t e) {
+  if (nv == 1)
+    OWN(tile_mr)(MR_TAIL, 1, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+  else
+    OWN(tile_mr)(MR_TAIL, 2, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
 }
 
 /* Columns [j0, j0 + NR) of rows [q0, q0 + kc) of B into bp (kc x NR), zeros past n. */
@@ -209,10 +206,7 @@ OWN_TARGET static void OWN(k_block)(form_t f, int m, int n, int q0, int kc, cons
         a = ap, rs = kc;
       }
       float *c = C + (size_t)i0 * ldc + j0;
-      if (w <= VW)
-        (bw == MR ? OWN(tile1) : OWN(tile1_tail))(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
-      else
-        (bw == MR ? OWN(tile) : OWN(tile_tail))(kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
+      (bw == MR ? OWN(tile) : OWN(tile_tail))(w <= VW ? 1 : 2, kc, a, rs, ks, bp, c, ldc, rows, m0, m1, e);
       i0 += bw;
     }
   }
