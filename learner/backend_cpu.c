@@ -743,6 +743,7 @@ typedef struct {
   sac_act_t below; /* the rows job's last step: dX = dX * below'(X) on its rows (linear_bwd_act) */
   float *partial;  /* bwd_batch_job: part p > 0's weight and bias gradients, at (p - 1) * (n_in *
                     * n_out + n_out) */
+  int n_shares;    /* of them: the parts but the first */
   float *below_db; /* the rows job's, by members: member k's column sums of dX at k * n_in */
   float *shares;   /* a shared input's gradient by members: member k > 0's, (B, n) per segment with
                     * a gradient, at (k - 1) * B * (n_0 + n_1), summed by sum_member_shares */
@@ -921,15 +922,16 @@ static void bwd_batch_job(void *arg, int part, int parts) {
     bwd_rows(j, 0, 1, lo, hi);
 }
 
-/* dW += the other parts' shares, in part order, split by elements; db on part 0. */
+/* dW += the n_shares other parts' shares, in part order, split by elements; db on part 0
+ * (alone, where there is no dW: the caller runs it as one part, no job for n_out sums). */
 static void sum_partials_job(void *arg, int part, int parts) {
   const bwd_job_t *j = arg;
   const size_t n_out = (size_t)j->Lw->n_out, wsz = (size_t)j->Lw->n_in * n_out, stride = wsz + n_out;
   size_t lo, hi;
   split_range(wsz, part, parts, 16, &lo, &hi);
-  for (int p = 1; p < parts && j->dW; p++)
+  for (int p = 1; p <= j->n_shares && j->dW; p++)
     add_to(j->dW + lo, j->partial + (size_t)(p - 1) * stride + lo, hi - lo);
-  for (int p = 1; p < parts && j->db && part == 0; p++)
+  for (int p = 1; p <= j->n_shares && j->db && part == 0; p++)
     add_to(j->db, j->partial + (size_t)(p - 1) * stride + wsz, n_out);
 }
 
@@ -1005,13 +1007,25 @@ static int linear_bwd_below(sac_backend_t *be, const sac_linear_t *L, float *dY,
   cpu_pool_t *pool = layer_pool(be, L);
   /* the weight gradient from the joined input (one GEMM); the input gradient per segment,
    * into the caller's separate buffers */
-  bwd_job_t j = {
-      L, dW ? joined(be, L, &tmp) : L, dY, dW, db, Y, ldy, dX ? dX : nodx, dX ? ldx : noldx, 0, below, NULL, NULL, NULL};
+  bwd_job_t j = {.L = L,
+                 .Lw = dW ? joined(be, L, &tmp) : L,
+                 .dY = dY,
+                 .dW = dW,
+                 .db = db,
+                 .Y = Y,
+                 .ldy = ldy,
+                 .dX = dX ? dX : nodx,
+                 .ldx = dX ? ldx : noldx,
+                 .below = below};
   const int rows_job = j.dX[0] || (L->shared && L->n_seg > 1 && j.dX[1]);
   j.act_in_rows = rows_job && !dW && !db && L->act != SAC_ACT_NONE;
   if ((j.partial = batch_partials(be, L, pool, dW, db)) != NULL) {
+    j.n_shares = pool->n - 1;
     cpu_run(pool, bwd_batch_job, &j);
-    cpu_run(pool, sum_partials_job, &j);
+    if (dW)
+      cpu_run(pool, sum_partials_job, &j);
+    else
+      sum_partials_job(&j, 0, 1);
     return 0;
   }
   if (is_out1(L) && j.dX[0] && L->K >= (pool ? pool->n : 1))
