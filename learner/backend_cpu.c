@@ -752,7 +752,8 @@ typedef struct {
 /* The activation backward, the bias gradient and the weight gradient of columns [c0, c1) of
  * member k over rows [lo, hi) of the batch (dW_k[:, c] = X_k[lo:hi]^T dY_k[lo:hi, c]), into
  * dWk and dbk (each at column c0; NULL: not asked for). */
-static void bwd_wgrad(const bwd_job_t *j, int k, int c0, int c1, size_t lo, size_t hi, float *dWk, float *dbk) {
+static void bwd_wgrad(const bwd_job_t *j, int k, int c0, int c1, size_t lo, size_t hi, float *dWk,
+                      float *dbk) {
   const sac_linear_t *L = j->Lw;
   const int w = c1 - c0, rows = (int)(hi - lo);
   if (w <= 0)
@@ -800,9 +801,9 @@ static void bwd_cols_job(void *arg, int part, int parts) {
  * activation backward and column sums: d[r][c] = dy[r * ldy] w[c] below'(x[r][c]) over
  * (rows, width), db (non-NULL) the column sums in row order. The same values as the product
  * and the passes after it (one rounding: the product). */
-SAC_VEC static void out1_bwd(const float *restrict dy, int ldy, const float *restrict w, const float *restrict x,
-                             int ldx, float *restrict d, int ldd, int rows, int width, sac_act_t below,
-                             float *restrict db) {
+SAC_VEC static void out1_bwd(const float *restrict dy, int ldy, const float *restrict w,
+                             const float *restrict x, int ldx, float *restrict d, int ldd, int rows,
+                             int width, sac_act_t below, float *restrict db) {
   if (db)
     memset(db, 0, sizeof(float) * (size_t)width);
   for (int r = 0; r < rows; r++) {
@@ -971,8 +972,8 @@ static float *batch_partials(sac_backend_t *be, const sac_linear_t *L, cpu_pool_
 static float *member_shares(sac_backend_t *be, const sac_linear_t *L, cpu_pool_t *pool) {
   if (!L->shared || !pool || pool->n < 2 || L->K < pool->n)
     return NULL;
-  float *p = partial_block(
-      be, (size_t)(L->K - 1) * (size_t)L->B * (size_t)(L->seg[0].n + (L->n_seg > 1 ? L->seg[1].n : 0)));
+  float *p = partial_block(be, (size_t)(L->K - 1) * (size_t)L->B *
+                                   (size_t)(L->seg[0].n + (L->n_seg > 1 ? L->seg[1].n : 0)));
   if (p)
     impl_of(be)->member_splits++;
   return p;

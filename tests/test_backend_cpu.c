@@ -271,7 +271,8 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
       {512, 17, 0, 256, 1, 0, SAC_ACT_RELU},  /* actor's first layer, 2B rows */
       {256, 256, 0, 12, 1, 0, SAC_ACT_NONE},  /* actor's output */
       {37, 5, 3, 33, 2, 1, SAC_ACT_TANH},     /* odd sizes everywhere */
-      {41, 7, 0, 19, 1, 0, SAC_ACT_TANH},     {3, 4, 0, 2, 1, 0, SAC_ACT_RELU}, /* fewer rows than threads */
+      {41, 7, 0, 19, 1, 0, SAC_ACT_TANH},
+      {3, 4, 0, 2, 1, 0, SAC_ACT_RELU},     /* fewer rows than threads */
       {301, 37, 0, 97, 1, 0, SAC_ACT_TANH}, /* odd sizes above the split threshold */
       {129, 150, 7, 70, 2, 1, SAC_ACT_RELU},
       {20, 64, 0, 64, 1, 0, SAC_ACT_TANH}, /* one member by rows: parts with no rows (a zero share) */
@@ -314,7 +315,8 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
   cr_expect_eq(splits, 0.0, "one thread split %.0f backward ops by rows", splits);
   for (int t = 0; t < 3; t++) {
     cr_assert_eq(many[t]->ops->get_metric(many[t], "batch_split_bwds", &splits), 0);
-    cr_expect_eq(splits, 8.0, "%d threads: %.0f backward ops by rows of the batch, not 8", threads[t], splits);
+    cr_expect_eq(splits, 8.0, "%d threads: %.0f backward ops by rows of the batch, not 8", threads[t],
+                 splits);
   }
   /* the two shared two-member layers above the split size (the critics' first, 129 x 157 x
    * 70) made their input gradient by members at two threads, the shares summed after
