@@ -277,8 +277,9 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
       {129, 150, 7, 70, 2, 1, SAC_ACT_RELU},
       {20, 64, 0, 64, 1, 0, SAC_ACT_TANH}, /* one member by rows: parts with no rows (a zero share) */
   };
-  sac_backend_t *one, *many[3];
+  sac_backend_t *one, *many[3], *control;
   cr_assert_eq(sac_backend_new("cpu", 1, &one), 0);
+  cr_assert_eq(sac_backend_new("cpu", 2, &control), 0);
   const int threads[3] = {2, 3, 4};
   for (int t = 0; t < 3; t++)
     cr_assert_eq(sac_backend_new("cpu", threads[t], &many[t]), 0);
@@ -298,6 +299,16 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
       run_layer(many[t], c, src, again);
       cr_expect_eq(memcmp(got, again, nout * 4), 0, "case %zu, %d threads: not deterministic", ci,
                    threads[t]);
+      if (t == 0) { /* negative control: the comparison sees dY moved by an ulp (a backend of
+                     * its own, so the split counts below stay this loop's) */
+        float *moved = malloc(nin * 4), *out = malloc(nout * 4);
+        memcpy(moved, src, nin * 4);
+        for (size_t i = nin - nY; i < nin; i++)
+          moved[i] = nextafterf(moved[i], INFINITY);
+        run_layer(control, c, moved, out);
+        cr_expect_neq(memcmp(got, out, nout * 4), 0, "case %zu: dY moved by an ulp, the same bits", ci);
+        free(moved), free(out);
+      }
       for (size_t i = 0; i < nout; i++)
         if (!(fabsf(got[i] - ref[i]) <= 1e-5f * (1.0f + fabsf(ref[i])))) {
           cr_expect(0, "case %zu, %d threads: output %zu is %.9g, one thread %.9g", ci, threads[t], i, got[i],
@@ -349,6 +360,7 @@ Test(backend_cpu, split_ops_match_the_one_thread_composition) {
     free(p[k]), free(m[k]), free(v[k]), free(tg[k]);
   free(g);
   sac_backend_destroy(&one);
+  sac_backend_destroy(&control);
   for (int t2 = 0; t2 < 3; t2++)
     sac_backend_destroy(&many[t2]);
 }
